@@ -1,0 +1,45 @@
+"""The ``autoscaler`` command: one sub-command per capability, each defined beside the code it drives."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from autoscaler import __version__
+from autoscaler.controller import command as run_command
+from autoscaler.policyfile import command as validate_command
+from autoscaler.replay import command as replay_command
+from autoscaler.sim import command as simulate_command
+from autoscaler.sources import command as sources_command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="autoscaler",
+        description="Autoscaling and preemption for LLM serving and training on shared accelerators.",
+    )
+    parser.add_argument("--version", action="version", version=f"autoscaler {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Explicit and sorted: the order `autoscaler --help` lists them in.
+    sources_command.register(sub)  # observe, record
+    replay_command.register(sub)
+    run_command.register(sub)
+    simulate_command.register(sub)
+    validate_command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

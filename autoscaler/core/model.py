@@ -1,0 +1,217 @@
+"""Plain data the core consumes and produces: targets, observations, decisions, state.
+
+All types are frozen dataclasses or enums so a snapshot can be shared, compared and replayed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class TargetKind(enum.StrEnum):
+    """Kinds of serving target the controller scales."""
+
+    DEPLOYMENT = "Deployment"
+    LEADER_WORKER_SET = "LeaderWorkerSet"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetRef:
+    """A serving target. For a LeaderWorkerSet, one replica is one group (a multi-host slice)."""
+
+    kind: TargetKind
+    name: str
+    namespace: str = "default"
+
+    @property
+    def key(self) -> str:
+        """``Kind/namespace/name``, the identity used in logs, replay output and ``observe``."""
+        return f"{self.kind.value}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReading:
+    """One signal's raw value as a source returned it, before the core judges it.
+
+    ``timestamp`` is the sample's own time (seconds, same clock as ``now``); ``error`` is set when the
+    source failed, in which case ``value`` is None. ``per_replica`` optionally carries one value per
+    pod/group (HPA's Pods metrics use it for the missing/unready-pod rules).
+    """
+
+    value: float | None
+    timestamp: float | None
+    source: str = ""
+    error: str | None = None
+    per_replica: Mapping[str, float] | None = None
+
+
+class SignalState(enum.StrEnum):
+    OK = "ok"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class SignalValue:
+    """A signal as the core judged it: a usable value, or unknown with the reason why."""
+
+    name: str
+    state: SignalState
+    value: float | None
+    reason: str = ""
+    age_s: float | None = None
+    source: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state is SignalState.OK
+
+
+@dataclass(frozen=True, slots=True)
+class PodStatus:
+    """One replica (pod, or LWS group leader) as the HPA replica calculator sees it."""
+
+    name: str
+    ready: bool
+    #: Seconds since the pod started; HPA ignores unready pods during their initialisation period.
+    age_s: float = 0.0
+    failed: bool = False
+    deleting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """Replica counts of the target (groups for a LeaderWorkerSet).
+
+    ``spec`` is the desired count currently set on the target (HPA's ``currentReplicas``);
+    ``ready`` are serving; ``starting`` exist but are scheduling, pulling or loading the model.
+    """
+
+    spec: int
+    ready: int
+    starting: int = 0
+    pods: tuple[PodStatus, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingWorkload:
+    """A Kueue Workload of a checkpointed training job that serving may displace."""
+
+    namespace: str
+    name: str
+    priority: int
+    chips: int
+    active: bool
+    admitted: bool
+    uid: str = ""
+    #: True when this controller deactivated it (recorded on the Workload so a restart can resume it).
+    deactivated_by_us: bool = False
+    #: Seconds since the last checkpoint, when known; a checkpoint-aware arbiter prefers fresh ones.
+    since_checkpoint_s: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaStatus:
+    """The accelerator quota serving shares, as a Kueue ClusterQueue holds it for one resource."""
+
+    cluster_queue: str
+    resource: str
+    nominal: float
+    reserved: float
+    borrowable: float = 0.0
+
+    @property
+    def free(self) -> float:
+        return self.nominal + self.borrowable - self.reserved
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything the core may know at one evaluation: a snapshot, nothing live."""
+
+    target: TargetRef
+    replicas: ReplicaStatus
+    signals: Mapping[str, SignalReading] = field(default_factory=dict)
+    training: tuple[TrainingWorkload, ...] = ()
+    quota: QuotaStatus | None = None
+
+
+class Reason(enum.StrEnum):
+    """Why a decision came out as it did. Used verbatim as Kubernetes Event reasons."""
+
+    SCALE_UP = "ScaleUp"
+    SCALE_DOWN = "ScaleDown"
+    STEADY = "Steady"  # the recommendation equals the current count
+    WITHIN_TOLERANCE = "WithinTolerance"
+    METRICS_UNKNOWN = "MetricsUnknown"  # hold: a signal needed is missing, stale or invalid
+    FALLBACK = "Fallback"  # KEDA-style fallback after N consecutive failures
+    STABILIZING = "Stabilizing"  # a stabilization window holds the count
+    RATE_LIMITED = "RateLimited"  # behavior policies cap the change
+    LIMITED_BY_MAX = "LimitedByMax"
+    LIMITED_BY_MIN = "LimitedByMin"
+    SCALING_DISABLED = "ScalingDisabled"  # current replicas 0 with minReplicas > 0, or selectPolicy Disabled
+    WAITING_FOR_STARTING = "WaitingForStarting"  # starting replicas will absorb the load
+    PANIC = "Panic"  # fast window triggered
+    SCALE_TO_ZERO = "ScaleToZero"
+    ACTIVATE_FROM_ZERO = "ActivateFromZero"
+    DEACTIVATE_TRAINING = "DeactivateTraining"
+    REACTIVATE_TRAINING = "ReactivateTraining"
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # serving wants more than quota can give
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    """The desired replica count for one target, with why, in one sentence with the numbers."""
+
+    target: TargetRef
+    current: int
+    desired: int
+    reason: Reason
+    message: str
+    signals: Mapping[str, SignalValue] = field(default_factory=dict)
+
+    @property
+    def changes(self) -> bool:
+        return self.desired != self.current
+
+
+class TrainingAction(enum.StrEnum):
+    DEACTIVATE = "deactivate"
+    REACTIVATE = "reactivate"
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingDecision:
+    """Deactivate or reactivate one Kueue Workload (``Workload.spec.active``)."""
+
+    workload: TrainingWorkload
+    action: TrainingAction
+    reason: Reason
+    message: str
+
+
+Decision = ScaleDecision | TrainingDecision
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """Everything one policy remembers between evaluations, passed in and returned explicitly.
+
+    ``recommendations`` and the scale event histories serve HPA's stabilization windows and rate
+    policies; ``algorithm`` is the policy type's own state (opaque to the engine).
+    """
+
+    recommendations: tuple[tuple[float, int], ...] = ()
+    scale_up_events: tuple[tuple[float, int], ...] = ()
+    scale_down_events: tuple[tuple[float, int], ...] = ()
+    consecutive_failures: int = 0
+    last_decision_time: float | None = None
+    last_scale_time: float | None = None
+    #: When the activation signal last went to or below its threshold (scale-to-zero), else None.
+    idle_since: float | None = None
+    algorithm: object | None = None

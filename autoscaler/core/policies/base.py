@@ -1,0 +1,54 @@
+"""What every policy type provides: a config model and a pure ``recommend`` function.
+
+A policy type turns the judged signals into a raw replica recommendation. The engine
+(``autoscaler.core.engine``) does the rest, the same for every type: unknown-signal holds and fallback,
+scale-to-zero, HPA ``behavior`` (stabilization and rate limits), min/max clamping, capacity arbitration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef
+
+if TYPE_CHECKING:
+    from autoscaler.core.spec import Spec
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a policy type sees at one evaluation."""
+
+    now: float
+    target: TargetRef
+    replicas: ReplicaStatus
+    #: Every signal of the policy, judged (ok or unknown), composites included.
+    signals: Mapping[str, SignalValue]
+    spec: Spec
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """A raw recommendation before behavior and clamping.
+
+    ``replicas`` is None when the policy cannot decide because a signal it needs is unknown; the
+    engine then holds (or falls back). ``message`` is one sentence with the numbers behind it.
+    """
+
+    replicas: int | None
+    reason: Reason
+    message: str
+    unknown_signals: tuple[str, ...] = ()
+
+
+class PolicyAlgorithm(Protocol):
+    """A policy type's algorithm, built once from its config."""
+
+    #: Whether the engine applies the HPA ``behavior`` stage (stabilization, rate policies) afterwards.
+    uses_behavior: bool
+
+    def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
+        """Return the raw recommendation and this type's new private state."""
+        ...

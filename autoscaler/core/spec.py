@@ -1,0 +1,275 @@
+"""The policy document (``kind: ScalingPolicy``) as typed models.
+
+These models are the single source of truth for the YAML policy language: ``policyfile`` loads YAML into
+them and reports errors with file positions, and ``policies/schema.json`` is generated from them.
+Unknown fields are rejected everywhere (``extra="forbid"``).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from autoscaler.core.model import TargetKind, TargetRef
+from autoscaler.core.policies.hpa import HpaPolicyConfig
+from autoscaler.core.policies.kpa import KpaPolicyConfig
+from autoscaler.core.policies.queue import QueuePolicyConfig
+from autoscaler.core.specbase import SpecModel
+from autoscaler.core.sourcespec import SourceSpec
+
+API_VERSION = "autoscaler.dev/v1alpha1"
+SIGNAL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+#: Functions a composite signal expression may call (besides arithmetic).
+EXPRESSION_FUNCTIONS = ("max", "min", "abs", "ceil", "floor", "sqrt", "clamp")
+
+
+class Metadata(SpecModel):
+    name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=253, description="Name of this policy.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class TargetSpec(SpecModel):
+    """The serving workload to scale. For a LeaderWorkerSet one replica is one group (slice)."""
+
+    kind: TargetKind = Field(description="Deployment or LeaderWorkerSet.")
+    name: str = Field(pattern=DNS_LABEL_PATTERN)
+    namespace: str = Field(default="default", pattern=DNS_LABEL_PATTERN)
+
+    def ref(self) -> TargetRef:
+        return TargetRef(kind=self.kind, name=self.name, namespace=self.namespace)
+
+
+class SignalSpec(SpecModel):
+    """A named input. Exactly one of ``query`` (PromQL), ``preset`` (a known server metric),
+    ``metric`` (a raw metric name or Cloud Monitoring metric type) or ``expr`` (a composite over
+    other signals, e.g. ``max(backlog/10, kv/0.8)``)."""
+
+    name: str = Field(pattern=SIGNAL_NAME_PATTERN, description="Referenced by policies and expressions.")
+    query: str | None = Field(default=None, description="A PromQL query returning one value per target.")
+    preset: str | None = Field(default=None, description="A signal preset, e.g. vllm.waiting.")
+    metric: str | None = Field(default=None, description="A raw metric name (pods) or metric type.")
+    expr: str | None = Field(default=None, description="An arithmetic expression over other signals.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Label matchers for a preset.")
+    source: SourceSpec | None = Field(default=None, description="Where to read it; default spec.source.")
+    aggregate: Literal["sum", "avg", "max", "min"] | None = Field(
+        default=None, description="How per-pod values combine per target; default by preset."
+    )
+    scope: Literal["total", "perReplica"] = Field(
+        default="total",
+        description="total: the value is for the whole target; perReplica: an average per replica.",
+    )
+    max_age_seconds: float | None = Field(
+        default=None, gt=0, description="Older samples are unknown. Default spec.metricSafety."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_definition(self) -> SignalSpec:
+        given = [k for k in ("query", "preset", "metric", "expr") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"signal {self.name!r} needs exactly one of query, preset, metric, expr (got {given or 'none'})"
+            )
+        if self.expr is not None:
+            _check_expression(self.expr)
+        return self
+
+    def expression_names(self) -> set[str]:
+        """Names of the signals an ``expr`` refers to (empty for other signals)."""
+        if self.expr is None:
+            return set()
+        tree = ast.parse(self.expr, mode="eval")
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        calls = {
+            n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        return names - calls
+
+
+_ALLOWED_NODES = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Load, ast.Constant,
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd,
+    ast.IfExp, ast.Compare, ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq, ast.BoolOp, ast.And, ast.Or,
+)
+
+
+def _check_expression(expr: str) -> None:
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"expression {expr!r} is not valid: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ValueError(f"expression {expr!r} uses {type(node).__name__}, which is not allowed")
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in EXPRESSION_FUNCTIONS:
+                raise ValueError(
+                    f"expression {expr!r} calls an unknown function; allowed: {', '.join(EXPRESSION_FUNCTIONS)}"
+                )
+        if isinstance(node, ast.Constant) and not isinstance(node.value, int | float):
+            raise ValueError(f"expression {expr!r} may only contain numbers, not {node.value!r}")
+
+
+class FallbackSpec(SpecModel):
+    """KEDA-style fallback after ``failureThreshold`` consecutive evaluations with unknown signals."""
+
+    failure_threshold: int = Field(ge=1, description="Consecutive failed evaluations before falling back.")
+    behavior: Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"] = (
+        "static"
+    )
+    replicas: int | None = Field(default=None, ge=0, description="Replica count for behavior static.")
+
+    @model_validator(mode="after")
+    def _static_needs_replicas(self) -> FallbackSpec:
+        if self.behavior == "static" and self.replicas is None:
+            raise ValueError("fallback behavior 'static' needs 'replicas'")
+        return self
+
+
+class MetricSafetySpec(SpecModel):
+    """Missing, stale, NaN, infinite or negative values are unknown, never zero; unknown means hold."""
+
+    max_age_seconds: float = Field(default=120.0, gt=0, description="Default per-signal age limit.")
+    fallback: FallbackSpec | None = None
+
+
+class ActivationSpec(SpecModel):
+    signal: str = Field(pattern=SIGNAL_NAME_PATTERN)
+    threshold: float = Field(ge=0, description="Scale 0→1 when the signal is above this value.")
+
+
+class ScaleToZeroSpec(SpecModel):
+    """Scale to zero only when explicitly enabled, with an activation threshold (as KEDA)."""
+
+    enabled: bool = False
+    activation: ActivationSpec | None = None
+    idle_seconds: float = Field(
+        default=300.0, ge=0, description="The signal must stay at or below the threshold this long."
+    )
+
+    @model_validator(mode="after")
+    def _enabled_needs_activation(self) -> ScaleToZeroSpec:
+        if self.enabled and self.activation is None:
+            raise ValueError("scaleToZero.enabled needs an 'activation' signal and threshold")
+        return self
+
+
+class CapacitySpec(SpecModel):
+    """The Kueue quota serving shares with training."""
+
+    cluster_queue: str = Field(pattern=DNS_LABEL_PATTERN)
+    resource: str = Field(description="e.g. nvidia.com/gpu or google.com/tpu")
+    per_replica: float = Field(gt=0, description="Units of the resource one replica (or LWS group) uses.")
+
+
+class LabelSelectorSpec(SpecModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+
+
+class PreemptibleSpec(SpecModel):
+    """Training workloads this policy may deactivate to make room."""
+
+    namespace: str = Field(pattern=DNS_LABEL_PATTERN)
+    selector: LabelSelectorSpec = Field(default_factory=LabelSelectorSpec)
+
+
+class ActuationSpec(SpecModel):
+    """How decisions reach the target: ``direct`` scales it; ``hpaFloor`` raises/lowers an existing
+    HPA's minReplicas (advisory mode, beside a user's HPA)."""
+
+    mode: Literal["direct", "hpaFloor"] = "direct"
+    hpa_name: str | None = Field(default=None, description="The HPA to advise (mode hpaFloor).")
+
+
+PolicyConfig = Annotated[
+    HpaPolicyConfig | QueuePolicyConfig | KpaPolicyConfig,
+    Field(discriminator="type"),
+]
+
+
+class Spec(SpecModel):
+    target: TargetSpec
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(ge=1)
+    evaluation_period_seconds: float = Field(default=15.0, gt=0, description="Default 15 s, the HPA sync period.")
+    source: SourceSpec | None = Field(default=None, description="Default source for the signals.")
+    signals: list[SignalSpec] = Field(min_length=1)
+    policy: PolicyConfig
+    metric_safety: MetricSafetySpec = Field(default_factory=MetricSafetySpec)
+    scale_to_zero: ScaleToZeroSpec = Field(default_factory=ScaleToZeroSpec)
+    capacity: CapacitySpec | None = None
+    preemptible: list[PreemptibleSpec] = Field(default_factory=list)
+    actuation: ActuationSpec = Field(default_factory=ActuationSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})"
+            )
+        if self.min_replicas == 0 and not self.scale_to_zero.enabled:
+            raise ValueError("minReplicas 0 needs scaleToZero.enabled: true (and an activation threshold)")
+        names = [s.name for s in self.signals]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"signal names must be unique; repeated: {', '.join(dupes)}")
+        known = set(names)
+        for sig in self.signals:
+            missing = sig.expression_names() - known
+            if missing:
+                raise ValueError(
+                    f"signal {sig.name!r} refers to undefined signal(s) {', '.join(sorted(missing))}; "
+                    f"defined: {', '.join(names)}"
+                )
+        _check_no_cycles(self.signals)
+        for ref in self.policy.signal_refs():
+            if ref not in known:
+                raise ValueError(f"policy refers to undefined signal {ref!r}; defined: {', '.join(names)}")
+        if self.scale_to_zero.activation and self.scale_to_zero.activation.signal not in known:
+            raise ValueError(f"scaleToZero.activation refers to undefined signal {self.scale_to_zero.activation.signal!r}")
+        if self.actuation.mode == "hpaFloor" and not self.actuation.hpa_name:
+            raise ValueError("actuation mode hpaFloor needs 'hpaName'")
+        return self
+
+    def signal(self, name: str) -> SignalSpec:
+        for sig in self.signals:
+            if sig.name == name:
+                return sig
+        raise KeyError(name)
+
+
+def _check_no_cycles(signals: list[SignalSpec]) -> None:
+    deps = {s.name: s.expression_names() for s in signals}
+    visiting: set[str] = set()
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in done:
+            return
+        if name in visiting:
+            raise ValueError(f"signal expressions form a cycle: {' -> '.join([*path, name])}")
+        visiting.add(name)
+        for dep in sorted(deps.get(name, ())):
+            visit(dep, [*path, name])
+        visiting.discard(name)
+        done.add(name)
+
+    for name in deps:
+        visit(name, [])
+
+
+class ScalingPolicy(BaseModel):
+    """One ``kind: ScalingPolicy`` document."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    api_version: Literal["autoscaler.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["ScalingPolicy"]
+    metadata: Metadata
+    spec: Spec

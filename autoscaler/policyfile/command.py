@@ -1,0 +1,16 @@
+"""The `autoscaler validate` sub-command (being written)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser("validate", help="(being written)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print("autoscaler validate: not available yet")
+    return 2

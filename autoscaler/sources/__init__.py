@@ -1,0 +1,1 @@
+"""Metric sources: Prometheus/GMP, Cloud Monitoring and direct pod scraping, behind one interface, with freshness."""
