@@ -1,14 +1,96 @@
-"""HPA ``behavior``: stabilization windows, scale rate policies and min/max clamping.
+"""HPA ``behavior``: stabilization windows, scale rate policies and min/max clamping, as the HPA controller does.
 
-(Interface placeholder: the full HPA-exact implementation replaces the body of ``normalize``.)
+This is the stage after a policy type's raw recommendation (``engine`` step 5). It reproduces
+``pkg/controller/podautoscaler/horizontal.go`` of Kubernetes:
+
+1. with a ``behavior`` block (``normalizeDesiredReplicasWithBehaviors``):
+   a. stabilize: the scale-up window takes the *lowest* recommendation of the window, the scale-down window the
+      *highest*; the result is the current count moved into ``[up, down]``;
+   b. rate policies (Pods / Percent per ``periodSeconds``), measured from the replica count at the start of
+      each period (scale events of the period undone); ``selectPolicy`` Max / Min / Disabled;
+   c. min/max bounds, folded into (b) exactly as upstream does (only in the direction of the change);
+2. without ``behavior`` (the legacy path, ``normalizeDesiredReplicas``): the highest recommendation of the
+   last 300 s (the controller's ``--horizontal-pod-autoscaler-downscale-stabilization``), then
+   ``convertDesiredReplicasWithRules``: at most ``max(2 × current, 4)`` per evaluation, then min/max.
+
+Everything is a function of its arguments: recommendation history and scale events live in ``PolicyState``
+(the engine records scale events when a decision changes the count). Window edges follow upstream exactly:
+the legacy window keeps a recommendation stamped exactly ``300 s`` ago, the behavior windows and the rate
+periods do not (upstream compares with ``Before``/``After``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from autoscaler.core.model import PolicyState, Reason
-from autoscaler.core.policies.hpa import BehaviorSpec
+from autoscaler.core.policies.hpa import BehaviorSpec, ScalingRulesSpec
+
+#: The controller flag ``--horizontal-pod-autoscaler-downscale-stabilization`` (default 5 min): the legacy window,
+#: and the scale-down window of a ``behavior`` that does not set one.
+DEFAULT_DOWNSCALE_WINDOW_S = 300
+#: Legacy per-evaluation scale-up cap: ``max(2 × current, 4)`` (upstream ``scaleUpLimitFactor/Minimum``).
+SCALE_UP_LIMIT_FACTOR = 2.0
+SCALE_UP_LIMIT_MINIMUM = 4.0
+
+Select = Literal["Max", "Min", "Disabled"]
+
+
+@dataclass(frozen=True, slots=True)
+class RatePolicy:
+    kind: Literal["Pods", "Percent"]
+    value: int
+    period_s: int
+
+    def describe(self) -> str:
+        unit = " pods" if self.kind == "Pods" else "%"
+        return f"{self.value}{unit}/{self.period_s}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """One direction's scaling rules after the ``autoscaling/v2`` API defaults are applied."""
+
+    window_s: int
+    select: Select
+    policies: tuple[RatePolicy, ...]
+    tolerance: float | None
+
+    @property
+    def longest_period_s(self) -> int:
+        return max((p.period_s for p in self.policies), default=0)
+
+
+_DEFAULT_UP = Rules(0, "Max", (RatePolicy("Pods", 4, 15), RatePolicy("Percent", 100, 15)), None)
+_DEFAULT_DOWN = Rules(DEFAULT_DOWNSCALE_WINDOW_S, "Max", (RatePolicy("Percent", 100, 15),), None)
+
+
+def _with_defaults(given: ScalingRulesSpec | None, default: Rules) -> Rules:
+    # Field by field, as upstream's GenerateHPAScale{Up,Down}Rules: a given list of policies replaces the
+    # default list entirely; anything not given keeps its default.
+    if given is None:
+        return default
+    policies = (
+        tuple(RatePolicy(p.type, p.value, p.period_seconds) for p in given.policies)
+        if given.policies is not None
+        else default.policies
+    )
+    return Rules(
+        window_s=given.stabilization_window_seconds
+        if given.stabilization_window_seconds is not None
+        else default.window_s,
+        select=given.select_policy or default.select,
+        policies=policies,
+        tolerance=given.tolerance,
+    )
+
+
+def effective_rules(behavior: BehaviorSpec) -> tuple[Rules, Rules]:
+    """``(scaleUp, scaleDown)`` rules of a ``behavior`` block with every omitted field defaulted."""
+    return _with_defaults(behavior.scale_up, _DEFAULT_UP), _with_defaults(behavior.scale_down, _DEFAULT_DOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +99,15 @@ class Normalized:
     reason: Reason | None  # None: the recommendation passed unchanged
     message: str
     state: PolicyState
+
+
+def clamp(*, min_replicas: int, max_replicas: int, recommended: int, state: PolicyState) -> Normalized:
+    """Bounds only, for policy types that do not use the behavior stage."""
+    if recommended < min_replicas:
+        return Normalized(min_replicas, Reason.LIMITED_BY_MIN, f"raised to minReplicas {min_replicas}", state)
+    if recommended > max_replicas:
+        return Normalized(max_replicas, Reason.LIMITED_BY_MAX, f"limited to maxReplicas {max_replicas}", state)
+    return Normalized(recommended, None, "", state)
 
 
 def normalize(
@@ -29,11 +120,176 @@ def normalize(
     state: PolicyState,
     now: float,
 ) -> Normalized:
-    """Apply stabilization, rate limits and bounds to a raw recommendation, as HPA does."""
-    desired = max(min_replicas, min(max_replicas, recommended))
-    reason = None
-    if desired > recommended:
-        reason = Reason.LIMITED_BY_MIN
-    elif desired < recommended:
-        reason = Reason.LIMITED_BY_MAX
-    return Normalized(desired, reason, "", state)
+    """Apply stabilization, rate limits and bounds to a raw recommendation, as HPA does.
+
+    ``behavior`` None takes upstream's legacy path. The returned state has the recommendation recorded
+    (history pruned to what a later evaluation can still use); scale events are recorded by the engine.
+    """
+    if behavior is None:
+        return _legacy(min_replicas, max_replicas, current, recommended, state, now)
+    up, down = effective_rules(behavior)
+    return _with_behavior(up, down, min_replicas, max_replicas, current, recommended, state, now)
+
+
+# --- legacy path (no behavior) -------------------------------------------------------------------------------
+
+
+def _legacy(
+    min_replicas: int, max_replicas: int, current: int, recommended: int, state: PolicyState, now: float
+) -> Normalized:
+    cutoff = now - DEFAULT_DOWNSCALE_WINDOW_S
+    # Upstream drops a recommendation only when it is *before* the cutoff: one stamped exactly 300 s ago counts.
+    kept = tuple((t, r) for t, r in state.recommendations if t >= cutoff)
+    stabilized = max([recommended, *(r for _, r in kept)])
+    state = replace(state, recommendations=(*kept, (now, recommended)))
+    notes: list[str] = []
+    reason: Reason | None = None
+    if stabilized != recommended:
+        reason = Reason.STABILIZING
+        notes.append(
+            f"held at {stabilized}, the highest recommendation of the last {DEFAULT_DOWNSCALE_WINDOW_S}s "
+            f"(downscale stabilization without behavior)"
+        )
+    scale_up_limit = int(max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM))
+    if max_replicas > scale_up_limit:
+        upper, upper_reason = scale_up_limit, Reason.RATE_LIMITED
+        upper_msg = f"scale-up limited to {upper}: at most max(2×{current}, 4) per evaluation without behavior"
+    else:
+        upper, upper_reason = max_replicas, Reason.LIMITED_BY_MAX
+        upper_msg = f"limited to maxReplicas {max_replicas}"
+    desired = stabilized
+    if stabilized < min_replicas:
+        desired, reason = min_replicas, Reason.LIMITED_BY_MIN
+        notes.append(f"raised to minReplicas {min_replicas}")
+    elif stabilized > upper:
+        desired, reason = upper, upper_reason
+        notes.append(upper_msg)
+    return Normalized(desired, reason, "; ".join(notes), state)
+
+
+# --- behavior path -------------------------------------------------------------------------------------------
+
+
+def stabilize(
+    *, recommendations: Sequence[tuple[float, int]], up: Rules, down: Rules, current: int, recommended: int, now: float
+) -> int:
+    """Upstream ``stabilizeRecommendationWithBehaviors``: the current count moved into [lowest recommendation of
+    the scale-up window, highest of the scale-down window], both windows including ``recommended``."""
+    up_cutoff = now - up.window_s
+    down_cutoff = now - down.window_s
+    up_rec = min([recommended, *(r for t, r in recommendations if t > up_cutoff)])
+    down_rec = max([recommended, *(r for t, r in recommendations if t > down_cutoff)])
+    return min(max(current, up_rec), down_rec)
+
+
+def _changed_in_period(events: Sequence[tuple[float, int]], period_s: int, now: float) -> int:
+    cutoff = now - period_s
+    return sum(change for t, change in events if t > cutoff)
+
+
+def scale_up_limit(*, rules: Rules, current: int, state: PolicyState, now: float) -> int:
+    """Upstream ``calculateScaleUpLimitWithScalingRules``: the highest count the policies allow now."""
+    if rules.select == "Disabled":
+        return current
+    proposals = []
+    for policy in rules.policies:
+        added = _changed_in_period(state.scale_up_events, policy.period_s, now)
+        deleted = _changed_in_period(state.scale_down_events, policy.period_s, now)
+        start = current - added + deleted
+        if policy.kind == "Pods":
+            proposals.append(start + policy.value)
+        else:
+            # Rounded up so that a small percentage of a small count still adds a replica.
+            proposals.append(math.ceil(start * (1 + policy.value / 100)))
+    if not proposals:
+        return current
+    return min(proposals) if rules.select == "Min" else max(proposals)
+
+
+def scale_down_limit(*, rules: Rules, current: int, state: PolicyState, now: float) -> int:
+    """Upstream ``calculateScaleDownLimitWithBehaviors``: the lowest count the policies allow now."""
+    if rules.select == "Disabled":
+        return current
+    proposals = []
+    for policy in rules.policies:
+        added = _changed_in_period(state.scale_up_events, policy.period_s, now)
+        deleted = _changed_in_period(state.scale_down_events, policy.period_s, now)
+        start = current - added + deleted
+        if policy.kind == "Pods":
+            proposals.append(start - policy.value)
+        else:
+            # int() truncates toward zero, as Go's int32 conversion: the count that stays is rounded down.
+            proposals.append(int(start * (1 - policy.value / 100)))
+    if not proposals:
+        return current
+    # "Min" selects the smallest change, i.e. the highest remaining count.
+    return max(proposals) if rules.select == "Min" else min(proposals)
+
+
+def _with_behavior(
+    up: Rules,
+    down: Rules,
+    min_replicas: int,
+    max_replicas: int,
+    current: int,
+    recommended: int,
+    state: PolicyState,
+    now: float,
+) -> Normalized:
+    stabilized = stabilize(
+        recommendations=state.recommendations, up=up, down=down, current=current, recommended=recommended, now=now
+    )
+    # Keep only what a later evaluation can still see (upstream overwrites such entries instead).
+    horizon = now - max(up.window_s, down.window_s)
+    kept = tuple((t, r) for t, r in state.recommendations if t > horizon)
+    state = replace(state, recommendations=(*kept, (now, recommended)))
+
+    notes: list[str] = []
+    reason: Reason | None = None
+    if stabilized != recommended:
+        reason = Reason.STABILIZING
+        if recommended >= current:
+            notes.append(
+                f"held at {stabilized}, the lowest recommendation of the {up.window_s}s scale-up stabilization window"
+            )
+        else:
+            notes.append(
+                f"held at {stabilized}, the highest recommendation of the {down.window_s}s scale-down "
+                f"stabilization window"
+            )
+
+    desired = stabilized
+    if stabilized > current:
+        limit = max(scale_up_limit(rules=up, current=current, state=state, now=now), current)
+        if max_replicas > limit:
+            if stabilized > limit:
+                desired = limit
+                if up.select == "Disabled":
+                    reason = Reason.SCALING_DISABLED
+                    notes.append("scale-up disabled (scaleUp.selectPolicy Disabled)")
+                else:
+                    reason = Reason.RATE_LIMITED
+                    notes.append(f"scale-up limited to {limit} by scaleUp policies {_describe(up)}")
+        elif stabilized > max_replicas:
+            desired, reason = max_replicas, Reason.LIMITED_BY_MAX
+            notes.append(f"limited to maxReplicas {max_replicas}")
+    elif stabilized < current:
+        limit = min(scale_down_limit(rules=down, current=current, state=state, now=now), current)
+        if min_replicas < limit:
+            if stabilized < limit:
+                desired = limit
+                if down.select == "Disabled":
+                    reason = Reason.SCALING_DISABLED
+                    notes.append("scale-down disabled (scaleDown.selectPolicy Disabled)")
+                else:
+                    reason = Reason.RATE_LIMITED
+                    notes.append(f"scale-down limited to {limit} by scaleDown policies {_describe(down)}")
+        elif stabilized < min_replicas:
+            desired, reason = min_replicas, Reason.LIMITED_BY_MIN
+            notes.append(f"raised to minReplicas {min_replicas}")
+    return Normalized(desired, reason, "; ".join(notes), state)
+
+
+def _describe(rules: Rules) -> str:
+    policies = ", ".join(p.describe() for p in rules.policies)
+    return f"({policies}, selectPolicy {rules.select}, from the count at the start of each period)"

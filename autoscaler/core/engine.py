@@ -3,15 +3,24 @@
 Steps, in order:
   1. judge every signal (``signals``): usable, or unknown with a reason;
   2. the policy type recommends a raw replica count (``policies``);
-  3. unknown → hold the current count, or fall back after N consecutive failures (KEDA's fallback);
-  4. scale-to-zero, only when enabled, with an activation threshold and an idle period;
-  5. HPA ``behavior``: stabilization windows, rate policies, min/max (``behavior``);
-  6. capacity: training to deactivate or reactivate for the count (``arbitration``).
+  3. a current count out of range wins over any recommendation, as in HPA: 0 replicas without scale-to-zero
+     means scaling is disabled (someone scaled the target to zero by hand); above ``maxReplicas`` → max;
+     below ``minReplicas`` → min;
+  4. unknown → hold the current count, or fall back after N consecutive failures (KEDA's fallback);
+  5. scale-to-zero, only when enabled, with an activation threshold and an idle period;
+  6. HPA ``behavior`` for types that use it: stabilization windows, rate policies, min/max (``behavior``);
+     other types: min/max only;
+  7. capacity: training to deactivate or reactivate for the count (``arbitration``).
+
+For types that use the behavior stage, the recommendation history starts with the current count at the first
+evaluation (HPA's ``recordInitialRecommendation``): no scale-down inside the first window after a start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
 
 from autoscaler.core import arbitration, behavior, policies
 from autoscaler.core.model import (
@@ -24,7 +33,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.signals import SignalJudge
-from autoscaler.core.spec import FallbackSpec, ScalingPolicy
+from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,20 @@ class CompiledPolicy:
         self, observation: Observation, state: PolicyState, now: float
     ) -> tuple[list[Decision], PolicyState]:
         return decide(self, observation, state, now)
+
+
+@runtime_checkable
+class UsesPerReplica(Protocol):
+    """An algorithm that also reads per-replica values of its signals (HPA's Pods metrics use them for the
+    missing- and unready-pod rules). The engine passes the values of usable signals only."""
+
+    def recommend_per_replica(
+        self, ctx: Context, per_replica: Mapping[str, Mapping[str, float]], state: object | None
+    ) -> tuple[Recommendation, object | None]: ...
+
+
+#: The longest ``periodSeconds`` a rate policy may have: older scale events can never count again.
+_MAX_PERIOD_S = 1800.0
 
 
 def compile_policy(policy: ScalingPolicy) -> CompiledPolicy:
@@ -71,18 +94,46 @@ def decide(
     current = observation.replicas.spec
     signals = compiled.judge.judge_all(observation.signals, now)
     ctx = Context(now=now, target=observation.target, replicas=observation.replicas, signals=signals, spec=spec)
-    rec, algorithm_state = compiled.algorithm.recommend(ctx, state.algorithm)
+    algorithm = compiled.algorithm
+    if isinstance(algorithm, UsesPerReplica):
+        per_replica = {
+            name: reading.per_replica
+            for name, reading in observation.signals.items()
+            if reading.per_replica is not None and name in signals and signals[name].ok
+        }
+        rec, algorithm_state = algorithm.recommend_per_replica(ctx, per_replica, state.algorithm)
+    else:
+        rec, algorithm_state = algorithm.recommend(ctx, state.algorithm)
     state = replace(state, algorithm=algorithm_state, last_decision_time=now)
+    if algorithm.uses_behavior and not state.recommendations:
+        state = replace(state, recommendations=((now, current),))
 
     def scale(desired: int, reason: Reason, message: str) -> ScaleDecision:
         return ScaleDecision(observation.target, current, desired, reason, message, signals)
+
+    out_of_range = _out_of_range(spec, current)
+    if out_of_range is not None:
+        desired, reason, message = out_of_range
+        return _arbitrate(compiled, observation, state, now, scale, desired, reason, message)
 
     if rec.replicas is None:
         failures = state.consecutive_failures + 1
         state = replace(state, consecutive_failures=failures)
         fallback = spec.metric_safety.fallback
         why = _unknown_summary(rec, signals)
-        if fallback is not None and failures >= fallback.failure_threshold:
+        stz = spec.scale_to_zero
+        if stz.activation is not None and not signals[stz.activation.signal].ok:
+            # An unknown activation signal interrupts an idle period: idle must be known for idleSeconds.
+            state = replace(state, idle_since=None)
+        if current == 0:
+            # As KEDA, a known active activation signal wakes the target even if the policy's own signals
+            # are unknown (an erroring trigger does not veto another's activity); it only ever scales up.
+            woken, zero_reason, zero_msg, state = _scale_to_zero(compiled, signals, current, 0, state, now)
+            if zero_reason is Reason.ACTIVATE_FROM_ZERO:
+                msg = f"{zero_msg}; sized without the policy's unknown signals: {why}"
+                return _finish([scale(woken, zero_reason, msg)], state, now, current, woken)
+        # As KEDA: fall back once the count of consecutive failures *passes* failureThreshold.
+        if fallback is not None and failures > fallback.failure_threshold:
             target = max(spec.min_replicas, min(spec.max_replicas, _fallback_replicas(fallback, current)))
             msg = (
                 f"fallback ({fallback.behavior}) to {target} after {failures} evaluations with unknown "
@@ -99,15 +150,23 @@ def decide(
     if zero_reason is not None:
         return _finish([scale(recommended, zero_reason, zero_msg)], state, now, current, recommended)
 
-    norm = behavior.normalize(
-        behavior=getattr(spec.policy, "behavior", None) if compiled.algorithm.uses_behavior else None,
-        min_replicas=max(spec.min_replicas, 1),
-        max_replicas=spec.max_replicas,
-        current=current,
-        recommended=recommended,
-        state=state,
-        now=now,
-    )
+    if algorithm.uses_behavior:
+        norm = behavior.normalize(
+            behavior=getattr(spec.policy, "behavior", None),
+            min_replicas=max(spec.min_replicas, 1),
+            max_replicas=spec.max_replicas,
+            current=current,
+            recommended=recommended,
+            state=state,
+            now=now,
+        )
+    else:
+        norm = behavior.clamp(
+            min_replicas=max(spec.min_replicas, 1),
+            max_replicas=spec.max_replicas,
+            recommended=recommended,
+            state=state,
+        )
     state = norm.state
     desired = norm.desired
     if norm.reason is not None:
@@ -115,7 +174,41 @@ def decide(
         message = f"{message}; {norm.message}" if norm.message else message
     elif desired == current and reason in (Reason.SCALE_UP, Reason.SCALE_DOWN):
         reason = Reason.STEADY
+    return _arbitrate(compiled, observation, state, now, scale, desired, reason, message)
 
+
+def _out_of_range(spec: Spec, current: int) -> tuple[int, Reason, str] | None:
+    """HPA's checks before any metric: what to do with a current count outside [min, max], else None."""
+    if current == 0:
+        if spec.scale_to_zero.enabled:
+            return None  # scale-to-zero decides from the activation signal
+        return 0, Reason.SCALING_DISABLED, (
+            "scaling is disabled since the target has 0 replicas and scaleToZero is not enabled "
+            "(as HPA: a target scaled to zero by hand stays there)"
+        )
+    if current > spec.max_replicas:
+        return spec.max_replicas, Reason.LIMITED_BY_MAX, (
+            f"{current} replicas is above maxReplicas {spec.max_replicas}: scaling to {spec.max_replicas}"
+        )
+    if current < spec.min_replicas:
+        return spec.min_replicas, Reason.LIMITED_BY_MIN, (
+            f"{current} replicas is below minReplicas {spec.min_replicas}: scaling to {spec.min_replicas}"
+        )
+    return None
+
+
+def _arbitrate(
+    compiled: CompiledPolicy,
+    observation: Observation,
+    state: PolicyState,
+    now: float,
+    scale: Callable[[int, Reason, str], ScaleDecision],
+    desired: int,
+    reason: Reason,
+    message: str,
+) -> tuple[list[Decision], PolicyState]:
+    """Last step: capacity arbitration, then the scale decision first and the training decisions after it."""
+    spec = compiled.policy.spec
     decisions: list[Decision] = []
     if spec.capacity is not None and observation.quota is not None:
         plan = arbitration.plan(spec=spec, observation=observation, desired=desired)
@@ -123,13 +216,22 @@ def decide(
         if plan.desired != desired:
             desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
     decisions.insert(0, scale(desired, reason, message))
-    return _finish(decisions, state, now, current, desired)
+    return _finish(decisions, state, now, observation.replicas.spec, desired)
 
 
 def _finish(
     decisions: list[Decision], state: PolicyState, now: float, current: int, desired: int
 ) -> tuple[list[Decision], PolicyState]:
-    """Record a scale event (HPA's rate policies count them) when the decision changes the count."""
+    """Record a scale event (HPA's rate policies count them) when the decision changes the count.
+
+    Events older than the longest period a rate policy may have are dropped: they can never count again.
+    """
+    horizon = now - _MAX_PERIOD_S
+    state = replace(
+        state,
+        scale_up_events=tuple(e for e in state.scale_up_events if e[0] > horizon),
+        scale_down_events=tuple(e for e in state.scale_down_events if e[0] > horizon),
+    )
     if desired > current:
         state = replace(state, scale_up_events=(*state.scale_up_events, (now, desired - current)), last_scale_time=now)
     elif desired < current:
@@ -141,7 +243,10 @@ def _finish(
 
 def _unknown_summary(rec: Recommendation, signals: dict[str, SignalValue]) -> str:
     names = rec.unknown_signals or tuple(n for n, v in signals.items() if not v.ok)
-    parts = [f"{n} {signals[n].reason}" if n in signals else n for n in names]
+    parts = [f"{n} {signals[n].reason}" for n in names if n in signals and not signals[n].ok]
+    if len(parts) < len(names) and rec.message:
+        # Some names are usable signals the policy still could not use (e.g. no ready pod): it says why.
+        parts.append(rec.message)
     return "; ".join(parts) if parts else rec.message
 
 
@@ -169,8 +274,13 @@ def _scale_to_zero(
     if act.value > thr:
         state = replace(state, idle_since=None)
         if current == 0:
-            return max(1, recommended), Reason.ACTIVATE_FROM_ZERO, (
-                f"activating from zero: {name} {act.value:g} > activation threshold {thr:g}"
+            # As KEDA: straight to minReplicas (at least 1) or what the policy asks for, within maxReplicas;
+            # this path skips the behavior stage, so the bounds are applied here.
+            spec = compiled.policy.spec
+            activated = min(spec.max_replicas, max(spec.min_replicas, 1, recommended))
+            return activated, Reason.ACTIVATE_FROM_ZERO, (
+                f"activating from zero: {name} {act.value:g} > activation threshold {thr:g}; "
+                f"{activated} replica(s)"
             ), state
         return recommended, None, "", state
     idle_since = state.idle_since if state.idle_since is not None else now
