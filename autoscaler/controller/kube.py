@@ -1,0 +1,220 @@
+"""The Kubernetes API client, and the few helpers every actuator shares.
+
+- ``connect``: an ``ApiClient`` from ``--kubeconfig``, else ``$KUBECONFIG``, else the pod's service account
+  (in cluster), else ``~/.kube/config``; a clear ``KubeConfigError`` when none is usable.
+- ``translate`` / ``call``: the server's ``Status`` errors as typed exceptions (``Conflict``, ``Forbidden``,
+  ``NotFound``, ``Gone``, ``ServerError``...), each one line with the server's own message.
+- ``RetryPolicy`` / ``retrying``: bounded, jittered retries (tenacity) of a read-modify-write *attempt*, for
+  conflicts and server errors only; a 403 or 404 is never retried.
+- ``Refusal``: "this is not ours to change" (another autoscaler owns the target, a Workload we could not
+  find again); the loop reports it as a Warning Event and does not retry.
+- ``parse_quantity``: Kubernetes quantities ("6", "6000m", "1Gi") as numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+T = TypeVar("T")
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeConfigError(Exception):
+    """No usable way to reach the API server."""
+
+
+class Refusal(Exception):
+    """The controller will not make this change: it is not (or no longer provably) its to make."""
+
+
+class KubeError(Exception):
+    """An API call failed with a Kubernetes ``Status``; ``str()`` is one line with the server's message."""
+
+    retryable = False
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class BadRequest(KubeError):
+    """400, 415, 422: the request itself is wrong (a bug here, or an API the server does not have)."""
+
+
+class Forbidden(KubeError):
+    """403: RBAC denies it. Fix the ClusterRole; retrying does not help."""
+
+
+class NotFound(KubeError):
+    """404: the object, or the API (a CRD not installed, a version not served)."""
+
+
+class Conflict(KubeError):
+    """409: the object changed since it was read (or already exists). Re-read and try again."""
+
+    retryable = True
+
+
+class Gone(KubeError):
+    """410: a resourceVersion too old to watch or list from. Relist."""
+
+
+class ServerError(KubeError):
+    """429 and 5xx: the server is overloaded or failing. Retry within a bound."""
+
+    retryable = True
+
+
+def translate(exc: ApiException) -> KubeError:
+    """The typed error for a failed API call, with the message of the server's ``Status`` when it sent one."""
+    status = int(exc.status or 0)
+    reason, message = str(exc.reason or ""), ""
+    body: Any = None
+    if exc.body:
+        try:
+            body = json.loads(exc.body)
+        except (TypeError, ValueError):
+            message = str(exc.body)[:300]
+    if isinstance(body, dict):
+        reason = str(body.get("reason") or reason)
+        message = str(body.get("message") or message)
+    if not message:
+        message = reason or "no message"
+    kind: type[KubeError]
+    if status == 403:
+        kind = Forbidden
+    elif status == 404:
+        kind = NotFound
+    elif status == 409:
+        kind = Conflict
+    elif status == 410:
+        kind = Gone
+    elif status == 429 or status >= 500 or status == 0:
+        kind = ServerError
+    elif 400 <= status < 500:
+        kind = BadRequest
+    else:
+        kind = KubeError
+    return kind(status, reason, message)
+
+
+async def call(awaitable: Awaitable[T]) -> T:
+    """Await an API call, raising the typed ``KubeError`` instead of ``ApiException``."""
+    try:
+        return await awaitable
+    except ApiException as exc:
+        raise translate(exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Bounded retries with full jitter: at most ``attempts`` tries, waits up to ``max_wait_s``."""
+
+    attempts: int = 5
+    base_s: float = 0.1
+    max_wait_s: float = 2.0
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+async def retrying(policy: RetryPolicy, attempt: Callable[[], Awaitable[T]]) -> T:
+    """Run ``attempt`` (which must re-read what it writes) again on ``Conflict`` or ``ServerError``.
+
+    Jitter spreads the retries of controller replicas or policies that collided; the last error is
+    raised as is once the attempts are spent.
+    """
+    retryer = AsyncRetrying(
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_random_exponential(multiplier=policy.base_s, max=policy.max_wait_s),
+        retry=retry_if_exception_type((Conflict, ServerError)),
+        reraise=True,
+    )
+    async for trial in retryer:
+        with trial:
+            return await attempt()
+    raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+_SUFFIXES = {
+    "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)([a-zA-Z]{0,2})$")
+
+
+def parse_quantity(value: object) -> float:
+    """``"6"`` → 6.0, ``"6000m"`` → 6.0, ``"1Gi"`` → 1073741824.0; numbers pass through."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in _SUFFIXES:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}")
+    return float(match.group(1)) * _SUFFIXES[match.group(2)]
+
+
+async def configuration(
+    kubeconfig: str | None = None,
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> client.Configuration:
+    """Where to reach the API server and how to authenticate, in the order ``kubectl`` users expect:
+    ``kubeconfig`` (``--kubeconfig``), ``$KUBECONFIG``, the in-cluster service account, ``~/.kube/config``."""
+    env = dict(os.environ if environ is None else environ)
+    conf = client.Configuration()
+    explicit = kubeconfig or env.get("KUBECONFIG")
+    try:
+        if explicit:
+            # $KUBECONFIG may list several files; the client merges them as kubectl does.
+            await config.load_kube_config(config_file=explicit, context=context, client_configuration=conf)
+            return conf
+        if env.get("KUBERNETES_SERVICE_HOST"):
+            loader = config.incluster_config.InClusterConfigLoader(
+                token_filename=str(service_account_dir / "token"),
+                cert_filename=str(service_account_dir / "ca.crt"),
+                environ=env,
+            )
+            loader.load_and_set(conf)
+            return conf
+        home = Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"
+        if home.is_file():
+            await config.load_kube_config(config_file=str(home), context=context, client_configuration=conf)
+            return conf
+    except (ConfigException, OSError, ValueError) as exc:
+        in_cluster = env.get("KUBERNETES_SERVICE_HOST")
+        where = explicit or ("the in-cluster service account" if in_cluster else "~/.kube/config")
+        raise KubeConfigError(f"cannot load Kubernetes credentials from {where}: {exc}") from None
+    raise KubeConfigError(
+        "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account"
+    )
+
+
+async def connect(
+    kubeconfig: str | None = None,
+    *,
+    context: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> client.ApiClient:
+    """An ``ApiClient`` for the cluster (see ``configuration``); close it with ``await api.close()``."""
+    conf = await configuration(kubeconfig, context=context, environ=environ, service_account_dir=service_account_dir)
+    return client.ApiClient(conf)

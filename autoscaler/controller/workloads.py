@@ -1,0 +1,372 @@
+"""The Kueue training gate: find the preemptible training Workloads, read the quota, stop and resume them.
+
+Finding (``KueueGate.training``), for each ``preemptible`` entry (namespace + ``selector.matchLabels``):
+1. list the training jobs the selector matches, by their own labels or their pods' template labels (batch/v1
+   Jobs, JobSets, RayJobs; a kind whose API is not installed is skipped), and the Workloads of the namespace;
+2. a Workload belongs to the policy when its *controller* ownerReference UID is one of those owners' UIDs
+   (Kueue truncates and randomises Workload names, so names are never guessed), or when the Workload itself
+   carries the selector's labels (a non-empty selector);
+3. priority: ``spec.priority``, else the WorkloadPriorityClass named by ``spec.priorityClassRef`` (v1beta2) or
+   ``spec.priorityClassName`` (v1beta1) or the ``kueue.x-k8s.io/priority-class`` label; chips: the sum over
+   ``podSets`` of ``count`` × the capacity resource each pod requests; ``active`` (default true); admitted
+   (``status.admission`` or condition ``Admitted``).
+
+Quota (``quota``): the ClusterQueue's ``nominalQuota`` and ``borrowingLimit`` for the resource over all
+flavors, and its ``status.flavorsReservation`` (serving's own replicas are in it already).
+
+Stopping and resuming (``deactivate`` / ``reactivate``) patch ``Workload.spec.active`` with a JSON merge patch
+carrying the resourceVersion; never ``Job.spec.suspend``, which Kueue undoes for an admitted Job. The
+deactivation records ``autoscaler.dev/deactivated-by: <policy>``, the reason and the time on the Workload,
+so a restarted controller knows which Workloads are its own to resume; a Workload some one else stopped is
+never resumed by us. A Workload that cannot be found again by its identity (UID, owner) is never deactivated.
+
+Both Kueue API versions are supported: v1beta2 first, v1beta1 when the server does not serve v1beta2.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from autoscaler.controller.kube import (
+    DEFAULT_RETRY,
+    MERGE_PATCH,
+    NotFound,
+    Refusal,
+    RetryPolicy,
+    call,
+    parse_quantity,
+    retrying,
+)
+from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.model import QuotaStatus, TrainingAction, TrainingDecision, TrainingWorkload
+from autoscaler.core.spec import CapacitySpec, PreemptibleSpec, Spec
+
+JsonObj = dict[str, Any]
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+DEACTIVATED_BY = "autoscaler.dev/deactivated-by"
+DEACTIVATED_REASON = "autoscaler.dev/deactivated-reason"
+DEACTIVATED_AT = "autoscaler.dev/deactivated-at"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerKind:
+    """A training-job kind Kueue makes Workloads for."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+OWNER_KINDS = (
+    OwnerKind("batch", "v1", "jobs", "Job"),
+    OwnerKind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    OwnerKind("ray.io", "v1", "rayjobs", "RayJob"),
+)
+
+
+class UnresolvableWorkload(Refusal):
+    """The Workload cannot be found again by its identity, so it is not ours to stop (or resume)."""
+
+
+def _controller_owner(wl: JsonObj) -> JsonObj | None:
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            result: JsonObj = ref
+            return result
+    return None
+
+
+def _labels_match(labels: dict[str, str], wanted: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def _pod_template_labels(owner: JsonObj) -> list[dict[str, str]]:
+    """Labels of the pods a Job (``spec.template``) or JobSet (``spec.replicatedJobs[].template``) creates."""
+    spec = owner.get("spec") or {}
+    found = [((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}]
+    for replicated in spec.get("replicatedJobs") or []:
+        job_spec = ((replicated.get("template") or {}).get("spec")) or {}
+        found.append(((job_spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
+    return found
+
+
+def _owner_matches(owner: JsonObj, wanted: dict[str, str]) -> bool:
+    """A training job matches a selector by its own labels or by its pods' (``kubectl logs -l`` users know
+    the pod labels; the tutorial's Job carries only the queue label)."""
+    own = (owner.get("metadata") or {}).get("labels") or {}
+    return _labels_match(own, wanted) or any(_labels_match(t, wanted) for t in _pod_template_labels(owner))
+
+
+def workload_chips(wl: JsonObj, resource: str) -> float:
+    """Units of ``resource`` a Workload needs: Σ podSets count × per-pod requests (limits when no request)."""
+    total = 0.0
+    for pod_set in (wl.get("spec") or {}).get("podSets") or []:
+        pod_spec = ((pod_set.get("template") or {}).get("spec")) or {}
+        per_pod = 0.0
+        for ctr in pod_spec.get("containers") or []:
+            resources = ctr.get("resources") or {}
+            qty = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
+            if qty is not None:
+                per_pod += parse_quantity(qty)
+        total += per_pod * int(pod_set.get("count", 1))
+    return total
+
+
+def is_admitted(wl: JsonObj) -> bool:
+    status = wl.get("status") or {}
+    if status.get("admission"):
+        return True
+    return any(c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+class KueueGate:
+    """Reads the policy's training Workloads and quota; stops and resumes them. See the module docstring."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        now: Callable[[], float] = time.time,
+        owner_kinds: tuple[OwnerKind, ...] = OWNER_KINDS,
+    ) -> None:
+        self.api = api
+        self.retry = retry
+        self.now = now
+        self.owner_kinds = owner_kinds
+        self._custom: Any = client.CustomObjectsApi(api)
+        self._batch: Any = client.BatchV1Api(api)
+        self._version: str | None = None
+
+    # --- Kueue API version ---------------------------------------------------------------------------------
+
+    async def version(self) -> str:
+        """The Kueue API version to use: v1beta2 when served, else v1beta1 (found once, then kept)."""
+        if self._version is None:
+            for version in KUEUE_VERSIONS:
+                try:
+                    await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "clusterqueues", limit=1))
+                except NotFound:
+                    continue
+                self._version = version
+                break
+            else:
+                raise NotFound(
+                    404, "NotFound", "Kueue is not installed: neither kueue.x-k8s.io/v1beta2 nor v1beta1 is served"
+                )
+        return self._version
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+        """The loop's ``TrainingReader``: the policy's preemptible Workloads and its ClusterQueue quota."""
+        spec = policy.policy.spec
+        if spec.capacity is None:
+            return (), None
+        workloads = await self.find(spec, owner=policy.name)
+        return workloads, await self.quota(spec.capacity)
+
+    async def find(self, spec: Spec, *, owner: str) -> tuple[TrainingWorkload, ...]:
+        assert spec.capacity is not None
+        found: dict[str, TrainingWorkload] = {}
+        for preemptible in spec.preemptible:
+            for wl in await self._matching(preemptible):
+                training = await self._to_training(wl, spec.capacity.resource, owner)
+                found.setdefault(training.uid, training)
+        return tuple(sorted(found.values(), key=lambda w: (w.namespace, w.name)))
+
+    async def _owner_uids(self, namespace: str, match_labels: dict[str, str]) -> set[str]:
+        uids: set[str] = set()
+        for kind in self.owner_kinds:
+            try:
+                if kind.group == "batch":
+                    jobs = await call(self._batch.list_namespaced_job(namespace))
+                    items = self.api.sanitize_for_serialization(jobs).get("items") or []
+                else:
+                    listed = await call(
+                        self._custom.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural)
+                    )
+                    items = listed.get("items") or []
+            except NotFound:
+                continue  # this job API is not installed
+            uids.update(
+                i["metadata"]["uid"] for i in items
+                if (i.get("metadata") or {}).get("uid") and _owner_matches(i, match_labels)
+            )
+        return uids
+
+    async def _list_workloads(self, namespace: str) -> list[JsonObj]:
+        version = await self.version()
+        result = await call(self._custom.list_namespaced_custom_object(KUEUE_GROUP, version, namespace, "workloads"))
+        items: list[JsonObj] = result.get("items") or []
+        return items
+
+    async def _matching(self, preemptible: PreemptibleSpec) -> list[JsonObj]:
+        wanted = dict(preemptible.selector.match_labels)
+        uids = await self._owner_uids(preemptible.namespace, wanted)
+        matched = []
+        for wl in await self._list_workloads(preemptible.namespace):
+            owner = _controller_owner(wl)
+            by_owner = owner is not None and owner.get("uid") in uids
+            by_label = bool(wanted) and _labels_match((wl.get("metadata") or {}).get("labels") or {}, wanted)
+            if by_owner or by_label:
+                matched.append(wl)
+        return matched
+
+    async def _priority(self, wl: JsonObj) -> int:
+        spec, meta = wl.get("spec") or {}, wl.get("metadata") or {}
+        if spec.get("priority") is not None:
+            return int(spec["priority"])
+        name: str | None = None
+        ref = spec.get("priorityClassRef")
+        if isinstance(ref, dict) and ref.get("kind", "WorkloadPriorityClass") == "WorkloadPriorityClass":
+            name = ref.get("name")
+        elif spec.get("priorityClassName") and spec.get("priorityClassSource", "").endswith("workloadpriorityclass"):
+            name = spec["priorityClassName"]
+        else:
+            name = (meta.get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+        if not name:
+            return 0
+        try:
+            version = await self.version()
+            wpc = await call(
+                self._custom.get_cluster_custom_object(KUEUE_GROUP, version, "workloadpriorityclasses", name)
+            )
+        except NotFound:
+            return 0
+        return int(wpc.get("value") or 0)
+
+    async def _to_training(self, wl: JsonObj, resource: str, owner: str) -> TrainingWorkload:
+        meta, spec = wl.get("metadata") or {}, wl.get("spec") or {}
+        annotations = meta.get("annotations") or {}
+        return TrainingWorkload(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            priority=await self._priority(wl),
+            chips=round(workload_chips(wl, resource)),
+            active=bool(spec.get("active", True)),
+            admitted=is_admitted(wl),
+            uid=meta.get("uid", ""),
+            deactivated_by_us=annotations.get(DEACTIVATED_BY) == owner,
+        )
+
+    async def quota(self, capacity: CapacitySpec) -> QuotaStatus:
+        cq: JsonObj = await call(
+            self._custom.get_cluster_custom_object(
+                KUEUE_GROUP, await self.version(), "clusterqueues", capacity.cluster_queue
+            )
+        )
+        nominal = borrowable = reserved = 0.0
+        for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for res in flavor.get("resources") or []:
+                    if res.get("name") == capacity.resource:
+                        nominal += parse_quantity(res.get("nominalQuota", 0))
+                        borrowable += parse_quantity(res.get("borrowingLimit", 0))
+        status = cq.get("status") or {}
+        for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
+            for res in flavor.get("resources") or []:
+                if res.get("name") == capacity.resource:
+                    reserved += parse_quantity(res.get("total", 0))
+        return QuotaStatus(capacity.cluster_queue, capacity.resource, nominal, reserved, borrowable)
+
+    # --- writing ---------------------------------------------------------------------------------------------
+
+    async def apply(self, policy: CompiledPolicy, decision: TrainingDecision) -> bool:
+        """The loop's actuator call for a training decision; True when a write was made."""
+        if decision.action is TrainingAction.DEACTIVATE:
+            return await self.deactivate(
+                policy.policy.spec, decision.workload, owner=policy.name, reason=decision.message
+            )
+        return await self.reactivate(policy.policy.spec, decision.workload, owner=policy.name)
+
+    async def _read_own(self, spec: Spec, workload: TrainingWorkload, owner: str) -> JsonObj:
+        """Re-read the Workload and prove it is still one of the policy's: same UID, still matched."""
+        if not workload.uid:
+            raise UnresolvableWorkload(
+                f"Workload {workload.key} has no UID; policy {owner} will not stop what it could not find again"
+            )
+        version = await self.version()
+        try:
+            wl: JsonObj = await call(
+                self._custom.get_namespaced_custom_object(
+                    KUEUE_GROUP, version, workload.namespace, "workloads", workload.name
+                )
+            )
+        except NotFound:
+            raise UnresolvableWorkload(f"Workload {workload.key} no longer exists") from None
+        if (wl.get("metadata") or {}).get("uid") != workload.uid:
+            raise UnresolvableWorkload(
+                f"Workload {workload.key} was replaced (UID {wl['metadata'].get('uid')}, expected {workload.uid})"
+            )
+        for preemptible in spec.preemptible:
+            if preemptible.namespace == workload.namespace and any(
+                m["metadata"].get("uid") == workload.uid for m in await self._matching(preemptible)
+            ):
+                return wl
+        raise UnresolvableWorkload(
+            f"Workload {workload.key} is not resolvable through a controller ownerReference to a Job/JobSet/RayJob "
+            f"matching policy {owner}'s preemptible selector (nor labeled with it); it will not be touched"
+        )
+
+    async def deactivate(self, spec: Spec, workload: TrainingWorkload, *, owner: str, reason: str = "") -> bool:
+        """Stop a training Workload (``spec.active: false``) and record that this policy did it."""
+
+        async def attempt() -> bool:
+            wl = await self._read_own(spec, workload, owner)
+            annotations = (wl.get("metadata") or {}).get("annotations") or {}
+            if not (wl.get("spec") or {}).get("active", True):
+                return False  # already stopped (by us, or by someone else: then it is theirs to resume)
+            stamp = datetime.datetime.fromtimestamp(self.now(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            new_annotations = {DEACTIVATED_BY: owner, DEACTIVATED_REASON: reason[:1000], DEACTIVATED_AT: stamp}
+            if annotations.get(DEACTIVATED_BY) not in (None, owner):
+                raise UnresolvableWorkload(
+                    f"Workload {workload.key} is marked {DEACTIVATED_BY}={annotations[DEACTIVATED_BY]}; "
+                    f"policy {owner} leaves it alone"
+                )
+            await self._patch(wl, {"annotations": new_annotations}, active=False)
+            return True
+
+        return await retrying(self.retry, attempt)
+
+    async def reactivate(self, spec: Spec, workload: TrainingWorkload, *, owner: str) -> bool:
+        """Resume a Workload this policy stopped (and only such a one); clears our annotations."""
+
+        async def attempt() -> bool:
+            wl = await self._read_own(spec, workload, owner)
+            annotations = (wl.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(DEACTIVATED_BY) != owner:
+                if (wl.get("spec") or {}).get("active", True):
+                    return False  # already running and not marked: nothing to do
+                raise UnresolvableWorkload(
+                    f"Workload {workload.key} was not deactivated by policy {owner}; it will not resume it"
+                )
+            cleared = dict.fromkeys((DEACTIVATED_BY, DEACTIVATED_REASON, DEACTIVATED_AT))
+            await self._patch(wl, {"annotations": cleared}, active=True)
+            return True
+
+        return await retrying(self.retry, attempt)
+
+    async def _patch(self, wl: JsonObj, metadata: JsonObj, *, active: bool) -> None:
+        meta = wl["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"], **metadata}, "spec": {"active": active}}
+        await call(
+            self._custom.patch_namespaced_custom_object(
+                KUEUE_GROUP, await self.version(), meta["namespace"], "workloads", meta["name"], body,
+                _content_type=MERGE_PATCH,
+            )
+        )

@@ -1,0 +1,1 @@
+"""Tests of the actuators (autoscaler.controller) against the emulated API server."""

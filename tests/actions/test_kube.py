@@ -1,0 +1,133 @@
+"""Client construction (kubeconfig, $KUBECONFIG, service account) and typed API errors, over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from autoscaler.controller import kube as kubemod
+from autoscaler.controller.kube import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    KubeConfigError,
+    KubeError,
+    NotFound,
+    ServerError,
+    call,
+    parse_quantity,
+)
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+
+
+def _kubeconfig(path: Path, server: str, token: str = "t0ken") -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emu",
+        "clusters": [{"name": "emu", "cluster": {"server": server}}],
+        "users": [{"name": "me", "user": {"token": token}}],
+        "contexts": [{"name": "emu", "context": {"cluster": "emu", "user": "me"}}],
+    }))
+    return path
+
+
+@pytest.mark.parametrize(
+    "how",
+    [pytest.param("flag", id="--kubeconfig"), pytest.param("env", id="KUBECONFIG")],
+)
+async def test_connect_with_a_kubeconfig(kube: Emulator, tmp_path: Path, how: str) -> None:
+    kube.add(objects.deployment())
+    path = _kubeconfig(tmp_path / "config", kube.url)
+    env = {"KUBECONFIG": str(path)} if how == "env" else {}
+    api = await kubemod.connect(str(path) if how == "flag" else None, environ=env)
+    try:
+        dep = await client.AppsV1Api(api).read_namespaced_deployment("tgi-gemma-deployment", "llm")
+    finally:
+        await api.close()
+    assert dep.spec.replicas == 1
+
+
+async def test_in_cluster_service_account(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("sa-token")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443", "HOME": str(tmp_path)}
+    conf = await kubemod.configuration(environ=env, service_account_dir=tmp_path)
+    assert conf.host == "https://10.0.0.1:443"
+    assert conf.api_key["BearerToken"] == "Bearer sa-token"
+    assert conf.ssl_ca_cert == str(tmp_path / "ca.crt")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param({}, "no Kubernetes credentials: pass --kubeconfig", id="nothing"),
+        pytest.param({"KUBECONFIG": "/nonexistent/config"}, "cannot load Kubernetes credentials from", id="bad-path"),
+        pytest.param(
+            {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+            "in-cluster service account", id="in-cluster-without-token",
+        ),
+    ],
+)
+async def test_no_usable_credentials_is_one_clear_error(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(KubeConfigError, match=message):
+        await kubemod.configuration(environ={"HOME": str(tmp_path), **env}, service_account_dir=tmp_path / "none")
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "retryable"),
+    [
+        pytest.param(400, BadRequest, False, id="400"),
+        pytest.param(403, Forbidden, False, id="403"),
+        pytest.param(404, NotFound, False, id="404"),
+        pytest.param(409, Conflict, True, id="409"),
+        pytest.param(410, Gone, False, id="410"),
+        pytest.param(422, BadRequest, False, id="422"),
+        pytest.param(429, ServerError, True, id="429"),
+        pytest.param(500, ServerError, True, id="500"),
+        pytest.param(503, ServerError, True, id="503"),
+    ],
+)
+async def test_status_errors_become_typed(
+    kube: Emulator, kube_client: client.ApiClient, code: int, kind: type[KubeError], retryable: bool
+) -> None:
+    kube.add(objects.deployment())
+    kube.inject(code, "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment", message=f"boom {code}")
+    with pytest.raises(kind) as err:
+        await call(client.AppsV1Api(kube_client).read_namespaced_deployment("tgi-gemma-deployment", "llm"))
+    assert err.value.status == code
+    assert err.value.retryable is retryable
+    assert "\n" not in str(err.value)
+
+
+async def test_not_found_carries_the_server_message(kube_client: client.ApiClient) -> None:
+    with pytest.raises(NotFound, match=r'^404 NotFound: deployments.apps "nope" not found$'):
+        await call(client.AppsV1Api(kube_client).read_namespaced_deployment("nope", "llm"))
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        pytest.param("6", 6.0, id="int"),
+        pytest.param("6000m", 6.0, id="milli"),
+        pytest.param("1.5", 1.5, id="decimal"),
+        pytest.param("1Gi", 2.0**30, id="binary"),
+        pytest.param("2k", 2000.0, id="decimal-suffix"),
+        pytest.param("1e3", 1000.0, id="exponent"),
+        pytest.param(4, 4.0, id="number"),
+    ],
+)
+def test_parse_quantity(text: object, value: float) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", [pytest.param("six", id="word"), pytest.param("6Xi", id="bad-suffix"),
+                                  pytest.param(True, id="bool")])
+def test_parse_quantity_rejects(text: object) -> None:
+    with pytest.raises(ValueError, match="quantity"):
+        parse_quantity(text)

@@ -1,0 +1,300 @@
+"""Scale targets against the emulated API server: the right write on the wire, guarded, retried, refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller.kube import Forbidden, ServerError
+from autoscaler.controller.targets import (
+    MANAGED_BY_ANNOTATION,
+    ORIGINAL_MIN_ANNOTATION,
+    KubeTargets,
+    OwnershipConflict,
+    ScaleTarget,
+    build_target,
+)
+from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.model import Reason, ScaleDecision
+from tests.actions.policies import FAST_RETRY, policy
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+
+DEPLOY_SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
+LWS_SCALE = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/llm/leaderworkersets/jetstream/scale"
+HPA_PATH = "/apis/autoscaling/v2/namespaces/llm/horizontalpodautoscalers/tgi-hpa"
+NOW = 1767225600.0 + 600  # 2026-01-01T00:10:00Z: ten minutes after the builders' start times
+
+
+def _target(api: client.ApiClient, cp: CompiledPolicy) -> ScaleTarget:
+    return build_target(api, cp.policy.spec, owner=cp.name, retry=FAST_RETRY, now=lambda: NOW)
+
+
+def _deployment_setup(kube: Emulator) -> CompiledPolicy:
+    kube.add(objects.deployment(replicas=1))
+    return policy()
+
+
+def _lws_setup(kube: Emulator) -> CompiledPolicy:
+    kube.add(objects.leader_worker_set(replicas=1))
+    return policy(kind="LeaderWorkerSet", target="jetstream")
+
+
+def _hpa_floor_setup(kube: Emulator) -> CompiledPolicy:
+    kube.add(objects.deployment(replicas=1))
+    kube.add(objects.hpa("tgi-hpa", min_replicas=1, max_replicas=3))
+    return policy(mode="hpaFloor", hpa_name="tgi-hpa")
+
+
+def _stored_count(kube: Emulator, kind: str) -> int:
+    if kind == "deployment":
+        return int(kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"])
+    if kind == "lws":
+        return int(kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream", "llm")["spec"]["replicas"])
+    return int(kube.get("autoscaling/v2", "HorizontalPodAutoscaler", "tgi-hpa", "llm")["spec"]["minReplicas"])
+
+
+SETUPS = {"deployment": _deployment_setup, "lws": _lws_setup, "hpa-floor": _hpa_floor_setup}
+WRITES = {
+    "deployment": ("PUT", DEPLOY_SCALE, "application/json"),
+    "lws": ("PATCH", LWS_SCALE, "application/merge-patch+json"),
+    "hpa-floor": ("PATCH", HPA_PATH, "application/merge-patch+json"),
+}
+KINDS = [pytest.param(k, id=k) for k in SETUPS]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_scale_is_one_guarded_write_of_the_right_shape(
+    kube: Emulator, kube_client: client.ApiClient, kind: str
+) -> None:
+    cp = SETUPS[kind](kube)
+    rv_before = kube.resource_version
+    result = await _target(kube_client, cp).scale(2)
+    assert (result.previous, result.desired, result.written) == (1, 2, True)
+    writes = kube.writes()
+    assert [(w.method, w.path, w.content_type) for w in writes] == [WRITES[kind]]
+    # Optimistic concurrency: the write carries the resourceVersion it read.
+    assert writes[0].body["metadata"]["resourceVersion"] == str(rv_before)
+    assert _stored_count(kube, kind) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_no_write_when_already_at_the_desired_count(
+    kube: Emulator, kube_client: client.ApiClient, kind: str
+) -> None:
+    cp = SETUPS[kind](kube)
+    kube.strict = True  # any write fails the test
+    result = await _target(kube_client, cp).scale(1)
+    assert result.written is False
+    assert kube.writes() == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_conflict_is_retried_after_a_fresh_read(
+    kube: Emulator, kube_client: client.ApiClient, kind: str
+) -> None:
+    cp = SETUPS[kind](kube)
+    method, path, _ = WRITES[kind]
+    kube.inject(409, path, method=method, times=2)
+    result = await _target(kube_client, cp).scale(2)
+    assert result.written
+    assert [w.status for w in kube.writes()] == [409, 409, 200]
+    # Each attempt read the object again before writing: read, write, read, write, read, write.
+    sequence = [r.method for r in kube.requests if r.path == path]
+    assert sequence == ["GET", method] * 3
+    assert _stored_count(kube, kind) == 2
+
+
+async def test_a_real_concurrent_change_is_a_conflict_then_succeeds(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    cp = _deployment_setup(kube)
+
+    def someone_else_writes() -> None:
+        kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", metadata={"labels": {"touched": "1"}})
+
+    # Between our read of the Scale and our write, another writer changes the Deployment: the store answers 409.
+    kube.after("GET", DEPLOY_SCALE, someone_else_writes, times=1)
+    result = await _target(kube_client, cp).scale(3)
+    assert result.written
+    assert [w.status for w in kube.writes()] == [409, 200]
+    assert _stored_count(kube, "deployment") == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_forbidden_is_reported_at_once(kube: Emulator, kube_client: client.ApiClient, kind: str) -> None:
+    cp = SETUPS[kind](kube)
+    resource = {
+        "deployment": "deployments/scale", "lws": "leaderworkersets/scale", "hpa-floor": "horizontalpodautoscalers",
+    }
+    verb = {"deployment": "update", "lws": "patch", "hpa-floor": "patch"}
+    kube.deny(verb[kind], resource[kind], namespace="llm")
+    with pytest.raises(Forbidden, match=r"403 Forbidden: .* is forbidden: User .* cannot"):
+        await _target(kube_client, cp).scale(2)
+    assert len(kube.writes()) == 1  # never retried
+
+
+@pytest.mark.parametrize(
+    ("failures", "succeeds"),
+    [
+        pytest.param(3, True, id="three-503s-then-ok"),
+        pytest.param(10, False, id="persistent-503-gives-up-after-4-attempts"),
+    ],
+)
+async def test_server_errors_are_retried_within_a_bound(
+    kube: Emulator, kube_client: client.ApiClient, failures: int, succeeds: bool
+) -> None:
+    cp = _deployment_setup(kube)
+    kube.inject(503, DEPLOY_SCALE, method="PUT", times=failures)
+    target = _target(kube_client, cp)
+    if succeeds:
+        assert (await target.scale(2)).written
+        assert len(kube.writes()) == failures + 1
+    else:
+        with pytest.raises(ServerError):
+            await target.scale(2)
+        assert len(kube.writes()) == FAST_RETRY.attempts
+        assert _stored_count(kube, "deployment") == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind", "message"),
+    [
+        pytest.param(
+            objects.hpa("user-hpa"), "deployment", "is scaled by HorizontalPodAutoscaler user-hpa",
+            id="hpa-on-deployment",
+        ),
+        pytest.param(
+            objects.hpa("lws-hpa", target_kind="LeaderWorkerSet", target_name="jetstream"), "lws",
+            "is scaled by HorizontalPodAutoscaler lws-hpa", id="hpa-on-lws",
+        ),
+        pytest.param(
+            {
+                "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                "metadata": {"name": "tgi-keda", "namespace": "llm"},
+                "spec": {"scaleTargetRef": {"name": "tgi-gemma-deployment"}},
+            },
+            "deployment", "KEDA ScaledObject tgi-keda", id="keda-scaledobject",
+        ),
+        pytest.param(
+            objects.hpa("second-hpa"), "hpa-floor", "is scaled by HorizontalPodAutoscaler second-hpa",
+            id="hpa-floor-with-a-second-hpa",
+        ),
+    ],
+)
+async def test_ownership_conflicts_refuse_without_writing(
+    kube: Emulator, kube_client: client.ApiClient, extra: dict[str, Any], kind: str, message: str
+) -> None:
+    cp = SETUPS[kind](kube)
+    kube.add(extra)
+    kube.strict = True
+    with pytest.raises(OwnershipConflict, match=message):
+        await _target(kube_client, cp).scale(2)
+    assert kube.writes() == []
+
+
+async def test_managed_by_annotation_naming_another_owner_refuses(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    kube.add(objects.deployment(annotations={MANAGED_BY_ANNOTATION: "someone-else"}))
+    kube.strict = True
+    with pytest.raises(OwnershipConflict, match="one owner per target"):
+        await _target(kube_client, policy()).scale(2)
+    # Our own name in the annotation is fine.
+    kube.strict = False
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                metadata={"annotations": {MANAGED_BY_ANNOTATION: "tgi-gemma"}})
+    assert (await _target(kube_client, policy()).scale(2)).written
+
+
+async def test_hpa_floor_refuses_an_hpa_of_another_target(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.deployment())
+    kube.add(objects.hpa("tgi-hpa", target_name="something-else"))
+    kube.strict = True
+    with pytest.raises(OwnershipConflict, match="not Deployment/llm/tgi-gemma-deployment"):
+        await _target(kube_client, policy(mode="hpaFloor", hpa_name="tgi-hpa")).scale(2)
+
+
+@pytest.mark.parametrize(
+    ("hpa_min", "hpa_max", "steps", "floors"),
+    [
+        pytest.param(1, 3, [2, 5], [2, 3], id="never-above-maxReplicas"),
+        pytest.param(2, 5, [4, 1], [4, 2], id="lowered-back-to-the-users-own-min-not-below"),
+        pytest.param(1, 5, [3, 1], [3, 1], id="raised-then-lowered"),
+    ],
+)
+async def test_hpa_floor_moves_min_replicas_within_bounds(
+    kube: Emulator, kube_client: client.ApiClient, hpa_min: int, hpa_max: int, steps: list[int], floors: list[int]
+) -> None:
+    kube.add(objects.deployment())
+    kube.add(objects.hpa("tgi-hpa", min_replicas=hpa_min, max_replicas=hpa_max))
+    target = _target(kube_client, policy(mode="hpaFloor", hpa_name="tgi-hpa"))
+    seen = []
+    for desired in steps:
+        await target.scale(desired)
+        seen.append(_stored_count(kube, "hpa-floor"))
+    assert seen == floors
+    hpa = kube.get("autoscaling/v2", "HorizontalPodAutoscaler", "tgi-hpa", "llm")
+    assert hpa["metadata"]["annotations"][ORIGINAL_MIN_ANNOTATION] == str(hpa_min)
+    # The Deployment itself was never written: the HPA scales it.
+    assert all("deployments" not in w.path for w in kube.writes())
+
+
+async def test_deployment_replicas_and_pods(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.deployment(replicas=3, ready=1))
+    kube.add(objects.pod("tgi-a", ready=True, start_time="2026-01-01T00:00:00Z"))
+    kube.add(objects.pod("tgi-b", ready=False, start_time="2026-01-01T00:09:30Z"))
+    kube.add(objects.pod("tgi-c", ready=False, deleting=True))
+    kube.add(objects.pod("unrelated", labels={"app": "other"}))
+    kube.modify("v1", "Pod", "tgi-a", "llm", metadata={"annotations": {"prometheus.io/port": "8000"}},
+                status={"podIP": "10.0.0.7"})
+    kube.add(objects.pod("tgi-d", ready=True, ip="10.0.0.8"))
+    kube.add(objects.pod("tgi-gated", ready=False, phase="Pending"))
+    target = _target(kube_client, policy())
+    status = await target.replicas()
+    assert (status.spec, status.ready, status.starting) == (3, 1, 2)
+    assert status.pods is not None
+    assert [(p.name, p.ready, p.age_s, p.deleting) for p in status.pods] == [
+        ("tgi-a", True, 600.0, False), ("tgi-b", False, 30.0, False), ("tgi-c", False, 600.0, True),
+        ("tgi-d", True, 600.0, False), ("tgi-gated", False, 600.0, False),
+    ]
+    # Metric sources scrape only pods that serve: ready, with an IP, not terminating.
+    refs = await target.pods()
+    assert [(r.name, r.ip, r.url) for r in refs] == [
+        ("tgi-a", "10.0.0.7", "http://10.0.0.7:8000/metrics"), ("tgi-d", "10.0.0.8", None),
+    ]
+
+
+async def test_lws_replicas_count_whole_groups(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.leader_worker_set(replicas=2, ready=1, size=2))
+    for group, ready in (("0", (True, True)), ("1", (True, False))):
+        for worker, is_ready in zip(("0", "1"), ready, strict=True):
+            labels = {
+                "leaderworkerset.sigs.k8s.io/name": "jetstream",
+                "leaderworkerset.sigs.k8s.io/group-index": group,
+                "leaderworkerset.sigs.k8s.io/worker-index": worker,
+            }
+            name, ip = f"jetstream-{group}-{worker}", f"10.1.{group}.{worker}"
+            kube.add(objects.pod(name, labels=labels, ready=is_ready, ip=ip))
+    target = _target(kube_client, policy(kind="LeaderWorkerSet", target="jetstream"))
+    status = await target.replicas()
+    assert (status.spec, status.ready, status.starting) == (2, 1, 1)
+    assert status.pods is not None
+    # One entry per group, named by its leader, ready only when every host of the slice is.
+    assert [(p.name, p.ready) for p in status.pods] == [("jetstream-0-0", True), ("jetstream-1-0", False)]
+    refs = await target.pods()
+    assert [(r.name, r.leader) for r in refs] == [
+        ("jetstream-0-0", True), ("jetstream-0-1", False), ("jetstream-1-0", True),
+    ]
+
+
+async def test_kube_targets_serves_the_loop(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.deployment(replicas=1))
+    cp = policy()
+    targets = KubeTargets(kube_client, retry=FAST_RETRY)
+    assert (await targets.replicas(cp)).spec == 1
+    decision = ScaleDecision(cp.policy.spec.target.ref(), 1, 2, Reason.SCALE_UP, "queue 25 > 10 per replica")
+    assert (await targets.scale(cp, decision)).written
+    assert _stored_count(kube, "deployment") == 2

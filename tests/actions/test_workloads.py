@@ -1,0 +1,309 @@
+"""The Kueue training gate against the emulated API server and the explicit Kueue stand-in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller.kube import Forbidden, ServerError
+from autoscaler.controller.workloads import (
+    DEACTIVATED_AT,
+    DEACTIVATED_BY,
+    DEACTIVATED_REASON,
+    KueueGate,
+    UnresolvableWorkload,
+)
+from autoscaler.core.model import QuotaStatus, Reason, TrainingAction, TrainingDecision, TrainingWorkload
+from tests.actions.policies import FAST_RETRY, policy
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+from tests.kube.kueue import Kueue
+
+V1BETA2 = "kueue.x-k8s.io/v1beta2"
+WL_NAME = "job-finetune-gemma-l4-3316f"
+WL_PATH = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/llm/workloads/{WL_NAME}"
+NOW = 1796032800.0  # 2026-11-30T10:00:00Z
+
+
+def gate(api: client.ApiClient) -> KueueGate:
+    return KueueGate(api, retry=FAST_RETRY, now=lambda: NOW)
+
+
+def tutorial(kube: Emulator, kueue: Kueue, *, api_version: str = V1BETA2) -> dict[str, Any]:
+    """The tutorial's cluster: a 6-GPU ClusterQueue, TGI at 1 replica (2 GPUs), the fine-tune (4 GPUs)."""
+    kube.add(objects.cluster_queue(api_version=api_version))
+    kube.add(objects.local_queue())
+    kube.add(objects.workload_priority_class("low-priority-preempting", 100, api_version=api_version))
+    job = kube.add(objects.job())
+    kube.add(objects.workload(WL_NAME, owner=job, priority_class="low-priority-preempting", api_version=api_version))
+    pod = kube.add(objects.pod("tgi-gemma-deployment-6cb95cc7f5-cbxg2"))
+    kube.add(objects.workload("pod-tgi-gemma-deployment-6cb95cc7f5-cbxg2-d9fe7", owner=pod, pods=1, priority=1000))
+    assert kueue.admit_pending() == ["pod-tgi-gemma-deployment-6cb95cc7f5-cbxg2-d9fe7", WL_NAME]
+    return job
+
+
+async def test_finds_the_finetune_workload_by_owner_uid(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
+) -> None:
+    tutorial(kube, kueue)
+    found, quota = await gate(kube_client).training(policy())
+    assert found == (
+        TrainingWorkload(
+            namespace="llm", name=WL_NAME, priority=100, chips=4, active=True, admitted=True,
+            uid=kube.get(V1BETA2, "Workload", WL_NAME, "llm")["metadata"]["uid"],
+        ),
+    )
+    assert quota == QuotaStatus("cluster-queue", "nvidia.com/gpu", nominal=6.0, reserved=6.0, borrowable=0.0)
+    assert quota.free == 0
+
+
+async def test_owner_uid_not_name_decides(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.cluster_queue())
+    mine = kube.add(objects.job("finetune-gemma-l4-with-a-very-long-name-that-kueue-truncates"))
+    other = kube.add(objects.job("someone-elses-job", pod_labels={"app": "other"}))
+    # Truncated/random names: nothing in the name says whose it is.
+    kube.add(objects.workload("job-finetune-gemma-l4-with-a-very-long-n-7f2a1", owner=mine, priority=5))
+    kube.add(objects.workload("job-finetune-gemma-l4-3316f", owner=other, priority=5))  # looks like ours; is not
+    kube.add(objects.workload("orphan-workload", priority=5))  # no owner, no labels
+    found = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+    assert [w.name for w in found] == ["job-finetune-gemma-l4-with-a-very-long-n-7f2a1"]
+
+
+@pytest.mark.parametrize(
+    ("owner_labels", "pod_labels", "workload_labels", "matched"),
+    [
+        pytest.param({}, {"app": "finetune-job"}, {}, True, id="by-pod-template-labels-as-the-tutorial"),
+        pytest.param({"app": "finetune-job"}, {}, {}, True, id="by-job-labels"),
+        pytest.param({}, {}, {"app": "finetune-job"}, True, id="workload-labeled-directly"),
+        pytest.param({"app": "other"}, {"app": "other"}, {}, False, id="no-match"),
+    ],
+)
+async def test_selector_matching(
+    kube: Emulator,
+    kube_client: client.ApiClient,
+    owner_labels: dict[str, str],
+    pod_labels: dict[str, str],
+    workload_labels: dict[str, str],
+    matched: bool,
+) -> None:
+    kube.add(objects.cluster_queue())
+    job = kube.add(objects.job(labels=owner_labels, pod_labels=pod_labels))
+    kube.add(objects.workload("wl", owner=job, labels=workload_labels, priority=1))
+    found = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+    assert bool(found) is matched
+
+
+@pytest.mark.parametrize(
+    ("workload_kwargs", "priority"),
+    [
+        pytest.param({"priority": 7}, 7, id="spec-priority"),
+        pytest.param({"priority_class": "low"}, 100, id="v1beta2-priorityClassRef"),
+        pytest.param({"labels": {"kueue.x-k8s.io/priority-class": "low"}}, 100, id="priority-class-label"),
+        pytest.param({"priority_class": "missing"}, 0, id="unknown-class-is-0"),
+        pytest.param({}, 0, id="none-is-0"),
+    ],
+)
+async def test_priority(
+    kube: Emulator, kube_client: client.ApiClient, workload_kwargs: dict[str, Any], priority: int
+) -> None:
+    kube.add(objects.cluster_queue())
+    kube.add(objects.workload_priority_class("low", 100))
+    job = kube.add(objects.job())
+    kube.add(objects.workload("wl", owner=job, **workload_kwargs))
+    (found,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+    assert found.priority == priority
+
+
+async def test_v1beta1_when_v1beta2_is_not_served(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
+) -> None:
+    tutorial(kube, kueue, api_version="kueue.x-k8s.io/v1beta1")
+    kube.unserve("kueue.x-k8s.io", "v1beta2")
+    g = gate(kube_client)
+    found, quota = await g.training(policy())
+    assert [(w.name, w.priority, w.chips) for w in found] == [(WL_NAME, 100, 4)]
+    assert quota is not None
+    assert quota.nominal == 6
+    await g.apply(policy(), TrainingDecision(found[0], TrainingAction.DEACTIVATE, Reason.DEACTIVATE_TRAINING, "x"))
+    (write,) = kube.writes()
+    assert write.path == WL_PATH.replace("v1beta2", "v1beta1")
+    assert await g.version() == "v1beta1"
+
+
+@pytest.mark.parametrize(
+    ("nominal", "borrowing", "reserved_gpus", "free"),
+    [
+        pytest.param("6", None, 6, 0.0, id="tutorial-full"),
+        pytest.param("6000m", None, 2, 4.0, id="milli-quantity"),
+        pytest.param("6", "2", 6, 2.0, id="borrowing-limit"),
+    ],
+)
+async def test_quota(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue,
+    nominal: str, borrowing: str | None, reserved_gpus: int, free: float,
+) -> None:
+    kube.add(objects.cluster_queue(nominal=nominal, borrowing_limit=borrowing))
+    kube.add(objects.local_queue())
+    kube.add(objects.workload("serving", pods=reserved_gpus // 2, priority=1000))
+    kueue.admit("serving")
+    spec = policy().policy.spec
+    assert spec.capacity is not None
+    quota = await gate(kube_client).quota(spec.capacity)
+    assert quota.free == free
+
+
+async def test_deactivate_then_a_restarted_gate_reactivates(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
+) -> None:
+    tutorial(kube, kueue)
+    cp = policy()
+    first = gate(kube_client)
+    (wl,) = (await first.training(cp))[0]
+    rv = kube.get(V1BETA2, "Workload", WL_NAME, "llm")["metadata"]["resourceVersion"]
+    decision = TrainingDecision(wl, TrainingAction.DEACTIVATE, Reason.DEACTIVATE_TRAINING, "serving needs 2 GPUs")
+    assert await first.apply(cp, decision) is True
+    (write,) = kube.writes()
+    assert (write.method, write.path, write.content_type) == ("PATCH", WL_PATH, "application/merge-patch+json")
+    assert write.body == {
+        "metadata": {
+            "resourceVersion": rv,
+            "annotations": {
+                DEACTIVATED_BY: "tgi-gemma", DEACTIVATED_REASON: "serving needs 2 GPUs",
+                DEACTIVATED_AT: "2026-11-30T10:00:00Z",
+            },
+        },
+        "spec": {"active": False},
+    }
+    kueue.sync()  # Kueue evicts it (reason Deactivated) and frees its 4 GPUs
+    assert kueue.free("cluster-queue", objects.GPU) == 4
+    # Never the Job: Kueue would undo a suspend of an admitted Job.
+    assert all("/jobs/" not in w.path for w in kube.writes())
+
+    restarted = gate(kube_client)  # a new controller process: nothing in memory
+    (again,), _ = await restarted.training(cp)
+    assert (again.active, again.admitted, again.deactivated_by_us) == (False, False, True)
+    reactivate = TrainingDecision(again, TrainingAction.REACTIVATE, Reason.REACTIVATE_TRAINING, "room again")
+    assert await restarted.apply(cp, reactivate) is True
+    last = kube.writes()[-1]
+    assert (last.method, last.path, last.content_type) == ("PATCH", WL_PATH, "application/merge-patch+json")
+    body = last.body
+    assert body["spec"] == {"active": True}
+    assert body["metadata"]["annotations"] == {DEACTIVATED_BY: None, DEACTIVATED_REASON: None, DEACTIVATED_AT: None}
+    kueue.sync()
+    stored = kueue.workload(WL_NAME)
+    requeued = next(c for c in stored["status"]["conditions"] if c["type"] == "Requeued")
+    assert (requeued["status"], requeued["reason"]) == ("True", "Reactivated")
+    assert DEACTIVATED_BY not in (stored["metadata"].get("annotations") or {})
+
+
+async def test_writes_are_idempotent(kube: Emulator, kube_client: client.ApiClient, kueue: Kueue) -> None:
+    tutorial(kube, kueue)
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+    spec = cp.policy.spec
+    assert await g.deactivate(spec, wl, owner=cp.name) is True
+    kube.strict = True  # from here on any write fails the test
+    assert await g.deactivate(spec, wl, owner=cp.name) is False
+    kube.strict = False
+    assert await g.reactivate(spec, wl, owner=cp.name) is True
+    kube.strict = True
+    assert await g.reactivate(spec, wl, owner=cp.name) is False
+
+
+@pytest.mark.parametrize(
+    ("tamper", "message"),
+    [
+        pytest.param("no-uid", "has no UID", id="no-uid"),
+        pytest.param("replaced", "was replaced", id="same-name-new-uid"),
+        pytest.param("gone", "no longer exists", id="deleted"),
+        pytest.param(
+            "owner-relabeled", "not resolvable through a controller ownerReference", id="owner-no-longer-matches"
+        ),
+    ],
+)
+async def test_refuses_a_workload_it_could_not_find_again(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tamper: str, message: str
+) -> None:
+    job = tutorial(kube, kueue)
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+    if tamper == "no-uid":
+        wl = TrainingWorkload(wl.namespace, wl.name, wl.priority, wl.chips, wl.active, wl.admitted, uid="")
+    elif tamper in ("replaced", "gone"):
+        kube.remove(V1BETA2, "Workload", WL_NAME, "llm")
+        if tamper == "replaced":
+            kube.add(objects.workload(WL_NAME, owner=job, priority=100))
+    else:
+        kube.modify("batch/v1", "Job", job["metadata"]["name"], "llm",
+                    spec={"template": {"metadata": {"labels": {"app": "renamed"}}}})
+    kube.strict = True
+    with pytest.raises(UnresolvableWorkload, match=message):
+        await g.deactivate(cp.policy.spec, wl, owner=cp.name)
+
+
+async def test_never_resumes_what_someone_else_stopped(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
+) -> None:
+    tutorial(kube, kueue)
+    kube.modify(V1BETA2, "Workload", WL_NAME, "llm", spec={"active": False})  # kubectl kueue stop workload
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+    assert wl.deactivated_by_us is False
+    kube.strict = True
+    with pytest.raises(UnresolvableWorkload, match="was not deactivated by policy tgi-gemma"):
+        await g.reactivate(cp.policy.spec, wl, owner=cp.name)
+    # Nor does another policy's deactivation count as ours.
+    assert await g.deactivate(cp.policy.spec, wl, owner=cp.name) is False
+
+
+async def test_conflict_on_deactivate_is_retried(kube: Emulator, kube_client: client.ApiClient, kueue: Kueue) -> None:
+    tutorial(kube, kueue)
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+
+    def kueue_updates_status() -> None:
+        kueue.evict(WL_NAME, reason="Preempted")  # Kueue writes between our read and our patch
+
+    kube.after("GET", WL_PATH, kueue_updates_status, times=1)
+    assert await g.deactivate(cp.policy.spec, wl, owner=cp.name) is True
+    assert [w.status for w in kube.writes()] == [409, 200]
+    assert kube.get(V1BETA2, "Workload", WL_NAME, "llm")["spec"]["active"] is False
+
+
+async def test_forbidden_patch_is_reported(kube: Emulator, kube_client: client.ApiClient, kueue: Kueue) -> None:
+    tutorial(kube, kueue)
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+    kube.deny("patch", "workloads", namespace="llm")
+    with pytest.raises(Forbidden, match=r'cannot patch resource "workloads" in API group "kueue\.x-k8s\.io"'):
+        await g.deactivate(cp.policy.spec, wl, owner=cp.name)
+    assert len(kube.writes()) == 1
+
+
+@pytest.mark.parametrize(
+    ("failures", "succeeds"),
+    [pytest.param(2, True, id="two-500s-then-ok"), pytest.param(9, False, id="persistent-500-bounded")],
+)
+async def test_server_errors_on_deactivate_are_retried_within_a_bound(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, failures: int, succeeds: bool
+) -> None:
+    tutorial(kube, kueue)
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+    kube.inject(500, WL_PATH, method="PATCH", times=failures)
+    if succeeds:
+        assert await g.deactivate(cp.policy.spec, wl, owner=cp.name) is True
+        assert [w.status for w in kube.writes()] == [500] * failures + [200]
+    else:
+        with pytest.raises(ServerError):
+            await g.deactivate(cp.policy.spec, wl, owner=cp.name)
+        assert len(kube.writes()) == FAST_RETRY.attempts
+        assert kube.get(V1BETA2, "Workload", WL_NAME, "llm")["spec"].get("active", True) is True

@@ -1,0 +1,221 @@
+"""The serving/training arbitration rule: named cases from the GKE tutorial, and its invariants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.core import arbitration
+from autoscaler.core.engine import compile_policy
+from autoscaler.core.model import (
+    Observation,
+    PolicyState,
+    QuotaStatus,
+    Reason,
+    ReplicaStatus,
+    ScaleDecision,
+    SignalReading,
+    TargetKind,
+    TargetRef,
+    TrainingAction,
+    TrainingDecision,
+    TrainingWorkload,
+)
+from autoscaler.core.spec import ScalingPolicy, Spec
+
+GPU = "nvidia.com/gpu"
+TARGET = TargetRef(TargetKind.DEPLOYMENT, "tgi-gemma-deployment", "llm")
+
+
+def policy_doc() -> dict[str, Any]:
+    return {
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "tgi-gemma"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "tgi-gemma-deployment", "namespace": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 3,
+            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
+            "policy": {"type": "queue", "work": ["queue"], "capacityPerReplica": 10},
+            "capacity": {"clusterQueue": "cluster-queue", "resource": GPU, "perReplica": 2},
+            "preemptible": [{"namespace": "llm", "selector": {"matchLabels": {"app": "finetune-job"}}}],
+        },
+    }
+
+
+SPEC: Spec = ScalingPolicy.model_validate(policy_doc()).spec
+
+
+def wl(
+    name: str = "job-finetune-gemma-l4-3316f",
+    *,
+    priority: int = 100,
+    chips: int = 4,
+    active: bool = True,
+    admitted: bool = True,
+    ours: bool = False,
+) -> TrainingWorkload:
+    return TrainingWorkload("llm", name, priority, chips, active, admitted, uid=f"uid-{name}", deactivated_by_us=ours)
+
+
+def observe(current: int, reserved: float, training: tuple[TrainingWorkload, ...], nominal: float = 6) -> Observation:
+    return Observation(
+        target=TARGET,
+        replicas=ReplicaStatus(spec=current, ready=current),
+        training=training,
+        quota=QuotaStatus("cluster-queue", GPU, nominal=nominal, reserved=reserved),
+    )
+
+
+def actions(plan: arbitration.Plan) -> list[tuple[str, str]]:
+    return [(d.action.value, d.workload.name) for d in plan.training]
+
+
+CASES = [
+    # The tutorial, step by step (6 GPUs; TGI 2 per replica; the fine-tune 2 pods × 2 GPUs = 4).
+    pytest.param(1, 2, 6, (wl(),), 1, [("deactivate", "job-finetune-gemma-l4-3316f")],
+                 id="tutorial-scale-to-2-deactivates-the-finetune-and-waits"),
+    pytest.param(1, 2, 6, (wl(active=False, ours=True),), 1, [],
+                 id="tutorial-restart-before-eviction-neither-repeats-nor-scales"),
+    pytest.param(1, 2, 2, (wl(active=False, admitted=False, ours=True),), 2, [],
+                 id="tutorial-after-eviction-serving-scales-to-2"),
+    pytest.param(2, 1, 4, (wl(active=False, admitted=False, ours=True),), 1,
+                 [("reactivate", "job-finetune-gemma-l4-3316f")],
+                 id="tutorial-back-to-1-scales-down-and-reactivates"),
+    pytest.param(1, 1, 2, (wl(active=False, admitted=False, ours=True),), 1,
+                 [("reactivate", "job-finetune-gemma-l4-3316f")],
+                 id="steady-with-room-reactivates"),
+    pytest.param(2, 2, 6, (wl(active=False, admitted=False, ours=True),), 2, [],
+                 id="steady-without-room-keeps-it-stopped"),
+    pytest.param(1, 1, 2, (wl(active=False, admitted=False, ours=False),), 1, [],
+                 id="never-resumes-what-someone-else-stopped"),
+    pytest.param(1, 2, 2, (wl(),), 2, [], id="scale-up-that-fits-touches-no-training"),
+    pytest.param(1, 2, 6, (wl("cheap", priority=10, chips=2), wl("dear", priority=100, chips=4)), 1,
+                 [("deactivate", "cheap")], id="lowest-priority-first-and-only-enough"),
+    pytest.param(1, 3, 6, (wl("a", priority=10, chips=2), wl("b", priority=20, chips=2), wl("c", priority=30)),
+                 1, [("deactivate", "a"), ("deactivate", "b")], id="stops-when-the-new-replicas-fit"),
+    pytest.param(1, 3, 4, (wl("a", chips=2),), 2, [("deactivate", "a")],
+                 id="partial-fit-now-the-rest-after-eviction"),
+    pytest.param(1, 3, 6, (wl("a", chips=2, admitted=False), wl("b", chips=2, active=False, admitted=False)), 1, [],
+                 id="pending-or-stopped-training-frees-nothing"),
+    pytest.param(2, 1, 6, (wl("hi", priority=100, chips=6, active=False, admitted=False, ours=True),
+                           wl("lo", priority=10, chips=2, active=False, admitted=False, ours=True)), 1, [],
+                 id="reactivation-in-priority-order-no-overtaking"),
+    pytest.param(1, 1, 0, (wl("hi", priority=100, chips=2, active=False, admitted=False, ours=True),
+                           wl("mid", priority=50, chips=2, active=False, admitted=False, ours=True),
+                           wl("lo", priority=10, chips=4, active=False, admitted=False, ours=True)), 1,
+                 [("reactivate", "hi"), ("reactivate", "mid")], id="reactivates-highest-first-while-they-fit"),
+    pytest.param(1, 1, 6, (wl(active=False, admitted=True, ours=True),), 1,
+                 [("reactivate", "job-finetune-gemma-l4-3316f")],
+                 id="still-admitted-resumes-without-new-room"),
+]
+
+
+@pytest.mark.parametrize(("current", "desired", "reserved", "training", "now", "expected"), CASES)
+def test_plan(
+    current: int,
+    desired: int,
+    reserved: float,
+    training: tuple[TrainingWorkload, ...],
+    now: int,
+    expected: list[tuple[str, str]],
+) -> None:
+    result = arbitration.plan(spec=SPEC, observation=observe(current, reserved, training), desired=desired)
+    assert result.desired == now
+    assert actions(result) == expected
+
+
+def test_messages_say_why_with_numbers() -> None:
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (wl(),)), desired=2)
+    assert result.message == (
+        "waiting for capacity: 2 replicas need 2 more nvidia.com/gpu, 0 free in ClusterQueue cluster-queue; "
+        "deactivating llm/job-finetune-gemma-l4-3316f; 1 replicas now"
+    )
+    (decision,) = result.training
+    assert decision.reason is Reason.DEACTIVATE_TRAINING
+    assert decision.message == (
+        "deactivating llm/job-finetune-gemma-l4-3316f (priority 100, 4 nvidia.com/gpu) so serving can grow 1→2 "
+        "replicas: they need 2 nvidia.com/gpu, 0 free in ClusterQueue cluster-queue"
+    )
+
+
+def test_not_enough_even_with_all_training_stopped() -> None:
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (wl(chips=2),), nominal=6), desired=3)
+    assert actions(result) == [("deactivate", "job-finetune-gemma-l4-3316f")]
+    assert "only 2 fit even with all preemptible training stopped" in result.message
+
+
+def test_without_quota_the_plan_passes_through() -> None:
+    obs = Observation(target=TARGET, replicas=ReplicaStatus(1, 1), training=(wl(),))
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=3) == arbitration.Plan(3, ())
+
+
+def test_the_victim_order_is_replaceable() -> None:
+    def largest_first(ws: Any) -> list[TrainingWorkload]:
+        return sorted(ws, key=lambda w: -w.chips)
+
+    training = (wl("small", priority=1, chips=2), wl("big", priority=50, chips=4))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2, choose=largest_first)
+    assert actions(result) == [("deactivate", "big")]
+
+
+def test_engine_reports_waiting_for_capacity() -> None:
+    compiled = compile_policy(ScalingPolicy.model_validate(policy_doc()))
+    obs = observe(1, 6, (wl(),))
+    obs = Observation(obs.target, obs.replicas, {"queue": SignalReading(15.0, 1000.0)}, obs.training, obs.quota)
+    decisions, _ = compiled.decide(obs, PolicyState(), 1000.0)
+    scale, training = decisions
+    assert isinstance(scale, ScaleDecision)
+    assert (scale.desired, scale.reason) == (1, Reason.WAITING_FOR_CAPACITY)
+    assert isinstance(training, TrainingDecision)
+    assert training.action is TrainingAction.DEACTIVATE
+
+
+workloads = st.lists(
+    st.builds(
+        wl,
+        name=st.sampled_from(["a", "b", "c", "d", "e"]),
+        priority=st.integers(0, 3),
+        chips=st.integers(0, 8),
+        active=st.booleans(),
+        admitted=st.booleans(),
+        ours=st.booleans(),
+    ),
+    max_size=5,
+    unique_by=lambda w: w.name,
+).map(tuple)
+
+
+@given(
+    current=st.integers(0, 6),
+    desired=st.integers(0, 6),
+    reserved=st.floats(0, 16, allow_nan=False),
+    nominal=st.floats(0, 16, allow_nan=False),
+    training=workloads,
+)
+def test_invariants(current: int, desired: int, reserved: float, nominal: float, training: Any) -> None:
+    quota = QuotaStatus("cluster-queue", GPU, nominal=nominal, reserved=reserved)
+    obs = Observation(TARGET, ReplicaStatus(current, current), training=training, quota=quota)
+    result = arbitration.plan(spec=SPEC, observation=obs, desired=desired)
+    kinds = {d.action for d in result.training}
+    # Never more than wanted; never stop and resume in one plan; serving never shrinks for lack of quota.
+    assert result.desired <= desired
+    assert result.desired >= min(current, desired)
+    assert len(kinds) <= 1
+    if TrainingAction.DEACTIVATE in kinds or result.desired < desired:
+        assert desired > current
+        # What serving gets now fits in what is free now.
+        assert (result.desired - current) * 2 <= max(0.0, quota.free) + 1e-9
+    for d in result.training:
+        if d.action is TrainingAction.DEACTIVATE:
+            assert d.workload.active
+            assert d.workload.admitted
+        else:
+            assert d.workload.deactivated_by_us
+            assert not d.workload.active
+    # Deterministic: the same snapshot gives the same plan (a restart repeats nothing new).
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=desired) == result

@@ -1,0 +1,5 @@
+"""The emulator's own tests use its fixtures (until the root conftest registers them as a plugin)."""
+
+from tests.kube.fixtures import kube, kube_client, kueue
+
+__all__ = ["kube", "kube_client", "kueue"]

@@ -1,0 +1,1215 @@
+"""An in-memory Kubernetes API server on ``aiohttp.web``, close enough to the real one where clients trip.
+
+Why not ``kmock.KubernetesEmulator``: kmock 0.8 stores objects as plain merged dicts ("no special
+treatment of special fields"), with no resourceVersion preconditions (no 409 on a stale write), no scale
+or status subresources, no distinction between patch content types and no ``410 Gone`` on an expired watch.
+Those are exactly the behaviours an actuator must get right, so this module implements them.
+
+What it emulates, per the API conventions (https://github.com/kubernetes/community/.../api-conventions.md):
+
+1. Paths ``/api/v1/...`` and ``/apis/<group>/<version>/...``, namespaced and cluster-scoped, for the kinds in
+   ``RESOURCES``; an unknown path or an unserved version answers ``404`` with the server's generic message.
+2. Every write bumps one global ``resourceVersion`` (as etcd's revision). ``PUT`` and ``PATCH`` carrying a
+   stale ``metadata.resourceVersion`` answer ``409 Conflict`` with the real Status message.
+3. ``status`` subresources: writes to the main resource keep the stored status; ``/status`` writes change
+   only the status. ``metadata.generation`` rises when the spec changes.
+4. ``scale`` subresources (``autoscaling/v1`` Scale) for Deployments (selector from ``spec.selector``) and
+   LeaderWorkerSets (selector from ``status.hpaPodSelector``).
+5. Patch content types: ``json-patch+json`` needs a list (``400`` otherwise, as the server's decoder);
+   ``merge-patch+json`` (RFC 7386); ``strategic-merge-patch+json`` only for built-in kinds (custom resources
+   answer ``415``), applied here as a merge patch (no list-merge keys); ``apply-patch+yaml`` needs
+   ``fieldManager`` and is applied as a merge patch (no field ownership).
+6. ``list`` with ``resourceVersion``/``resourceVersionMatch``, label and field selectors, ``limit``/``continue``.
+7. ``watch``: JSON lines ``ADDED``/``MODIFIED``/``DELETED`` (and ``BOOKMARK`` when asked and allowed); without
+   a resourceVersion the stream starts with the current objects as ``ADDED``; a resourceVersion older than the
+   compaction point gets an ``ERROR`` event carrying ``410 Expired`` "too old resource version", as the watch
+   cache does. Tests can close every stream (``drop_watches``) to force a reconnect.
+8. ``?dryRun=All`` writes are answered but not stored; ``DELETE`` honours ``preconditions`` (409).
+9. RBAC denials (``deny``) answer ``403`` with the authorizer's message shape; injected faults (``inject``)
+   answer the next N requests to a path with a Status of the given code; every request is logged
+   (``requests``); ``after`` runs a test's change right after a matching request was answered (a race);
+   ``strict`` mode rejects and records any write not declared with ``expect_write``, and the
+   ``kube`` fixture fails the test on it (as HPA's tests' ``PrependReactor`` ``assert.Fail``).
+
+Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
+Kueue ``v1beta1`` and ``v1beta2`` share one storage (v1beta2) with the priority-class field converted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import fnmatch
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import yaml
+from aiohttp import web
+
+JsonObj = dict[str, Any]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+DEFAULT_USER = "system:serviceaccount:autoscaler:autoscaler"
+#: Fixed creation time: tests stay deterministic; a test that needs ages sets its own timestamps.
+DEFAULT_TIMESTAMP = "2026-01-01T00:00:00Z"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleSpec:
+    """Where a kind's scale subresource reads and writes (the CRD ``subresources.scale`` paths)."""
+
+    spec_replicas: tuple[str, ...]
+    status_replicas: tuple[str, ...]
+    selector: Callable[[JsonObj], str]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    group: str
+    versions: tuple[str, ...]  # the last one is the storage version
+    plural: str
+    kind: str
+    namespaced: bool = True
+    builtin: bool = True
+    status: bool = True
+    scale: ScaleSpec | None = None
+
+    @property
+    def storage_version(self) -> str:
+        return self.versions[-1]
+
+    @property
+    def qualified(self) -> str:
+        """``deployments.apps``: how the server names a resource in messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def api_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+
+def _dig(obj: Any, path: Iterable[str]) -> Any:
+    for part in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _put(obj: JsonObj, path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        obj = obj.setdefault(part, {})
+    obj[path[-1]] = value
+
+
+def selector_string(selector: JsonObj | None) -> str:
+    """A ``LabelSelector`` as the label-selector string a Scale's ``status.selector`` carries."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], ",".join(sorted(expr.get("values") or []))
+        parts.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(op, f"!{key}")
+        )
+    return ",".join(parts)
+
+
+def _deployment_selector(obj: JsonObj) -> str:
+    return selector_string(_dig(obj, ("spec", "selector")))
+
+
+def _lws_selector(obj: JsonObj) -> str:
+    return str(_dig(obj, ("status", "hpaPodSelector")) or "")
+
+
+REPLICAS_SCALE = ("spec", "replicas")
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType("", ("v1",), "pods", "Pod"),
+    ResourceType("", ("v1",), "events", "Event", status=False),
+    ResourceType("", ("v1",), "namespaces", "Namespace", namespaced=False),
+    ResourceType("events.k8s.io", ("v1",), "events", "Event", status=False),
+    ResourceType(
+        "apps", ("v1",), "deployments", "Deployment",
+        scale=ScaleSpec(REPLICAS_SCALE, ("status", "replicas"), _deployment_selector),
+    ),
+    ResourceType(
+        "leaderworkerset.x-k8s.io", ("v1",), "leaderworkersets", "LeaderWorkerSet", builtin=False,
+        scale=ScaleSpec(REPLICAS_SCALE, ("status", "replicas"), _lws_selector),
+    ),
+    ResourceType("autoscaling", ("v2",), "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
+    ResourceType("batch", ("v1",), "jobs", "Job"),
+    ResourceType("jobset.x-k8s.io", ("v1alpha2",), "jobsets", "JobSet", builtin=False),
+    ResourceType("ray.io", ("v1",), "rayjobs", "RayJob", builtin=False),
+    ResourceType("keda.sh", ("v1alpha1",), "scaledobjects", "ScaledObject", builtin=False),
+    ResourceType("kueue.x-k8s.io", ("v1beta1", "v1beta2"), "workloads", "Workload", builtin=False),
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta1", "v1beta2"), "clusterqueues", "ClusterQueue", namespaced=False,
+        builtin=False,
+    ),
+    ResourceType("kueue.x-k8s.io", ("v1beta1", "v1beta2"), "localqueues", "LocalQueue", builtin=False),
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta1", "v1beta2"), "workloadpriorityclasses", "WorkloadPriorityClass",
+        namespaced=False, builtin=False, status=False,
+    ),
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta1", "v1beta2"), "resourceflavors", "ResourceFlavor", namespaced=False,
+        builtin=False, status=False,
+    ),
+    ResourceType("coordination.k8s.io", ("v1",), "leases", "Lease", status=False),
+)
+
+_WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
+_POD_PC_SOURCE = "scheduling.k8s.io/priorityclass"
+
+
+def _convert(rt: ResourceType, obj: JsonObj, version: str) -> JsonObj:
+    """Convert a stored object to ``version`` (the fields that differ between Kueue v1beta1 and v1beta2)."""
+    out = copy.deepcopy(obj)
+    out["apiVersion"] = rt.api_version(version)
+    out["kind"] = rt.kind
+    if rt.group != "kueue.x-k8s.io":
+        return out
+    spec = out.get("spec")
+    if not isinstance(spec, dict):
+        return out
+    if rt.plural == "workloads":
+        if version == "v1beta1" and "priorityClassRef" in spec:
+            ref = spec.pop("priorityClassRef") or {}
+            spec["priorityClassName"] = ref.get("name", "")
+            spec["priorityClassSource"] = (
+                _WPC_SOURCE if ref.get("kind") == "WorkloadPriorityClass" else _POD_PC_SOURCE
+            )
+        elif version == "v1beta2" and "priorityClassName" in spec:
+            name = spec.pop("priorityClassName")
+            source = spec.pop("priorityClassSource", _WPC_SOURCE)
+            if source == _WPC_SOURCE:
+                spec["priorityClassRef"] = {
+                    "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": name,
+                }
+            else:
+                spec["priorityClassRef"] = {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": name}
+    if rt.plural == "clusterqueues":
+        if version == "v1beta1" and "cohortName" in spec:
+            spec["cohort"] = spec.pop("cohortName")
+        elif version == "v1beta2" and "cohort" in spec:
+            spec["cohortName"] = spec.pop("cohort")
+    return out
+
+
+# --- Status objects, with the messages the real server sends ---------------------------------------------
+
+
+def status_body(code: int, reason: str, message: str, details: JsonObj | None = None) -> JsonObj:
+    body: JsonObj = {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code,
+    }
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+_REASONS = {
+    400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
+    410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
+    500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """Raised inside the emulator; becomes a Status response."""
+
+    def __init__(self, code: int, message: str, reason: str | None = None, details: JsonObj | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason or _REASONS.get(code, "Unknown")
+        self.message = message
+        self.details = details
+
+    def body(self) -> JsonObj:
+        return status_body(self.code, self.reason, self.message, self.details)
+
+
+def _details(rt: ResourceType, name: str | None) -> JsonObj:
+    details: JsonObj = {"group": rt.group, "kind": rt.plural}
+    if name:
+        details["name"] = name
+    return details
+
+
+def not_found(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(404, f'{rt.qualified} "{name}" not found', "NotFound", _details(rt, name))
+
+
+def conflict(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {rt.qualified} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        "Conflict",
+        _details(rt, name),
+    )
+
+
+# --- Patches -----------------------------------------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: objects merge recursively, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result: JsonObj = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ApiError(400, f"json patch path {path!r} must start with '/'")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _container(doc: Any, parts: list[str]) -> tuple[Any, str]:
+    for part in parts[:-1]:
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc, parts[-1]
+
+
+def json_patch(doc: Any, ops: list[Any]) -> Any:
+    """RFC 6902 JSON patch (add, remove, replace, move, copy, test)."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise ApiError(400, f"invalid JSON patch operation {op!r}")
+        try:
+            parts = _pointer(op["path"])
+            kind = op["op"]
+            if kind in ("move", "copy"):
+                src, key = _container(doc, _pointer(op["from"]))
+                value = src[int(key)] if isinstance(src, list) else src[key]
+                if kind == "move":
+                    del src[int(key) if isinstance(src, list) else key]
+                op = {"op": "add", "path": op["path"], "value": copy.deepcopy(value)}  # noqa: PLW2901
+                kind = "add"
+            if not parts:
+                if kind in ("add", "replace"):
+                    doc = copy.deepcopy(op["value"])
+                    continue
+                raise ApiError(422, f"json patch {kind} on the whole document is not allowed")
+            parent, key = _container(doc, parts)
+            if kind == "test":
+                current = parent[int(key)] if isinstance(parent, list) else parent[key]
+                if current != op["value"]:
+                    raise ApiError(422, f"the server rejected our request: test failed at {op['path']}")
+            elif kind == "add":
+                if isinstance(parent, list):
+                    parent.insert(len(parent) if key == "-" else int(key), copy.deepcopy(op["value"]))
+                else:
+                    parent[key] = copy.deepcopy(op["value"])
+            elif kind == "replace":
+                if isinstance(parent, list):
+                    parent[int(key)] = copy.deepcopy(op["value"])
+                else:
+                    if key not in parent:
+                        raise ApiError(422, f"replace operation does not apply: doc is missing key: {op['path']}")
+                    parent[key] = copy.deepcopy(op["value"])
+            elif kind == "remove":
+                if isinstance(parent, list):
+                    del parent[int(key)]
+                else:
+                    if key not in parent:
+                        raise ApiError(422, f"remove operation does not apply: doc is missing path: {op['path']}")
+                    del parent[key]
+            else:
+                raise ApiError(400, f"unknown JSON patch operation {kind!r}")
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ApiError(422, f"json patch {op.get('op')} at {op.get('path')} does not apply: {exc}") from None
+    return doc
+
+
+# --- Selectors -----------------------------------------------------------------------------------------------
+
+_SET_RE = re.compile(r"^\s*(!?)([\w./-]+)\s*(?:(in|notin)\s*\(([^)]*)\)|(==|=|!=)\s*([\w./-]*))?\s*$")
+
+
+def _split_selector(text: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current)
+    return parts
+
+
+def label_selector_matches(selector: str | None, labels: dict[str, str]) -> bool:
+    """Equality- and set-based label selectors (``a=b``, ``a!=b``, ``a in (x,y)``, ``a``, ``!a``)."""
+    if not selector:
+        return True
+    for term in _split_selector(selector):
+        match = _SET_RE.match(term)
+        if not match:
+            raise ApiError(400, f"unable to parse requirement: {term!r}")
+        negate, key, set_op, set_values, eq_op, value = match.groups()
+        present, actual = key in labels, labels.get(key)
+        if set_op:
+            values = {v.strip() for v in set_values.split(",") if v.strip()}
+            ok = (present and actual in values) if set_op == "in" else (not present or actual not in values)
+        elif eq_op:
+            ok = (actual == value) if eq_op in ("=", "==") else (not present or actual != value)
+        else:
+            ok = present != bool(negate)
+        if not ok:
+            return False
+    return True
+
+
+def field_selector_matches(selector: str | None, obj: JsonObj) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        op = "!=" if "!=" in term else ("==" if "==" in term else "=")
+        path, value = term.split(op, 1)
+        actual = _dig(obj, path.strip().split("."))
+        actual_text = "" if actual is None else str(actual)
+        if (actual_text == value.strip()) == (op == "!="):
+            return False
+    return True
+
+
+# --- Bookkeeping for tests -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Request:
+    """One request as the emulator received it, for assertions."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: Any
+    verb: str = ""
+    group: str = ""
+    version: str = ""
+    resource: str = ""  # plural, or plural/subresource
+    namespace: str | None = None
+    name: str | None = None
+    status: int = 0
+
+    @property
+    def is_write(self) -> bool:
+        return self.method in ("POST", "PUT", "PATCH", "DELETE")
+
+
+@dataclass(slots=True)
+class Fault:
+    code: int
+    path: str
+    method: str | None
+    remaining: int
+    message: str
+    retry_after: int | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method is not None and self.method != method:
+            return False
+        return fnmatch.fnmatchcase(path, self.path)
+
+
+@dataclass(slots=True)
+class Hook:
+    """Run ``action`` after the server answered a matching request (a controller racing the client)."""
+
+    method: str
+    path: str
+    action: Callable[[], None]
+    remaining: int
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.remaining > 0 and self.method == method and fnmatch.fnmatchcase(path, self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Denial:
+    verb: str  # "*" for any
+    resource: str  # "deployments" or "deployments/scale"; "*" for any
+    namespace: str | None = None  # None: any namespace
+    group: str | None = None  # None: any group
+
+    def matches(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
+        return (
+            self.verb in ("*", verb)
+            and self.resource in ("*", resource)
+            and (self.namespace is None or self.namespace == namespace)
+            and (self.group is None or self.group == group)
+        )
+
+
+@dataclass(slots=True)
+class Expectation:
+    method: str
+    path: str  # fnmatch pattern
+    times: int | None  # None: any number
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.method == method and fnmatch.fnmatchcase(path, self.path) and self.times != 0
+
+
+@dataclass(slots=True)
+class _Watcher:
+    rt: ResourceType
+    version: str
+    namespace: str | None
+    labels: str | None
+    fields: str | None
+    bookmarks: bool
+    queue: asyncio.Queue[JsonObj | None] = field(default_factory=asyncio.Queue)
+
+    def sees(self, obj: JsonObj | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata", {})
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return label_selector_matches(self.labels, meta.get("labels") or {}) and field_selector_matches(
+            self.fields, obj
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    rt: ResourceType
+    version: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+StoreKey = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
+
+
+class Emulator:
+    """The emulated API server. Start it with ``start()``; point a client at ``url``."""
+
+    def __init__(self, *, user: str = DEFAULT_USER, resources: Iterable[ResourceType] = RESOURCES) -> None:
+        self.user = user
+        self.resources = tuple(resources)
+        self.requests: list[Request] = []
+        self.strict = False
+        self.violations: list[str] = []
+        self._expectations: list[Expectation] = []
+        self._denials: list[Denial] = []
+        self._faults: list[Fault] = []
+        self._hooks: list[Hook] = []
+        self._dry_run = False
+        self._unserved: set[tuple[str, str]] = set()
+        self._objects: dict[StoreKey, JsonObj] = {}
+        self._rv = 100
+        self._compacted = 0
+        self._history: list[tuple[int, str, ResourceType, JsonObj]] = []
+        self._watchers: list[_Watcher] = []
+        self._watchers_changed = asyncio.Event()
+        self._uid_seq = 0
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        server = cast(Any, site)._server
+        bound_port = server.sockets[0].getsockname()[1]
+        self.url = f"http://{host}:{bound_port}"
+        return self.url
+
+    async def stop(self) -> None:
+        self.drop_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def check(self) -> None:
+        """Raise ``AssertionError`` if strict mode saw a write nobody expected."""
+        if self.violations:
+            raise AssertionError("unexpected writes to the API server:\n  " + "\n  ".join(self.violations))
+
+    # --- test controls -------------------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def compact(self, at: int | None = None) -> int:
+        """Forget watch history up to resourceVersion ``at`` (default: now), as etcd compaction does: a watch
+        from an older resourceVersion gets ``410 Gone``; later events still replay."""
+        self._compacted = self._rv if at is None else min(at, self._rv)
+        self._history = [h for h in self._history if h[0] > self._compacted]
+        return self._compacted
+
+    def drop_watches(self) -> None:
+        """Close every open watch stream, as an apiserver restart or a load balancer timeout does."""
+        for watcher in self._watchers:
+            watcher.queue.put_nowait(None)
+
+    def bookmark(self) -> None:
+        """Send a ``BOOKMARK`` with the current resourceVersion to watchers that allowed bookmarks."""
+        for watcher in self._watchers:
+            if watcher.bookmarks:
+                obj = {
+                    "kind": watcher.rt.kind, "apiVersion": watcher.rt.api_version(watcher.version),
+                    "metadata": {"resourceVersion": str(self._rv)},
+                }
+                watcher.queue.put_nowait({"type": "BOOKMARK", "object": obj})
+
+    @property
+    def watch_count(self) -> int:
+        return len(self._watchers)
+
+    async def wait_for_watchers(self, count: int, *, plural: str | None = None) -> None:
+        """Wait until at least ``count`` watch streams (of ``plural``, if given) are open."""
+        while sum(1 for w in self._watchers if plural in (None, w.rt.plural)) < count:
+            self._watchers_changed.clear()
+            await self._watchers_changed.wait()
+
+    def deny(self, verb: str, resource: str, namespace: str | None = None, group: str | None = None) -> None:
+        """RBAC: ``verb`` on ``resource`` (``plural`` or ``plural/subresource``) answers 403."""
+        self._denials.append(Denial(verb, resource, namespace, group))
+
+    def inject(
+        self,
+        code: int,
+        path: str,
+        *,
+        times: int = 1,
+        method: str | None = None,
+        message: str | None = None,
+        retry_after: int | None = None,
+    ) -> Fault:
+        """Answer the next ``times`` requests matching ``path`` (an fnmatch pattern) with ``code``."""
+        fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after)
+        self._faults.append(fault)
+        return fault
+
+    def after(self, method: str, path: str, action: Callable[[], None], *, times: int = 1) -> None:
+        """Call ``action`` right after answering the next ``times`` requests matching ``method`` and ``path``
+        (fnmatch), e.g. change an object between a client's read and its write to provoke a real conflict."""
+        self._hooks.append(Hook(method.upper(), path, action, times))
+
+    def unserve(self, group: str, version: str) -> None:
+        """Stop serving ``group/version`` (paths answer 404), e.g. a Kueue without v1beta2."""
+        self._unserved.add((group, version))
+
+    def expect_write(self, method: str, path: str, *, times: int | None = None) -> None:
+        """Strict mode: allow ``method`` on paths matching ``path`` (fnmatch), ``times`` times or any."""
+        self._expectations.append(Expectation(method.upper(), path, times))
+
+    def writes(self) -> list[Request]:
+        return [r for r in self.requests if r.is_write]
+
+    def clear_log(self) -> None:
+        self.requests.clear()
+
+    # --- direct (test-side) object access ----------------------------------------------------------------
+
+    def resource(self, api_version: str, kind: str) -> ResourceType:
+        group, _, version = api_version.rpartition("/")
+        for rt in self.resources:
+            if rt.group == group and rt.kind == kind and version in rt.versions:
+                return rt
+        raise KeyError(f"the emulator has no {kind} in {api_version}")
+
+    def _key(self, rt: ResourceType, namespace: str | None, name: str) -> StoreKey:
+        return (rt.group, rt.plural, (namespace or "default") if rt.namespaced else "", name)
+
+    def add(self, obj: JsonObj) -> JsonObj:
+        """Create ``obj`` (with ``apiVersion`` and ``kind``) as the server would; return the stored copy."""
+        rt = self.resource(obj["apiVersion"], obj["kind"])
+        version = obj["apiVersion"].rpartition("/")[2]
+        meta = obj.get("metadata", {})
+        return self._create(rt, version, meta.get("namespace"), copy.deepcopy(obj))
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> JsonObj:
+        rt = self.resource(api_version, kind)
+        stored = self._objects.get(self._key(rt, namespace, name))
+        if stored is None:
+            raise KeyError(f"{kind} {namespace}/{name} does not exist")
+        return _convert(rt, stored, api_version.rpartition("/")[2])
+
+    def exists(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
+        rt = self.resource(api_version, kind)
+        return self._key(rt, namespace, name) in self._objects
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[JsonObj]:
+        rt = self.resource(api_version, kind)
+        version = api_version.rpartition("/")[2]
+        return [_convert(rt, o, version) for o in self._select(rt, namespace, None, None)]
+
+    def modify(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        change: Callable[[JsonObj], None] | None = None,
+        **merge: Any,
+    ) -> JsonObj:
+        """Change a stored object as a controller would (status included): ``change`` mutates a copy in place,
+        ``merge`` is merged in (``status={"readyReplicas": 2}``). Bumps the resourceVersion, notifies watches."""
+        rt = self.resource(api_version, kind)
+        version = api_version.rpartition("/")[2]
+        key = self._key(rt, namespace, name)
+        if key not in self._objects:
+            raise KeyError(f"{kind} {namespace}/{name} does not exist")
+        obj = _convert(rt, self._objects[key], version)
+        if merge:
+            obj = merge_patch(obj, merge)
+        if change is not None:
+            change(obj)
+        obj = self._to_storage(rt, obj)
+        if obj.get("spec") != self._objects[key].get("spec"):
+            obj["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
+        return self._commit(rt, key, obj, "MODIFIED")
+
+    def remove(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        rt = self.resource(api_version, kind)
+        key = self._key(rt, namespace, name)
+        self._commit(rt, key, None, "DELETED")
+
+    # --- storage -------------------------------------------------------------------------------------------
+
+    def _to_storage(self, rt: ResourceType, obj: JsonObj) -> JsonObj:
+        return _convert(rt, obj, rt.storage_version)
+
+    def _select(
+        self, rt: ResourceType, namespace: str | None, labels: str | None, fields: str | None
+    ) -> Iterator[JsonObj]:
+        for (group, plural, ns, _name), obj in sorted(self._objects.items()):
+            if (group, plural) != (rt.group, rt.plural):
+                continue
+            if namespace is not None and rt.namespaced and ns != namespace:
+                continue
+            meta = obj.get("metadata", {})
+            if label_selector_matches(labels, meta.get("labels") or {}) and field_selector_matches(fields, obj):
+                yield obj
+
+    def _new_uid(self) -> str:
+        self._uid_seq += 1
+        return str(uuid.UUID(int=0x5EED_0000_0000_0000_0000_0000_0000_0000 + self._uid_seq))
+
+    def _create(self, rt: ResourceType, version: str, namespace: str | None, obj: JsonObj) -> JsonObj:
+        meta = obj.setdefault("metadata", {})
+        if rt.namespaced:
+            if namespace and meta.get("namespace") not in (None, namespace):
+                raise ApiError(
+                    400, "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            meta["namespace"] = namespace or meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise ApiError(
+                    422, f'{rt.kind} "" is invalid: metadata.name: Required value: name or generateName is required'
+                )
+            meta["name"] = f"{prefix}{self._uid_seq + 1:05x}"
+        if meta.get("resourceVersion"):
+            raise ApiError(500, "resourceVersion should not be set on objects to be created")
+        key = self._key(rt, meta.get("namespace"), meta["name"])
+        if key in self._objects:
+            raise ApiError(
+                409, f'{rt.qualified} "{meta["name"]}" already exists', "AlreadyExists", _details(rt, meta["name"])
+            )
+        meta["uid"] = self._new_uid()
+        meta.setdefault("creationTimestamp", DEFAULT_TIMESTAMP)
+        meta["generation"] = 1
+        obj["apiVersion"], obj["kind"] = rt.api_version(version), rt.kind
+        stored = self._commit(rt, key, self._to_storage(rt, obj), "ADDED")
+        return _convert(rt, stored, version)
+
+    def _commit(self, rt: ResourceType, key: StoreKey, obj: JsonObj | None, event: str) -> JsonObj:
+        """Store (or delete) one object at a new resourceVersion and tell the watchers."""
+        old = self._objects.get(key)
+        if self._dry_run:
+            # ?dryRun=All: validated and answered as if stored, but nothing persists and nobody is told.
+            if obj is None and old is None:
+                raise not_found(rt, key[3])
+            return copy.deepcopy(obj if obj is not None else old)  # type: ignore[arg-type]
+        if obj is None:
+            if old is None:
+                raise not_found(rt, key[3])
+            self._rv += 1
+            obj = copy.deepcopy(old)
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            del self._objects[key]
+        else:
+            self._rv += 1
+            obj = copy.deepcopy(obj)
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            self._objects[key] = obj
+        self._history.append((self._rv, event, rt, copy.deepcopy(obj)))
+        for watcher in self._watchers:
+            if watcher.rt is rt:
+                self._notify(watcher, event, old, obj)
+        return copy.deepcopy(obj)
+
+    @staticmethod
+    def _notify(watcher: _Watcher, event: str, old: JsonObj | None, new: JsonObj) -> None:
+        # A watch with a selector sees an object enter (ADDED) or leave (DELETED) its selection on an update,
+        # as the watch cache does.
+        was, now = watcher.sees(old), watcher.sees(new)
+        if event == "MODIFIED":
+            if was and not now:
+                event = "DELETED"
+            elif now and not was:
+                event = "ADDED"
+            elif not now:
+                return
+        elif not now:
+            return
+        watcher.queue.put_nowait({"type": event, "object": _convert(watcher.rt, new, watcher.version)})
+
+    # --- HTTP --------------------------------------------------------------------------------------------------
+
+    def _route(self, path: str) -> _Target | None:
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        if (group, version) in self._unserved:
+            return None
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            return None
+        for rt in self.resources:
+            if rt.group == group and rt.plural == rest[0] and version in rt.versions:
+                if namespace is not None and not rt.namespaced:
+                    return None
+                name = rest[1] if len(rest) > 1 else None
+                sub = rest[2] if len(rest) > 2 else None
+                if sub not in (None, "status", "scale"):
+                    return None
+                if (sub == "status" and not rt.status) or (sub == "scale" and rt.scale is None):
+                    return None
+                return _Target(rt, version, namespace, name, sub)
+        return None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+        query = dict(request.query)
+        entry = Request(request.method, request.path, query, content_type, body)
+        self.requests.append(entry)
+        try:
+            response = await self._serve(request, entry, raw)
+        except ApiError as exc:
+            response = web.json_response(exc.body(), status=exc.code)
+        entry.status = response.status
+        for hook in self._hooks:
+            if hook.matches(entry.method, entry.path):
+                hook.remaining -= 1
+                hook.action()
+        return response
+
+    async def _serve(self, request: web.Request, entry: Request, raw: bytes) -> web.StreamResponse:
+        if entry.path == "/version":
+            return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-emulated"})
+        target = self._route(entry.path)
+        if target is None:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound", {})
+        rt = target.rt
+        entry.group, entry.version = rt.group, target.version
+        entry.namespace, entry.name = target.namespace, target.name
+        entry.resource = f"{rt.plural}/{target.subresource}" if target.subresource else rt.plural
+        watch = entry.query.get("watch", "").lower() in ("true", "1")
+        entry.verb = {
+            "GET": "watch" if watch else ("get" if target.name else "list"),
+            "POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete" if target.name else "deletecollection",
+        }.get(request.method, request.method.lower())
+
+        if entry.is_write and self.strict:
+            allowed = next((e for e in self._expectations if e.matches(entry.method, entry.path)), None)
+            if allowed is None:
+                note = f"{entry.method} {entry.path} ({entry.content_type}) {json.dumps(entry.body)[:300]}"
+                self.violations.append(note)
+                raise ApiError(500, f"emulator strict mode: unexpected write {entry.method} {entry.path}")
+            if allowed.times is not None:
+                allowed.times -= 1
+
+        for denial in self._denials:
+            if denial.matches(entry.verb, rt.group, entry.resource, target.namespace):
+                raise self._forbidden(entry, target)
+
+        for fault in self._faults:
+            if fault.remaining > 0 and fault.matches(entry.method, entry.path):
+                fault.remaining -= 1
+                error = ApiError(fault.code, fault.message)
+                if fault.code == 409:
+                    error = conflict(rt, target.name or "")
+                response = web.json_response(error.body(), status=fault.code)
+                if fault.retry_after is not None:
+                    response.headers["Retry-After"] = str(fault.retry_after)
+                return response
+
+        if entry.verb == "watch":
+            return await self._watch(request, target)
+        if entry.is_write and entry.query.get("dryRun") == "All":
+            self._dry_run = True
+            try:
+                return self._dispatch_write(target, entry, raw)
+            finally:
+                self._dry_run = False
+        if entry.is_write:
+            return self._dispatch_write(target, entry, raw)
+        if entry.verb == "list":
+            return web.json_response(self._list(target, entry.query))
+        if entry.verb == "get":
+            return web.json_response(self._get(target))
+        raise ApiError(405, "the server does not allow this method on the requested resource")
+
+    def _dispatch_write(self, target: _Target, entry: Request, raw: bytes) -> web.StreamResponse:
+        if entry.verb == "create":
+            if target.name is not None:
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return web.json_response(self._post(target, entry.body), status=201)
+        if entry.verb == "update":
+            return web.json_response(self._put(target, entry.body))
+        if entry.verb == "patch":
+            return web.json_response(self._patch(target, entry, raw))
+        if entry.verb == "delete":
+            if target.subresource is not None:
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return web.json_response(self._delete(target, entry.body))
+        raise ApiError(405, "the server does not allow this method on the requested resource")
+
+    def _forbidden(self, entry: Request, target: _Target) -> ApiError:
+        rt = target.rt
+        subject = f'{rt.qualified} "{target.name}"' if target.name else rt.qualified
+        where = f'in the namespace "{target.namespace}"' if target.namespace else "at the cluster scope"
+        message = (
+            f'{subject} is forbidden: User "{self.user}" cannot {entry.verb} resource "{entry.resource}" '
+            f'in API group "{rt.group}" {where}'
+        )
+        return ApiError(403, message, "Forbidden", _details(rt, target.name))
+
+    def _stored(self, target: _Target) -> tuple[StoreKey, JsonObj]:
+        assert target.name is not None
+        key = self._key(target.rt, target.namespace, target.name)
+        obj = self._objects.get(key)
+        if obj is None:
+            raise not_found(target.rt, target.name)
+        return key, obj
+
+    def _get(self, target: _Target) -> JsonObj:
+        _, stored = self._stored(target)
+        if target.subresource == "scale":
+            return self._scale_of(target.rt, stored)
+        return _convert(target.rt, stored, target.version)
+
+    def _list(self, target: _Target, query: dict[str, str]) -> JsonObj:
+        rt = target.rt
+        rv = query.get("resourceVersion")
+        if rv not in (None, "", "0"):
+            try:
+                requested = int(rv)
+            except ValueError:
+                raise ApiError(400, f"invalid resource version {rv!r}") from None
+            if requested > self._rv:
+                raise ApiError(504, f"Too large resource version: {requested}, current: {self._rv}", "Timeout")
+            if query.get("resourceVersionMatch") == "Exact" and requested < self._rv:
+                # Only the latest state is kept; an exact read of the past is available until compaction only,
+                # and this emulator keeps no snapshots, so it answers as the server does after compaction.
+                raise ApiError(
+                    410, f"too old resource version: {requested} ({self._compacted or self._rv})", "Expired"
+                )
+        items = [
+            _convert(rt, o, target.version)
+            for o in self._select(rt, target.namespace, query.get("labelSelector"), query.get("fieldSelector"))
+        ]
+        if rt.builtin:
+            # Typed lists of built-in kinds carry no per-item kind/apiVersion on the wire.
+            for item in items:
+                item.pop("kind", None)
+                item.pop("apiVersion", None)
+        meta: JsonObj = {"resourceVersion": str(self._rv)}
+        offset = 0
+        if query.get("continue"):
+            offset = int(base64.urlsafe_b64decode(query["continue"].encode()).decode())
+        limit = int(query.get("limit") or 0)
+        if limit:
+            if offset + limit < len(items):
+                meta["continue"] = base64.urlsafe_b64encode(str(offset + limit).encode()).decode()
+                meta["remainingItemCount"] = len(items) - offset - limit
+            items = items[offset : offset + limit]
+        elif offset:
+            items = items[offset:]
+        api_version = rt.api_version(target.version)
+        return {"kind": f"{rt.kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
+
+    async def _watch(self, request: web.Request, target: _Target) -> web.StreamResponse:
+        rt, query = target.rt, request.query
+        watcher = _Watcher(
+            rt, target.version, target.namespace, query.get("labelSelector"), query.get("fieldSelector"),
+            query.get("allowWatchBookmarks", "").lower() in ("true", "1"),
+        )
+        if target.name is not None:
+            name_field = f"metadata.name={target.name}"
+            watcher.fields = f"{watcher.fields},{name_field}" if watcher.fields else name_field
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        rv = query.get("resourceVersion")
+        initial: list[JsonObj] = []
+        if rv in (None, "", "0"):
+            initial = [
+                {"type": "ADDED", "object": _convert(rt, o, target.version)}
+                for o in self._select(rt, target.namespace, None, None)
+                if watcher.sees(o)
+            ]
+        else:
+            requested = int(rv)
+            if requested < self._compacted:
+                gone = status_body(
+                    410, "Expired", f"too old resource version: {requested} ({self._compacted})"
+                )
+                await response.write((json.dumps({"type": "ERROR", "object": gone}) + "\n").encode())
+                await response.write_eof()
+                return response
+            for event_rv, event, event_rt, obj in self._history:
+                if event_rt is rt and event_rv > requested and watcher.sees(obj):
+                    initial.append({"type": event, "object": _convert(rt, obj, target.version)})
+        for event_obj in initial:
+            watcher.queue.put_nowait(event_obj)
+        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        self._watchers.append(watcher)
+        self._watchers_changed.set()
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(watcher.queue.get(), timeout)
+                except TimeoutError:
+                    break
+                if item is None:
+                    break
+                await response.write((json.dumps(item) + "\n").encode())
+        except ConnectionResetError:
+            pass  # the client went away; a cancelled handler (client disconnect) propagates
+        finally:
+            self._watchers.remove(watcher)
+            self._watchers_changed.set()
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response
+
+    def _check_body(self, target: _Target, body: Any) -> JsonObj:
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body of the request was not a JSON object")
+        meta = body.get("metadata") or {}
+        if target.name is not None and meta.get("name") not in (None, target.name):
+            raise ApiError(
+                400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({target.name})"
+            )
+        return body
+
+    def _post(self, target: _Target, body: Any) -> JsonObj:
+        obj = copy.deepcopy(self._check_body(target, body))
+        rt = target.rt
+        if obj.get("kind") not in (None, rt.kind):
+            raise ApiError(400, f"the API version in the data ({obj.get('apiVersion')}) does not match the expected")
+        return self._create(rt, target.version, target.namespace, obj)
+
+    def _put(self, target: _Target, body: Any) -> JsonObj:
+        body = self._check_body(target, body)
+        key, stored = self._stored(target)
+        rt = target.rt
+        if target.subresource == "scale":
+            return self._write_scale(target, key, stored, body)
+        sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if not sent_rv and not rt.builtin:
+            # Custom resources do not allow unconditional updates.
+            raise ApiError(
+                422,
+                f'{rt.kind}.{rt.group} "{target.name}" is invalid: metadata.resourceVersion: '
+                "Invalid value: 0x0: must be specified for an update",
+            )
+        if sent_rv and sent_rv != stored["metadata"]["resourceVersion"]:
+            raise conflict(rt, key[3])
+        return self._write(target, key, stored, copy.deepcopy(body))
+
+    def _patch(self, target: _Target, entry: Request, raw: bytes) -> JsonObj:
+        rt, content_type = target.rt, entry.content_type
+        key, stored = self._stored(target)
+        scale = target.subresource == "scale"
+        current = self._scale_of(rt, stored) if scale else _convert(rt, stored, target.version)
+        patch: Any = entry.body
+        if content_type == JSON_PATCH:
+            if not isinstance(patch, list):
+                raise ApiError(
+                    400, "json: cannot unmarshal object into Go value of type jsonpatch.Patch", "BadRequest"
+                )
+            result = json_patch(current, patch)
+        elif content_type == MERGE_PATCH:
+            result = merge_patch(current, self._patch_object(patch))
+        elif content_type == STRATEGIC_MERGE_PATCH:
+            if not rt.builtin:
+                raise self._unsupported(content_type)
+            # Approximation: merge patch semantics; lists are replaced, not merged by their merge keys.
+            result = merge_patch(current, self._patch_object(patch))
+        elif content_type == APPLY_PATCH:
+            if not entry.query.get("fieldManager"):
+                raise ApiError(400, "PATCH /apply requires fieldManager to be set", "BadRequest")
+            try:
+                applied = yaml.safe_load(raw.decode()) if raw else None
+            except yaml.YAMLError as exc:
+                raise ApiError(400, f"error decoding YAML: {exc}") from None
+            result = merge_patch(current, self._patch_object(applied))
+        else:
+            raise self._unsupported(content_type)
+        if not isinstance(result, dict):
+            raise ApiError(422, "the patched object is not a JSON object")
+        sent_rv = (result.get("metadata") or {}).get("resourceVersion")
+        if sent_rv and sent_rv != stored["metadata"]["resourceVersion"]:
+            raise conflict(rt, key[3])
+        if target.subresource == "scale":
+            return self._write_scale(target, key, stored, result)
+        return self._write(target, key, stored, result)
+
+    @staticmethod
+    def _patch_object(patch: Any) -> JsonObj:
+        if not isinstance(patch, dict):
+            # What the server answers to a JSON-patch list sent as a merge patch (kubernetes-client/python#2039).
+            raise ApiError(
+                422,
+                f'"" is invalid: patch: Invalid value: "{json.dumps(patch)[:200]}": couldn\'t get version/kind; '
+                "json parse error: json: cannot unmarshal array into Go value of type struct",
+                "Invalid",
+            )
+        return patch
+
+    @staticmethod
+    def _unsupported(content_type: str) -> ApiError:
+        return ApiError(
+            415,
+            f"the body of the request was in an unknown format ({content_type}) - accepted media types include: "
+            f"{JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}",
+            "UnsupportedMediaType",
+        )
+
+    def _write(self, target: _Target, key: StoreKey, stored: JsonObj, new: JsonObj) -> JsonObj:
+        """Store an update of the main resource or of its status, keeping what each may not change."""
+        rt = target.rt
+        new = self._to_storage(rt, new)
+        meta = new.setdefault("metadata", {})
+        old_meta = stored["metadata"]
+        for fixed in ("name", "namespace", "uid", "creationTimestamp", "generation"):
+            if fixed in old_meta:
+                meta[fixed] = old_meta[fixed]
+            else:
+                meta.pop(fixed, None)
+        if target.subresource == "status":
+            result = copy.deepcopy(stored)
+            if "status" in new:
+                result["status"] = new["status"]
+            else:
+                result.pop("status", None)
+            new = result
+        elif rt.status:
+            if "status" in stored:
+                new["status"] = copy.deepcopy(stored["status"])
+            else:
+                new.pop("status", None)
+        if new.get("spec") != stored.get("spec"):
+            meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        committed = self._commit(rt, key, new, "MODIFIED")
+        return _convert(rt, committed, target.version)
+
+    def _scale_of(self, rt: ResourceType, stored: JsonObj) -> JsonObj:
+        assert rt.scale is not None
+        meta = stored["metadata"]
+        return {
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": {
+                k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+            },
+            "spec": {"replicas": int(_dig(stored, rt.scale.spec_replicas) or 0)},
+            "status": {
+                "replicas": int(_dig(stored, rt.scale.status_replicas) or 0),
+                "selector": rt.scale.selector(stored),
+            },
+        }
+
+    def _write_scale(self, target: _Target, key: StoreKey, stored: JsonObj, scale: JsonObj) -> JsonObj:
+        rt = target.rt
+        assert rt.scale is not None
+        sent_rv = (scale.get("metadata") or {}).get("resourceVersion")
+        if sent_rv and sent_rv != stored["metadata"]["resourceVersion"]:
+            raise conflict(rt, key[3])
+        replicas = _dig(scale, ("spec", "replicas"))
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise ApiError(
+                422, f'Scale.autoscaling "{key[3]}" is invalid: spec.replicas: Invalid value: {replicas!r}: '
+                "must be greater than or equal to 0"
+            )
+        new = copy.deepcopy(stored)
+        _put(new, rt.scale.spec_replicas, replicas)
+        if new != stored:
+            new["metadata"]["generation"] = int(stored["metadata"].get("generation", 1)) + 1
+            stored = self._commit(rt, key, new, "MODIFIED")
+        return self._scale_of(rt, stored)
+
+    def _delete(self, target: _Target, body: Any = None) -> JsonObj:
+        key, stored = self._stored(target)
+        preconditions = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
+        if preconditions.get("resourceVersion") not in (None, stored["metadata"]["resourceVersion"]):
+            raise conflict(target.rt, key[3])
+        if preconditions.get("uid") not in (None, stored["metadata"]["uid"]):
+            raise ApiError(
+                409,
+                f'Precondition failed: UID in precondition: {preconditions["uid"]}, UID in object meta: '
+                f'{stored["metadata"]["uid"]}',
+                "Conflict",
+                _details(target.rt, key[3]),
+            )
+        deleted = self._commit(target.rt, key, None, "DELETED")
+        return _convert(target.rt, deleted, target.version)
