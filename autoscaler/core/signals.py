@@ -1,19 +1,30 @@
 """Judging raw signal readings: a value is usable, or unknown with a reason. Never silently zero.
 
-A reading is unknown when it is missing, came with a source error, is NaN, infinite or negative, or is
-older than its ``maxAgeSeconds``. Composite signals (``expr``) are evaluated with ``simpleeval`` over
-the usable values (never ``eval``); a composite that depends on an unknown signal is itself unknown.
+A reading is unknown when it is missing, came with a source error, is NaN, infinite or negative, has no
+timestamp, is older than its ``maxAgeSeconds`` or stamped too far in the future. Composite signals
+(``expr``) are evaluated with ``simpleeval`` over the usable values (never ``eval``):
+
+- a composite that depends on an unknown signal is itself unknown (the reasons are carried along);
+- division or modulo by zero, a domain error (``sqrt(-1)``), an overflow, or a result that is NaN, infinite
+  or negative makes the composite unknown, never zero;
+- powers are computed in floating point (``math.pow``), so ``10**10**10`` fails at once with an overflow
+  instead of building a gigantic integer (simpleeval's own ``MAX_POWER`` guard still lets
+  ``3999999**3999999`` through, which takes minutes);
+- the spec already rejects attribute access, subscripts, lambdas, strings and unknown functions when the
+  policy loads (``spec._check_expression``); the evaluator here allows only the same operators, as a second
+  line of defence.
 """
 
 from __future__ import annotations
 
 import ast
 import math
+import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from simpleeval import SimpleEval
+from simpleeval import InvalidExpression, SimpleEval
 
 from autoscaler.core.model import SignalReading, SignalState, SignalValue
 from autoscaler.core.spec import Spec
@@ -26,6 +37,11 @@ def _clamp(value: float, low: float, high: float) -> float:
     return max(low, min(high, value))
 
 
+def _float_pow(base: float, exponent: float) -> float:
+    # math.pow works on floats: an overflow raises at once, where int ** int would compute for minutes.
+    return math.pow(base, exponent)
+
+
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "max": max,
     "min": min,
@@ -34,6 +50,25 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "floor": math.floor,
     "sqrt": math.sqrt,
     "clamp": _clamp,
+}
+
+#: Exactly the operators ``spec._check_expression`` admits; anything else fails in the evaluator too.
+_OPERATORS: dict[type, Callable[..., Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: _float_pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
 }
 
 
@@ -56,6 +91,8 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
         return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: negative ({value:g})", age, source)
     if age is None:
         return SignalValue(name, SignalState.UNKNOWN, None, "missing: sample has no timestamp", source=source)
+    if math.isnan(age):
+        return SignalValue(name, SignalState.UNKNOWN, None, "invalid: timestamp is NaN", source=source)
     if age > max_age_s:
         return SignalValue(
             name, SignalState.UNKNOWN, None, f"stale: {age:.0f}s old > maxAgeSeconds {max_age_s:g}", age, source
@@ -72,23 +109,40 @@ class SignalJudge:
     """Judges all signals of one policy; built once per policy (expressions are parsed once)."""
 
     spec: Spec
+    _parsed: dict[str, ast.expr] = field(init=False, repr=False, compare=False)
+    _uses: dict[str, set[str]] = field(init=False, repr=False, compare=False)
+    _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        parsed = {s.name: ast.parse(s.expr, mode="eval").body for s in self.spec.signals if s.expr is not None}
-        object.__setattr__(self, "_parsed", parsed)
-        object.__setattr__(self, "_order", _evaluation_order(self.spec))
+        composites = [s for s in self.spec.signals if s.expr is not None]
+        # Frozen dataclass: derived fields are set once here (parsing is the costly part of an evaluation).
+        object.__setattr__(self, "_parsed", {s.name: ast.parse(s.expr or "", mode="eval").body for s in composites})
+        object.__setattr__(self, "_uses", {s.name: s.expression_names() for s in composites})
+        object.__setattr__(self, "_order", tuple(_evaluation_order(self.spec)))
 
     def judge_all(self, readings: Mapping[str, SignalReading], now: float) -> dict[str, SignalValue]:
+        """Judge every signal of the policy (composites after their inputs); readings for composites are ignored."""
         default_age = self.spec.metric_safety.max_age_seconds
-        parsed: dict[str, ast.expr] = self._parsed  # type: ignore[attr-defined]
         out: dict[str, SignalValue] = {}
-        for name in self._order:  # type: ignore[attr-defined]
+        for name in self._order:
             sig = self.spec.signal(name)
+            max_age = sig.max_age_seconds or default_age
             if sig.expr is None:
-                max_age = sig.max_age_seconds or default_age
                 out[name] = judge(name, readings.get(name), now=now, max_age_s=max_age)
             else:
-                out[name] = _evaluate(name, sig.expr, parsed[name], sig.expression_names(), out)
+                value = _evaluate(name, sig.expr, self._parsed[name], self._uses[name], out)
+                limit = sig.max_age_seconds
+                # An explicit limit on a composite bounds the age of its oldest input.
+                if limit is not None and value.ok and value.age_s is not None and value.age_s > limit:
+                    value = SignalValue(
+                        name,
+                        SignalState.UNKNOWN,
+                        None,
+                        f"stale: oldest input {value.age_s:.0f}s old > maxAgeSeconds {limit:g}",
+                        value.age_s,
+                        "expr",
+                    )
+                out[name] = value
         return out
 
 
@@ -110,6 +164,33 @@ def _evaluation_order(spec: Spec) -> list[str]:
     return order
 
 
+def evaluate_expression(expr: str, names: Mapping[str, float], tree: ast.expr | None = None) -> float:
+    """Evaluate ``expr`` over ``names`` with the restricted evaluator.
+
+    Raises ``ValueError`` (with the cause) when the expression cannot give a usable number: division by
+    zero, domain error, overflow, a construct the evaluator refuses, or a NaN/infinite/negative result.
+    """
+    evaluator = SimpleEval(operators=_OPERATORS, functions=_FUNCTIONS, names=dict(names))
+    try:
+        result = evaluator.eval(expr, previously_parsed=tree)
+    except ZeroDivisionError:
+        raise ValueError(f"division by zero in {expr!r}") from None
+    except (ArithmeticError, ValueError, TypeError, InvalidExpression, KeyError, RecursionError) as exc:
+        raise ValueError(f"{expr!r} failed: {exc}") from None
+    if isinstance(result, bool):
+        result = float(result)
+    if not isinstance(result, int | float):
+        raise ValueError(f"{expr!r} gave {result!r}, not a number")
+    try:
+        value = float(result)
+    except OverflowError:
+        # An integer result too large for a float (e.g. a product of huge literals).
+        raise ValueError(f"{expr!r} gave a number too large") from None
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise ValueError(f"{expr!r} gave {value!r}")
+    return value
+
+
 def _evaluate(
     name: str, expr: str, tree: ast.expr, uses: set[str], values: Mapping[str, SignalValue]
 ) -> SignalValue:
@@ -117,17 +198,10 @@ def _evaluate(
     if unknown:
         why = "; ".join(f"{u}: {values[u].reason}" for u in unknown)
         return SignalValue(name, SignalState.UNKNOWN, None, f"depends on unknown signal(s): {why}")
-    names = {u: values[u].value for u in uses}
-    ages = [values[u].age_s for u in uses if values[u].age_s is not None]
-    evaluator = SimpleEval(functions=_FUNCTIONS, names=names)
+    names = {u: float(values[u].value or 0.0) for u in uses}
+    ages = [a for u in uses if (a := values[u].age_s) is not None]
     try:
-        result = evaluator.eval(expr, previously_parsed=tree)
-    except ZeroDivisionError:
-        return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: division by zero in {expr!r}")
-    except (ValueError, TypeError, OverflowError) as exc:
-        return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: {expr!r} failed: {exc}")
-    if isinstance(result, bool):
-        result = float(result)
-    if not isinstance(result, int | float) or math.isnan(result) or math.isinf(result) or result < 0:
-        return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: {expr!r} gave {result!r}")
-    return SignalValue(name, SignalState.OK, float(result), "", max(ages) if ages else None, "expr")
+        result = evaluate_expression(expr, names, tree)
+    except ValueError as exc:
+        return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: {exc}")
+    return SignalValue(name, SignalState.OK, result, "", max(ages) if ages else None, "expr")

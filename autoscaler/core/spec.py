@@ -8,17 +8,19 @@ Unknown fields are rejected everywhere (``extra="forbid"``).
 from __future__ import annotations
 
 import ast
+import difflib
+import keyword
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.policies.hpa import HpaPolicyConfig
 from autoscaler.core.policies.kpa import KpaPolicyConfig
 from autoscaler.core.policies.queue import QueuePolicyConfig
-from autoscaler.core.specbase import SpecModel
 from autoscaler.core.sourcespec import SourceSpec
+from autoscaler.core.specbase import FieldError, SpecModel
 
 API_VERSION = "autoscaler.dev/v1alpha1"
 SIGNAL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -26,6 +28,18 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
 #: Functions a composite signal expression may call (besides arithmetic).
 EXPRESSION_FUNCTIONS = ("max", "min", "abs", "ceil", "floor", "sqrt", "clamp")
+
+#: Signal presets ``autoscaler.sources`` implements. The spec stores only the name; listing them here lets
+#: ``autoscaler validate`` reject a misspelt preset before a controller ever starts.
+KNOWN_PRESETS = (
+    "jetstream.prefill_backlog",
+    "jetstream.slots_used",
+    "tgi.queue_size",
+    "tpu.memory_used_ratio",
+    "vllm.kv_cache_usage",
+    "vllm.running",
+    "vllm.waiting",
+)
 
 
 class Metadata(SpecModel):
@@ -68,15 +82,44 @@ class SignalSpec(SpecModel):
         default=None, gt=0, description="Older samples are unknown. Default spec.metricSafety."
     )
 
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        # An expression could not refer to such a signal: `True + 1` reads the constant, `max` the function,
+        # `if` is a syntax error. Rejecting the name keeps expression dependencies exact.
+        if keyword.iskeyword(value) or value in EXPRESSION_FUNCTIONS:
+            raise ValueError(
+                f"signal name {value!r} is reserved (a Python keyword or an expression function: "
+                f"{', '.join(EXPRESSION_FUNCTIONS)})"
+            )
+        return value
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | None) -> str | None:
+        if value is not None and value not in KNOWN_PRESETS:
+            close = difflib.get_close_matches(value, KNOWN_PRESETS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"unknown preset {value!r}; {hint}known: {', '.join(KNOWN_PRESETS)}")
+        return value
+
+    @field_validator("expr")
+    @classmethod
+    def _valid_expression(cls, value: str | None) -> str | None:
+        if value is not None:
+            _check_expression(value)
+        return value
+
     @model_validator(mode="after")
     def _exactly_one_definition(self) -> SignalSpec:
         given = [k for k in ("query", "preset", "metric", "expr") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(
-                f"signal {self.name!r} needs exactly one of query, preset, metric, expr (got {given or 'none'})"
+            # Point at the second definition when there are several (the first is the one meant).
+            raise FieldError(
+                f"signal {self.name!r} needs exactly one of query, preset, metric, expr "
+                f"(got {given or 'none'})",
+                *given[1:2],
             )
-        if self.expr is not None:
-            _check_expression(self.expr)
         return self
 
     def expression_names(self) -> set[str]:
@@ -106,28 +149,37 @@ def _check_expression(expr: str) -> None:
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise ValueError(f"expression {expr!r} uses {type(node).__name__}, which is not allowed")
-        if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in EXPRESSION_FUNCTIONS:
-                raise ValueError(
-                    f"expression {expr!r} calls an unknown function; allowed: {', '.join(EXPRESSION_FUNCTIONS)}"
-                )
+        if isinstance(node, ast.Call) and (
+            not isinstance(node.func, ast.Name) or node.func.id not in EXPRESSION_FUNCTIONS
+        ):
+            raise ValueError(
+                f"expression {expr!r} calls an unknown function; allowed: {', '.join(EXPRESSION_FUNCTIONS)}"
+            )
         if isinstance(node, ast.Constant) and not isinstance(node.value, int | float):
             raise ValueError(f"expression {expr!r} may only contain numbers, not {node.value!r}")
 
 
 class FallbackSpec(SpecModel):
-    """KEDA-style fallback after ``failureThreshold`` consecutive evaluations with unknown signals."""
+    """KEDA-style fallback once more than ``failureThreshold`` consecutive evaluations had unknown signals.
 
-    failure_threshold: int = Field(ge=1, description="Consecutive failed evaluations before falling back.")
+    ``static``: ``replicas``; ``currentReplicas``: the current count; ``currentReplicasIfHigher``:
+    ``max(current, replicas)``; ``currentReplicasIfLower``: ``min(current, replicas)`` (KEDA's semantics).
+    """
+
+    failure_threshold: int = Field(
+        ge=1, description="Consecutive failed evaluations tolerated; the next one falls back (as KEDA)."
+    )
     behavior: Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"] = (
         "static"
     )
-    replicas: int | None = Field(default=None, ge=0, description="Replica count for behavior static.")
+    replicas: int | None = Field(
+        default=None, ge=0, description="Replica count for static, currentReplicasIfHigher and currentReplicasIfLower."
+    )
 
     @model_validator(mode="after")
     def _static_needs_replicas(self) -> FallbackSpec:
-        if self.behavior == "static" and self.replicas is None:
-            raise ValueError("fallback behavior 'static' needs 'replicas'")
+        if self.behavior != "currentReplicas" and self.replicas is None:
+            raise FieldError(f"fallback behavior {self.behavior!r} needs 'replicas'", "replicas")
         return self
 
 
@@ -155,7 +207,7 @@ class ScaleToZeroSpec(SpecModel):
     @model_validator(mode="after")
     def _enabled_needs_activation(self) -> ScaleToZeroSpec:
         if self.enabled and self.activation is None:
-            raise ValueError("scaleToZero.enabled needs an 'activation' signal and threshold")
+            raise FieldError("scaleToZero.enabled needs an 'activation' signal and threshold", "activation")
         return self
 
 
@@ -197,7 +249,9 @@ class Spec(SpecModel):
     target: TargetSpec
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(ge=1)
-    evaluation_period_seconds: float = Field(default=15.0, gt=0, description="Default 15 s, the HPA sync period.")
+    evaluation_period_seconds: float = Field(
+        default=15.0, gt=0, description="Default 15 s, the HPA sync period."
+    )
     source: SourceSpec | None = Field(default=None, description="Default source for the signals.")
     signals: list[SignalSpec] = Field(min_length=1)
     policy: PolicyConfig
@@ -209,32 +263,48 @@ class Spec(SpecModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
+        # Each error names the field it is about (FieldError.loc), so `autoscaler validate` can print the
+        # line of that field rather than the line of `spec:`.
         if self.min_replicas > self.max_replicas:
-            raise ValueError(
-                f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})"
+            raise FieldError(
+                f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})",
+                "minReplicas",
             )
         if self.min_replicas == 0 and not self.scale_to_zero.enabled:
-            raise ValueError("minReplicas 0 needs scaleToZero.enabled: true (and an activation threshold)")
+            raise FieldError(
+                "minReplicas 0 needs scaleToZero.enabled: true (and an activation threshold)", "minReplicas"
+            )
         names = [s.name for s in self.signals]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"signal names must be unique; repeated: {', '.join(dupes)}")
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise FieldError(
+                    f"signal names must be unique; {name!r} is defined twice", "signals", i, "name"
+                )
         known = set(names)
-        for sig in self.signals:
+        for i, sig in enumerate(self.signals):
             missing = sig.expression_names() - known
             if missing:
-                raise ValueError(
+                raise FieldError(
                     f"signal {sig.name!r} refers to undefined signal(s) {', '.join(sorted(missing))}; "
-                    f"defined: {', '.join(names)}"
+                    f"defined: {', '.join(names)}",
+                    "signals", i, "expr",
                 )
         _check_no_cycles(self.signals)
         for ref in self.policy.signal_refs():
             if ref not in known:
-                raise ValueError(f"policy refers to undefined signal {ref!r}; defined: {', '.join(names)}")
-        if self.scale_to_zero.activation and self.scale_to_zero.activation.signal not in known:
-            raise ValueError(f"scaleToZero.activation refers to undefined signal {self.scale_to_zero.activation.signal!r}")
+                raise FieldError(
+                    f"policy refers to undefined signal {ref!r}; defined: {', '.join(names)}",
+                    "policy", *_locate(self.policy, ref),
+                )
+        activation = self.scale_to_zero.activation
+        if activation and activation.signal not in known:
+            raise FieldError(
+                f"scaleToZero.activation refers to undefined signal {activation.signal!r}; "
+                f"defined: {', '.join(names)}",
+                "scaleToZero", "activation", "signal",
+            )
         if self.actuation.mode == "hpaFloor" and not self.actuation.hpa_name:
-            raise ValueError("actuation mode hpaFloor needs 'hpaName'")
+            raise FieldError("actuation mode hpaFloor needs 'hpaName'", "actuation", "hpaName")
         return self
 
     def signal(self, name: str) -> SignalSpec:
@@ -244,7 +314,30 @@ class Spec(SpecModel):
         raise KeyError(name)
 
 
+def _locate(model: BaseModel, value: str) -> tuple[str | int, ...]:
+    """The camelCase path of the first field under ``model`` holding ``value`` (how a policy type stores a
+    signal reference is its own business: ``metrics[i].signal``, ``work[i]``, ``signal``...)."""
+
+    def walk(obj: object, path: tuple[str | int, ...]) -> tuple[str | int, ...] | None:
+        if obj == value:
+            return path
+        if isinstance(obj, BaseModel):
+            for field_name, info in type(obj).model_fields.items():
+                found = walk(getattr(obj, field_name), (*path, info.alias or field_name))
+                if found is not None:
+                    return found
+        elif isinstance(obj, list | tuple):
+            for i, item in enumerate(obj):
+                found = walk(item, (*path, i))
+                if found is not None:
+                    return found
+        return None
+
+    return walk(model, ()) or ()
+
+
 def _check_no_cycles(signals: list[SignalSpec]) -> None:
+    index = {s.name: i for i, s in enumerate(signals)}
     deps = {s.name: s.expression_names() for s in signals}
     visiting: set[str] = set()
     done: set[str] = set()
@@ -253,7 +346,8 @@ def _check_no_cycles(signals: list[SignalSpec]) -> None:
         if name in done:
             return
         if name in visiting:
-            raise ValueError(f"signal expressions form a cycle: {' -> '.join([*path, name])}")
+            cycle = " -> ".join([*path, name])
+            raise FieldError(f"signal expressions form a cycle: {cycle}", "signals", index[name], "expr")
         visiting.add(name)
         for dep in sorted(deps.get(name, ())):
             visit(dep, [*path, name])
