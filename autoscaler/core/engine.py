@@ -18,9 +18,8 @@ evaluation (HPA's ``recordInitialRecommendation``): no scale-down inside the fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol, runtime_checkable
 
 from autoscaler.core import arbitration, behavior, policies
 from autoscaler.core.model import (
@@ -54,16 +53,6 @@ class CompiledPolicy:
         return decide(self, observation, state, now)
 
 
-@runtime_checkable
-class UsesPerReplica(Protocol):
-    """An algorithm that also reads per-replica values of its signals (HPA's Pods metrics use them for the
-    missing- and unready-pod rules). The engine passes the values of usable signals only."""
-
-    def recommend_per_replica(
-        self, ctx: Context, per_replica: Mapping[str, Mapping[str, float]], state: object | None
-    ) -> tuple[Recommendation, object | None]: ...
-
-
 #: The longest ``periodSeconds`` a rate policy may have: older scale events can never count again.
 _MAX_PERIOD_S = 1800.0
 
@@ -93,17 +82,21 @@ def decide(
     spec = compiled.policy.spec
     current = observation.replicas.spec
     signals = compiled.judge.judge_all(observation.signals, now)
-    ctx = Context(now=now, target=observation.target, replicas=observation.replicas, signals=signals, spec=spec)
+    per_replica = {
+        name: reading.per_replica
+        for name, reading in observation.signals.items()
+        if reading.per_replica is not None and name in signals and signals[name].ok
+    }
+    ctx = Context(
+        now=now,
+        target=observation.target,
+        replicas=observation.replicas,
+        signals=signals,
+        spec=spec,
+        per_replica=per_replica,
+    )
     algorithm = compiled.algorithm
-    if isinstance(algorithm, UsesPerReplica):
-        per_replica = {
-            name: reading.per_replica
-            for name, reading in observation.signals.items()
-            if reading.per_replica is not None and name in signals and signals[name].ok
-        }
-        rec, algorithm_state = algorithm.recommend_per_replica(ctx, per_replica, state.algorithm)
-    else:
-        rec, algorithm_state = algorithm.recommend(ctx, state.algorithm)
+    rec, algorithm_state = algorithm.recommend(ctx, state.algorithm)
     state = replace(state, algorithm=algorithm_state, last_decision_time=now)
     if algorithm.uses_behavior and not state.recommendations:
         state = replace(state, recommendations=((now, current),))

@@ -17,6 +17,9 @@ class PrometheusSourceSpec(SpecModel):
 
     type: Literal["prometheus"]
     url: str = Field(description="Base URL of the Prometheus HTTP API.")
+    cluster: str | None = Field(
+        default=None, description="Add cluster=\"...\" to preset queries (a Prometheus shared by clusters)."
+    )
     timeout_seconds: float = Field(default=5.0, gt=0)
 
 
@@ -26,6 +29,9 @@ class GmpSourceSpec(SpecModel):
     type: Literal["gmp"]
     project: str
     location: str = "global"
+    cluster: str | None = Field(
+        default=None, description="GKE cluster name: preset queries add cluster=\"...\" (GMP is project-wide)."
+    )
     timeout_seconds: float = Field(default=5.0, gt=0)
 
 

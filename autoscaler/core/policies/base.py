@@ -8,7 +8,7 @@ scale-to-zero, HPA ``behavior`` (stabilization and rate limits), min/max clampin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef
@@ -27,6 +27,9 @@ class Context:
     #: Every signal of the policy, judged (ok or unknown), composites included.
     signals: Mapping[str, SignalValue]
     spec: Spec
+    #: Per-replica values (pod or group name -> value) of usable signals whose source gave them; HPA's Pods
+    #: metrics use them for the missing- and unready-pod rules.
+    per_replica: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,14 +247,8 @@ class HpaAlgorithm:
         self.tolerances = tolerances(config)
 
     def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
-        return self.recommend_per_replica(ctx, {}, state)
-
-    def recommend_per_replica(
-        self, ctx: Context, per_replica: Mapping[str, Mapping[str, float]], state: object | None
-    ) -> tuple[Recommendation, object | None]:
-        """Like ``recommend``, with per-pod values of the signals that have them (the engine passes them)."""
         current = ctx.replicas.spec
-        outcomes = [self._metric(m, ctx, per_replica.get(m.signal)) for m in self.config.metrics]
+        outcomes = [self._metric(m, ctx, ctx.per_replica.get(m.signal)) for m in self.config.metrics]
         valid = [o for o in outcomes if o.replicas is not None]
         invalid = [o for o in outcomes if o.replicas is None]
         unknown = tuple(o.signal for o in invalid)
