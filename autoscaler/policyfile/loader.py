@@ -1,21 +1,87 @@
-"""Loading policy files (stub: the full loader with file/line/column errors is being written).
+"""Loading policy files into ``core.spec.ScalingPolicy`` models, with a file/line/column for every problem.
 
 API (stable): ``load_file(path) -> list[ScalingPolicy]`` and ``load_paths(paths) -> list[LoadedPolicy]``,
-raising ``PolicyFileError`` whose ``problems`` are ``Problem(file, line, column, path, message)``.
+raising ``PolicyFileError`` whose ``problems`` are ``Problem(file, line, column, path, message)``;
+``collect(paths) -> LoadResult`` returns the problems instead of raising (what ``autoscaler validate`` uses);
+``owner_conflicts(policies)`` is the cross-file check on its own; ``load_model(path, Model)`` loads a
+one-document YAML file of any pydantic model with the same limits and positions.
+
+How a file is read, in order, each step able to stop that file with a problem instead of an exception:
+  1. at most ``MAX_FILE_BYTES`` are read; larger files are refused (say which limit);
+  2. UTF-8 only (a BOM is allowed); the offending byte's line and column are reported;
+  3. PyYAML *composes* the documents: nodes, not Python objects, so every value keeps its ``start_mark``;
+  4. the node graph is checked before anything is built from it: duplicate keys, nesting depth, and the
+     number of nodes once aliases are expanded (a "billion laughs" document is a few lines of text that
+     expands to 10⁹ nodes; composing shares alias nodes, so measuring is cheap, but pydantic would walk
+     every expansion), and recursive aliases;
+  5. each document is sorted: empty ones are skipped, ``kind: ScalingPolicy`` (or no kind, or an
+     ``autoscaler.dev`` apiVersion) is validated, manifests of well-known Kubernetes kinds are skipped so a
+     policy may live beside its Deployment in one file, and any other kind is reported as not a
+     ScalingPolicy (it is most likely a misspelt kind, and silently ignoring it would drop a policy);
+  6. pydantic validates; each error's location (pydantic's, minus the discriminator tags it inserts, plus
+     the field a ``FieldError`` names) is mapped back through the nodes to a line and column.
+Across all files: a policy name may be used once, and a scale target may have one policy only (two
+controllers scaling one Deployment fight, as HPA and KEDA do when both are pointed at it).
+
+Directories are searched recursively for ``*.yaml`` and ``*.yml``, in sorted order, skipping entries whose
+name starts with a dot: a ConfigMap mounted as a volume holds every file twice, once under ``..data/``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import os
+import re
+import types
+import typing
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
+import pydantic
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from autoscaler.core.spec import ScalingPolicy
+from autoscaler.core.spec import API_VERSION, ScalingPolicy
+from autoscaler.core.specbase import FieldError
+
+#: Policy files are small (the examples are 2-4 KiB); a bigger file is a mistake (a log, a dump) and is not
+#: parsed at all. Pure-Python PyYAML composes about 64 KiB per second, so this bounds a worst case to ~4 s.
+MAX_FILE_BYTES = 256 * 1024
+#: Nodes a file may hold once aliases are expanded; a large policy file has a few hundred.
+MAX_NODES = 100_000
+#: Nesting depth of YAML collections; a policy nests about eight deep.
+MAX_DEPTH = 50
+
+#: Kinds skipped without complaint when they share a file with policies (see the module docstring).
+KUBERNETES_KINDS = frozenset(
+    {
+        # core and apps
+        "ConfigMap", "CronJob", "DaemonSet", "Deployment", "HorizontalPodAutoscaler", "Ingress", "Job",
+        "Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Pod", "PodDisruptionBudget", "PriorityClass",
+        "ReplicaSet", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "Secret", "Service",
+        "ServiceAccount", "StatefulSet", "CustomResourceDefinition",
+        # the ecosystem around our targets: Kueue, LWS, JobSet, GMP, KEDA, Gateway API, kustomize
+        "AdmissionCheck", "ClusterQueue", "LocalQueue", "ResourceFlavor", "Topology", "Workload",
+        "WorkloadPriorityClass", "LeaderWorkerSet", "JobSet", "PodMonitoring", "ClusterPodMonitoring",
+        "ScaledObject", "ScaledJob", "Gateway", "HTTPRoute", "InferencePool", "Kustomization",
+    }
+)
+
+#: Shown as the field path of problems that are about the file or its YAML rather than one field.
+FILE_PATH = "(file)"
+YAML_PATH = "(yaml)"
+
+Loc = tuple[str | int, ...]
+M = TypeVar("M", bound=pydantic.BaseModel)
 
 
 @dataclass(frozen=True)
 class Problem:
+    """One thing wrong, at a 1-based line and column; ``path`` is the field (camelCase, ``a.b[0].c``) or
+    ``(file)`` / ``(yaml)`` for problems with the file or its YAML rather than one field."""
+
     file: str
     line: int
     column: int
@@ -27,6 +93,8 @@ class Problem:
 
 
 class PolicyFileError(Exception):
+    """Raised by ``load_file``/``load_paths``/``load_model``; ``str()`` is one line per problem."""
+
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("\n".join(str(p) for p in problems))
         self.problems = problems
@@ -34,19 +102,546 @@ class PolicyFileError(Exception):
 
 @dataclass(frozen=True)
 class LoadedPolicy:
+    """A valid policy and where it came from (``line``: where its document starts)."""
+
     policy: ScalingPolicy
     file: str
     line: int
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Everything ``collect`` found: the valid policies, the problems, and the files it read."""
+
+    policies: list[LoadedPolicy]
+    problems: list[Problem]
+    files: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 def load_file(path: str | Path) -> list[ScalingPolicy]:
     return [lp.policy for lp in load_paths([path])]
 
 
-def load_paths(paths: list[str | Path]) -> list[LoadedPolicy]:
-    out: list[LoadedPolicy] = []
+def load_paths(paths: Sequence[str | Path]) -> list[LoadedPolicy]:
+    result = collect(paths)
+    if result.problems:
+        raise PolicyFileError(result.problems)
+    return result.policies
+
+
+def collect(paths: Sequence[str | Path]) -> LoadResult:
+    """Load every policy under ``paths`` (files or directories), returning problems rather than raising."""
+    problems: list[Problem] = []
+    files = list(_expand(paths, problems))
+    loaded: list[_Loaded] = []
+    for f in files:
+        loaded.extend(_load_one(f, problems))
+    problems.extend(_cross_file(loaded))
+    problems.sort(key=lambda p: (p.file, p.line, p.column))
+    bad_files = {p.file for p in problems}
+    # A policy from a file with problems is not returned: callers act on all of a file or none of it.
+    policies = [LoadedPolicy(lp.policy, lp.file, lp.line) for lp in loaded if lp.file not in bad_files]
+    return LoadResult(policies, problems, files)
+
+
+# --- finding files -------------------------------------------------------------------------------------
+
+
+def _expand(paths: Sequence[str | Path], problems: list[Problem]) -> Iterator[str]:
+    seen: set[str] = set()
     for p in paths:
-        for doc in yaml.safe_load_all(Path(p).read_text()):
-            if doc:
-                out.append(LoadedPolicy(ScalingPolicy.model_validate(doc), str(p), 1))
+        path = Path(p)
+        if path.is_dir():
+            found = sorted(_walk(path))
+            if not found:
+                problems.append(Problem(str(p), 1, 1, FILE_PATH, "no *.yaml or *.yml files in this directory"))
+            candidates: Iterable[Path] = found
+        elif path.exists():
+            candidates = [path]
+        else:
+            problems.append(Problem(str(p), 1, 1, FILE_PATH, "no such file or directory"))
+            continue
+        for c in candidates:
+            key = os.path.realpath(c)
+            if key not in seen:  # the same file named twice would otherwise clash with itself
+                seen.add(key)
+                yield str(c)
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if not name.startswith(".") and name.endswith((".yaml", ".yml")):
+                yield Path(dirpath) / name
+
+
+# --- one file ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Loaded:
+    policy: ScalingPolicy
+    file: str
+    line: int
+    node: MappingNode
+
+
+@dataclass
+class _FileState:
+    file: str
+    problems: list[Problem]
+    budget: int = MAX_NODES
+    kinds_skipped: list[str] = field(default_factory=list)
+
+    def add(self, mark: yaml.Mark | None, path: str, message: str) -> None:
+        if mark is None:
+            self.add_at(1, 1, path, message)
+        else:
+            self.add_at(mark.line + 1, mark.column + 1, path, message)
+
+    def add_at(self, line: int, column: int, path: str, message: str) -> None:
+        self.problems.append(Problem(self.file, line, column, path, message))
+
+
+def _load_one(file: str, problems: list[Problem]) -> list[_Loaded]:
+    state = _FileState(file, problems)
+    before = len(problems)
+    text = _read_text(file, state)
+    if text is None:
+        return []
+    nodes = _compose(text, state)
+    out: list[_Loaded] = []
+    for index, node in enumerate(nodes):
+        loaded = _document(node, index, state)
+        if loaded is not None:
+            out.append(loaded)
+    if not out and len(problems) == before:
+        skipped = f" (skipped: {', '.join(sorted(set(state.kinds_skipped)))})" if state.kinds_skipped else ""
+        state.add(None, FILE_PATH, f"no ScalingPolicy documents{skipped}")
     return out
+
+
+def _read_text(file: str, state: _FileState) -> str | None:
+    try:
+        with open(file, "rb") as fh:
+            # Read one byte past the limit rather than trusting stat(): pipes and /proc files report 0.
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        state.add(None, FILE_PATH, f"cannot read: {exc.strerror or exc}")
+        return None
+    if len(data) > MAX_FILE_BYTES:
+        state.add(None, FILE_PATH, f"file is larger than the {MAX_FILE_BYTES // 1024} KiB limit for policy files")
+        return None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        prefix = data[: exc.start]
+        line = prefix.count(b"\n") + 1
+        column = exc.start - (prefix.rfind(b"\n") + 1) + 1
+        state.add_at(
+            line,
+            column,
+            FILE_PATH,
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}",
+        )
+        return None
+
+
+def _compose(text: str, state: _FileState) -> list[Node]:
+    """Every document's node tree, up to the first YAML error (which is reported)."""
+    nodes: list[Node] = []
+    try:
+        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+            if node is not None:
+                nodes.append(node)
+    except yaml.MarkedYAMLError as exc:
+        state.add(exc.problem_mark or exc.context_mark, YAML_PATH, _yaml_message(exc))
+    except yaml.reader.ReaderError as exc:
+        # Raised for control characters; it carries a character offset, not a mark.
+        prefix = text[: exc.position]
+        line, column = prefix.count("\n") + 1, exc.position - (prefix.rfind("\n") + 1) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        state.add_at(line, column, YAML_PATH, f"unacceptable character {char!r} (U+{ord(char):04X}): {exc.reason}")
+    except yaml.YAMLError as exc:
+        state.add(None, YAML_PATH, f"not valid YAML: {exc}")
+    except RecursionError:
+        # PyYAML's composer recurses once per nesting level.
+        state.add(None, YAML_PATH, f"nested too deeply (the limit is {MAX_DEPTH} levels)")
+    return nodes
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
+    parts = [exc.problem or "", exc.context or ""]
+    text = "; ".join(p for p in parts if p) or "not valid YAML"
+    if "'\\t'" in text:
+        text += " (YAML is indented with spaces, never tabs)"
+    return text
+
+
+def _document(node: Node, index: int, state: _FileState) -> _Loaded | None:
+    if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null":
+        return None  # an empty document, e.g. a trailing '---'
+    if not isinstance(node, MappingNode):
+        what = "a list" if isinstance(node, SequenceNode) else f"a scalar ({node.value!r:.40})"
+        state.add(node.start_mark, YAML_PATH, f"document {index + 1} is {what}, not a mapping")
+        return None
+    if not _check_graph(node, state):
+        return None
+    kind = _scalar(node, "kind")
+    api = _scalar(node, "apiVersion")
+    if kind is None and api is None:
+        # Not even the header: one clear line rather than pydantic's four "missing" and N "unknown field".
+        state.add(
+            node.start_mark,
+            YAML_PATH,
+            f"no apiVersion and kind; a policy starts with 'apiVersion: {API_VERSION}' and 'kind: ScalingPolicy'",
+        )
+        return None
+    is_ours = kind in (None, "ScalingPolicy") or (api or "").startswith(API_VERSION.split("/")[0] + "/")
+    if not is_ours:
+        if kind in KUBERNETES_KINDS:
+            state.kinds_skipped.append(str(kind))
+            return None
+        close = difflib.get_close_matches(str(kind), ["ScalingPolicy"], n=1, cutoff=0.6)
+        hint = "; did you mean 'ScalingPolicy'?" if close else ""
+        state.add(
+            _find(node, ("kind",)).start_mark,
+            "kind",
+            f"not a ScalingPolicy: kind {kind!r}{hint} (only well-known Kubernetes kinds may share a policy file)",
+        )
+        return None
+    policy = _validate(node, ScalingPolicy, state)
+    return None if policy is None else _Loaded(policy, state.file, node.start_mark.line + 1, node)
+
+
+def _validate(node: MappingNode, model: type[M], state: _FileState) -> M | None:
+    """Build the document (already graph-checked) and validate it as ``model``, reporting each error."""
+    try:
+        data = yaml.SafeLoader("").construct_document(node)
+    except yaml.MarkedYAMLError as exc:  # unknown tags such as !Ref, unhashable keys
+        state.add(exc.problem_mark or exc.context_mark, YAML_PATH, _yaml_message(exc))
+        return None
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        for err in exc.errors():
+            _report(err, data, node, model, state)
+        return None
+
+
+def load_model(path: str | Path, model: type[M]) -> M:
+    """Load a one-document YAML file of any pydantic model, with the same limits and FILE:LINE:COL problems
+    as policy files (for the simulator's cluster and profile files, say). Raises ``PolicyFileError``."""
+    problems: list[Problem] = []
+    state = _FileState(str(path), problems)
+    text = _read_text(state.file, state)
+    nodes = _compose(text, state) if text is not None else []
+    documents = [n for n in nodes if not (isinstance(n, ScalarNode) and n.tag == "tag:yaml.org,2002:null")]
+    result: M | None = None
+    if problems:
+        pass  # unreadable, or not YAML: already reported
+    elif len(documents) != 1:
+        where = documents[1].start_mark if documents else None
+        state.add(where, YAML_PATH, f"expected one document (a {model.__name__}), found {len(documents)}")
+    elif not isinstance(documents[0], MappingNode):
+        state.add(documents[0].start_mark, YAML_PATH, f"expected a mapping (a {model.__name__})")
+    elif _check_graph(documents[0], state):
+        result = _validate(documents[0], model, state)
+    if result is None:
+        raise PolicyFileError(problems)
+    return result
+
+
+# --- the node graph ------------------------------------------------------------------------------------
+
+
+def _check_graph(root: Node, state: _FileState) -> bool:
+    """Duplicate keys, depth, alias expansion and recursion; True when the document may be built."""
+    # id(node) -> (nodes in it, its height); an alias reuses the node, so each is measured once.
+    measured: dict[int, tuple[int, int]] = {}
+    on_path: set[int] = set()
+    ok = True
+
+    def too_deep(node: Node, path: Loc) -> _Stop:
+        return _Stop(node.start_mark, _render(path), f"nested too deeply (the limit is {MAX_DEPTH} levels)")
+
+    def size(node: Node, depth: int, path: Loc) -> tuple[int, int]:
+        nonlocal ok
+        if id(node) in measured:
+            total, height = measured[id(node)]
+            if depth + height > MAX_DEPTH:  # an alias can put a deep node deeper still
+                raise too_deep(node, path)
+            return total, height
+        if id(node) in on_path:
+            raise _Stop(node.start_mark, _render(path), "recursive alias: a node contains itself")
+        if depth > MAX_DEPTH:
+            raise too_deep(node, path)
+        on_path.add(id(node))
+        total, height = 1, 0
+        children: list[tuple[Node, Loc]] = []
+        if isinstance(node, SequenceNode):
+            children = [(child, (*path, i)) for i, child in enumerate(node.value)]
+        elif isinstance(node, MappingNode):
+            first: dict[str, yaml.Mark] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, ScalarNode) else None
+                if name is not None and key.tag != "tag:yaml.org,2002:merge":
+                    if name in first:
+                        ok = False
+                        state.add(key.start_mark, _render((*path, name)),
+                                  f"duplicate key {name!r} (first at line {first[name].line + 1})")
+                    else:
+                        first[name] = key.start_mark
+                children += [(key, path), (value, (*path, name if name is not None else "?"))]
+        for child, child_path in children:
+            child_total, child_height = size(child, depth + 1, child_path)
+            total += child_total
+            height = max(height, child_height + 1)
+        on_path.discard(id(node))
+        measured[id(node)] = total, height
+        if total > state.budget:
+            raise _Stop(
+                root.start_mark, YAML_PATH,
+                f"more than {MAX_NODES} YAML nodes in this file, counting each alias expansion (a YAML bomb?)",
+            )
+        return total, height
+
+    try:
+        state.budget -= size(root, 0, ())[0]
+    except _Stop as stop:
+        state.add(stop.mark, stop.path, stop.message)
+        return False
+    return ok
+
+
+class _Stop(Exception):
+    def __init__(self, mark: yaml.Mark, path: str, message: str) -> None:
+        super().__init__(message)
+        self.mark, self.path, self.message = mark, path, message
+
+
+def _scalar(node: MappingNode, key: str) -> str | None:
+    value = _find(node, (key,))
+    return str(value.value) if isinstance(value, ScalarNode) else None
+
+
+def _find(root: Node, loc: Loc, *, key: bool = False) -> Node:
+    """The node at ``loc``, or the deepest existing ancestor; with ``key``, the last step's key node."""
+    node = root
+    for i, step in enumerate(loc):
+        child: Node | None = None
+        if isinstance(node, MappingNode):
+            for k, v in reversed(node.value):
+                if isinstance(k, ScalarNode) and k.value == str(step):
+                    child = k if key and i == len(loc) - 1 else v
+                    break
+        elif isinstance(node, SequenceNode) and isinstance(step, int) and 0 <= step < len(node.value):
+            child = node.value[step]
+        if child is None:
+            return node
+        node = child
+    return node
+
+
+# --- pydantic errors -----------------------------------------------------------------------------------
+
+
+def _report(err: Any, data: Any, root: MappingNode, model: type[pydantic.BaseModel], state: _FileState) -> None:
+    loc = _clean_loc(tuple(err["loc"]), data)
+    kind: str = err["type"]
+    ctx = err.get("ctx") or {}
+    error = ctx.get("error")
+    if isinstance(error, FieldError):
+        loc = (*loc, *error.loc)
+    message = _message(err, loc, data, model)
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        loc = (*loc, str(ctx.get("discriminator", "'type'")).strip("'"))
+    node = _find(root, loc, key=kind == "extra_forbidden")
+    state.add(node.start_mark, _render(loc) or "(document)", message)
+
+
+def _clean_loc(loc: Loc, data: Any) -> Loc:
+    """pydantic's location minus the tags it inserts (a discriminated union adds the tag: ``policy.hpa``)."""
+    out: list[str | int] = []
+    cur: Any = data
+    for i, step in enumerate(loc):
+        if isinstance(cur, dict):
+            if isinstance(step, str) and step == cur.get("type") and step not in cur:
+                continue  # the discriminator tag of the union cur was validated as
+            if step in cur:
+                out.append(step)
+                cur = cur[step]
+            elif i == len(loc) - 1:
+                out.append(step)  # a missing field
+                cur = None
+        elif isinstance(cur, list) and isinstance(step, int) and 0 <= step < len(cur):
+            out.append(step)
+            cur = cur[step]
+    return tuple(out)
+
+
+def _render(loc: Loc) -> str:
+    text = ""
+    for step in loc:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else str(step))
+    return text
+
+
+def _get(data: Any, loc: Loc) -> Any:
+    for step in loc:
+        in_dict = isinstance(data, dict) and step in data
+        if in_dict or (isinstance(data, list) and isinstance(step, int) and 0 <= step < len(data)):
+            data = data[step]
+        else:
+            return None
+    return data
+
+
+def _message(err: Any, loc: Loc, data: Any, model: type[pydantic.BaseModel]) -> str:
+    kind: str = err["type"]
+    ctx = err.get("ctx") or {}
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        allowed = _allowed_fields(model, loc[:-1], data)
+        return f"unknown field {loc[-1]!r}{_suggest(str(loc[-1]), allowed, 'allowed')}"
+    if kind == "missing":
+        return f"missing required field {loc[-1]!r}" if loc else "missing required field"
+    if kind == "union_tag_invalid":
+        what = f"{loc[-1]} " if loc and isinstance(loc[-1], str) else ""
+        known = sorted(re.findall(r"'([^']*)'", str(ctx.get("expected_tags", ""))))
+        return f"unknown {what}type {ctx.get('tag')!r}{_suggest(str(ctx.get('tag')), known, 'known types')}"
+    if kind == "union_tag_not_found":
+        return "missing 'type'"
+    if kind in ("literal_error", "enum"):
+        expected = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+        return f"{value!r} is not allowed{_suggest(str(value), expected, 'allowed')}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"should be a mapping, not {_describe(value)}"
+    if kind == "list_type":
+        return f"should be a list, not {_describe(value)}"
+    if kind in ("value_error", "assertion_error"):
+        error = ctx.get("error")
+        return str(error) if error is not None else str(err["msg"])
+    message = str(err["msg"])
+    message = message[:1].lower() + message[1:]
+    if not isinstance(value, dict | list):
+        message += f" (got {_describe(value)})"
+    return message
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _suggest(word: str, choices: Sequence[str], label: str) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    lowered = [c for c in choices if c.lower() == word.lower()]  # catches case slips difflib scores low
+    best = lowered[0] if lowered else (close[0] if close else None)
+    listing = f"{label}: {', '.join(choices)}" if choices else ""
+    if best is not None:
+        return f"; did you mean {best!r}?" + (f" ({listing})" if len(choices) <= 12 and listing else "")
+    return f"; {listing}" if listing else ""
+
+
+def _allowed_fields(root: type[pydantic.BaseModel], loc: Loc, data: Any) -> list[str]:
+    """The camelCase field names of the model at ``loc`` under ``root`` (following the data through unions)."""
+    tp: Any = root
+    for i in range(len(loc) + 1):
+        tp = _unwrap(tp, _get(data, loc[:i]))
+        if i == len(loc):
+            break
+        step = loc[i]
+        if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+            info = next(
+                (f for name, f in tp.model_fields.items() if step in (f.alias, name)), None
+            )
+            if info is None:
+                return []
+            tp = info.annotation
+        elif typing.get_origin(tp) in (list, tuple) and typing.get_args(tp):
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) is dict and len(typing.get_args(tp)) == 2:
+            tp = typing.get_args(tp)[1]
+        else:
+            return []
+    if isinstance(tp, type) and issubclass(tp, pydantic.BaseModel):
+        return [f.alias or name for name, f in tp.model_fields.items()]
+    return []
+
+
+def _unwrap(tp: Any, value: Any) -> Any:
+    """Strip Annotated and Optional; pick a union member by the value's ``type`` field."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(members) == 1:
+                tp = members[0]
+                continue
+            tag = value.get("type") if isinstance(value, dict) else None
+            for m in members:
+                fields = m.model_fields if isinstance(m, type) and issubclass(m, pydantic.BaseModel) else {}
+                if "type" in fields and tag in typing.get_args(fields["type"].annotation):
+                    return m
+            return None
+        return tp
+
+
+# --- across files --------------------------------------------------------------------------------------
+
+
+def owner_conflicts(policies: Sequence[LoadedPolicy]) -> list[Problem]:
+    """Policies that reuse a name, or scale a target another policy already scales (in the given order).
+
+    ``collect`` runs this over everything it loads; a caller that loads files one by one (the controller's
+    reload) can run it over the union. Problems point at each later policy's first line.
+    """
+    return list(_conflicts([(lp.policy, lp.file, lp.line, None) for lp in policies]))
+
+
+def _cross_file(loaded: list[_Loaded]) -> Iterator[Problem]:
+    return _conflicts([(lp.policy, lp.file, lp.line, lp.node) for lp in loaded])
+
+
+def _conflicts(entries: list[tuple[ScalingPolicy, str, int, MappingNode | None]]) -> Iterator[Problem]:
+    names: dict[str, tuple[str, int]] = {}
+    targets: dict[str, tuple[str, str, int]] = {}
+
+    def at(node: MappingNode | None, line: int, loc: Loc) -> tuple[int, int]:
+        if node is None:
+            return line, 1
+        mark = _find(node, loc).start_mark
+        return mark.line + 1, mark.column + 1
+
+    for policy, file, line, node in entries:
+        name = policy.metadata.name
+        if name in names:
+            first_file, first_line = names[name]
+            row, col = at(node, line, ("metadata", "name"))
+            yield Problem(file, row, col, "metadata.name",
+                          f"policy name {name!r} is already used at {first_file}:{first_line}")
+        else:
+            names[name] = (file, line)
+        key = policy.spec.target.ref().key
+        if key in targets:
+            owner, first_file, first_line = targets[key]
+            row, col = at(node, line, ("spec", "target"))
+            yield Problem(
+                file, row, col, "spec.target",
+                f"{key} is already scaled by policy {owner!r} ({first_file}:{first_line}); one policy per scale target",
+            )
+        else:
+            targets[key] = (name, file, line)
