@@ -1,0 +1,185 @@
+"""The simulated cluster file (``kind: SimulatedCluster``): quota, serving pools, training, metric pipelines.
+
+Validated like policies: pydantic models with unknown fields rejected and errors reported as
+``FILE:LINE:COL: path: message``. Profiles are named here and defined in a profiles file (the bundled one
+by default, or ``spec.profilesFile`` relative to the cluster file).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from autoscaler.core.model import TargetKind, TargetRef
+from autoscaler.core.spec import DNS_LABEL_PATTERN, Metadata
+from autoscaler.core.specbase import SpecModel
+from autoscaler.sim import profiles as profiles_mod
+from autoscaler.sim.yamldoc import SimFileError, load_model
+
+
+def bundled(name: str) -> Path:
+    """Path of a file bundled under ``autoscaler/data/sim`` (works from a wheel or a checkout)."""
+    return Path(str(resources.files("autoscaler").joinpath("data").joinpath("sim").joinpath(name)))
+
+
+class QuotaSpec(SpecModel):
+    """The accelerator quota as a Kueue ClusterQueue holds it (one flavor, one resource)."""
+
+    cluster_queue: str = Field(pattern=DNS_LABEL_PATTERN)
+    resource: str = Field(description="e.g. nvidia.com/gpu or google.com/tpu")
+    nominal: int = Field(gt=0, description="nominalQuota, in chips.")
+
+
+class PoolTargetSpec(SpecModel):
+    kind: TargetKind = TargetKind.DEPLOYMENT
+    name: str = Field(pattern=DNS_LABEL_PATTERN)
+    namespace: str = Field(default="default", pattern=DNS_LABEL_PATTERN)
+
+    def ref(self) -> TargetRef:
+        return TargetRef(self.kind, self.name, self.namespace)
+
+
+class PoolSpec(SpecModel):
+    """One serving pool: replicas of one profile. For a LeaderWorkerSet a replica is a group."""
+
+    name: str = Field(pattern=DNS_LABEL_PATTERN)
+    target: PoolTargetSpec
+    profile: str
+    chips_per_replica: int | None = Field(default=None, gt=0, description="Default: the profile's chips.")
+    group_size: int = Field(default=1, ge=1, description="Pods per LWS group (informational).")
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    initial_replicas: int = Field(default=1, ge=0, description="Replicas ready at time 0.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        return self
+
+
+class TrainingSpec(SpecModel):
+    """A checkpointed training job admitted by Kueue as one Workload (all its chips at once)."""
+
+    name: str = Field(pattern=DNS_LABEL_PATTERN)
+    namespace: str = Field(default="training", pattern=DNS_LABEL_PATTERN)
+    priority: int = Field(default=100, description="WorkloadPriorityClass value; serving is higher.")
+    chips: int = Field(gt=0)
+    count: int = Field(default=1, ge=1, description="Identical jobs named NAME-0..NAME-(count-1).")
+    checkpoint_interval_seconds: float = Field(gt=0, description="Training time between checkpoints.")
+    checkpoint_save_seconds: float = Field(default=0.0, ge=0, description="Training pauses while it saves.")
+    restore_seconds: float = Field(default=0.0, ge=0, description="Start-up + checkpoint load after resume.")
+
+
+class PipelineSpec(SpecModel):
+    """What stands between a server's gauge and a policy: scraping, ingestion, the evaluation loop."""
+
+    scrape_interval_seconds: float = Field(gt=0)
+    ingestion_delay_seconds: float = Field(default=0.0, ge=0, description="Scrape to queryable (adapter, GMP).")
+    sync_period_seconds: float | None = Field(
+        default=None, gt=0, description="Evaluation period; default the policy's evaluationPeriodSeconds."
+    )
+
+    @property
+    def worst_case_s(self) -> float:
+        return self.scrape_interval_seconds + self.ingestion_delay_seconds + (self.sync_period_seconds or 0.0)
+
+
+class SloSpec(SpecModel):
+    ttft_seconds: float = Field(default=2.0, gt=0)
+    attainment: float = Field(default=0.99, gt=0, le=1, description="The oracle meets at least this fraction.")
+
+
+class ScenarioSpec(SpecModel):
+    """Defaults for how the trace is replayed on this cluster (each can be overridden on the command line)."""
+
+    rate_scale: float = Field(default=1.0, gt=0)
+    time_scale: float = Field(default=1.0, gt=0)
+    duration_seconds: float | None = Field(default=None, gt=0)
+
+
+class ClusterSpec(SpecModel):
+    profiles_file: str | None = Field(default=None, description="Relative to this file; default bundled.")
+    quota: QuotaSpec
+    serving_priority: int = Field(default=1000)
+    pools: list[PoolSpec] = Field(min_length=1)
+    training: list[TrainingSpec] = Field(default_factory=list)
+    metric_pipelines: dict[str, PipelineSpec] = Field(default_factory=dict)
+    policy_pipelines: dict[str, str] = Field(
+        default_factory=dict, description="Policy name -> pipeline name; others use pipeline 'default'."
+    )
+    slo: SloSpec = Field(default_factory=SloSpec)
+    scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSpec:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError("pool names must be unique")
+        jobs = [t.name for t in self.training]
+        if len(set(jobs)) != len(jobs):
+            raise ValueError("training names must be unique")
+        if "default" not in self.metric_pipelines:
+            raise ValueError("metricPipelines needs a 'default' pipeline (the one policies see unless mapped)")
+        for policy, pipe in self.policy_pipelines.items():
+            if pipe not in self.metric_pipelines:
+                raise ValueError(
+                    f"policyPipelines.{policy} names unknown pipeline {pipe!r}; "
+                    f"defined: {', '.join(sorted(self.metric_pipelines))}"
+                )
+        return self
+
+
+class SimulatedCluster(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+    api_version: Literal["autoscaler.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["SimulatedCluster"]
+    metadata: Metadata
+    spec: ClusterSpec
+
+
+class Cluster:
+    """A loaded cluster with its profiles resolved (what the simulator uses)."""
+
+    def __init__(self, doc: SimulatedCluster, profiles: dict[str, profiles_mod.Profile], source: str) -> None:
+        self.doc = doc
+        self.spec = doc.spec
+        self.profiles = profiles
+        self.source = source
+        problems = [
+            f"{source}: spec.pools.{p.name}.profile: unknown profile {p.profile!r}; "
+            f"known: {', '.join(sorted(profiles))}"
+            for p in self.spec.pools
+            if p.profile not in profiles
+        ]
+        if problems:
+            raise SimFileError(problems)
+
+    @property
+    def name(self) -> str:
+        return self.doc.metadata.name
+
+    def profile(self, pool: PoolSpec) -> profiles_mod.Profile:
+        return self.profiles[pool.profile]
+
+    def chips_per_replica(self, pool: PoolSpec) -> int:
+        return pool.chips_per_replica or self.profile(pool).chips
+
+    def pipeline_for(self, policy_name: str) -> PipelineSpec:
+        return self.spec.metric_pipelines[self.spec.policy_pipelines.get(policy_name, "default")]
+
+    def pipeline_name_for(self, policy_name: str) -> str:
+        return self.spec.policy_pipelines.get(policy_name, "default")
+
+
+def load(path: str | Path | None = None) -> Cluster:
+    """Load a cluster file (default: the bundled one) and its profiles."""
+    p = Path(path) if path is not None else bundled("cluster.yaml")
+    doc = load_model(p, SimulatedCluster)
+    prof_path = p.parent / doc.spec.profiles_file if doc.spec.profiles_file else bundled("profiles.yaml")
+    return Cluster(doc, profiles_mod.load(prof_path), str(p))

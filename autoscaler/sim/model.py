@@ -1,0 +1,333 @@
+"""Serving replicas and their queues: the request-level model of one serving pool.
+
+Each request is routed on arrival to the ready replica with the fewest outstanding requests (a
+least-request gateway); it waits there for a slot, then for prefill, then decodes token by token.
+
+Per replica (continuous batching, prefill first, as TGI and JetStream schedule):
+
+* a request takes a slot when one is free and its prompt plus output fit in the KV cache that the
+  requests already in the batch reserve (FIFO: the head of the queue blocks the ones behind it);
+* prefills run one at a time, each ``input_tokens / prefillTokensPerSecond`` long, and pause decoding;
+  the first token comes out at the end of the prefill (TTFT = arrival to that moment);
+* between prefills every decoding sequence gains a token per step of ``decodeStep(batch)`` seconds.
+  The simulation is event-driven: a replica tracks ``V``, the tokens each decoding sequence has gained
+  since a reference point, and schedules only the next completion, so a request costs a handful of events
+  however many tokens it generates.
+
+Replicas move through (1) pending (not admitted by Kueue), (2) starting (admitted: scheduling, image
+pull, model load), (3) ready, (4) draining (removed from routing, finishing its batch; its queue is
+re-routed), (5) gone. Chips are held from admission until gone.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autoscaler.sim.profiles import Profile
+
+#: Event kinds on the simulator's heap (entries are (time, seq, kind, replica, version)).
+PREFILL_DONE = 1
+DECODE_DONE = 2
+READY = 3
+
+
+class ReplicaState(enum.Enum):
+    PENDING = "pending"
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    GONE = "gone"
+
+
+_LIVE = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
+
+
+class Requests:
+    """The trace as the pool sees it, and what happened to each request (parallel lists)."""
+
+    __slots__ = ("arrival", "done", "first_token", "inputs", "outputs")
+
+    def __init__(self, arrival: list[float], inputs: list[int], outputs: list[int]) -> None:
+        self.arrival = arrival
+        self.inputs = inputs
+        self.outputs = outputs
+        self.first_token = [float("nan")] * len(arrival)
+        self.done = [float("nan")] * len(arrival)
+
+
+class Replica:
+    __slots__ = (
+        "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "index", "kv_base", "kv_reserved",
+        "n_dec", "n_out", "name", "prefill_fifo", "prefilling", "queue", "ready_at", "state", "version",
+    )
+
+    def __init__(self, index: int, name: str, chips: int, now: float) -> None:
+        self.index = index
+        self.name = name
+        self.chips = chips
+        self.state = ReplicaState.PENDING
+        self.created_at = now
+        self.admitted_at = float("nan")
+        self.ready_at = float("nan")
+        self.queue: deque[int] = deque()  # waiting for a slot
+        self.prefill_fifo: deque[int] = deque()  # holding a slot, waiting for (or in) prefill
+        self.prefilling = False
+        self.dec_heap: list[tuple[float, int]] = []  # (V at which the sequence finishes, request)
+        self.n_dec = 0
+        self.V = 0.0
+        self.V_t = 0.0
+        self.kv_reserved = 0
+        #: Σ over decoding sequences of (input tokens − V when they joined): KV in use = kv_base + n_dec·V.
+        self.kv_base = 0.0
+        self.version = 0
+        #: Requests routed here and not finished (= ``outstanding``, kept as a counter for routing speed).
+        self.n_out = 0
+
+    @property
+    def active(self) -> int:
+        return len(self.prefill_fifo) + self.n_dec
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.queue) + len(self.prefill_fifo) + self.n_dec
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaGauges:
+    """What one ready replica exports at a scrape (server-neutral quantities)."""
+
+    queued: int  # waiting for a slot
+    prefill_pending: int  # holding a slot, prefill not started
+    running: int  # holding a slot (prefilling or decoding)
+    decoding: int
+    slots_used: float  # 0-1
+    kv_usage: float  # 0-1
+
+
+class ServingPool:
+    """All replicas of one pool and the requests routed to them."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        profile: Profile,
+        chips_per_replica: int,
+        requests: Requests,
+        events: list[tuple[float, int, int, int, int]],
+        on_chips_released: Callable[[float], None],
+    ) -> None:
+        self.name = name
+        self.profile = profile
+        self.chips = chips_per_replica
+        self.req = requests
+        self.events = events
+        self.on_chips_released = on_chips_released
+        self.replicas: list[Replica] = []
+        self.gateway: deque[int] = deque()  # arrived while no replica was ready
+        self.seq = 0
+        self.completed = 0
+        self._slots = profile.slots
+        self._kv_cap = profile.kv_cache_tokens
+        self._prefill_tps = profile.prefill_tokens_per_second
+        self._base_s = profile.decode_step.base_ms / 1000.0
+        self._per_seq_s = profile.decode_step.per_sequence_ms / 1000.0
+        self.cold_start_s = profile.cold_start.total
+        self._ready_cache: list[Replica] | None = None
+
+    # ----- events -------------------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, rep: Replica, version: int = 0) -> None:
+        # The sequence number breaks time ties in creation order: deterministic, and never compares replicas.
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, rep.index, version))
+
+    # ----- replica lifecycle --------------------------------------------------------------------------
+    def live(self) -> list[Replica]:
+        """Replicas that count toward the desired number (pending, starting, ready)."""
+        return [r for r in self.replicas if r.state in _LIVE]
+
+    def ready(self) -> list[Replica]:
+        if self._ready_cache is None:
+            self._ready_cache = [r for r in self.replicas if r.state is ReplicaState.READY]
+        return self._ready_cache
+
+    def add_replica(self, now: float, *, ready: bool = False) -> Replica:
+        rep = Replica(len(self.replicas), f"{self.name}-{len(self.replicas)}", self.chips, now)
+        self.replicas.append(rep)
+        if ready:
+            rep.state = ReplicaState.READY
+            rep.admitted_at = rep.ready_at = now
+            rep.V_t = now
+            self._ready_cache = None
+        return rep
+
+    def admitted(self, rep: Replica, now: float) -> None:
+        """Kueue admitted a pending replica: the cold start begins."""
+        rep.state = ReplicaState.STARTING
+        rep.admitted_at = now
+        self._push(now + self.cold_start_s, READY, rep)
+
+    def on_ready(self, rep: Replica, now: float) -> None:
+        if rep.state is not ReplicaState.STARTING:
+            return  # removed while starting
+        rep.state = ReplicaState.READY
+        rep.ready_at = now
+        rep.V_t = now
+        self._ready_cache = None
+        while self.gateway:
+            self.route(self.gateway.popleft(), now)
+
+    def remove(self, rep: Replica, now: float) -> None:
+        """Scale-down of one replica: pending/starting ones vanish, ready ones drain."""
+        if rep.state is ReplicaState.PENDING:
+            rep.state = ReplicaState.GONE
+            return
+        if rep.state is ReplicaState.STARTING:
+            rep.state = ReplicaState.GONE
+            self.on_chips_released(now)
+            return
+        rep.state = ReplicaState.DRAINING
+        self._ready_cache = None
+        waiting = list(rep.queue)
+        rep.queue.clear()
+        rep.n_out -= len(waiting)
+        for rid in waiting:
+            self.route(rid, now)
+        self._maybe_gone(rep, now)
+
+    def _maybe_gone(self, rep: Replica, now: float) -> None:
+        if rep.state is ReplicaState.DRAINING and rep.n_out == 0:
+            rep.state = ReplicaState.GONE
+            self.on_chips_released(now)
+
+    def removal_order(self) -> list[Replica]:
+        """Which replicas go first on scale-down: pending, then starting (newest first), then the ready
+        ones with the least outstanding work (the least to drain)."""
+        pending = [r for r in self.replicas if r.state is ReplicaState.PENDING]
+        starting = sorted((r for r in self.replicas if r.state is ReplicaState.STARTING),
+                          key=lambda r: -r.admitted_at)
+        ready = sorted(self.ready(), key=lambda r: (r.n_out, -r.index))
+        return [*reversed(pending), *starting, *ready]
+
+    # ----- requests -----------------------------------------------------------------------------------
+    def route(self, rid: int, now: float) -> None:
+        ready = self.ready()
+        if not ready:
+            self.gateway.append(rid)
+            return
+        best = ready[0]
+        best_n = best.n_out
+        for rep in ready:
+            if rep.n_out < best_n:
+                best, best_n = rep, rep.n_out
+        best.queue.append(rid)
+        best.n_out += 1
+        if len(best.prefill_fifo) + best.n_dec < self._slots:
+            self._admit(best, now)
+
+    def _admit(self, rep: Replica, now: float) -> None:
+        req = self.req
+        added = False
+        while rep.queue and rep.active < self._slots:
+            rid = rep.queue[0]
+            need = req.inputs[rid] + req.outputs[rid]
+            # A request larger than the whole cache still runs alone (the server would truncate it).
+            if rep.kv_reserved + need > self._kv_cap and rep.active > 0:
+                break
+            rep.queue.popleft()
+            rep.kv_reserved += need
+            rep.prefill_fifo.append(rid)
+            added = True
+        if added and not rep.prefilling:
+            self._start_prefill(rep, now)
+
+    def _advance(self, rep: Replica, now: float) -> None:
+        if rep.n_dec and not rep.prefilling:
+            rep.V += (now - rep.V_t) / (self._base_s + self._per_seq_s * rep.n_dec)
+        rep.V_t = now
+
+    def _schedule_decode(self, rep: Replica, now: float) -> None:
+        rep.version += 1
+        if rep.n_dec and not rep.prefilling:
+            step = self._base_s + self._per_seq_s * rep.n_dec
+            t = now + max(0.0, rep.dec_heap[0][0] - rep.V) * step
+            self._push(t, DECODE_DONE, rep, rep.version)
+
+    def _start_prefill(self, rep: Replica, now: float) -> None:
+        self._advance(rep, now)
+        rep.prefilling = True
+        rep.version += 1  # decoding pauses: any scheduled completion is void
+        rid = rep.prefill_fifo[0]
+        self._push(now + self.req.inputs[rid] / self._prefill_tps, PREFILL_DONE, rep)
+
+    def on_prefill_done(self, rep: Replica, now: float) -> None:
+        req = self.req
+        rid = rep.prefill_fifo.popleft()
+        req.first_token[rid] = now
+        rep.prefilling = False
+        rep.V_t = now
+        remaining = req.outputs[rid] - 1  # the prefill produced the first token
+        if remaining <= 0:
+            self._complete(rep, rid, now)
+        else:
+            rep.n_dec += 1
+            rep.kv_base += req.inputs[rid] - rep.V
+            heapq.heappush(rep.dec_heap, (rep.V + remaining, rid))
+        if rep.prefill_fifo:
+            self._start_prefill(rep, now)
+        else:
+            if rep.queue:
+                self._admit(rep, now)
+            if not rep.prefilling:
+                self._schedule_decode(rep, now)
+        if rep.state is ReplicaState.DRAINING:
+            self._maybe_gone(rep, now)
+
+    def on_decode_done(self, rep: Replica, version: int, now: float) -> None:
+        if version != rep.version:
+            return
+        self._advance(rep, now)
+        heap = rep.dec_heap
+        # Tolerance: floating error must not leave a finished sequence waiting for another event.
+        limit = rep.V + 1e-7
+        while heap and heap[0][0] <= limit:
+            finish_v, rid = heapq.heappop(heap)
+            rep.n_dec -= 1
+            rep.kv_base -= self.req.inputs[rid] - (finish_v - (self.req.outputs[rid] - 1))
+            self._complete(rep, rid, now)
+        if rep.n_dec == 0:
+            rep.kv_base = 0.0  # drop accumulated rounding
+        if rep.queue:
+            self._admit(rep, now)
+        if not rep.prefilling:
+            self._schedule_decode(rep, now)
+        if rep.state is ReplicaState.DRAINING:
+            self._maybe_gone(rep, now)
+
+    def _complete(self, rep: Replica, rid: int, now: float) -> None:
+        req = self.req
+        req.done[rid] = now
+        rep.n_out -= 1
+        rep.kv_reserved -= req.inputs[rid] + req.outputs[rid]
+        self.completed += 1
+
+    # ----- gauges -------------------------------------------------------------------------------------
+    def gauges(self, rep: Replica, now: float) -> ReplicaGauges:
+        self._advance(rep, now)
+        running = rep.active
+        pending = len(rep.prefill_fifo) - (1 if rep.prefilling else 0)
+        kv = (rep.kv_base + rep.n_dec * rep.V) if rep.n_dec else 0.0
+        if rep.prefilling:
+            kv += self.req.inputs[rep.prefill_fifo[0]]
+        return ReplicaGauges(
+            queued=len(rep.queue),
+            prefill_pending=pending,
+            running=running,
+            decoding=rep.n_dec,
+            slots_used=running / self._slots,
+            kv_usage=min(1.0, max(0.0, kv / self._kv_cap)),
+        )

@@ -1,0 +1,481 @@
+"""One closed-loop run: a trace through a serving pool, Kueue and training, under one controller.
+
+The loop is event-driven: request arrivals, prefill and decode completions and replicas becoming ready
+come from a heap; periodic work (scrapes, policy evaluations, timeline samples, scheduled actions) runs on
+tickers. A controller only ever changes the desired replica count (and, for policies whose decisions
+include them, training deactivations); replicas then wait for Kueue admission and their cold start.
+Everything is a deterministic function of the inputs: no wall clock, no unseeded randomness.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.model import (
+    Observation,
+    PodStatus,
+    PolicyState,
+    QuotaStatus,
+    ReplicaStatus,
+    ScaleDecision,
+    TrainingAction,
+    TrainingDecision,
+    TrainingWorkload,
+)
+from autoscaler.sim import kueue, pipeline
+from autoscaler.sim.cluster import Cluster, PipelineSpec, PoolSpec
+from autoscaler.sim.model import DECODE_DONE, PREFILL_DONE, ReplicaState, Requests, ServingPool
+from autoscaler.sim.traces import Trace
+
+#: After the last arrival, stop waiting for stragglers after this long (they count as SLO misses).
+DRAIN_LIMIT_S = 1800.0
+
+
+@dataclass
+class TimelinePoint:
+    t: float
+    ready: int
+    replicas: int  # desired (live: pending + starting + ready)
+    serving_chips: int
+    training_chips: int
+    training_queued: int
+
+
+@dataclass
+class RunResult:
+    name: str
+    kind: str  # policy | baseline | oracle
+    requests: Requests
+    horizon_s: float
+    serving_chip_s: float
+    free_chip_s: float
+    training_useful_chip_s: float
+    training_lost_chip_s: float
+    scale_actions: int
+    preemptions: int
+    timeline: list[TimelinePoint]
+    notes: list[str] = field(default_factory=list)
+    pipeline: str = ""
+    #: Every change of the desired count: (time, from, to, reason, message).
+    scale_events: list[tuple[float, int, int, str, str]] = field(default_factory=list)
+
+
+class Controller(Protocol):
+    name: str
+    kind: str
+
+    def start(self, sim: Simulation) -> None:
+        """Register tickers and set the initial state."""
+        ...
+
+
+class Simulation:
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        trace: Trace,
+        controller: Controller,
+        arbiter: kueue.Arbiter | None = None,
+        horizon_s: float | None = None,
+        record_every_s: float = 10.0,
+        pool: PoolSpec | None = None,
+        initial_replicas: int | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.pool_spec = pool or cluster.spec.pools[0]
+        self.trace = trace
+        self.controller = controller
+        self.arbiter: kueue.Arbiter = arbiter or kueue.KueueArbiter()
+        self.horizon = horizon_s if horizon_s is not None else trace.duration_s
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.requests = Requests(trace.arrivals, trace.inputs, trace.outputs)
+        self.pool = ServingPool(
+            name=self.pool_spec.name,
+            profile=cluster.profile(self.pool_spec),
+            chips_per_replica=cluster.chips_per_replica(self.pool_spec),
+            requests=self.requests,
+            events=self.events,
+            on_chips_released=self._chips_released,
+        )
+        self.quota = cluster.spec.quota.nominal
+        self.serving_priority = cluster.spec.serving_priority
+        self.jobs: list[kueue.TrainingJob] = [
+            kueue.TrainingJob(
+                name=t.name if t.count == 1 else f"{t.name}-{i}",
+                namespace=t.namespace, priority=t.priority, chips=t.chips,
+                interval_s=t.checkpoint_interval_seconds, save_s=t.checkpoint_save_seconds,
+                restore_s=t.restore_seconds,
+            )
+            for t in cluster.spec.training
+            for i in range(t.count)
+        ]
+        self.deactivated_by_us: set[str] = set()
+        self.serving_chips = 0
+        self.training_chips = 0
+        self._last_account = 0.0
+        self.serving_chip_s = 0.0
+        self.free_chip_s = 0.0
+        self.scale_actions = 0
+        self.preemptions = 0
+        self.notes: list[str] = []
+        self.timeline: list[TimelinePoint] = []
+        self._tickers: list[list[object]] = []  # [next_time, callback]
+        self._record_every = record_every_s
+        self._training_totals: tuple[float, float] | None = None
+        self.scale_events: list[tuple[float, int, int, str, str]] = []
+        #: Training decisions a policy returned and the simulator applied (deactivations, reactivations).
+        self.deactivations = 0
+        self.reactivations = 0
+        self.now = 0.0
+        n0 = self.pool_spec.initial_replicas if initial_replicas is None else initial_replicas
+        for _ in range(n0):
+            rep = self.pool.add_replica(0.0, ready=True)
+            self.serving_chips += rep.chips
+        if self.serving_chips > self.quota:
+            raise ValueError(
+                f"initialReplicas {n0} × {self.pool.chips} chips exceed the quota of {self.quota} chips"
+            )
+        self._admit_training(0.0)
+
+    # ----- tickers ------------------------------------------------------------------------------------
+    def every(self, first: float, fn: Callable[[float], float | None]) -> None:
+        """Call ``fn(now)`` at ``first``; it returns the next time (or None to stop)."""
+        self._tickers.append([first, fn])
+
+    # ----- accounting ---------------------------------------------------------------------------------
+    def _account(self, now: float) -> None:
+        t0, t1 = min(self._last_account, self.horizon), min(now, self.horizon)
+        if t1 > t0:
+            dt = t1 - t0
+            self.serving_chip_s += self.serving_chips * dt
+            self.free_chip_s += (self.quota - self.serving_chips) * dt
+        self._last_account = now
+
+    # ----- Kueue --------------------------------------------------------------------------------------
+    def _running_jobs(self) -> list[kueue.TrainingJob]:
+        return [j for j in self.jobs if j.state is kueue.JobState.RUNNING]
+
+    def _free(self) -> int:
+        return self.quota - self.serving_chips - self.training_chips
+
+    def _evict(self, job: kueue.TrainingJob, now: float, *, deactivate: bool) -> None:
+        self._account(now)
+        job.evict(now, deactivate=deactivate)
+        self.training_chips -= job.chips
+        if now <= self.horizon:
+            self.preemptions += 1
+
+    def _admit_serving(self, now: float) -> None:
+        """Admit pending replicas in creation order while quota (or preemption) allows."""
+        for rep in self.pool.replicas:
+            if rep.state is not ReplicaState.PENDING:
+                continue
+            free = self._free()
+            if free < rep.chips:
+                victims = self.arbiter.victims(
+                    needed=rep.chips, free=free, running=self._running_jobs(),
+                    serving_priority=self.serving_priority, now=now,
+                )
+                if victims is None:
+                    return  # stays SchedulingGated until quota frees
+                for job in victims:
+                    self._evict(job, now, deactivate=False)
+            self._account(now)
+            self.serving_chips += rep.chips
+            self.pool.admitted(rep, now)
+
+    def _admit_training(self, now: float) -> None:
+        if any(r.state is ReplicaState.PENDING for r in self.pool.replicas):
+            return  # serving waits: Kueue admits the higher priority first
+        queued = [j for j in self.jobs if j.state is kueue.JobState.QUEUED]
+        if not queued:
+            return
+        for job in self.arbiter.admissible(free=self._free(), queued=queued, now=now):
+            self._account(now)
+            job.admit(now)
+            self.training_chips += job.chips
+
+    def _chips_released(self, now: float) -> None:
+        self._account(now)
+        self.serving_chips -= self.pool.chips
+        self._admit_serving(now)
+        self._admit_training(now)
+
+    # ----- actuation ----------------------------------------------------------------------------------
+    def set_desired(self, desired: int, now: float, *, reason: str = "", message: str = "") -> None:
+        live = self.pool.live()
+        if desired == len(live):
+            return
+        self.scale_actions += 1
+        self.scale_events.append((now, len(live), desired, reason, message))
+        if desired > len(live):
+            for _ in range(desired - len(live)):
+                self.pool.add_replica(now)
+            self._admit_serving(now)
+        else:
+            for rep in self.pool.removal_order()[: len(live) - desired]:
+                self.pool.remove(rep, now)
+            self._admit_serving(now)
+            self._admit_training(now)
+
+    def apply_training(self, decision: TrainingDecision, now: float) -> None:
+        job = next((j for j in self.jobs if j.name == decision.workload.name), None)
+        if job is None:
+            return
+        if decision.action is TrainingAction.DEACTIVATE and job.state is not kueue.JobState.DEACTIVATED:
+            if job.state is kueue.JobState.RUNNING:
+                self._evict(job, now, deactivate=True)
+            else:
+                job.state = kueue.JobState.DEACTIVATED
+            self.deactivated_by_us.add(job.name)
+            self.deactivations += 1
+            self._admit_serving(now)
+        elif decision.action is TrainingAction.REACTIVATE and job.state is kueue.JobState.DEACTIVATED:
+            job.state = kueue.JobState.QUEUED
+            self.deactivated_by_us.discard(job.name)
+            self.reactivations += 1
+            self._admit_training(now)
+
+    # ----- observation --------------------------------------------------------------------------------
+    def replica_status(self, now: float) -> ReplicaStatus:
+        live = self.pool.live()
+        ready = [r for r in live if r.state is ReplicaState.READY]
+        pods = tuple(
+            PodStatus(
+                name=r.name,
+                ready=r.state is ReplicaState.READY,
+                age_s=now - r.created_at,
+            )
+            for r in live
+        )
+        return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready), pods=pods)
+
+    def quota_status(self) -> QuotaStatus:
+        q = self.cluster.spec.quota
+        return QuotaStatus(q.cluster_queue, q.resource, float(q.nominal),
+                           float(self.serving_chips + self.training_chips))
+
+    def training_workloads(self, now: float) -> tuple[TrainingWorkload, ...]:
+        return tuple(j.workload(now, deactivated_by_us=j.name in self.deactivated_by_us) for j in self.jobs)
+
+    # ----- the loop -----------------------------------------------------------------------------------
+    def _record(self, now: float) -> float:
+        live = self.pool.live()
+        self.timeline.append(TimelinePoint(
+            t=now,
+            ready=sum(1 for r in live if r.state is ReplicaState.READY),
+            replicas=len(live),
+            serving_chips=self.serving_chips,
+            training_chips=self.training_chips,
+            training_queued=sum(1 for j in self.jobs if j.state is not kueue.JobState.RUNNING),
+        ))
+        return now + self._record_every
+
+    def _close_training(self, now: float) -> None:
+        """At the horizon: what training kept and lost so far is the result (the drain is not scored)."""
+        snapshot = []
+        for job in self.jobs:
+            useful, lost = job.useful_s, job.lost_s
+            if job.state is kueue.JobState.RUNNING:
+                useful += job.work(now).computed_s
+            snapshot.append((useful * job.chips, lost * job.chips))
+        self._training_totals = (sum(u for u, _ in snapshot), sum(lo for _, lo in snapshot))
+
+    def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
+        self.controller.start(self)
+        self.every(0.0, self._record)
+
+        def close(now: float) -> None:
+            self._close_training(now)
+
+        self.every(self.horizon, close)
+        pool, events, req = self.pool, self.events, self.requests
+        arrivals = req.arrival
+        n = len(arrivals)
+        i = 0
+        end_limit = self.horizon + DRAIN_LIMIT_S
+        tickers = self._tickers
+        next_progress = 0.0
+        replicas = pool.replicas
+        inf = math.inf
+        heappop = heapq.heappop
+        route = pool.route
+        while True:
+            # Tickers are few; the earliest is found again only after one fires or one is added.
+            tick = min(tickers, key=_tick_time) if tickers else None
+            t_tick = float(tick[0]) if tick is not None else inf  # type: ignore[arg-type]
+            while True:
+                t_arr = arrivals[i] if i < n else inf
+                t_ev = events[0][0] if events else inf
+                if t_arr <= t_ev and t_arr <= t_tick:
+                    if t_arr > end_limit:
+                        break
+                    self.now = t_arr
+                    route(i, t_arr)
+                    i += 1
+                elif t_ev <= t_tick:
+                    if t_ev > end_limit:
+                        break
+                    self.now = t_ev
+                    _, _, kind, idx, version = heappop(events)
+                    rep = replicas[idx]
+                    if kind == DECODE_DONE:
+                        pool.on_decode_done(rep, version, t_ev)
+                    elif kind == PREFILL_DONE:
+                        pool.on_prefill_done(rep, t_ev)
+                    else:
+                        pool.on_ready(rep, t_ev)
+                else:
+                    break
+            if tick is None or t_tick > end_limit or (i >= n and pool.completed >= n and t_tick > self.horizon):
+                break
+            t = t_tick
+            self.now = t
+            fn = tick[1]
+            assert callable(fn)
+            nxt = fn(t)
+            if nxt is None:
+                tickers.remove(tick)
+            else:
+                tick[0] = max(nxt, t + 1e-6)
+            if progress is not None and t >= next_progress:
+                progress(min(t, self.horizon))
+                next_progress = t + 60.0
+        self._account(self.horizon)  # costs count over the trace's span only (the drain is not billed)
+        if self._training_totals is None:
+            self._close_training(self.horizon)
+        assert self._training_totals is not None
+        useful, lost = self._training_totals
+        return RunResult(
+            name=self.controller.name,
+            kind=self.controller.kind,
+            requests=req,
+            horizon_s=self.horizon,
+            serving_chip_s=self.serving_chip_s,
+            free_chip_s=self.free_chip_s,
+            training_useful_chip_s=useful,
+            training_lost_chip_s=lost,
+            scale_actions=self.scale_actions,
+            preemptions=self.preemptions,
+            timeline=self.timeline,
+            notes=self.notes,
+            pipeline=getattr(self.controller, "pipeline_name", ""),
+            scale_events=self.scale_events,
+        )
+
+
+def _tick_time(tick: list[object]) -> float:
+    t = tick[0]
+    assert isinstance(t, float | int)
+    return float(t)
+
+
+# ----- controllers ------------------------------------------------------------------------------------
+class FixedController:
+    """A constant replica count (``static-peak``, and the sanity tests)."""
+
+    kind = "baseline"
+
+    def __init__(self, name: str, replicas: int) -> None:
+        self.name = name
+        self.replicas = replicas
+
+    def start(self, sim: Simulation) -> None:
+        sim.every(0.0, self._apply(sim))
+
+    def _apply(self, sim: Simulation) -> Callable[[float], float | None]:
+        def fn(now: float) -> float | None:
+            sim.set_desired(self.replicas, now, reason="Static", message=f"constant {self.replicas} replicas")
+            return None
+        return fn
+
+
+class ScheduleController:
+    """Applies a precomputed schedule of (time, replicas) changes (the oracle)."""
+
+    kind = "oracle"
+
+    def __init__(self, name: str, schedule: list[tuple[float, int]]) -> None:
+        self.name = name
+        self.schedule = schedule
+
+    def start(self, sim: Simulation) -> None:
+        if not self.schedule:
+            return
+        it = iter(self.schedule)
+        current = [next(it)]
+
+        def fn(now: float) -> float | None:
+            sim.set_desired(current[0][1], now, reason="Schedule", message="perfect-foresight schedule")
+            nxt = next(it, None)
+            if nxt is None:
+                return None
+            current[0] = nxt
+            return nxt[0]
+
+        sim.every(self.schedule[0][0], fn)
+
+
+class PolicyController:
+    """A ScalingPolicy evaluated by the core engine on what the metric pipeline lets it see."""
+
+    kind = "policy"
+
+    def __init__(self, compiled: CompiledPolicy, pipe: PipelineSpec, pipeline_name: str, *, kind: str = "policy",
+                 name: str | None = None) -> None:
+        self.compiled = compiled
+        self.name = name or compiled.name
+        self.kind = kind
+        self.pipe_spec = pipe
+        self.pipeline_name = pipeline_name
+        self.bindings = pipeline.bind(compiled.policy.spec)
+        self.pipeline = pipeline.MetricPipeline(pipe, self.bindings)
+        self.state = PolicyState()
+        self.period = pipe.sync_period_seconds or compiled.policy.spec.evaluation_period_seconds
+
+    def start(self, sim: Simulation) -> None:
+        target = self.compiled.policy.spec.target.ref()
+        pool_target = sim.pool_spec.target.ref()
+        if target.key != pool_target.key:
+            sim.notes.append(
+                f"{self.name}: targets {target.key}; simulated on pool {sim.pool.name} ({pool_target.key})"
+            )
+        servers = {b.server for b in self.bindings}
+        server = sim.pool.profile.server
+        other = sorted(s for s in servers if s != server)
+        if other:
+            sim.notes.append(
+                f"{self.name}: reads {', '.join(other)} metrics but pool {sim.pool.name} runs {server}; "
+                f"the simulated replica exports the equivalent gauge under the requested name"
+            )
+
+        def scrape(now: float) -> float:
+            gauges = {r.name: sim.pool.gauges(r, now) for r in sim.pool.ready()}
+            self.pipeline.scrape(now, gauges)
+            return now + self.pipe_spec.scrape_interval_seconds
+
+        def evaluate(now: float) -> float:
+            obs = Observation(
+                target=target,
+                replicas=sim.replica_status(now),
+                signals=self.pipeline.visible(now),
+                training=sim.training_workloads(now),
+                quota=sim.quota_status(),
+            )
+            decisions, state = self.compiled.decide(obs, self.state, now)
+            self.state = state
+            for d in decisions:
+                if isinstance(d, ScaleDecision):
+                    sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message)
+                else:
+                    sim.apply_training(d, now)
+            return now + self.period
+
+        sim.every(0.0, scrape)
+        sim.every(self.period, evaluate)

@@ -1,0 +1,48 @@
+"""Speed of the default ``autoscaler simulate`` run: one hour of the conversation trace, every baseline, the
+recommended policy and the oracle, with the plot (the README's main-job command).
+
+Run: ``python -m bench.sim_default``. Prints wall-clock seconds per run and the stages of one run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import statistics
+import sys
+import tempfile
+import time
+
+from autoscaler import cli
+from autoscaler.policyfile.loader import load_file
+from autoscaler.sim import runner
+
+RUNS = 3
+
+
+def main() -> int:
+    walls, cpus = [], []
+    for _ in range(RUNS):
+        with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(io.StringIO()):
+            t0, c0 = time.perf_counter(), time.process_time()
+            code = cli.main(["simulate", "--out", out])
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        if code != 0:
+            print(f"simulate exited {code}", file=sys.stderr)
+            return code
+    print(f"default run (conv trace 1 h, static-peak + hpa + recommended + oracle, with plot): "
+          f"min {min(walls):.2f}s, median {statistics.median(walls):.2f}s over {RUNS} runs (goal < 15 s); "
+          f"CPU {min(cpus):.2f}s (what the run costs when the cores are not shared)")
+    policies = [(p.metadata.name, p) for p in load_file(runner.default_policy_path())]
+    t0 = time.perf_counter()
+    outcome = runner.run(runner.Options(policies=policies))
+    total = time.perf_counter() - t0
+    oracle = outcome.summary["oracle"]
+    print(f"  without the plot: {total:.2f}s; oracle: {oracle['schedules_simulated']} schedules simulated; "
+          f"{outcome.summary['trace']['requests']} requests per simulation")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
