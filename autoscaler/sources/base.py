@@ -1,19 +1,47 @@
-"""The one interface every metric source implements.
+"""The one interface every metric source implements, and what all sources share.
 
 A source answers, for a batch of (target, signal) requests, one ``core.model.SignalReading`` each, with
 the sample's own timestamp (unix seconds) or an error. It never invents a zero: no data is ``value=None``
-with an error or an empty-result reason. Sources batch: one query per signal per tick for all targets.
+with an error, or with neither (the core reads that as "missing: empty result"). Sources batch: one query
+per signal per tick for all targets, not one per target.
+
+Also here: which pods belong to a target (``PodRef``, ``pod_pattern``), how per-pod values combine
+(``combine``) and the short label a reading carries to say where it came from (``describe``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscaler.core.model import SignalReading, TargetRef
-from autoscaler.core.sourcespec import SourceSpec
+from autoscaler.core.model import SignalReading, TargetKind, TargetRef
+from autoscaler.core.sourcespec import (
+    CloudMonitoringSourceSpec,
+    GmpSourceSpec,
+    PodsSourceSpec,
+    PrometheusSourceSpec,
+    SourceSpec,
+)
 from autoscaler.core.spec import SignalSpec
+from autoscaler.sources.presets import Aggregate, get
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """One pod of a target, as the caller resolved it from the Kubernetes API.
+
+    ``url`` is its metrics URL (pods source); ``leader`` is False for LeaderWorkerSet workers, which only
+    presets reading every host (``workers``) use.
+    """
+
+    name: str
+    url: str | None = None
+    leader: bool = True
+    #: The pod IP: with ``port`` set in the pods source block, the URL is built from it (scheme, port, path).
+    ip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -23,9 +51,23 @@ class SignalRequest:
     target: TargetRef
     signal: SignalSpec
     source: SourceSpec
-    #: For the pods source in a cluster: the URLs of the target's pods (leaders of LWS groups, plus workers
-    #: where the signal needs them), resolved by the caller from the Kubernetes API.
+    #: Pods source in a cluster: the metrics URLs of the target's pods (leaders of LWS groups).
+    #: Kept for callers that only know URLs; ``pods`` says more (names, leader/worker).
     pod_urls: tuple[str, ...] = field(default=())
+    #: The target's pods, when the caller knows them. Prometheus and Cloud Monitoring then attribute series
+    #: by exact pod name; without them, by the pod-name pattern of the target's kind (``pod_pattern``).
+    pods: tuple[PodRef, ...] = field(default=())
+    #: Cloud Monitoring node-level metrics (``kubernetes.io/node/...``): the nodes the target's pods run on.
+    nodes: tuple[str, ...] = field(default=())
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.target.key, self.signal.name)
+
+    def endpoints(self, *, workers: bool) -> tuple[PodRef, ...]:
+        """Pods to scrape: leaders (and workers when asked), or the plain ``pod_urls``."""
+        chosen = tuple(p for p in self.pods if p.leader or workers)
+        return chosen or tuple(PodRef(name=u, url=u) for u in self.pod_urls)
 
 
 #: (target key, signal name) -> reading
@@ -33,10 +75,133 @@ Readings = dict[tuple[str, str], SignalReading]
 
 
 class MetricSource(Protocol):
-    """A metric backend. Implementations: prometheus (and GMP), cloud_monitoring, pods."""
+    """A metric backend. Implementations: prometheus (and GMP), cloud_monitoring, pods; ``pool`` fans out."""
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
         """Read every request within ``deadline_s`` seconds; unanswered ones come back with an error."""
         ...
 
     async def aclose(self) -> None: ...
+
+
+def describe(spec: SourceSpec) -> str:
+    """A short label for readings and ``observe``: where a value came from."""
+    if isinstance(spec, PrometheusSourceSpec):
+        return f"prometheus {spec.url}"
+    if isinstance(spec, GmpSourceSpec):
+        return f"gmp {spec.project}"
+    if isinstance(spec, CloudMonitoringSourceSpec):
+        return f"cloud-monitoring {spec.project}"
+    assert isinstance(spec, PodsSourceSpec)
+    return "pods (static endpoints)" if spec.endpoints else "pods"
+
+
+def failed(request: SignalRequest, source: str, error: str) -> SignalReading:
+    return SignalReading(value=None, timestamp=None, source=source, error=error)
+
+
+def aggregate_of(signal: SignalSpec) -> Aggregate:
+    """The signal's ``aggregate``, else its preset's default (queues sum, ratios average), else sum."""
+    if signal.aggregate is not None:
+        return signal.aggregate
+    if signal.preset is not None:
+        return get(signal.preset).default_aggregate
+    return "sum"
+
+
+def combine(values: Sequence[float], how: Aggregate) -> float:
+    """Combine per-pod values; NaN propagates (the core then says "invalid: NaN", never a number)."""
+    if how == "sum":
+        return math.fsum(values)
+    if how == "avg":
+        return math.fsum(values) / len(values)
+    if how == "max":
+        return max(values)
+    return min(values)
+
+
+# Deployment pods: <name>-<pod-template-hash (≤10)>-<5 random>; LWS leaders <name>-<group>, workers
+# <name>-<group>-<index>. Anchored segment counts keep `vllm` from claiming the pods of `vllm-big`.
+_DEPLOYMENT_POD = r"{name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
+_LWS_LEADER = r"{name}-[0-9]+"
+_LWS_ANY = r"{name}-[0-9]+(-[0-9]+)?"
+
+
+def pod_pattern(target: TargetRef, *, workers: bool = False) -> str:
+    """An RE2/Python regex (fully anchored when used) for the names of the target's pods."""
+    name = re.escape(target.name)
+    if target.kind is TargetKind.DEPLOYMENT:
+        return _DEPLOYMENT_POD.format(name=name)
+    return (_LWS_ANY if workers else _LWS_LEADER).format(name=name)
+
+
+# Candidate owner names from a pod name: drop the ReplicaSet hash and random suffix (Deployment), or the
+# group index (LWS leader) and the worker index (LWS worker). Lookups are then O(1) per series.
+_DEPLOYMENT_OWNER = re.compile(r"(.+)-[a-z0-9]{1,10}-[a-z0-9]{5}")
+_LWS_LEADER_OWNER = re.compile(r"(.+)-[0-9]+")
+_LWS_WORKER_OWNER = re.compile(r"(.+)-[0-9]+-[0-9]+")
+
+
+class PodMatcher:
+    """Attributes (namespace, pod) series to the targets of a batch of requests.
+
+    Pods named by the caller (``SignalRequest.pods``) match exactly; otherwise the pod-name conventions of
+    the target's kind apply (``pod_pattern``), resolved by dictionary lookups so that a batch of thousands
+    of targets costs one lookup per series, not one regex per target.
+    """
+
+    def __init__(self, requests: Sequence[SignalRequest], *, workers: bool) -> None:
+        self._workers = workers
+        self._exact: dict[tuple[str, str], list[SignalRequest]] = {}
+        self._by_name: dict[tuple[str, TargetKind, str], list[SignalRequest]] = {}
+        for req in requests:
+            ns = req.target.namespace
+            if req.pods:
+                for pod in req.pods:
+                    if pod.leader or workers:
+                        self._exact.setdefault((ns, pod.name), []).append(req)
+            else:
+                self._by_name.setdefault((ns, req.target.kind, req.target.name), []).append(req)
+
+    def owners(self, namespace: str, pod: str) -> list[SignalRequest]:
+        found = list(self._exact.get((namespace, pod), ()))
+        if not self._by_name:
+            return found
+        candidates: list[tuple[TargetKind, str]] = []
+        if m := _DEPLOYMENT_OWNER.fullmatch(pod):
+            candidates.append((TargetKind.DEPLOYMENT, m.group(1)))
+        if m := _LWS_LEADER_OWNER.fullmatch(pod):
+            candidates.append((TargetKind.LEADER_WORKER_SET, m.group(1)))
+        if self._workers and (m := _LWS_WORKER_OWNER.fullmatch(pod)):
+            candidates.append((TargetKind.LEADER_WORKER_SET, m.group(1)))
+        for kind, name in candidates:
+            found.extend(self._by_name.get((namespace, kind, name), ()))
+        return found
+
+
+def per_target(
+    requests: Sequence[SignalRequest],
+    samples: Mapping[str, Mapping[str, tuple[float, float]]],
+    *,
+    source: str,
+    how: Aggregate,
+) -> Readings:
+    """Readings from per-target per-pod samples ``{target key: {pod: (value, timestamp)}}``.
+
+    The reading's timestamp is the oldest pod sample: the value is only as fresh as its stalest part.
+    A target without samples gets an empty reading (value None, no error): missing, never zero.
+    """
+    out: Readings = {}
+    for req in requests:
+        pods = samples.get(req.target.key, {})
+        if not pods:
+            out[req.key] = SignalReading(value=None, timestamp=None, source=source)
+            continue
+        values = [v for v, _ in pods.values()]
+        out[req.key] = SignalReading(
+            value=combine(values, how),
+            timestamp=min(t for _, t in pods.values()),
+            source=source,
+            per_replica={p: v for p, (v, _) in sorted(pods.items())},
+        )
+    return out

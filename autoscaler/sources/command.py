@@ -1,16 +1,372 @@
-"""The `autoscaler observe` sub-command (being written)."""
+"""``autoscaler observe`` and ``autoscaler record``: what the controller sees now, and signals over a past range.
+
+``observe`` reads every signal of the given policies once per evaluation period (or ``--once``) through
+the same sources the controller uses, judges them as the core does, and shows per target each signal's
+value, age, source and state, plus the decision the policy would take. It changes nothing. The current
+replica count comes from ``--replicas`` outside a cluster; the controller plugs in a Kubernetes lookup
+through ``observe_once(replicas=..., pods=...)``.
+
+``record`` saves, per signal, one Prometheus ``query_range`` response body (``<signal>.json``) for the
+policy's target over ``--start``..``--end``: the input ``autoscaler replay`` reads.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import datetime as dt
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
+from prometheus_api_client import PrometheusConnect
+from pydantic import ValidationError
+
+from autoscaler.core.engine import compile_policy, decide
+from autoscaler.core.model import (
+    Observation,
+    PolicyState,
+    ReplicaStatus,
+    ScaleDecision,
+    SignalValue,
+    TargetRef,
+)
+from autoscaler.core.signals import SignalJudge
+from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec
+from autoscaler.core.spec import ScalingPolicy
+from autoscaler.policyfile import loader
+from autoscaler.sources.base import MetricSource, PodRef
+from autoscaler.sources.pool import MissingSource, SourcePool, requests_for
+from autoscaler.sources.prometheus import GMP_SCOPE, GMP_URL, target_query
+
+#: The current replica count of a target, or None when unknown.
+ReplicaLookup = Callable[[TargetRef], Awaitable[ReplicaStatus | None]]
+#: The pods of a target (names, metrics URLs, leader or worker), for the pods source and pod attribution.
+PodLookup = Callable[[TargetRef], Awaitable[tuple[PodRef, ...]]]
+
+#: Prometheus refuses range queries over 11,000 points per series.
+MAX_POINTS = 11_000
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line, exit 1."""
 
 
 def register(sub: Any) -> None:
-    parser: argparse.ArgumentParser = sub.add_parser("observe", help="(being written)")
-    parser.set_defaults(func=run)
+    observe = sub.add_parser(
+        "observe",
+        help="Show what the controller would see now: signal values, ages, sources and the decision.",
+        description="Read every signal of the policies through their sources, as the controller does, "
+        "and print per target each value, its age, its source and the decision (nothing is changed).",
+    )
+    observe.add_argument("--policy", required=True, help="Policy file (YAML, one or more ScalingPolicy documents).")
+    observe.add_argument("--once", action="store_true", help="Read once and exit (default: every evaluation period).")
+    observe.add_argument("--json", action="store_true", help="Print JSON (one document per refresh).")
+    observe.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Current replica count outside a cluster (default: unknown, so no decision).",
+    )
+    observe.add_argument(
+        "--deadline", type=float, default=5.0, metavar="S", help="Per-tick deadline for all sources (default 5 s)."
+    )
+    observe.set_defaults(func=run_observe)
+
+    record = sub.add_parser(
+        "record",
+        help="Save a policy's signals from Prometheus over a time range, for `autoscaler replay`.",
+        description="Query Prometheus (or GMP) for each signal of the policy over a time range and save "
+        "one query_range response body per signal as <signal>.json in --out.",
+    )
+    record.add_argument("--policy", required=True, help="Policy file.")
+    record.add_argument("--start", required=True, help="RFC 3339, unix seconds, 'now' or relative like -1h.")
+    record.add_argument("--end", default="now", help="Same forms as --start (default now).")
+    record.add_argument("--step", default=None, help="Resolution, seconds or 15s/1m (default: evaluation period).")
+    record.add_argument("--out", required=True, help="Directory to write <signal>.json files into.")
+    # Let `--start -1h` work: argparse takes only plain negative numbers as values, and would read `-1h`
+    # as an unknown option. No option of this parser looks like a relative time, so nothing is shadowed.
+    record._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?(ms|s|m|h|d|w)?$")
+    record.set_defaults(func=run_record)
 
 
-def run(args: argparse.Namespace) -> int:
-    print("autoscaler observe: not available yet")
-    return 2
+# ----------------------------------------------------------------------------------------------- observe
+
+
+async def _unknown_replicas(target: TargetRef) -> ReplicaStatus | None:
+    return None
+
+
+async def _no_pods(target: TargetRef) -> tuple[PodRef, ...]:
+    return ()
+
+
+def fixed_replicas(n: int | None) -> ReplicaLookup:
+    async def lookup(target: TargetRef) -> ReplicaStatus | None:
+        return None if n is None else ReplicaStatus(spec=n, ready=n)
+
+    return lookup
+
+
+def _signal_json(v: SignalValue) -> dict[str, Any]:
+    return {
+        "value": v.value,
+        "age_s": None if v.age_s is None else round(v.age_s, 3),
+        "source": v.source,
+        "state": v.state.value,
+        "reason": v.reason,
+    }
+
+
+def _decision(policy: ScalingPolicy, observation: Observation | None, now: float) -> dict[str, Any]:
+    if observation is None:
+        return {
+            "state": "unknown",
+            "reason": "current replica count unknown: pass --replicas N (in a cluster the controller looks it up)",
+        }
+    try:
+        compiled = compile_policy(policy)
+        decisions, _ = decide(compiled, observation, PolicyState(), now)
+    except Exception as exc:  # a policy type not available, or a bug: say so, keep showing the signals
+        return {
+            "state": "unavailable",
+            "reason": f"policy type {policy.spec.policy.type!r} cannot decide: {type(exc).__name__}: {exc}",
+        }
+    scale = next(d for d in decisions if isinstance(d, ScaleDecision))
+    return {
+        "state": "ok",
+        "current": scale.current,
+        "desired": scale.desired,
+        "reason": scale.reason.value,
+        "message": scale.message,
+        "note": "first evaluation: no stabilization history",
+    }
+
+
+async def observe_once(
+    policies: Sequence[ScalingPolicy],
+    *,
+    source: MetricSource,
+    deadline_s: float,
+    replicas: ReplicaLookup = _unknown_replicas,
+    pods: PodLookup = _no_pods,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """One observation of every policy: ``{"targets": [...]}`` as ``observe --json`` prints it."""
+    targets = [p.spec.target.ref() for p in policies]
+    found_pods = await asyncio.gather(*(pods(t) for t in targets))
+    requests = []
+    for policy, target_pods in zip(policies, found_pods, strict=True):
+        requests.extend(requests_for(policy, pods=target_pods))
+    readings = await source.read(requests, deadline_s=deadline_s)
+    now = clock()
+    counts = await asyncio.gather(*(replicas(t) for t in targets))
+    out = []
+    for policy, target, count in zip(policies, targets, counts, strict=True):
+        mine = {name: r for (key, name), r in readings.items() if key == target.key}
+        judged = SignalJudge(policy.spec).judge_all(mine, now)
+        observation = None if count is None else Observation(target=target, replicas=count, signals=mine)
+        out.append(
+            {
+                "target": target.key,
+                "policy": policy.metadata.name,
+                "signals": {name: _signal_json(v) for name, v in judged.items()},
+                "decision": _decision(policy, observation, now),
+            }
+        )
+    return {"time": now, "targets": out}
+
+
+def _fmt_value(v: Any) -> str:
+    if v is None:
+        return "unknown"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def render(view: dict[str, Any]) -> str:
+    """The human form of ``observe_once``'s result."""
+    lines = []
+    for t in view["targets"]:
+        lines.append(f"{t['target']}  (policy {t['policy']})")
+        width = max((len(n) for n in t["signals"]), default=0)
+        for name, s in t["signals"].items():
+            age = "" if s["age_s"] is None else f"age {s['age_s']:.1f}s"
+            why = f"  {s['reason']}" if s["state"] != "ok" else ""
+            lines.append(f"  {name:<{width}}  {_fmt_value(s['value']):>9}  {age:<11} {s['source']}{why}")
+        d = t["decision"]
+        if d["state"] == "ok":
+            lines.append(f"  decision: {d['current']} → {d['desired']} ({d['reason']}): {d['message']}")
+        else:
+            lines.append(f"  decision: {d['state']}: {d['reason']}")
+    return "\n".join(lines)
+
+
+def _load(path: str) -> list[ScalingPolicy]:
+    try:
+        policies = loader.load_file(path)
+    except loader.PolicyFileError as exc:
+        raise UsageError(f"{path} is not a valid policy file:\n{exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except (yaml.YAMLError, ValidationError, ValueError) as exc:
+        first = str(exc).strip().splitlines()
+        raise UsageError(f"{path} is not a valid policy file: {' '.join(first[:3])}") from None
+    if not policies:
+        raise UsageError(f"{path} holds no ScalingPolicy documents")
+    return policies
+
+
+async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> None:
+    pool = SourcePool()
+    period = min(p.spec.evaluation_period_seconds for p in policies)
+    try:
+        while True:
+            view = await observe_once(
+                policies, source=pool, deadline_s=args.deadline, replicas=fixed_replicas(args.replicas)
+            )
+            print(json.dumps(view) if args.json else render(view), flush=True)
+            if args.once:
+                return
+            if not args.json:
+                print(flush=True)
+            await asyncio.sleep(period)
+    finally:
+        await pool.aclose()
+
+
+def run_observe(args: argparse.Namespace) -> int:
+    try:
+        policies = _load(args.policy)
+        for p in policies:
+            requests_for(p)  # every signal has a source: fail before reading anything
+        if args.replicas is not None and args.replicas < 0:
+            raise UsageError("--replicas must be 0 or more")
+        asyncio.run(_observe(args, policies))
+    except (UsageError, MissingSource) as exc:
+        print(f"autoscaler observe: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ record
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)?$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """``15``, ``15s``, ``1.5m``, ``2h`` → seconds."""
+    m = _DURATION.match(text.strip())
+    if not m:
+        raise UsageError(f"{text!r} is not a duration; use seconds or e.g. 15s, 5m, 1h")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def parse_time(text: str, *, now: float) -> float:
+    """RFC 3339, unix seconds, ``now``, or relative to now (``-1h``, ``now-30m``) → unix seconds."""
+    t = text.strip()
+    if t == "now":
+        return now
+    rel = t.removeprefix("now")
+    if rel.startswith("-"):
+        return now - parse_duration(rel[1:])
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        parsed = dt.datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"{text!r} is not a time; use RFC 3339 (2026-11-30T08:00:00Z), unix seconds, now or -1h"
+        ) from None
+    if parsed.tzinfo is None:
+        raise UsageError(f"{text!r} has no time zone; add Z or an offset like +01:00")
+    return parsed.timestamp()
+
+
+def _connect(spec: PrometheusSourceSpec | GmpSourceSpec) -> PrometheusConnect:
+    if isinstance(spec, PrometheusSourceSpec):
+        return PrometheusConnect(url=spec.url.rstrip("/"), timeout=spec.timeout_seconds)
+    import google.auth  # noqa: PLC0415 - only GMP recording needs it; slow to import
+    import google.auth.transport.requests  # noqa: PLC0415
+
+    creds: Any
+    try:
+        creds, _ = google.auth.default(scopes=[GMP_SCOPE])
+        creds.refresh(google.auth.transport.requests.Request())
+    except Exception as exc:  # google-auth's errors have no common public base
+        raise UsageError(
+            f"no Google credentials for GMP ({exc}); run `gcloud auth application-default login`"
+        ) from None
+    url = GMP_URL.format(project=spec.project, location=spec.location)
+    return PrometheusConnect(url=url, headers={"Authorization": f"Bearer {creds.token}"}, timeout=spec.timeout_seconds)
+
+
+def record(policies: Sequence[ScalingPolicy], *, start: float, end: float, step: float | None, out: Path) -> list[str]:
+    """Write ``<signal>.json`` per recordable signal (per policy subdirectory when there are several);
+    return one line per signal saying what happened."""
+    report = []
+    for policy in policies:
+        folder = out if len(policies) == 1 else out / policy.metadata.name
+        folder.mkdir(parents=True, exist_ok=True)
+        width = step or policy.spec.evaluation_period_seconds
+        points = (end - start) / width
+        if points > MAX_POINTS:
+            raise UsageError(
+                f"{points:.0f} points per series over the range at step {width:g}s; Prometheus allows "
+                f"{MAX_POINTS}: use --step {math.ceil((end - start) / MAX_POINTS)} or a shorter range"
+            )
+        for req in requests_for(policy):
+            src = req.source
+            name = req.signal.name
+            if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
+                report.append(f"{name}: skipped (source {src.type} keeps no history; only prometheus/gmp record)")
+                continue
+            query = target_query(req, cluster=src.cluster)
+            client = _connect(src)
+            try:
+                result = client.custom_query_range(
+                    query,
+                    start_time=dt.datetime.fromtimestamp(start, dt.UTC),
+                    end_time=dt.datetime.fromtimestamp(end, dt.UTC),
+                    step=f"{width:g}",
+                )
+            except Exception as exc:  # requests' and the client's exceptions: one line for the user
+                raise UsageError(f"signal {name}: query_range on {client.url} failed: {exc}") from None
+            finally:
+                client.close()
+            body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+            path = folder / f"{name}.json"
+            path.write_text(json.dumps(body))
+            samples = sum(len(s.get("values", [])) for s in result)
+            report.append(f"{name}: {len(result)} series, {samples} samples → {path}")
+    return report
+
+
+def run_record(args: argparse.Namespace) -> int:
+    try:
+        policies = _load(args.policy)
+        now = time.time()
+        start, end = parse_time(args.start, now=now), parse_time(args.end, now=now)
+        if end <= start:
+            raise UsageError(f"--end ({args.end}) must be after --start ({args.start})")
+        step = None if args.step is None else parse_duration(args.step)
+        if step is not None and step <= 0:
+            raise UsageError("--step must be positive")
+        lines = record(policies, start=start, end=end, step=step, out=Path(args.out))
+    except (UsageError, MissingSource) as exc:
+        print(f"autoscaler record: {exc}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0 if any("→" in line for line in lines) else 1

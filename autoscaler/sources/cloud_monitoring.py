@@ -1,0 +1,282 @@
+"""The Cloud Monitoring source: ``ListTimeSeries`` with google-cloud-monitoring's async client.
+
+Serves GKE accelerator system metrics (``kubernetes.io/container/accelerator/*`` per pod,
+``kubernetes.io/node/accelerator/*`` per node, given the target's node names), series that Managed
+Prometheus stored (``prometheus.googleapis.com/<name>/gauge``, so every serving preset works here too)
+and the TPU memory-used ratio of Google's JetStream guide (memory_used / memory_total per pod).
+
+One ``ListTimeSeries`` per metric type per tick for all targets (namespaces or nodes in one ``one_of``),
+pages followed, the newest point of each series kept with its own end time (system metrics are sampled
+every 60 s and arrive late; the core judges the age). Calls go out with ``retry=None`` and an explicit
+timeout (the client's default retry runs up to 90 s), inside the tick's deadline with our own retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from autoscaler.core.model import SignalReading
+from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
+from autoscaler.sources import presets
+from autoscaler.sources.base import (
+    PodMatcher,
+    Readings,
+    SignalRequest,
+    aggregate_of,
+    combine,
+    describe,
+    per_target,
+)
+from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
+
+#: How far back to look for the newest point: system metrics are sampled every 60 s and may lag minutes.
+LOOKBACK_S = 600.0
+
+#: (namespace, pod or node) -> list of (value, end time) for one metric type
+_Points = dict[tuple[str, str], list[tuple[float, float]]]
+
+
+def metric_types(request: SignalRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(numerator types, denominator types) a request needs."""
+    sig = request.signal
+    if sig.metric is not None:
+        return (sig.metric,), ()
+    if sig.preset is None:
+        raise PermanentError("the cloud-monitoring source reads 'preset' or 'metric' signals, not PromQL")
+    preset = presets.get(sig.preset)
+    if preset.cloud_monitoring:
+        return preset.cloud_monitoring[:1], preset.cloud_monitoring[1:]
+    # A serving metric that Managed Prometheus stored: every spelling, as a gauge.
+    return tuple(f"prometheus.googleapis.com/{name}/gauge" for name in preset.metrics), ()
+
+
+def _node_level(metric_type: str) -> bool:
+    return metric_type.startswith("kubernetes.io/node/")
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _one_of(values: Sequence[str]) -> str:
+    return f"one_of({', '.join(_quote(v) for v in sorted(set(values)))})"
+
+
+def build_filter(metric_type: str, requests: Sequence[SignalRequest], *, cluster: str | None) -> str:
+    """The ``filter`` for one metric type over a batch: scoped to the cluster and the targets' namespaces
+    (or nodes for node-level metrics), plus the signal's labels as metric labels."""
+    parts = [f"metric.type = {_quote(metric_type)}"]
+    prom = metric_type.startswith("prometheus.googleapis.com/")
+    if _node_level(metric_type):
+        parts.append(f"resource.labels.node_name = {_one_of([n for r in requests for n in r.nodes])}")
+    else:
+        key = "namespace" if prom else "namespace_name"
+        parts.append(f"resource.labels.{key} = {_one_of([r.target.namespace for r in requests])}")
+    if cluster is not None:
+        parts.append(f"resource.labels.{'cluster' if prom else 'cluster_name'} = {_quote(cluster)}")
+    for key, value in sorted(requests[0].signal.labels.items()):
+        parts.append(f"metric.labels.{key} = {_quote(value)}")
+    return " AND ".join(parts)
+
+
+def _point_value(point: Any) -> float:
+    value = point.value
+    kind = type(value).pb(value).WhichOneof("value")
+    if kind == "double_value":
+        return float(value.double_value)
+    if kind == "int64_value":
+        return float(value.int64_value)
+    if kind == "bool_value":
+        return 1.0 if value.bool_value else 0.0
+    raise PermanentError(f"point of type {kind} is not a number")
+
+
+def _where(series: Any) -> tuple[str, str]:
+    """(namespace, pod or node) of a time series, whatever its monitored resource."""
+    res, met = series.resource.labels, series.metric.labels
+    namespace = res.get("namespace_name") or res.get("namespace") or met.get("namespace") or ""
+    if "node_name" in res and "pod_name" not in res:
+        return ("", res["node_name"])
+    pod = res.get("pod_name") or met.get("pod") or res.get("pod") or ""
+    if not pod and res.get("instance"):
+        pod = res["instance"].rsplit(":", 1)[0]  # GMP: instance is <pod>:<port>
+    return (namespace, pod)
+
+
+class CloudMonitoringSource:
+    """Reads ``cloud-monitoring`` signals. ``client`` is a ``MetricServiceAsyncClient`` (made from
+    application-default credentials when not given)."""
+
+    def __init__(
+        self,
+        spec: CloudMonitoringSourceSpec,
+        *,
+        client: Any | None = None,
+        clock: Callable[[], float] = time.time,
+        circuit: Circuit | None = None,
+    ) -> None:
+        self.spec = spec
+        self.label = describe(spec)
+        self._client = client
+        self._clock = clock
+        self.circuit = circuit or Circuit()
+        #: ListTimeSeries calls made (pages included), for tests of batching and paging.
+        self.calls = 0
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        transport = getattr(client, "transport", None)
+        if transport is not None:
+            await transport.close()
+
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                from google.cloud import monitoring_v3  # noqa: PLC0415 - see _list
+
+                self._client = monitoring_v3.MetricServiceAsyncClient()
+            except Exception as exc:  # DefaultCredentialsError and friends: unknown, never a crash
+                raise PermanentError(f"cannot create a Cloud Monitoring client: {exc}") from None
+        return self._client
+
+    async def _list(self, metric_type: str, flt: str, timeout_s: float) -> list[Any]:
+        # Loaded on first use: importing the client library costs about a second of CLI start-up.
+        from google.api_core import exceptions as gexc  # noqa: PLC0415
+        from google.cloud import monitoring_v3  # noqa: PLC0415
+
+        now = self._clock()
+        interval = monitoring_v3.TimeInterval(
+            end_time={"seconds": int(now) + 1}, start_time={"seconds": int(now - LOOKBACK_S)}
+        )
+        request = monitoring_v3.ListTimeSeriesRequest(
+            name=f"projects/{self.spec.project}",
+            filter=flt,
+            interval=interval,
+            view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
+        )
+        out: list[Any] = []
+        try:
+            self.calls += 1
+            pager = await self.client().list_time_series(request=request, retry=None, timeout=timeout_s)
+            async for page in pager.pages:
+                out.extend(page.time_series)
+                if page.next_page_token:
+                    self.calls += 1
+        except (gexc.DeadlineExceeded, gexc.ServiceUnavailable, gexc.InternalServerError) as exc:
+            raise TransientError(f"{metric_type}: {exc.message or exc}") from None
+        except gexc.PermissionDenied as exc:
+            raise PermanentError(
+                f"permission denied on projects/{self.spec.project} ({exc.message}); "
+                "the identity needs roles/monitoring.viewer"
+            ) from None
+        except gexc.GoogleAPICallError as exc:
+            raise PermanentError(f"{metric_type}: {exc.code}: {exc.message}") from None
+        return out
+
+    async def _points(self, metric_type: str, group: Sequence[SignalRequest], deadline_s: float) -> _Points:
+        flt = build_filter(metric_type, group, cluster=self.spec.cluster)
+        timeout_s = min(self.spec.timeout_seconds, deadline_s)
+        series = await retrying(lambda: self._list(metric_type, flt, timeout_s), deadline_s=deadline_s)
+        points: _Points = {}
+        for ts in series:
+            if not ts.points:
+                continue
+            newest = max(ts.points, key=lambda p: p.interval.end_time.timestamp())
+            points.setdefault(_where(ts), []).append((_point_value(newest), newest.interval.end_time.timestamp()))
+        return points
+
+    async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
+        if not requests:
+            return {}
+        blocked = self.circuit.allow()
+        if blocked is not None:
+            return {r.key: SignalReading(None, None, self.label, blocked) for r in requests}
+        groups: dict[tuple[Any, ...], list[SignalRequest]] = {}
+        out: Readings = {}
+        for r in requests:
+            try:
+                types = metric_types(r)
+            except (PermanentError, presets.PresetError) as exc:
+                out[r.key] = SignalReading(None, None, self.label, str(exc))
+                continue
+            if any(_node_level(t) for t in types[0] + types[1]) and not r.nodes:
+                out[r.key] = SignalReading(
+                    None, None, self.label, "a node-level metric needs the target's node names (known in a cluster)"
+                )
+                continue
+            key = (types, tuple(sorted(r.signal.labels.items())), aggregate_of(r.signal))
+            groups.setdefault(key, []).append(r)
+        results = await asyncio.gather(
+            *(self._read_group(k[0], g, deadline_s) for k, g in groups.items()), return_exceptions=False
+        )
+        reached, last_error = not groups, ""
+        for readings, ok in results:
+            out.update(readings)
+            reached = reached or ok
+            if not ok:
+                last_error = next((r.error for r in readings.values() if r.error), last_error)
+        if reached:
+            self.circuit.success()
+        else:
+            self.circuit.failure(last_error or "no answer")
+        return out
+
+    async def _read_group(
+        self, types: tuple[tuple[str, ...], tuple[str, ...]], group: list[SignalRequest], deadline_s: float
+    ) -> tuple[Readings, bool]:
+        numerators, denominators = types
+        try:
+            async with asyncio.timeout(deadline_s):
+                fetched = await asyncio.gather(*(self._points(t, group, deadline_s) for t in numerators + denominators))
+        except TimeoutError:
+            why = f"no answer from Cloud Monitoring within the {deadline_s:g}s deadline"
+            return {r.key: SignalReading(None, None, self.label, why) for r in group}, False
+        except TransientError as exc:
+            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, False
+        except PermanentError as exc:
+            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, True
+        num: _Points = {}
+        for pts in fetched[: len(numerators)]:
+            for where, values in pts.items():
+                num.setdefault(where, []).extend(values)
+        den: _Points = {}
+        for pts in fetched[len(numerators) :]:
+            for where, values in pts.items():
+                den.setdefault(where, []).extend(values)
+        how = aggregate_of(group[0].signal)
+        per_unit: dict[tuple[str, str], tuple[float, float]] = {}
+        for where, values in num.items():
+            stamp = min(t for _, t in values)
+            if denominators:
+                totals = den.get(where)
+                if not totals:
+                    continue
+                total = math.fsum(v for v, _ in totals)
+                value = math.fsum(v for v, _ in values) / total if total else math.nan
+                stamp = min(stamp, *(t for _, t in totals))
+            else:
+                value = combine([v for v, _ in values], how)
+            per_unit[where] = (value, stamp)
+        return self._attribute(per_unit, group, how), True
+
+    def _attribute(
+        self,
+        per_unit: dict[tuple[str, str], tuple[float, float]],
+        group: list[SignalRequest],
+        how: presets.Aggregate,
+    ) -> Readings:
+        workers = group[0].signal.preset is not None and presets.get(group[0].signal.preset).workers
+        matcher = PodMatcher(group, workers=workers)
+        samples: dict[str, dict[str, tuple[float, float]]] = {}
+        node_owner = {node: r for r in group for node in r.nodes}
+        for (namespace, unit), sample in per_unit.items():
+            if not namespace and unit in node_owner:
+                samples.setdefault(node_owner[unit].target.key, {})[unit] = sample
+                continue
+            for req in matcher.owners(namespace, unit):
+                samples.setdefault(req.target.key, {})[unit] = sample
+        return per_target(group, samples, source=self.label, how=how)

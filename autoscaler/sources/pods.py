@@ -1,0 +1,277 @@
+"""Direct pod scraping: ``GET /metrics`` on the target's pods (or static endpoints), parse, combine per target.
+
+Sub-second freshness: the value is what the server holds at the moment of the request, so its age is the
+time since the response arrived (or the sample's own timestamp when the exposition carries one).
+
+- Each URL is fetched once per tick however many signals need it, all concurrently within the deadline.
+- The exposition is parsed with prometheus-client's parser (classic text; OpenMetrics when the server
+  insists on it), which copes with ``_created`` series, histograms, info metrics, escaped label values and
+  missing HELP lines. Garbage, an HTML error page or a non-200 status makes that pod's signals unknown.
+- For a LeaderWorkerSet, presets read the leader of each group; per-host presets (``workers``) read every pod.
+- Strict on missing parts: when any pod of a target fails or lacks the metric, the target's signal is
+  unknown (a queue summed over fewer pods than exist would read as less load than there is).
+- A URL that keeps failing opens its own circuit and is left alone for the cooldown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from autoscaler.core.model import SignalReading
+from autoscaler.core.sourcespec import PodsSourceSpec
+from autoscaler.sources import presets
+from autoscaler.sources.base import PodRef, Readings, SignalRequest, aggregate_of, combine, describe
+from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
+
+ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
+
+#: Circuits of endpoints not scraped for this long are forgotten (pods come and go with new IPs).
+FORGET_S = 600.0
+
+#: metric name -> list of (labels, value, sample timestamp or None)
+Exposition = dict[str, list[tuple[dict[str, str], float, float | None]]]
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One endpoint's answer: the parsed samples and when they arrived, or why there are none."""
+
+    samples: Exposition | None
+    received_at: float
+    error: str | None = None
+
+
+def parse(text: str, content_type: str = "") -> Exposition:
+    """Parse exposition text into ``{name: [(labels, value, timestamp)]}``; ValueError on garbage."""
+    parser = parse_openmetrics if "openmetrics" in content_type else parse_text
+    out: Exposition = {}
+    try:
+        for family in parser(text):
+            for s in family.samples:
+                stamp = s.timestamp
+                if stamp is not None and not isinstance(stamp, int | float):
+                    stamp = float(stamp.sec) + float(stamp.nsec) / 1e9  # OpenMetrics Timestamp
+                out.setdefault(s.name, []).append((dict(s.labels), float(s.value), stamp))
+    except Exception as exc:  # the parser raises ValueError, IndexError, KeyError, ... on bad input
+        raise ValueError(f"unparseable exposition: {exc}") from None
+    return out
+
+
+def _url(spec: PodsSourceSpec, pod: PodRef) -> str | None:
+    """The block's scheme/port/path on the pod IP when the block names a port, else the caller's URL."""
+    if spec.port is not None and pod.ip:
+        host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
+        return f"{spec.scheme}://{host}:{spec.port}{spec.path}"
+    return pod.url
+
+
+class PodsSource:
+    """Scrapes pods (``pods`` source specs); one instance serves every pods spec."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        circuit_threshold: int = 3,
+        cooldown_s: float = 30.0,
+        circuit_clock: Callable[[], float] | None = None,
+    ) -> None:
+        self._clock = clock
+        self._threshold = circuit_threshold
+        self._cooldown_s = cooldown_s
+        self._circuit_clock = circuit_clock
+        self._circuits: dict[str, Circuit] = {}
+        #: When each URL was last scraped: circuits of URLs gone for ``FORGET_S`` are dropped (pod churn).
+        self._last_used: dict[str, float] = {}
+        self._session: aiohttp.ClientSession | None = None
+        #: HTTP requests sent, for tests that check each URL is fetched once per tick.
+        self.fetches = 0
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def circuit(self, url: str) -> Circuit:
+        self._last_used[url] = self._clock()
+        c = self._circuits.get(url)
+        if c is None:
+            c = Circuit(threshold=self._threshold, cooldown_s=self._cooldown_s)
+            if self._circuit_clock is not None:
+                c.clock = self._circuit_clock
+            self._circuits[url] = c
+        return c
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+        return self._session
+
+    def _forget_old(self) -> None:
+        cutoff = self._clock() - FORGET_S
+        for url in [u for u, t in self._last_used.items() if t < cutoff]:
+            del self._last_used[url]
+            self._circuits.pop(url, None)
+
+    async def _fetch_once(self, url: str, timeout_s: float) -> Scrape:
+        self.fetches += 1
+        try:
+            async with self._client().get(
+                url, headers={"Accept": ACCEPT}, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as resp:
+                text = await resp.text(errors="replace")
+                status, content_type = resp.status, resp.headers.get("Content-Type", "")
+        except aiohttp.ClientConnectionError as exc:
+            raise TransientError(f"cannot reach {url}: {exc}") from None
+        except aiohttp.ClientError as exc:
+            raise TransientError(f"scraping {url} failed: {exc}") from None
+        received = self._clock()
+        if status >= 500:
+            raise TransientError(f"{url} answered HTTP {status}")
+        if status != 200:
+            raise PermanentError(f"{url} answered HTTP {status}")
+        try:
+            return Scrape(parse(text, content_type), received)
+        except ValueError as exc:
+            raise PermanentError(f"{url}: {exc}") from None
+
+    async def scrape(self, url: str, *, timeout_s: float, deadline_s: float) -> Scrape:
+        """One endpoint, with retries inside the deadline and its circuit; never raises."""
+        circuit = self.circuit(url)
+        blocked = circuit.allow()
+        if blocked is not None:
+            return Scrape(None, self._clock(), f"{url}: {blocked}")
+        try:
+            got = await retrying(lambda: self._fetch_once(url, timeout_s), deadline_s=deadline_s, attempts=2)
+        except TimeoutError:
+            err = f"{url}: no answer within the {deadline_s:g}s deadline"
+        except (TransientError, PermanentError) as exc:
+            err = str(exc)
+        else:
+            circuit.success()
+            return got
+        circuit.failure(err)
+        return Scrape(None, self._clock(), err)
+
+    async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
+        plans: list[tuple[SignalRequest, list[tuple[str, str]]]] = []
+        out: Readings = {}
+        timeouts: dict[str, float] = {}
+        for req in requests:
+            spec = req.source
+            assert isinstance(spec, PodsSourceSpec)
+            label = describe(spec)
+            if req.signal.preset is None and req.signal.metric is None:
+                out[req.key] = SignalReading(
+                    None, None, label, "the pods source reads 'preset' or 'metric' signals, not PromQL"
+                )
+                continue
+            workers = req.signal.preset is not None and presets.get(req.signal.preset).workers
+            if spec.endpoints:
+                endpoints = [(url, url) for url in spec.endpoints]
+            else:
+                built = [(p.name, _url(spec, p)) for p in req.endpoints(workers=workers)]
+                endpoints = [(name, url) for name, url in built if url is not None]
+                no_url = [name for name, url in built if url is None]
+                if no_url:  # summing over the pods we can reach would understate the load
+                    out[req.key] = SignalReading(
+                        None,
+                        None,
+                        label,
+                        f"{len(no_url)}/{len(built)} pods have no metrics URL ({', '.join(no_url[:3])}): "
+                        "set 'port' in the pods source",
+                    )
+                    continue
+            if not endpoints:
+                out[req.key] = SignalReading(None, None, label, "no pods to scrape (none ready, or no endpoints given)")
+                continue
+            for _, url in endpoints:
+                timeouts[url] = min(timeouts.get(url, spec.timeout_seconds), spec.timeout_seconds)
+            plans.append((req, endpoints))
+        urls = sorted(timeouts)
+        scrapes = await asyncio.gather(
+            *(self.scrape(u, timeout_s=min(timeouts[u], deadline_s), deadline_s=deadline_s) for u in urls)
+        )
+        by_url = dict(zip(urls, scrapes, strict=True))
+        self._forget_old()
+        for req, endpoints in plans:
+            out[req.key] = _reading(req, endpoints, by_url)
+        return out
+
+
+def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) -> tuple[float, float | None] | None:
+    """One pod's value of the signal (combined over its series) and the oldest explicit sample time."""
+    sig = req.signal
+    if sig.preset is not None:
+        preset = presets.get(sig.preset)
+        names, denominator = preset.metrics, preset.denominator
+    else:
+        assert sig.metric is not None
+        names, denominator = (sig.metric,), ()
+
+    def pick(wanted: tuple[str, ...]) -> list[tuple[float, float | None]]:
+        got = []
+        for name in wanted:
+            for labels, value, stamp in samples.get(name, ()):
+                if all(labels.get(k) == v for k, v in sig.labels.items()):
+                    got.append((value, stamp))
+        return got
+
+    num = pick(names)
+    if not num:
+        return None
+    stamps = [s for _, s in num if s is not None]
+    if denominator:
+        den = pick(denominator)
+        if not den:
+            return None
+        total = math.fsum(v for v, _ in den)
+        value = math.fsum(v for v, _ in num) / total if total else math.nan
+        stamps += [s for _, s in den if s is not None]
+    else:
+        value = combine([v for v, _ in num], how)
+    return value, (min(stamps) if stamps else None)
+
+
+def _reading(req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[str, Scrape]) -> SignalReading:
+    label = f"{describe(req.source)} {len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}"
+    how = aggregate_of(req.signal)
+    errors: list[str] = []
+    lacking: list[str] = []
+    per_pod: dict[str, float] = {}
+    stamps: list[float] = []
+    for pod, url in endpoints:
+        scrape = by_url[url]
+        if scrape.samples is None:
+            errors.append(scrape.error or f"{url}: failed")
+            continue
+        got = _pod_value(req, scrape.samples, how)
+        if got is None:
+            lacking.append(pod)
+            continue
+        per_pod[pod] = got[0]
+        stamps.append(got[1] if got[1] is not None else scrape.received_at)
+    if errors:
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        return SignalReading(None, None, label, f"{len(errors)}/{len(endpoints)} pods failed: {errors[0]}{more}")
+    wanted = req.signal.preset or req.signal.metric
+    if not per_pod:
+        return SignalReading(None, None, label)  # no pod serves it: missing, never zero
+    if lacking:
+        return SignalReading(
+            None, None, label, f"{len(lacking)}/{len(endpoints)} pods serve no {wanted}: {', '.join(lacking[:3])}"
+        )
+    return SignalReading(
+        value=combine(list(per_pod.values()), how),
+        timestamp=min(stamps),
+        source=label,
+        per_replica=per_pod,
+    )

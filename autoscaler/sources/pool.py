@@ -1,0 +1,141 @@
+"""One ``MetricSource`` over all of them: resolves each signal's source, groups requests per backend,
+reads every backend concurrently within one deadline, and reuses backends (connections, circuits) across
+ticks. ``requests_for`` turns a policy into the requests of one tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from autoscaler.core.model import SignalReading
+from autoscaler.core.sourcespec import (
+    CloudMonitoringSourceSpec,
+    GmpSourceSpec,
+    PodsSourceSpec,
+    PrometheusSourceSpec,
+    SourceSpec,
+)
+from autoscaler.core.spec import ScalingPolicy
+from autoscaler.sources.base import MetricSource, PodRef, Readings, SignalRequest, describe
+from autoscaler.sources.cloud_monitoring import CloudMonitoringSource
+from autoscaler.sources.pods import PodsSource
+from autoscaler.sources.prometheus import PrometheusSource
+
+
+class MissingSource(ValueError):
+    """A signal without ``source`` in a policy without a default ``spec.source``."""
+
+
+def requests_for(
+    policy: ScalingPolicy, *, pods: tuple[PodRef, ...] = (), nodes: tuple[str, ...] = ()
+) -> list[SignalRequest]:
+    """The requests for every signal of ``policy`` that a source reads (composites are the core's)."""
+    spec = policy.spec
+    out = []
+    for sig in spec.signals:
+        if sig.expr is not None:
+            continue
+        source = sig.source or spec.source
+        if source is None:
+            raise MissingSource(
+                f"policy {policy.metadata.name!r}: signal {sig.name!r} has no source and spec.source is not set"
+            )
+        out.append(SignalRequest(spec.target.ref(), sig, source, pods=pods, nodes=nodes))
+    return out
+
+
+def _backend_key(spec: SourceSpec) -> str:
+    # One pods backend for every pods spec (it fetches per URL); one per distinct API endpoint otherwise.
+    if isinstance(spec, PodsSourceSpec):
+        return "pods"
+    return spec.model_dump_json()
+
+
+class SourcePool:
+    """Implements ``MetricSource`` by fanning out to one backend per distinct source spec."""
+
+    def __init__(self, factory: Callable[[SourceSpec], MetricSource] | None = None, *, coalesce_s: float = 0.0) -> None:
+        """``coalesce_s`` > 0 merges the ``read`` calls arriving within that window into one batch per
+        backend, so a caller reading policy by policy still sends one query per signal for all targets."""
+        self._factory = factory or default_factory
+        self._backends: dict[str, MetricSource] = {}
+        self._coalesce_s = coalesce_s
+        self._pending: list[tuple[list[SignalRequest], float, asyncio.Future[Readings]]] = []
+        self._flush: asyncio.Task[None] | None = None
+
+    def backend(self, spec: SourceSpec) -> MetricSource:
+        key = _backend_key(spec)
+        found = self._backends.get(key)
+        if found is None:
+            found = self._factory(spec)
+            self._backends[key] = found
+        return found
+
+    async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
+        if self._coalesce_s <= 0:
+            return await self._read_now(requests, deadline_s=deadline_s)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Readings] = loop.create_future()
+        self._pending.append((list(requests), deadline_s, future))
+        if self._flush is None:
+            self._flush = loop.create_task(self._flush_later())
+        return await future
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self._coalesce_s)
+        pending, self._pending, self._flush = self._pending, [], None
+        everything = [r for reqs, _, _ in pending for r in reqs]
+        # The window ate into every caller's deadline; the shortest one left bounds the batch.
+        deadline_s = max(0.001, min(d for _, d, _ in pending) - self._coalesce_s)
+        try:
+            readings = await self._read_now(everything, deadline_s=deadline_s)
+        except BaseException as exc:
+            for _, _, future in pending:
+                if not future.done():
+                    future.set_exception(exc)
+            raise
+        for reqs, _, future in pending:
+            if not future.done():  # a caller that gave up (cancelled) gets nothing
+                future.set_result({r.key: readings[r.key] for r in reqs})
+
+    async def _read_now(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
+        groups: dict[str, list[SignalRequest]] = {}
+        for r in requests:
+            groups.setdefault(_backend_key(r.source), []).append(r)
+        keys = list(groups)
+        results = await asyncio.gather(
+            *(self.backend(groups[k][0].source).read(groups[k], deadline_s=deadline_s) for k in keys),
+            return_exceptions=True,
+        )
+        out: Readings = {}
+        for key, result in zip(keys, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result  # cancellation and KeyboardInterrupt go through
+                # A bug in a backend must not take the others down: its signals are unknown.
+                for r in groups[key]:
+                    out[r.key] = SignalReading(
+                        None, None, describe(r.source), f"internal error: {type(result).__name__}: {result}"
+                    )
+                continue
+            out.update(result)
+        for r in requests:  # every request answered, whatever a backend did
+            out.setdefault(r.key, SignalReading(None, None, describe(r.source), "no reading returned"))
+        return out
+
+    async def aclose(self) -> None:
+        if self._flush is not None:
+            await self._flush
+        backends, self._backends = list(self._backends.values()), {}
+        for b in backends:
+            await b.aclose()
+
+
+def default_factory(spec: SourceSpec) -> MetricSource:
+    if isinstance(spec, PrometheusSourceSpec | GmpSourceSpec):
+        return PrometheusSource(spec)
+    if isinstance(spec, CloudMonitoringSourceSpec):
+        return CloudMonitoringSource(spec)
+    assert isinstance(spec, PodsSourceSpec)
+    return PodsSource()

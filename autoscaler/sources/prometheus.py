@@ -1,0 +1,344 @@
+"""The Prometheus HTTP API source: any Prometheus, the GMP frontend, or Google Managed Prometheus directly.
+
+Hot path on aiohttp (async, one connection pool, per-request timeouts). prometheus-api-client is
+synchronous (requests) and has no default timeout, so it would need a thread per query; it serves
+``autoscaler record`` (range queries, off the hot path) instead. ``bench/sources_tick.py`` measures both.
+
+Batching: requests that differ only by target share one query per tick. A preset or ``metric:`` signal
+becomes one instant query returning one value per (namespace, pod) together with each pod's oldest sample
+time (``timestamp()``: an instant query's own time is the evaluation time, not when the sample was
+scraped), over the namespaces and pod-name patterns of every target in the batch; the series are then
+attributed to targets and combined (queues sum, ratios average). A raw ``query:`` is sent once as written
+and must return one series (or set ``aggregate``); its age is the evaluation time, since PromQL cannot
+say when an arbitrary expression's inputs were scraped.
+
+Metric names are matched exactly (each spelling its own selector, joined with ``or``): GMP does not match
+``__name__`` by regex. GMP has no staleness either, so pods far behind their target's freshest pod are
+dropped (``POD_GONE_S``).
+
+Empty results, NaN, errors, timeouts and an open circuit all come back as readings without a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from autoscaler.core.model import SignalReading
+from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec
+from autoscaler.sources import presets
+from autoscaler.sources.base import (
+    PodMatcher,
+    Readings,
+    SignalRequest,
+    aggregate_of,
+    combine,
+    describe,
+    per_target,
+    pod_pattern,
+)
+from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
+
+GMP_URL = "https://monitoring.googleapis.com/v1/projects/{project}/location/{location}/prometheus"
+GMP_SCOPE = "https://www.googleapis.com/auth/monitoring.read"
+_PART = "autoscaler_part"
+#: A pod whose newest sample is this much older than its target's freshest pod is taken as gone. GMP has
+#: no staleness markers, so a deleted pod's last value stays visible for the 5-minute lookback; without
+#: this, a scale-down would make the target's queue look larger (sum) and its age older than it is.
+POD_GONE_S = 60.0
+#: Up to this many targets in a batch, the query also selects their pod names (less data back); beyond
+#: it, only their namespaces: RE2 over a thousand-way alternation made one tick take seconds (bench).
+POD_REGEX_MAX_TARGETS = 50
+
+#: Returns a bearer token (GMP); called before every query, so it may cache and refresh.
+TokenProvider = Callable[[], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """What a preset or ``metric:`` signal selects, minus the per-target parts."""
+
+    names: tuple[str, ...]
+    denominator: tuple[str, ...]
+    workers: bool
+
+
+def selection(request: SignalRequest) -> _Selection | None:
+    sig = request.signal
+    if sig.preset is not None:
+        p = presets.get(sig.preset)
+        return _Selection(p.metrics, p.denominator, p.workers)
+    if sig.metric is not None:
+        return _Selection((sig.metric,), (), False)
+    return None
+
+
+def target_query(request: SignalRequest, *, cluster: str | None) -> str:
+    """One series for one target over time (``autoscaler record``): the per-pod query combined server-side."""
+    sig = request.signal
+    if sig.query is not None:
+        return sig.query
+    sel = selection(request)
+    if sel is None:
+        raise PermanentError(f"signal {sig.name!r} has no query, preset or metric")
+    how = aggregate_of(sig)
+    if request.pods:
+        pods = "|".join(re.escape(p.name) for p in request.pods if p.leader or sel.workers)
+    else:
+        pods = pod_pattern(request.target, workers=sel.workers)
+    m = presets.matchers(sig.labels, namespace=request.target.namespace, cluster=cluster, regex={"pod": pods})
+    return f"{how}({_per_pod(sel, how, m)})"
+
+
+def _per_pod(sel: _Selection, how: presets.Aggregate, m: list[str]) -> str:
+    num = f"{how} by (namespace, pod) ({presets.selector(sel.names, m)})"
+    if not sel.denominator:
+        return num
+    used = f"sum by (namespace, pod) ({presets.selector(sel.names, m)})"
+    total = f"sum by (namespace, pod) ({presets.selector(sel.denominator, m)})"
+    return f"({used}) / ({total})"
+
+
+def batch_query(requests: Sequence[SignalRequest], *, cluster: str | None) -> str:
+    """One instant query for a batch of requests of the same selection, labels and aggregate.
+
+    Returns per (namespace, pod) the value (``autoscaler_part="value"``) and the oldest sample time
+    (``autoscaler_part="time"``), in a single round trip.
+    """
+    first = requests[0]
+    sel = selection(first)
+    assert sel is not None
+    how = aggregate_of(first.signal)
+    namespaces = sorted({r.target.namespace for r in requests})
+    regex = {"namespace": "|".join(re.escape(n) for n in namespaces)}
+    if len(requests) <= POD_REGEX_MAX_TARGETS:
+        pods: set[str] = set()
+        for r in requests:
+            if r.pods:
+                pods.update(re.escape(p.name) for p in r.pods if p.leader or sel.workers)
+            else:
+                pods.add(pod_pattern(r.target, workers=sel.workers))
+        regex["pod"] = "|".join(sorted(pods))
+    else:
+        regex["pod"] = ".+"  # attribution happens client-side; a huge alternation costs Prometheus seconds
+    m = presets.matchers(first.signal.labels, namespace=None, cluster=cluster, regex=regex)
+    value = _per_pod(sel, how, m)
+    stamp = f"min by (namespace, pod) ({presets.selector(sel.names + sel.denominator, m, wrap='timestamp')})"
+    return f'label_replace({value}, "{_PART}", "value", "", "") or label_replace({stamp}, "{_PART}", "time", "", "")'
+
+
+def _number(raw: Any) -> float:
+    # The API encodes sample values as strings: "3", "NaN", "+Inf".
+    return float(raw)
+
+
+class PrometheusSource:
+    """Reads signals from a Prometheus HTTP API (``prometheus`` and ``gmp`` source specs)."""
+
+    def __init__(
+        self,
+        spec: PrometheusSourceSpec | GmpSourceSpec,
+        *,
+        base_url: str | None = None,
+        token: TokenProvider | None = None,
+        circuit: Circuit | None = None,
+    ) -> None:
+        self.spec = spec
+        self._token: TokenProvider | None
+        if isinstance(spec, GmpSourceSpec):
+            self.base_url = base_url or GMP_URL.format(project=spec.project, location=spec.location)
+            self._token = token or google_token_provider()
+        else:
+            self.base_url = base_url or spec.url
+            self._token = token
+        self.base_url = self.base_url.rstrip("/")
+        self.label = describe(spec)
+        self.circuit = circuit or Circuit()
+        self.cluster = spec.cluster
+        self._session: aiohttp.ClientSession | None = None
+        #: Queries sent, for tests and benchmarks that check the batching.
+        self.queries_sent = 0
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=60))
+        return self._session
+
+    async def query(self, promql: str, *, timeout_s: float) -> dict[str, Any]:
+        """POST one instant query; return the ``data`` object or raise Transient/PermanentError."""
+        headers = {"Accept": "application/json"}
+        if self._token is not None:
+            try:
+                headers["Authorization"] = f"Bearer {await self._token()}"
+            except Exception as exc:  # google-auth raises its own hierarchy; none of it may crash a tick
+                raise PermanentError(f"no credentials for {self.base_url}: {exc}") from None
+        self.queries_sent += 1
+        try:
+            async with self._client().post(
+                f"{self.base_url}/api/v1/query",
+                data={"query": promql},
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:
+                text = await resp.text()
+                status = resp.status
+        except aiohttp.ClientConnectionError as exc:
+            raise TransientError(f"cannot reach {self.base_url}: {exc}") from None
+        except aiohttp.ClientError as exc:
+            raise TransientError(f"request to {self.base_url} failed: {exc}") from None
+        return _parse_response(status, text)
+
+    async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
+        if not requests:
+            return {}
+        blocked = self.circuit.allow()
+        if blocked is not None:
+            return {r.key: SignalReading(None, None, self.label, blocked) for r in requests}
+        groups: dict[tuple[Any, ...], list[SignalRequest]] = {}
+        for r in requests:
+            sig = r.signal
+            key = (sig.query, sig.preset, sig.metric, tuple(sorted(sig.labels.items())), sig.aggregate)
+            groups.setdefault(key, []).append(r)
+        timeout_s = min(self.spec.timeout_seconds, deadline_s)
+        results = await asyncio.gather(
+            *(self._read_group(g, deadline_s=deadline_s, timeout_s=timeout_s) for g in groups.values())
+        )
+        out: Readings = {}
+        reached = False
+        last_error = ""
+        for readings, ok in results:
+            out.update(readings)
+            reached = reached or ok
+            if not ok:
+                last_error = next((r.error for r in readings.values() if r.error), last_error)
+        if reached:
+            self.circuit.success()
+        else:
+            self.circuit.failure(last_error or "no answer")
+        return out
+
+    async def _read_group(
+        self, group: list[SignalRequest], *, deadline_s: float, timeout_s: float
+    ) -> tuple[Readings, bool]:
+        """Readings for one batch, and whether the backend answered (for the circuit)."""
+        first = group[0]
+        raw = first.signal.query is not None
+        try:
+            promql = first.signal.query if raw else batch_query(group, cluster=self.cluster)
+            assert promql is not None
+            data = await retrying(lambda: self.query(promql, timeout_s=timeout_s), deadline_s=deadline_s)
+        except TimeoutError:
+            why = f"no answer from {self.base_url} within the {deadline_s:g}s deadline"
+            return {r.key: SignalReading(None, None, self.label, why) for r in group}, False
+        except TransientError as exc:
+            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, False
+        except (PermanentError, presets.PresetError) as exc:
+            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, True
+        try:
+            if raw:
+                return {r.key: _single(data, r, self.label) for r in group}, True
+            return self._attribute(data, group), True
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            why = f"unexpected response shape from {self.base_url}: {exc!r}"
+            return {r.key: SignalReading(None, None, self.label, why) for r in group}, True
+
+    def _attribute(self, data: dict[str, Any], group: list[SignalRequest]) -> Readings:
+        sel = selection(group[0])
+        assert sel is not None
+        matcher = PodMatcher(group, workers=sel.workers)
+        values: dict[tuple[str, str], tuple[float, float]] = {}
+        stamps: dict[tuple[str, str], float] = {}
+        for series in data["result"]:
+            labels = series["metric"]
+            pod_key = (labels.get("namespace", ""), labels.get("pod", ""))
+            at, number = float(series["value"][0]), _number(series["value"][1])
+            if labels.get(_PART) == "time":
+                stamps[pod_key] = number
+            else:
+                values[pod_key] = (number, at)
+        samples: dict[str, dict[str, tuple[float, float]]] = {}
+        for (ns, pod), (value, eval_time) in values.items():
+            for req in matcher.owners(ns, pod):
+                stamp = stamps.get((ns, pod), eval_time)
+                samples.setdefault(req.target.key, {})[pod] = (value, stamp)
+        for key, pods in samples.items():
+            newest = max(t for _, t in pods.values())
+            samples[key] = {p: vt for p, vt in pods.items() if vt[1] >= newest - POD_GONE_S}
+        return per_target(group, samples, source=self.label, how=aggregate_of(group[0].signal))
+
+
+def _single(data: dict[str, Any], request: SignalRequest, label: str) -> SignalReading:
+    """A raw query's result as one reading: one series, or several combined by the signal's ``aggregate``."""
+    kind = data["resultType"]
+    if kind == "scalar":
+        ts, raw = data["result"]
+        return SignalReading(_number(raw), float(ts), label)
+    if kind != "vector":
+        return SignalReading(None, None, label, f"query returned a {kind}, not an instant vector")
+    result = data["result"]
+    if not result:
+        return SignalReading(None, None, label)
+    if len(result) > 1 and request.signal.aggregate is None:
+        return SignalReading(
+            None,
+            None,
+            label,
+            f"query returned {len(result)} series; wrap it in sum(...)/avg(...) or set 'aggregate'",
+        )
+    values = [_number(s["value"][1]) for s in result]
+    stamp = min(float(s["value"][0]) for s in result)
+    return SignalReading(combine(values, aggregate_of(request.signal)), stamp, label)
+
+
+def _parse_response(status: int, text: str) -> dict[str, Any]:
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        snippet = " ".join(text.split())[:120]
+        if status >= 500:
+            raise TransientError(f"HTTP {status}: {snippet}")
+        raise PermanentError(f"HTTP {status}, not a Prometheus API response: {snippet!r}")
+    if status >= 500 or status == 429:
+        raise TransientError(f"HTTP {status}: {body.get('error', '')}".rstrip(": "))
+    if body.get("status") != "success":
+        kind = body.get("errorType", "error")
+        raise PermanentError(f"HTTP {status} {kind}: {body.get('error', 'no message')}")
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise PermanentError("Prometheus answered success without data")
+    return data
+
+
+def google_token_provider() -> TokenProvider:
+    """Bearer tokens from application-default credentials, refreshed off the event loop when expired."""
+    state: dict[str, Any] = {}
+    lock = asyncio.Lock()  # one refresh at a time, however many queries wait for a token
+
+    async def token() -> str:
+        # Loaded on first use: google-auth's transport pulls in requests and cryptography (~0.5 s).
+        import google.auth  # noqa: PLC0415
+        import google.auth.transport.requests  # noqa: PLC0415
+
+        async with lock:
+            creds: Any = state.get("creds")
+            if creds is None:
+                creds, _ = await asyncio.to_thread(google.auth.default, scopes=[GMP_SCOPE])
+                state["creds"] = creds
+            if not creds.valid:
+                await asyncio.to_thread(creds.refresh, google.auth.transport.requests.Request())
+            return str(creds.token)
+
+    return token

@@ -1,0 +1,280 @@
+"""``autoscaler observe`` and ``autoscaler record`` end to end: the real CLI against the real Prometheus."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from autoscaler.cli import main
+from autoscaler.sources.command import UsageError, parse_duration, parse_time
+from tests.sources.conftest import CLUSTER, Fleet
+from tests.sources.realprom import free_port
+
+V1 = {"model_name": "m", "engine": "0"}
+
+
+def write_policy(tmp_path: Path, url: str, *, extra_signals: list[dict[str, Any]] | None = None) -> Path:
+    doc = {
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "vllm", "namespace": "llm"},
+            "maxReplicas": 10,
+            "evaluationPeriodSeconds": 1,
+            "source": {"type": "prometheus", "url": url, "cluster": CLUSTER},
+            "signals": [
+                {"name": "waiting", "preset": "vllm.waiting"},
+                {"name": "kv", "preset": "vllm.kv_cache_usage"},
+                {"name": "tgi", "preset": "tgi.queue_size"},
+                {"name": "load", "expr": "waiting + 1"},
+                *(extra_signals or []),
+            ],
+            "policy": {"type": "queue", "work": ["waiting"], "capacityPerReplica": 4},
+        },
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def observe_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["observe", *args, "--once", "--json"]) == 0
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
+@pytest.mark.prometheus
+def test_observe_shows_values_ages_sources_and_unknowns(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet.apply(
+        [
+            ("vllm-a", "vllm:num_requests_waiting", 5, V1),
+            ("vllm-b", "vllm:num_requests_waiting", 2, V1),
+            ("vllm-a", "vllm:kv_cache_usage_perc", 0.5, V1),
+            ("vllm-b", "vllm:kv_cache_usage_perc", 0.25, V1),
+        ]
+    )
+    policy = write_policy(tmp_path, fleet.prometheus.url)
+
+    view = observe_json(capsys, "--policy", str(policy))
+
+    [target] = view["targets"]
+    assert target["target"] == "Deployment/llm/vllm"
+    signals = target["signals"]
+    source = f"prometheus {fleet.prometheus.url}"
+    assert signals["waiting"]["value"] == 7.0
+    assert signals["waiting"]["state"] == "ok"
+    assert signals["waiting"]["source"] == source
+    assert 0.0 <= signals["waiting"]["age_s"] < 10.0
+    assert signals["kv"]["value"] == pytest.approx(0.375)
+    # The vllm target has no TGI pods: unknown, null, with the reason; never zero.
+    assert signals["tgi"] == {
+        "value": None,
+        "age_s": None,
+        "source": source,
+        "state": "unknown",
+        "reason": "missing: empty result",
+    }
+    assert signals["load"]["value"] == 8.0
+    assert target["decision"]["state"] == "unknown"
+    assert "--replicas" in target["decision"]["reason"]
+
+
+@pytest.mark.prometheus
+def test_observe_with_replicas_takes_a_decision_or_says_why_not(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write_policy(tmp_path, fleet.prometheus.url)
+    view = observe_json(capsys, "--policy", str(policy), "--replicas", "2")
+    decision = view["targets"][0]["decision"]
+    # The policy algorithms are written elsewhere; until then observe says so instead of crashing.
+    assert decision["state"] in ("ok", "unavailable")
+    if decision["state"] == "ok":
+        assert decision["current"] == 2
+    else:
+        assert "queue" in decision["reason"]
+
+
+@pytest.mark.prometheus
+def test_observe_human_output(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet.apply([("vllm-a", "vllm:num_requests_waiting", 3, V1), ("vllm-b", "vllm:num_requests_waiting", 3, V1)])
+    policy = write_policy(tmp_path, fleet.prometheus.url)
+    assert main(["observe", "--policy", str(policy), "--once"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Deployment/llm/vllm  (policy vllm)"
+    waiting = next(line for line in out if line.strip().startswith("waiting"))
+    assert " 6 " in waiting
+    assert "age " in waiting
+    tgi = next(line for line in out if line.strip().startswith("tgi"))
+    assert "unknown" in tgi
+    assert "missing: empty result" in tgi
+
+
+def test_observe_with_prometheus_down_is_unknown_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write_policy(tmp_path, f"http://127.0.0.1:{free_port()}")
+    view = observe_json(capsys, "--policy", str(policy), "--deadline", "1")
+    signals = view["targets"][0]["signals"]
+    assert {s["state"] for s in signals.values()} == {"unknown"}
+    assert "cannot reach" in signals["waiting"]["reason"]
+    assert signals["load"]["reason"].startswith("depends on unknown signal(s)")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(None, "no such file", id="missing-file"),
+        pytest.param("kind: [", "not a valid policy file", id="bad-yaml"),
+        pytest.param("apiVersion: autoscaler.dev/v1alpha1\nkind: ScalingPolicy\n", "not a valid", id="invalid"),
+        pytest.param("", "no scalingpolicy documents", id="empty"),
+    ],
+)
+def test_bad_policy_files_are_one_line_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = tmp_path / "p.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert main(["observe", "--policy", str(path), "--once"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("autoscaler observe: ")
+    assert message in err.lower()
+
+
+@pytest.mark.prometheus
+def test_record_saves_query_range_bodies(fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet.apply([("vllm-a", "vllm:num_requests_waiting", 4, V1), ("vllm-b", "vllm:num_requests_waiting", 5, V1)])
+    pods_signal = {"name": "direct", "preset": "vllm.waiting", "source": {"type": "pods"}}
+    policy = write_policy(tmp_path, fleet.prometheus.url, extra_signals=[pods_signal])
+    out = tmp_path / "rec"
+
+    # End a little in the future: the last step then holds the newest sample whatever the rounding.
+    end = str(time.time() + 3)
+    argv = ["record", "--policy", str(policy), "--start", "-20s", "--end", end, "--step", "1s", "--out", str(out)]
+    code = main(argv)
+
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["kv.json", "tgi.json", "waiting.json"]
+    body = json.loads((out / "waiting.json").read_text())
+    assert body["status"] == "success"
+    assert body["data"]["resultType"] == "matrix"
+    [series] = body["data"]["result"]
+    assert series["values"][-1][1] == "9"
+    assert json.loads((out / "tgi.json").read_text())["data"]["result"] == []
+    printed = capsys.readouterr().out
+    assert "direct: skipped (source pods keeps no history" in printed
+
+
+def test_record_with_too_many_points_says_which_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = write_policy(tmp_path, "http://127.0.0.1:1")
+    code = main(["record", "--policy", str(policy), "--start", "-30d", "--step", "15s", "--out", str(tmp_path / "o")])
+    assert code == 1
+    assert "use --step 236" in capsys.readouterr().err
+
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("now", NOW, id="now"),
+        pytest.param("-1h", NOW - 3600, id="relative-hours"),
+        pytest.param("now-90s", NOW - 90, id="now-minus"),
+        pytest.param("1700000000", 1_700_000_000.0, id="unix-seconds"),
+        pytest.param("1700000000.5", 1_700_000_000.5, id="unix-fraction"),
+        pytest.param("2026-11-30T08:00:00Z", 1_796_025_600.0, id="rfc3339-z"),
+        pytest.param("2026-11-30T09:00:00+01:00", 1_796_025_600.0, id="rfc3339-offset"),
+    ],
+)
+def test_parse_time(text: str, expected: float) -> None:
+    assert parse_time(text, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("yesterday", id="word"),
+        pytest.param("2026-11-30T08:00:00", id="no-zone"),
+        pytest.param("-1y", id="unknown-unit"),
+    ],
+)
+def test_parse_time_rejects(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_time(text, now=NOW)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        pytest.param("15", 15.0, id="bare"),
+        pytest.param("1.5m", 90.0, id="minutes"),
+        pytest.param("250ms", 0.25, id="ms"),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_observe_refreshes_until_interrupted(tmp_path: Path) -> None:
+    policy = write_policy(tmp_path, f"http://127.0.0.1:{free_port()}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoscaler.cli", "observe", "--policy", str(policy), "--json", "--deadline", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        views = [json.loads(proc.stdout.readline()) for _ in range(2)]  # blocks until each refresh is printed
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0
+    assert views[1]["time"] > views[0]["time"]
+    assert all(v["targets"][0]["signals"]["waiting"]["state"] == "unknown" for v in views)
+
+
+@pytest.mark.prometheus
+def test_record_several_policies_go_to_subdirectories(fleet: Fleet, tmp_path: Path) -> None:
+    first = yaml.safe_load(write_policy(tmp_path, fleet.prometheus.url).read_text())
+    second = json.loads(json.dumps(first))
+    second["metadata"]["name"] = "tgi"
+    second["spec"]["target"]["name"] = "tgi"
+    second["spec"]["signals"] = [{"name": "raw", "query": 'sum(tgi_queue_size{cluster="test"})'}]
+    second["spec"]["policy"]["work"] = ["raw"]
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump_all([first, second]))
+    out = tmp_path / "rec"
+
+    code = main(["record", "--policy", str(path), "--start", "-10s", "--out", str(out)])
+
+    assert code == 0
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*.json")) == [
+        "tgi/raw.json",
+        "vllm/kv.json",
+        "vllm/tgi.json",
+        "vllm/waiting.json",
+    ]
+    assert json.loads((out / "tgi" / "raw.json").read_text())["data"]["result"][0]["metric"] == {}
+
+
+def test_record_refuses_an_empty_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = write_policy(tmp_path, "http://127.0.0.1:1")
+    code = main(["record", "--policy", str(policy), "--start", "now", "--end", "-1h", "--out", str(tmp_path / "o")])
+    assert code == 1
+    assert "must be after --start" in capsys.readouterr().err

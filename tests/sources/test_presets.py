@@ -1,0 +1,127 @@
+"""Presets: exactly the names the policy language knows, every spelling, and scoping that never mixes apps."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autoscaler.core.model import TargetKind, TargetRef
+from autoscaler.core.sourcespec import PrometheusSourceSpec
+from autoscaler.core.spec import KNOWN_PRESETS
+from autoscaler.sources import presets
+from autoscaler.sources.base import PodMatcher, pod_pattern
+from autoscaler.sources.prometheus import batch_query, target_query
+from tests.sources.helpers import request
+
+PROM = PrometheusSourceSpec(type="prometheus", url="http://p:9090")
+
+
+def test_presets_are_exactly_the_known_presets() -> None:
+    assert sorted(presets.PRESETS) == sorted(KNOWN_PRESETS)
+
+
+@pytest.mark.parametrize(
+    ("preset", "names", "aggregate"),
+    [
+        pytest.param("vllm.waiting", {"vllm:num_requests_waiting", "vllm_num_requests_waiting"}, "sum", id="waiting"),
+        pytest.param("vllm.running", {"vllm:num_requests_running", "vllm_num_requests_running"}, "sum", id="running"),
+        pytest.param(
+            "vllm.kv_cache_usage",
+            {
+                "vllm:kv_cache_usage_perc",
+                "vllm_kv_cache_usage_perc",
+                "vllm:gpu_cache_usage_perc",
+                "vllm_gpu_cache_usage_perc",
+            },
+            "avg",
+            id="kv-both-generations-both-spellings",
+        ),
+        pytest.param("jetstream.prefill_backlog", {"jetstream_prefill_backlog_size"}, "sum", id="backlog"),
+        pytest.param("jetstream.slots_used", {"jetstream_slots_used_percentage"}, "avg", id="slots"),
+        pytest.param("tgi.queue_size", {"tgi_queue_size"}, "sum", id="tgi"),
+    ],
+)
+def test_names_and_default_aggregation(preset: str, names: set[str], aggregate: str) -> None:
+    p = presets.get(preset)
+    assert set(p.metrics) == names
+    assert p.default_aggregate == aggregate
+    # Every spelling as an exact-name selector (GMP matches metric names exactly, never by regex).
+    promql = presets.selector(p.metrics, ['namespace="llm"'])
+    assert "__name__" not in promql
+    assert all(f'{n}{{namespace="llm"}}' in promql for n in names)
+
+
+def test_unknown_preset_lists_the_known_ones() -> None:
+    with pytest.raises(presets.PresetError, match=re.escape("known: jetstream.prefill_backlog")):
+        presets.get("vllm.wating")
+
+
+def test_every_query_carries_namespace_and_cluster() -> None:
+    reqs = [
+        request("Deployment/llm/vllm", PROM, {"preset": "vllm.waiting", "labels": {"model_name": 'a"b'}}),
+        request("Deployment/chat/vllm", PROM, {"preset": "vllm.waiting", "labels": {"model_name": 'a"b'}}),
+    ]
+    batch = batch_query(reqs, cluster="prod-1")
+    assert 'cluster="prod-1"' in batch
+    assert 'namespace=~"chat|llm"' in batch
+    assert 'model_name="a\\"b"' in batch
+    assert 'vllm:num_requests_waiting{cluster="prod-1", model_name="a\\"b", namespace=~"chat|llm"' in batch
+    assert "timestamp(vllm_num_requests_waiting{" in batch
+    assert "__name__" not in batch
+    single = target_query(reqs[0], cluster="prod-1")
+    assert single.startswith("sum(sum by (namespace, pod) (")
+    assert 'namespace="llm"' in single
+    assert 'cluster="prod-1"' in single
+
+
+def test_ratio_of_two_metrics_divides_per_pod() -> None:
+    req = request("LeaderWorkerSet/tpu/jet", PROM, {"preset": "tpu.memory_used_ratio"})
+    q = target_query(req, cluster=None)
+    assert q.startswith("avg((sum by (namespace, pod) (")
+    assert ") / (sum by (namespace, pod) (" in q
+    assert 'pod=~"jet-[0-9]+(-[0-9]+)?"' in q  # every host of the slice
+
+
+def test_bad_label_name_is_rejected() -> None:
+    with pytest.raises(presets.PresetError, match="not a valid Prometheus label name"):
+        presets.matchers({"bad-name": "x"}, namespace="llm", cluster=None)
+
+
+DEPLOY = TargetRef(TargetKind.DEPLOYMENT, "vllm", "llm")
+LWS = TargetRef(TargetKind.LEADER_WORKER_SET, "jet", "tpu")
+
+
+@pytest.mark.parametrize(
+    ("target", "workers", "pod", "mine"),
+    [
+        pytest.param(DEPLOY, False, "vllm-6b7c8d9f4-x2x7q", True, id="deployment-pod"),
+        pytest.param(DEPLOY, False, "vllm-big-6b7c8d9f4-x2x7q", False, id="longer-deployment-name"),
+        pytest.param(DEPLOY, False, "vllm-x2x7q", False, id="bare-pod-not-from-a-replicaset"),
+        pytest.param(LWS, False, "jet-3", True, id="lws-leader"),
+        pytest.param(LWS, False, "jet-3-1", False, id="lws-worker-excluded"),
+        pytest.param(LWS, True, "jet-3-1", True, id="lws-worker-for-per-host-preset"),
+        pytest.param(LWS, True, "jet-big-3", False, id="other-lws"),
+    ],
+)
+def test_pod_patterns(target: TargetRef, workers: bool, pod: str, mine: bool) -> None:
+    assert bool(re.fullmatch(pod_pattern(target, workers=workers), pod)) is mine
+
+
+@pytest.mark.parametrize(
+    ("target", "workers", "pod", "mine"),
+    [
+        pytest.param(DEPLOY, False, "vllm-6b7c8d9f4-x2x7q", True, id="deployment-pod"),
+        pytest.param(DEPLOY, False, "vllm-big-6b7c8d9f4-x2x7q", False, id="longer-deployment-name"),
+        pytest.param(DEPLOY, False, "vllm-x2x7q", False, id="bare-pod-not-from-a-replicaset"),
+        pytest.param(LWS, False, "jet-3", True, id="lws-leader"),
+        pytest.param(LWS, False, "jet-3-1", False, id="lws-worker-excluded"),
+        pytest.param(LWS, True, "jet-3-1", True, id="lws-worker-for-per-host-preset"),
+        pytest.param(LWS, True, "jet-big-3", False, id="other-lws"),
+    ],
+)
+def test_pod_matcher_agrees_with_the_patterns(target: TargetRef, workers: bool, pod: str, mine: bool) -> None:
+    req = request(target.key, PROM, {"preset": "vllm.waiting"})
+    matcher = PodMatcher([req], workers=workers)
+    assert bool(matcher.owners(target.namespace, pod)) is mine
+    assert bool(matcher.owners("elsewhere", pod)) is False
