@@ -1,0 +1,325 @@
+"""The replay loop: feed a recorded trace to ``core.engine.decide`` one evaluation period at a time.
+
+Nothing here decides anything: every decision comes from ``autoscaler.core.engine.decide``, the function the
+controller calls in the cluster. This module only builds the observation the controller would have built.
+
+Evaluation times are ``t0 + k × evaluationPeriodSeconds`` from the first sample of any signal to the last.
+At time ``t`` a signal's reading is its latest sample at or before ``t``, carrying that sample's own
+timestamp, so the core judges staleness exactly as in production (a gap longer than ``maxAgeSeconds`` is
+unknown, and unknown means hold).
+
+Two modes:
+  1. ``recorded``: the current replica count at each evaluation is the recorded one ("what would it have
+     decided then"). The policy's decisions are not applied. Its scale-event history (which HPA rate
+     policies read) is the recorded replica changes, not the decisions it would have taken.
+  2. ``whatif``: the policy's own decisions become the replica count. With an actuation delay, new replicas
+     are ``starting`` for that long before they are ready; a scale-down removes starting replicas first.
+     ``perReplica`` signals are rescaled by recorded ÷ own ready replicas (the load is conserved); ``total``
+     signals are taken as recorded (the trace cannot say how the load would have reacted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from autoscaler.core.engine import CompiledPolicy, decide
+from autoscaler.core.model import Observation, PolicyState, ReplicaStatus, ScaleDecision, SignalReading
+from autoscaler.replay.traces import AGGREGATES, Series, Trace, TraceError, combine
+
+Mode = Literal["recorded", "whatif"]
+
+#: The longest HPA scaling-policy period (``periodSeconds`` ≤ 1800): older scale events never matter.
+EVENT_HORIZON_S = 1800.0
+#: About a year at 15 s; more is almost always a wrong timestamp, and would run for hours.
+MAX_EVALUATIONS = 2_000_000
+
+
+class EvaluationError(Exception):
+    """``decide`` raised at one evaluation: a bug (or an unfinished part) of the core, not of the input."""
+
+    def __init__(self, time: float, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.time = time
+        self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    mode: Mode = "recorded"
+    actuation_delay_s: float = 0.0
+    #: recorded: the count before the first recorded sample (required without recorded replicas).
+    #: whatif: the starting count (default: the first recorded count, else minReplicas).
+    initial_replicas: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One evaluation: when, the replica status the core saw, what was recorded, and its decision."""
+
+    time: float
+    replicas: ReplicaStatus
+    recorded: int | None
+    decision: ScaleDecision
+    readings: dict[str, SignalReading]
+
+
+@dataclass
+class Replay:
+    """The result of a replay: every evaluation in order, plus what the reader had to assume."""
+
+    policy: str
+    target: str
+    mode: Mode
+    period_s: float
+    steps: list[Step] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: The recorded replica count, for plots and comparison (None when the trace has none).
+    recorded: Series | None = None
+
+
+class Fleet:
+    """The what-if replica count: what the policy set, how many serve, how many are still starting.
+
+    1. ``status(now)``: replicas whose actuation delay has passed become ready;
+    2. ``apply(desired, now)``: a scale-up adds replicas that are ready ``delay`` seconds later (at once without
+       a delay); a scale-down removes starting replicas first (the newest first), then ready ones.
+    """
+
+    def __init__(self, replicas: int, delay_s: float) -> None:
+        self.spec = replicas
+        self.ready = replicas
+        self.delay_s = delay_s
+        self._pending: list[tuple[float, int]] = []  # (ready at, how many), oldest first
+
+    def status(self, now: float) -> ReplicaStatus:
+        while self._pending and self._pending[0][0] <= now:
+            self.ready += self._pending.pop(0)[1]
+        return ReplicaStatus(spec=self.spec, ready=self.ready, starting=self.spec - self.ready)
+
+    def apply(self, desired: int, now: float) -> None:
+        if desired > self.spec:
+            if self.delay_s > 0:
+                self._pending.append((now + self.delay_s, desired - self.spec))
+            else:
+                self.ready += desired - self.spec
+        elif desired < self.spec:
+            remove = self.spec - desired
+            while remove and self._pending:
+                at, count = self._pending.pop()
+                take = min(count, remove)
+                remove -= take
+                if take < count:
+                    self._pending.append((at, count - take))
+            self.ready -= remove
+        self.spec = desired
+
+
+class _Cursor:
+    """The latest sample at or before an evaluation time, for times that only move forward."""
+
+    __slots__ = ("_i", "_next", "_times", "_values", "origin", "reading")
+
+    def __init__(self, series: Series, origin: str) -> None:
+        self._times = series.times
+        self._values = series.values
+        self._i = -1
+        # Most evaluations see no new sample: one comparison decides that.
+        self._next = series.times[0] if series.times else math.inf
+        self.origin = origin
+        self.reading: SignalReading | None = None  # None until the first sample
+
+    def at(self, now: float) -> SignalReading | None:
+        if now >= self._next:
+            times, i, n = self._times, self._i, len(self._times)
+            while i + 1 < n and times[i + 1] <= now:
+                i += 1
+            self._i = i
+            self._next = times[i + 1] if i + 1 < n else math.inf
+            self.reading = SignalReading(self._values[i], times[i], source=self.origin)
+        return self.reading
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    name: str
+    series: Series
+    origin: str
+    per_replica: bool
+
+
+def prepare(compiled: CompiledPolicy, trace: Trace) -> tuple[list[_Input], list[str]]:
+    """The raw signals the policy reads, each as one series, and notes on how they were combined.
+
+    Raises ``TraceError`` naming every signal the policy needs and the trace lacks (composite ``expr``
+    signals are computed by the core, never read).
+    """
+    spec = compiled.policy.spec
+    needed = [s for s in spec.signals if s.expr is None]
+    missing = [s.name for s in needed if s.name not in trace.signals]
+    if missing:
+        have = ", ".join(sorted(trace.signals)) or "none"
+        raise TraceError(
+            f"{', '.join(trace.files)}: no data for signal(s) {', '.join(missing)} of policy "
+            f"{compiled.name!r} (the trace has: {have}); name the CSV column or JSON file after the signal"
+        )
+    inputs: list[_Input] = []
+    notes: list[str] = []
+    for sig in needed:
+        raw = trace.signals[sig.name]
+        how = sig.aggregate or ("avg" if sig.scope == "perReplica" else "sum")
+        assert how in AGGREGATES
+        if len(raw.series) > 1:
+            notes.append(
+                f"signal {sig.name}: {len(raw.series)} series in {raw.origin} combined by {how} "
+                f"({'aggregate' if sig.aggregate else 'scope ' + sig.scope})"
+            )
+        series = combine(raw, how)
+        if not series.times:
+            raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+        inputs.append(_Input(sig.name, series, raw.origin, sig.scope == "perReplica"))
+    unused = sorted(set(trace.signals) - {s.name for s in needed})
+    if unused:
+        notes.append(f"not used by the policy: {', '.join(unused)}")
+    return inputs, notes
+
+
+def run(
+    compiled: CompiledPolicy,
+    trace: Trace,
+    options: Options,
+    *,
+    progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
+) -> Replay:
+    """Replay ``trace`` through ``compiled``. ``total(n)`` is told the evaluation count once, ``progress(k)``
+    the number of evaluations done since its last call (for a progress bar)."""
+    spec = compiled.policy.spec
+    inputs, notes = prepare(compiled, trace)
+    recorded = trace.replicas
+    if recorded is not None and not recorded.times:
+        recorded = None
+    any_per_replica = any(i.per_replica for i in inputs)
+    if recorded is None and options.initial_replicas is None:
+        if options.mode == "recorded":
+            raise TraceError(
+                f"{', '.join(trace.files)}: no recorded replica count (a 'replicas' CSV column or "
+                "replicas.json); mode recorded needs it, or pass --initial-replicas N for a constant count"
+            )
+        if any_per_replica:
+            raise TraceError(
+                f"{', '.join(trace.files)}: no recorded replica count to rescale perReplica signals in "
+                "whatif mode; add it (a 'replicas' column or replicas.json) or pass --initial-replicas N"
+            )
+    if recorded is None and options.initial_replicas is not None:
+        notes.append(f"no recorded replicas: the recorded count is taken as {options.initial_replicas} throughout")
+
+    start = min(i.series.times[0] for i in inputs)
+    end = max(i.series.times[-1] for i in inputs)
+    period = spec.evaluation_period_seconds
+    count = math.floor((end - start) / period + 1e-9) + 1
+    if count > MAX_EVALUATIONS:
+        raise TraceError(
+            f"{', '.join(trace.files)}: {count:,} evaluations every {period:g}s from the first sample to the last; "
+            f"more than {MAX_EVALUATIONS:,}: are some timestamps wrong, or is evaluationPeriodSeconds too small?"
+        )
+    if total is not None:
+        total(count)
+
+    result = Replay(compiled.name, spec.target.ref().key, options.mode, period, notes=notes, recorded=recorded)
+    target = spec.target.ref()
+    first_recorded = int(recorded.values[0]) if recorded is not None else options.initial_replicas
+    assert first_recorded is not None or options.mode == "whatif"
+
+    cursors = [(inp.name, inp.per_replica, _Cursor(inp.series, inp.origin)) for inp in inputs]
+    rec_cursor = _Cursor(recorded, "") if recorded is not None else None
+    state = PolicyState()
+    # whatif: starts from --initial-replicas, else the first recorded count, else minReplicas.
+    if options.initial_replicas is not None:
+        initial = options.initial_replicas
+    elif first_recorded is not None:
+        initial = first_recorded
+    else:
+        initial = spec.min_replicas
+    fleet = Fleet(initial, options.actuation_delay_s)
+    prev_recorded: int | None = None
+    steps = result.steps
+    batch = 0
+    rec_known = recorded is not None or options.initial_replicas is not None
+    whatif = options.mode == "whatif"
+    # recorded mode: the real scale history (recorded changes within EVENT_HORIZON_S).
+    ups: tuple[tuple[float, int], ...] = ()
+    downs: tuple[tuple[float, int], ...] = ()
+    last: float | None = None
+
+    for k in range(count):
+        now = start + k * period
+        # The recorded count at `now` (before its first sample: --initial-replicas, else the first one).
+        rec_reading = rec_cursor.at(now) if rec_cursor is not None else None
+        if rec_reading is not None:
+            rec_now: int | None = int(rec_reading.value or 0)
+        elif options.initial_replicas is not None:
+            rec_now = options.initial_replicas
+        else:
+            rec_now = first_recorded
+
+        if not whatif:
+            assert rec_now is not None
+            status = ReplicaStatus(spec=rec_now, ready=rec_now, starting=0)
+        else:
+            status = fleet.status(now)
+
+        readings: dict[str, SignalReading] = {}
+        for name, per_replica, cursor in cursors:
+            reading = cursor.at(now)
+            if reading is None:
+                continue  # no sample yet: the core reports it missing
+            if whatif and per_replica and rec_now is not None and rec_now != status.ready and reading.value is not None:
+                # Conserve the load: the recorded replicas' per-replica value spread over our serving ones.
+                value = reading.value * rec_now / max(status.ready, 1)
+                reading = SignalReading(value, reading.timestamp, source=reading.source)
+            readings[name] = reading
+
+        observation = Observation(target=target, replicas=status, signals=readings)
+        try:
+            decisions, new_state = decide(compiled, observation, state, now)
+        except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
+            raise EvaluationError(now, exc) from exc
+        decision = decisions[0]
+        assert isinstance(decision, ScaleDecision)
+        steps.append(Step(now, status, rec_now if rec_known else None, decision, readings))
+
+        if not whatif:
+            # The decision was not applied: the scale history (which rate policies read) is the recorded
+            # changes, not the decisions the policy would have taken.
+            if prev_recorded is not None and rec_now is not None and rec_now != prev_recorded:
+                horizon = now - EVENT_HORIZON_S
+                ups = tuple(e for e in ups if e[0] > horizon)
+                downs = tuple(e for e in downs if e[0] > horizon)
+                if rec_now > prev_recorded:
+                    ups = (*ups, (now, rec_now - prev_recorded))
+                else:
+                    downs = (*downs, (now, prev_recorded - rec_now))
+                last = now
+            if (
+                new_state.scale_up_events != ups
+                or new_state.scale_down_events != downs
+                or new_state.last_scale_time != last
+            ):
+                new_state = replace(new_state, scale_up_events=ups, scale_down_events=downs, last_scale_time=last)
+            state = new_state
+            prev_recorded = rec_now
+        else:
+            state = new_state
+            fleet.apply(decision.desired, now)
+
+        if progress is not None:
+            batch += 1
+            if batch == 1000:
+                progress(batch)
+                batch = 0
+    if progress is not None and batch:
+        progress(batch)
+    return result
