@@ -1,0 +1,156 @@
+"""The controller's own configuration file (``autoscaler run --config FILE``), separate from policies.
+
+Policies say *what* to scale and *how*; this file says how the controller process runs: the default
+metric source for policies that name none, shadow mode, the namespaces it watches, leader election and
+ports. Every field has a default, so running without ``--config`` is valid. Unknown fields are rejected
+(``extra="forbid"``) and errors name the field and the line, e.g.
+``controller.yaml:7: leaderElection.leaseDurationSeconds: Input should be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from autoscaler.core.sourcespec import SourceSpec
+from autoscaler.core.specbase import SpecModel
+
+
+class ConfigError(Exception):
+    """The config file is unreadable or invalid; the message is one line per problem."""
+
+
+class LeaderElectionConfig(SpecModel):
+    """A ``coordination.k8s.io/v1`` Lease; timings follow client-go's defaults (15 s / 10 s / 2 s)."""
+
+    enabled: bool = Field(default=True, description="Off only for a single replica (or --once).")
+    lease_name: str = "accel-autoscaler"
+    lease_namespace: str | None = Field(
+        default=None, description="Default: the pod's namespace (service account), else 'default'."
+    )
+    identity: str | None = Field(default=None, description="Default: POD_NAME or the host name.")
+    lease_duration_seconds: float = Field(default=15.0, gt=0)
+    renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    retry_period_seconds: float = Field(default=2.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionConfig:
+        # client-go's rule: a leader must give up before others may take over, and retry more often.
+        if not self.lease_duration_seconds > self.renew_deadline_seconds > self.retry_period_seconds:
+            raise ValueError(
+                "need leaseDurationSeconds > renewDeadlineSeconds > retryPeriodSeconds "
+                f"(got {self.lease_duration_seconds:g} / {self.renew_deadline_seconds:g} / "
+                f"{self.retry_period_seconds:g})"
+            )
+        return self
+
+
+class PortsConfig(SpecModel):
+    metrics: int = Field(default=8080, ge=0, le=65535, description="/metrics (0 = pick a free port).")
+    health: int = Field(default=8081, ge=0, le=65535, description="/healthz and /readyz.")
+    bind_address: str = "0.0.0.0"
+
+
+class EventsConfig(SpecModel):
+    api: Literal["events.k8s.io/v1", "v1"] = Field(
+        default="events.k8s.io/v1", description="Which Event API to write (core v1 for old clusters)."
+    )
+    #: Repeats of the same (object, reason, message) within this window update one Event's series.
+    aggregation_window_seconds: float = Field(default=600.0, gt=0)
+    reporting_controller: str = "autoscaler.dev/controller"
+
+
+class ControllerConfig(SpecModel):
+    """``kind: ControllerConfig``; every field optional."""
+
+    api_version: Literal["autoscaler.dev/v1alpha1"] = Field(default="autoscaler.dev/v1alpha1")
+    kind: Literal["ControllerConfig"] = "ControllerConfig"
+    mode: Literal["act", "dryRun"] = Field(
+        default="act", description="dryRun (shadow mode): decide, log, emit Events and metrics, change nothing."
+    )
+    default_source: SourceSpec | None = Field(
+        default=None, description="Source for policies and signals that name none."
+    )
+    namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces to watch; empty = those the policies name."
+    )
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
+    ports: PortsConfig = Field(default_factory=PortsConfig)
+    events: EventsConfig = Field(default_factory=EventsConfig)
+    fast_poll_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="Between evaluations, re-read fast signals this often and evaluate at once when the "
+        "decision would change (0 = off).",
+    )
+    signal_deadline_seconds: float = Field(default=5.0, gt=0, description="Budget for one signal read.")
+    reload_poll_seconds: float = Field(default=2.0, gt=0, description="How often the policies dir is checked.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+def load_config(path: str | Path | None) -> ControllerConfig:
+    """Load and validate the config file; ``None`` gives the defaults."""
+    if path is None:
+        return ControllerConfig()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        return ControllerConfig()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}:1: the config must be a mapping, got {type(data).__name__}")
+    try:
+        return ControllerConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            dotted = ".".join(str(x) for x in loc) or "(top)"
+            lines.append(f"{p}:{_line_of(node, loc)}: {dotted}: {err['msg']}")
+        raise ConfigError("\n".join(lines)) from None
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[object, ...]) -> int:
+    """The 1-based line of the deepest node ``loc`` reaches (the parent's line for a missing key)."""
+    line = 1 if node is None else node.start_mark.line + 1
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if k.value == key), None)
+            if found is None:
+                found = next((k for k, _ in node.value if k.value == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            found = node.value[key]
+        else:
+            found = None
+        if found is None:
+            break
+        node = found
+        line = node.start_mark.line + 1
+    return line
+
+
+def default_identity() -> str:
+    """The pod name (downward API ``POD_NAME``), else the host name: unique per replica."""
+    return os.environ.get("POD_NAME") or os.uname().nodename
+
+
+def default_namespace() -> str:
+    """The namespace this pod runs in (service-account mount), else ``POD_NAMESPACE``, else ``default``."""
+    sa = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    try:
+        return sa.read_text().strip()
+    except OSError:
+        return os.environ.get("POD_NAMESPACE", "default")

@@ -1,0 +1,375 @@
+"""The control loop: observe → decide (the pure core) → act, per policy, on a period and on events.
+
+Per policy, one evaluation:
+1. ``Observer.observe`` builds a ``core.model.Observation`` (target replicas, signals, training, quota);
+2. ``core.engine.decide(compiled, observation, state, now)`` returns decisions and a new ``PolicyState``;
+3. metrics, a JSON log line per decision, Events for decisions worth telling;
+4. unless dry-run (which commits the state as if it had acted, so windows and rate limits behave as they
+   would, and writes nothing but Events), the decisions are applied **in order**: deactivate training
+   first (its chips must be released before serving can use them: the core's capacity rule already
+   limits the scale to what fits now), then scale; reactivate training only after a scale-down went through;
+5. the new state is committed only when every write succeeded, so a failed write is retried from the
+   same state next time (nothing half-applied). A restart loses no action either: what was done is in the
+   cluster (target replicas, the Workload's deactivated-by annotation) and the next observation sees it.
+
+When it runs: every ``evaluationPeriodSeconds``; at once when a watched target or Workload changes
+(``trigger``); and between periods a **probe** re-reads fast signals every ``fastPollSeconds`` and runs
+``decide`` on a copy of the state: only if the decision would change something does it commit and act
+(that is "a fast signal crossing a threshold", with the threshold being whatever the policy's own rule
+says). A probe that would change nothing leaves no trace: state, events and decision metrics untouched.
+
+Time: ``Clock.monotonic`` is the event loop's clock (``looptime`` makes it virtual in tests);
+``Clock.wall`` is unix seconds derived from it, so the core's ``now`` and the sample timestamps agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
+from autoscaler.controller.logs import get_logger
+from autoscaler.controller.reload import PolicyStore
+from autoscaler.controller.telemetry import Telemetry
+from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.model import (
+    Decision,
+    Observation,
+    PolicyState,
+    Reason,
+    ScaleDecision,
+    TargetKind,
+    TrainingAction,
+    TrainingDecision,
+)
+from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
+
+#: Reasons worth an Event even when the count does not change (they explain a hold the user will ask about).
+NOTABLE_HOLDS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
+WARNING_REASONS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+    def wall(self) -> float: ...
+
+
+class LoopClock:
+    """The running loop's clock, plus unix seconds anchored to it once (monotonic afterwards)."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._anchor = time.time() - self._loop.time()
+
+    def monotonic(self) -> float:
+        return self._loop.time()
+
+    def wall(self) -> float:
+        return self._anchor + self._loop.time()
+
+
+class Observer(Protocol):
+    async def observe(self, policy: CompiledPolicy) -> Observation: ...
+
+
+class Actuator(Protocol):
+    """Writes to the cluster. ``refusal`` types are "this target is not ours" (a Warning Event, no retry storm)."""
+
+    refusals: tuple[type[BaseException], ...]
+
+    async def scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> object: ...
+    async def training(self, policy: CompiledPolicy, decision: TrainingDecision) -> object: ...
+
+
+class Leadership(Protocol):
+    def holds(self) -> bool: ...
+    async def wait_leading(self) -> None: ...
+
+
+class NotLeader(Exception):
+    """Raised before a write when this replica no longer holds the lease."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One evaluation's result: ``ok`` false when observing or any write failed."""
+
+    policy: str
+    decisions: tuple[Decision, ...] = ()
+    acted: tuple[str, ...] = ()
+    error: str | None = None
+    committed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class Controller:
+    store: PolicyStore
+    observer: Observer
+    actuator: Actuator
+    telemetry: Telemetry
+    clock: Clock
+    leader: Leadership
+    events: EventRecorder | None = None
+    dry_run: bool = False
+    fast_poll_s: float = 1.0
+    concurrency: int = 64
+    states: dict[str, PolicyState] = field(default_factory=dict)
+    _due: dict[str, float] = field(default_factory=dict)
+    _pending: dict[str, str] = field(default_factory=dict)  # policy -> trigger
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._log = get_logger(component="loop")
+        self._sem = asyncio.Semaphore(self.concurrency)
+
+    # triggers -----------------------------------------------------------------------------------------
+    def trigger(self, names: Iterable[str], why: str) -> None:
+        """Evaluate these policies as soon as possible (a watched object changed)."""
+        for n in names:
+            self._pending.setdefault(n, why)
+        if self._pending:
+            self._wake.set()
+
+    def policies_for_target(self, key: str) -> list[str]:
+        return [n for n, cp in self.store.policies.items() if cp.policy.spec.target.ref().key == key]
+
+    def policies_for_training(self, namespace: str) -> list[str]:
+        """Policies whose capacity arbitration may read a Workload of this namespace."""
+        return [
+            n for n, cp in self.store.policies.items()
+            if cp.policy.spec.capacity is not None
+            and (not cp.policy.spec.preemptible or any(p.namespace == namespace for p in cp.policy.spec.preemptible))
+        ]
+
+    # one pass -----------------------------------------------------------------------------------------
+    async def run_once(self) -> bool:
+        """``--once``: evaluate every policy once; True when nothing failed."""
+        outcomes = await asyncio.gather(*(self.evaluate(cp, "once") for cp in self.store.policies.values()))
+        self.telemetry.tick()
+        return all(o.ok for o in outcomes)
+
+    async def evaluate(self, cp: CompiledPolicy, trigger: str, *, probe: bool = False) -> Outcome:
+        lock = self._locks.setdefault(cp.name, asyncio.Lock())
+        # The policy's lock first: evaluations queued behind one of the same policy hold no concurrency slot.
+        async with lock, self._sem:
+            return await self._evaluate(cp, trigger, probe=probe)
+
+    async def _evaluate(self, cp: CompiledPolicy, trigger: str, *, probe: bool) -> Outcome:
+        t0 = self.clock.monotonic()
+        log = self._log.bind(policy=cp.name, target=cp.policy.spec.target.ref().key, trigger=trigger)
+        try:
+            obs = await self.observer.observe(cp)
+        except Exception as exc:  # a failed observation holds: nothing is decided on partial data
+            self.telemetry.errors.labels("observe").inc()
+            log.warning("observe_failed", error=_one_line(exc))
+            return Outcome(cp.name, error=f"observe: {_one_line(exc)}")
+        t1 = self.clock.monotonic()
+        state = self.states.get(cp.name, PolicyState())
+        now = self.clock.wall()
+        try:
+            decisions, new_state = cp.decide(obs, state, now)
+        except Exception as exc:  # a bug in a policy type must not take the other policies down
+            self.telemetry.errors.labels("decide").inc()
+            log.error("decide_failed", error=_one_line(exc))
+            return Outcome(cp.name, error=f"decide: {_one_line(exc)}")
+        t2 = self.clock.monotonic()
+        if probe and not _changes(decisions):
+            log.debug("probe", reasons=[d.reason.value for d in decisions])
+            return Outcome(cp.name, tuple(decisions))
+        if probe:
+            self.telemetry.triggers.labels("signal").inc()
+            log = log.bind(trigger="signal")
+        self._report(cp, obs, decisions, log)
+        acted: list[str] = []
+        error: str | None = None
+        if self.dry_run:
+            for d in decisions:
+                if _is_action(d):
+                    acted.append(_action_name(d))
+                    self.telemetry.actions.labels(cp.name, _action_name(d), "dry_run").inc()
+        else:
+            error = await self._act(cp, decisions, acted, log)
+        committed = error is None
+        if committed:
+            self.states[cp.name] = new_state
+            await self.emit_events(cp, decisions)
+        self.telemetry.loop_latency.labels("observe").observe(t1 - t0)
+        self.telemetry.loop_latency.labels("decide").observe(t2 - t1)
+        t3 = self.clock.monotonic()
+        self.telemetry.loop_latency.labels("act").observe(t3 - t2)
+        self.telemetry.loop_latency.labels("total").observe(t3 - t0)
+        return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed)
+
+    async def _act(self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any) -> str | None:
+        """Apply in order: deactivations, the scale, reactivations; stop at the first failure."""
+        scale = next((d for d in decisions if isinstance(d, ScaleDecision)), None)
+        training = [d for d in decisions if isinstance(d, TrainingDecision)]
+        deactivate = [d for d in training if d.action is TrainingAction.DEACTIVATE]
+        reactivate = [d for d in training if d.action is TrainingAction.REACTIVATE]
+        ordered: list[Decision] = [*deactivate]
+        if scale is not None and scale.changes:
+            ordered.append(scale)
+        ordered.extend(reactivate)
+        for d in ordered:
+            name = _action_name(d)
+            if not self.leader.holds():
+                # Losing the lease stops acting at once: the rest of this plan is the next leader's.
+                self.telemetry.actions.labels(cp.name, name, "not_leader").inc()
+                log.warning("not_leader", action=name)
+                return "lost leadership before acting"
+            try:
+                if isinstance(d, ScaleDecision):
+                    await self.actuator.scale(cp, d)
+                else:
+                    await self.actuator.training(cp, d)
+            except self.actuator.refusals as exc:
+                self.telemetry.actions.labels(cp.name, name, "refused").inc()
+                log.warning("action_refused", action=name, error=_one_line(exc))
+                await self._event(cp, d, "Warning", "OwnershipConflict", _one_line(exc), "Refused")
+                return f"{name} refused: {_one_line(exc)}"
+            except Exception as exc:
+                self.telemetry.actions.labels(cp.name, name, "error").inc()
+                self.telemetry.errors.labels("act").inc()
+                log.warning("action_failed", action=name, error=_one_line(exc))
+                await self._event(cp, d, "Warning", "ActionFailed", f"{name} failed: {_one_line(exc)}", name)
+                return f"{name} failed: {_one_line(exc)}"
+            acted.append(name)
+            self.telemetry.actions.labels(cp.name, name, "ok").inc()
+        return None
+
+    def _report(self, cp: CompiledPolicy, obs: Observation, decisions: list[Decision], log: Any) -> None:
+        for d in decisions:
+            self.telemetry.decisions.labels(cp.name, d.reason.value).inc()
+            if isinstance(d, ScaleDecision):
+                self.telemetry.desired.labels(cp.name).set(d.desired)
+                for sig in d.signals.values():
+                    if sig.age_s is not None:
+                        self.telemetry.signal_age.labels(cp.name, sig.name).set(sig.age_s)
+                log.info("decision", reason=d.reason.value, message=d.message, current=d.current,
+                         desired=d.desired, dry_run=self.dry_run,
+                         signals={n: s.value for n, s in d.signals.items()})
+            else:
+                log.info("decision", reason=d.reason.value, message=d.message, workload=d.workload.key,
+                         action=d.action.value, dry_run=self.dry_run)
+
+    async def _event(
+        self, cp: CompiledPolicy, d: Decision, type_: EventType, reason: str, message: str, action: str
+    ) -> None:
+        if self.events is None:
+            return
+        await self.events.record(_regarding(cp, d), type_=type_, reason=reason, message=message, action=action)
+
+    async def emit_events(self, cp: CompiledPolicy, decisions: Iterable[Decision]) -> None:
+        for d in decisions:
+            if not _eventful(d):
+                continue
+            type_: EventType = "Warning" if d.reason in WARNING_REASONS else "Normal"
+            msg = f"(dry run, nothing changed) {d.message}" if self.dry_run else d.message
+            await self._event(cp, d, type_, d.reason.value, msg, _action_name(d))
+
+    # the long-running loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Evaluate on periods, triggers and probes while leading; until cancelled."""
+        probe_task = asyncio.create_task(self._probe_forever()) if self.fast_poll_s > 0 else None
+        try:
+            while True:
+                await self.leader.wait_leading()
+                now = self.clock.monotonic()
+                policies = self.store.policies
+                for name in list(self._due):
+                    if name not in policies:
+                        self._due.pop(name)
+                        self.states.pop(name, None)
+                due = [n for n in policies if self._due.get(n, now) <= now]
+                pending = {n: w for n, w in self._pending.items() if n in policies}
+                self._pending.clear()
+                batch = dict.fromkeys(due, "period") | pending
+                if batch:
+                    await asyncio.gather(*(self._run_one(policies[n], why) for n, why in batch.items()))
+                self.telemetry.tick()
+                self._wake.clear()
+                if self._pending:
+                    continue
+                next_due = min(self._due.values(), default=now + 1.0)
+                timeout = max(0.0, min(next_due - self.clock.monotonic(), 1.0))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+        finally:
+            if probe_task is not None:
+                probe_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe_task
+
+    async def _run_one(self, cp: CompiledPolicy, why: str) -> None:
+        self.telemetry.triggers.labels(why if why in ("period", "watch", "reload") else "other").inc()
+        await self.evaluate(cp, why)
+        self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.fast_poll_s)
+            if not self.leader.holds():
+                continue
+            now = self.clock.monotonic()
+            probes = [
+                cp for cp in self.store.policies.values()
+                if _fast(cp) and self._due.get(cp.name, now) - now > self.fast_poll_s
+                and not self._locks.get(cp.name, asyncio.Lock()).locked()
+            ]
+            outcomes = await asyncio.gather(*(self.evaluate(cp, "probe", probe=True) for cp in probes))
+            for cp, o in zip(probes, outcomes, strict=True):
+                if o.committed:
+                    # The probe acted: the next periodic evaluation is a full period away.
+                    self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
+
+
+def _fast(cp: CompiledPolicy) -> bool:
+    """Signals read from a source that refreshes within seconds (not Cloud Monitoring's 60 s samples)."""
+    spec = cp.policy.spec
+    sources = [s.source or spec.source for s in spec.signals if s.expr is None]
+    return not any(isinstance(s, CloudMonitoringSourceSpec) for s in sources)
+
+
+def _changes(decisions: list[Decision]) -> bool:
+    return any(_is_action(d) for d in decisions)
+
+
+def _is_action(d: Decision) -> bool:
+    return isinstance(d, TrainingDecision) or d.changes
+
+
+def _eventful(d: Decision) -> bool:
+    return _is_action(d) or d.reason in NOTABLE_HOLDS
+
+
+def _action_name(d: Decision) -> str:
+    if isinstance(d, TrainingDecision):
+        return d.action.value
+    return "scale"
+
+
+def _regarding(cp: CompiledPolicy, d: Decision) -> ObjectRef:
+    if isinstance(d, TrainingDecision):
+        w = d.workload
+        return ObjectRef("kueue.x-k8s.io/v1beta1", "Workload", w.namespace, w.name, w.uid)
+    spec = cp.policy.spec
+    t = spec.target
+    if spec.actuation.mode == "hpaFloor" and spec.actuation.hpa_name:
+        return ObjectRef("autoscaling/v2", "HorizontalPodAutoscaler", t.namespace, spec.actuation.hpa_name)
+    if t.kind is TargetKind.LEADER_WORKER_SET:
+        return ObjectRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", t.namespace, t.name)
+    return ObjectRef("apps/v1", "Deployment", t.namespace, t.name)
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -1,0 +1,282 @@
+"""Building the core's ``Observation`` for a policy: target replicas, signals, training and quota.
+
+Three readers, each behind a small protocol so the loop is tested against the HTTP emulator and the
+benchmark can run 1,000 targets without a cluster:
+
+- ``TargetReader``: the target's replica status (``controller.targets`` in the cluster);
+- ``TrainingReader``: the preemptible Kueue Workloads and the ClusterQueue quota (``controller.workloads``);
+- metric sources (``autoscaler.sources``): a ``MetricSource``, normally ``sources.pool.SourcePool`` (one
+  backend per distinct ``source:`` block, reused across ticks: connection pools, circuit breakers).
+
+``SharedTraining`` lets policies with the same capacity and preemptible blocks share one Kueue read per
+tick; ``Watcher`` lists and watches targets and Workloads to wake policies when they change.
+
+Signals are read with a per-read deadline; a source that fails or times out yields readings with an
+error, which the core turns into "unknown" (hold), never into zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.model import Observation, QuotaStatus, ReplicaStatus, SignalReading, TrainingWorkload
+from autoscaler.core.sourcespec import SourceSpec
+from autoscaler.sources.base import MetricSource, PodRef, SignalRequest
+
+
+class TargetReader(Protocol):
+    async def replicas(self, policy: CompiledPolicy) -> ReplicaStatus: ...
+
+    async def pods(self, policy: CompiledPolicy) -> tuple[PodRef, ...]:
+        """The target's pods (for the pods source and exact attribution); () when not known."""
+        ...
+
+
+#: What a TrainingReader answers: the preemptible Workloads and the ClusterQueue quota.
+Training = tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]
+
+
+class TrainingReader(Protocol):
+    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+        ...
+
+
+class NoTraining:
+    """For policies without ``capacity``: nothing to arbitrate."""
+
+    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+        return (), None
+
+
+class SharedTraining:
+    """Policies that share a ClusterQueue and preemptible selectors share one read of them.
+
+    Reading training is the costly part of an observation (the owners' Jobs, the Workloads, the quota).
+    Within ``ttl_s`` on the loop clock, and while a read is in flight, policies with the same ``capacity``
+    and ``preemptible`` blocks get the same answer. Any training write (``invalidate``) drops the cache, so
+    a policy never decides on a picture that predates a deactivation made by another.
+    """
+
+    def __init__(self, inner: TrainingReader, *, now: Callable[[], float], ttl_s: float = 1.0) -> None:
+        self.inner = inner
+        self.now = now
+        self.ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, asyncio.Future[Training]]] = {}
+        self.reads = 0
+
+    def invalidate(self) -> None:
+        self._cache.clear()
+
+    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+        spec = policy.policy.spec
+        if spec.capacity is None:
+            return (), None
+        key = json.dumps(
+            [spec.capacity.model_dump(mode="json"), [p.model_dump(mode="json") for p in spec.preemptible]],
+            sort_keys=True,
+        )
+        now = self.now()
+        hit = self._cache.get(key)
+        if hit is not None and now - hit[0] <= self.ttl_s and not (hit[1].done() and hit[1].exception()):
+            return await asyncio.shield(hit[1])
+        future: asyncio.Future[Training] = asyncio.get_running_loop().create_future()
+        self._cache[key] = (now, future)
+        self.reads += 1
+        try:
+            result = await self.inner.training(policy)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it; no "never retrieved" warning
+            self._cache.pop(key, None)
+            raise
+        future.set_result(result)
+        return result
+
+
+@dataclass
+class PolicyObserver:
+    """The loop's ``Observer``: one ``observe(policy)`` per evaluation.
+
+    ``source`` is normally a ``sources.pool.SourcePool`` (one backend per distinct source block, reused
+    across ticks: connection pools, circuit breakers).
+    """
+
+    targets: TargetReader
+    training: TrainingReader
+    source: MetricSource
+    default_source: SourceSpec | None = None
+    deadline_s: float = 5.0
+
+    async def observe(self, policy: CompiledPolicy) -> Observation:
+        spec = policy.policy.spec
+        replicas, pods = await asyncio.gather(self.targets.replicas(policy), self.targets.pods(policy))
+        signals = await self.read_signals(policy, pods)
+        workloads: tuple[TrainingWorkload, ...] = ()
+        quota: QuotaStatus | None = None
+        if spec.capacity is not None:
+            workloads, quota = await self.training.training(policy)
+        return Observation(target=spec.target.ref(), replicas=replicas, signals=signals, training=workloads,
+                          quota=quota)
+
+    async def read_signals(self, policy: CompiledPolicy, pods: Sequence[PodRef] = ()) -> dict[str, SignalReading]:
+        """Every raw signal of the policy in one batch; composites (``expr``) are the core's business."""
+        spec = policy.policy.spec
+        ref = spec.target.ref()
+        out: dict[str, SignalReading] = {}
+        requests: list[SignalRequest] = []
+        for sig in spec.signals:
+            if sig.expr is not None:
+                continue
+            source = sig.source or spec.source or self.default_source
+            if source is None:
+                out[sig.name] = SignalReading(
+                    None, None, error="no source: set spec.source, the signal's source or the controller's "
+                    "defaultSource"
+                )
+                continue
+            requests.append(SignalRequest(target=ref, signal=sig, source=source, pods=tuple(pods)))
+        if not requests:
+            return out
+        try:
+            # Sources enforce the deadline themselves; the extra second guards against one that does not.
+            readings = await asyncio.wait_for(
+                self.source.read(requests, deadline_s=self.deadline_s), self.deadline_s + 1.0
+            )
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            readings = {r.key: SignalReading(None, None, error=error) for r in requests}
+        for req in requests:
+            out[req.signal.name] = readings.get(req.key) or SignalReading(
+                None, None, error="the source returned no reading for this signal"
+            )
+        return out
+
+    async def aclose(self) -> None:
+        await self.source.aclose()
+
+
+@dataclass(frozen=True)
+class WatchSpec:
+    """One collection to watch: ``/apis/<group>/<version>/namespaces/<namespace>/<plural>``."""
+
+    group: str
+    version: str
+    plural: str
+    namespace: str
+
+    @property
+    def path(self) -> str:
+        return f"/apis/{self.group}/{self.version}/namespaces/{self.namespace}/{self.plural}"
+
+
+#: A version the server may not serve -> the one to try instead.
+FALLBACK_VERSIONS = {"v1beta2": "v1beta1"}
+
+WatchCallback = Callable[[WatchSpec, str, dict[str, Any]], None]
+
+
+class Watcher:
+    """List, then watch one collection forever; relist on ``410 Gone``; reconnect when the stream drops.
+
+    ``on_event(spec, type, object)`` is called for every object of the (re)list as ``SYNC`` and for every
+    watch event whose *relevant* part changed (``fingerprint``): a status heartbeat or a managedFields
+    update does not wake the loop. ``synced`` is set after the first list (readiness).
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        spec: WatchSpec,
+        on_event: WatchCallback,
+        *,
+        on_error: Callable[[str], None] | None = None,
+        timeout_s: int = 300,
+        backoff_s: float = 1.0,
+    ) -> None:
+        self._api: Any = client.CustomObjectsApi(api_client)
+        self.spec = spec
+        self._on_event = on_event
+        self._on_error = on_error
+        self._timeout_s = timeout_s
+        self._backoff_s = backoff_s
+        self._seen: dict[str, str] = {}
+        self.synced = asyncio.Event()
+        self.relists = 0
+
+    async def run(self) -> None:
+        s = self.spec
+        version = s.version
+        rv: str | None = None
+        while True:
+            try:
+                if rv is None:
+                    listing = await self._api.list_namespaced_custom_object(s.group, version, s.namespace, s.plural)
+                    self.relists += 1
+                    rv = listing.get("metadata", {}).get("resourceVersion")
+                    for obj in listing.get("items", []):
+                        self._deliver("SYNC", obj)
+                    self.synced.set()
+                w = watch.Watch()
+                async with w.stream(
+                    self._api.list_namespaced_custom_object, s.group, version, s.namespace, s.plural,
+                    resource_version=rv, timeout_seconds=self._timeout_s, allow_watch_bookmarks=True,
+                ) as stream:
+                    async for event in stream:
+                        obj = event.get("object") or event.get("raw_object") or {}
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if event.get("type") != "BOOKMARK":
+                            self._deliver(str(event.get("type")), obj)
+                # The server ended the stream (timeout, restart): resume from the last resourceVersion.
+            except ApiException as exc:
+                if exc.status == 410:
+                    rv = None  # too old: the history we missed is gone; a fresh list is the only truth
+                    continue
+                if exc.status == 404 and version in FALLBACK_VERSIONS:
+                    version = FALLBACK_VERSIONS[version]  # e.g. a Kueue that serves only v1beta1
+                    rv = None
+                    continue
+                self._error(f"{exc.status} {exc.reason}")
+                await asyncio.sleep(self._backoff_s)
+            except (OSError, TimeoutError, ValueError) as exc:
+                self._error(f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(self._backoff_s)
+            except Exception as exc:  # aiohttp payload errors when a stream is cut mid-line
+                self._error(f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(self._backoff_s)
+
+    def _error(self, what: str) -> None:
+        if self._on_error:
+            self._on_error(f"watch {self.spec.path}: {what}")
+
+    def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if type_ == "DELETED":
+            self._seen.pop(name, None)
+            self._on_event(self.spec, type_, obj)
+            return
+        fp = fingerprint(obj)
+        if self._seen.get(name) == fp:
+            return
+        self._seen[name] = fp
+        self._on_event(self.spec, type_, obj)
+
+
+def fingerprint(obj: dict[str, Any]) -> str:
+    """The parts of a target or Workload a decision depends on: spec and status, without bookkeeping."""
+    status = dict(obj.get("status") or {})
+    # Condition heartbeats change on every kubelet/Kueue sync without meaning anything new.
+    if isinstance(status.get("conditions"), list):
+        status["conditions"] = [
+            {k: c.get(k) for k in ("type", "status", "reason")} for c in status["conditions"] if isinstance(c, dict)
+        ]
+    status.pop("observedGeneration", None)
+    meta = obj.get("metadata") or {}
+    return json.dumps([obj.get("spec"), status, meta.get("annotations")], sort_keys=True, default=str)

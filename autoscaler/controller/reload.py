@@ -1,0 +1,137 @@
+"""Policy hot reload: the policies directory is re-read when a file changes; a bad file never takes effect.
+
+The directory is normally a mounted ConfigMap. The kubelet updates such a mount by writing a new
+``..<timestamp>`` directory and swapping the ``..data`` symlink, so files change atomically but their
+mtimes do not reliably change: changes are detected by **content hash**, per file, on a poll
+(``reloadPollSeconds``), not by inotify (which misses symlink swaps) nor mtime.
+
+Per changed file:
+1. parse and validate it (``autoscaler.policyfile.loader``) and compile every policy (``core.engine``);
+2. reject it when that fails, or when it defines a policy name another file already defines;
+3. a rejected file keeps its **last good** policies in force; the rejection is reported (``Rejection``)
+   so the caller emits a Warning Event, a log line and the ``autoscaler_policy_file_invalid`` metric;
+4. a removed file removes its policies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from autoscaler.core.engine import CompiledPolicy, compile_policy
+from autoscaler.policyfile import loader
+
+POLICY_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A file that was not (re)loaded, why, and the policies that stay in force in its place."""
+
+    file: str
+    problems: tuple[str, ...]
+    kept: tuple[CompiledPolicy, ...]
+
+    @property
+    def message(self) -> str:
+        first = self.problems[0] if self.problems else "invalid"
+        more = f" (+{len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        kept = f"; keeping the last good version ({len(self.kept)} policies)" if self.kept else ""
+        return f"rejected policy file {Path(self.file).name}: {first}{more}{kept}"
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    changed: bool
+    loaded: tuple[str, ...] = ()  # files (re)loaded successfully
+    removed: tuple[str, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+
+
+@dataclass
+class PolicyStore:
+    """The policies in force, by name, and per file the hash and policies of its last good version."""
+
+    directory: Path
+    _hashes: dict[str, str] = field(default_factory=dict)  # file -> hash of the content last looked at
+    _good: dict[str, tuple[CompiledPolicy, ...]] = field(default_factory=dict)  # file -> last good
+
+    @property
+    def policies(self) -> dict[str, CompiledPolicy]:
+        out: dict[str, CompiledPolicy] = {}
+        for file in sorted(self._good):
+            for cp in self._good[file]:
+                out.setdefault(cp.name, cp)
+        return out
+
+    def files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        # Skip the kubelet's ``..data``/``..2026_..`` entries and editor dotfiles; follow the symlinks.
+        return sorted(
+            p for p in self.directory.iterdir()
+            if not p.name.startswith(".") and p.suffix in POLICY_SUFFIXES and p.is_file()
+        )
+
+    def reload(self) -> ReloadResult:
+        """Look at every file once; apply what changed."""
+        seen: dict[str, str] = {}
+        contents: dict[str, bytes] = {}
+        for p in self.files():
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue  # vanished between listing and reading (symlink swap); next poll sees it
+            seen[str(p)] = hashlib.sha256(data).hexdigest()
+            contents[str(p)] = data
+        removed = tuple(sorted(set(self._hashes) - set(seen)))
+        for f in removed:
+            self._hashes.pop(f, None)
+            self._good.pop(f, None)
+        changed = [f for f in sorted(seen) if self._hashes.get(f) != seen[f]]
+        loaded: list[str] = []
+        rejected: list[Rejection] = []
+        for f in changed:
+            self._hashes[f] = seen[f]
+            compiled, problems = self._load(f, others=self._names_except(f))
+            if problems:
+                rejected.append(Rejection(f, tuple(problems), self._good.get(f, ())))
+            else:
+                self._good[f] = compiled
+                loaded.append(f)
+        return ReloadResult(bool(removed or changed), tuple(loaded), removed, tuple(rejected))
+
+    def _names_except(self, file: str) -> set[str]:
+        return {cp.name for f, cps in self._good.items() if f != file for cp in cps}
+
+    @staticmethod
+    def _load(file: str, *, others: Iterable[str]) -> tuple[tuple[CompiledPolicy, ...], list[str]]:
+        try:
+            loaded = loader.load_paths([file])
+        except loader.PolicyFileError as exc:
+            return (), [str(p) for p in exc.problems] or [str(exc)]
+        except (OSError, ValueError, yaml.YAMLError) as exc:  # pydantic's errors are ValueErrors
+            return (), [f"{file}: {_one_line(exc)}"]
+        taken = set(others)
+        compiled: list[CompiledPolicy] = []
+        problems: list[str] = []
+        for lp in loaded:
+            name = lp.policy.metadata.name
+            if name in taken:
+                problems.append(f"{lp.file}:{lp.line}: policy {name!r} is already defined in another file")
+                continue
+            taken.add(name)
+            try:
+                compiled.append(compile_policy(lp.policy))
+            except Exception as exc:  # a policy type that cannot build is a bad policy, not a crash
+                problems.append(f"{lp.file}:{lp.line}: policy {name!r} does not compile: {_one_line(exc)}")
+        return tuple(compiled), problems
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,201 @@
+"""Reaction time: from a serving signal crossing its threshold to the scale request reaching the API server.
+
+Three pipelines in one run, on the same machine and the same emulated API server (``tests.kube.emulator``,
+real HTTP, the real kubernetes_asyncio client):
+
+1. **direct**: the controller (``autoscaler run``'s ``Runtime``, fast probe every 1 s) scrapes a TGI-like
+   ``/metrics`` endpoint itself (the ``pods`` source with a static endpoint);
+2. **prometheus-1s**: the same controller reads ``sum(tgi_queue_size)`` from a real Prometheus 2.42 that
+   scrapes the endpoint every 1 s (skipped when the ``prometheus`` binary is absent);
+3. **hpa-model**: an HPA-style pipeline (a 15 s scrape, then a 15 s HPA sync, each at an independent random
+   phase) modelled over 10,000 draws, plus the API write latency measured in (1). No metrics adapter delay is
+   added, so the real HPA is slower than this (FACTS.md: ≈85 s end to end measured with an adapter).
+
+Per trial: the queue sits at 5 (1 replica suffices), then at a random phase jumps to 25 (3 replicas needed);
+the time from the jump to the arrival of ``PUT .../deployments/tgi-gemma-deployment/scale`` at the server is
+recorded; the Deployment is then reset to 1 replica and the policy's state cleared (each trial is an
+independent crossing; otherwise the scale-up rate limit of the previous trials would hold it).
+
+Run: ``python -m bench.controller_reaction [--trials N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from autoscaler.controller import logs
+from autoscaler.controller.command import Runtime
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import LoopClock
+from autoscaler.core.sourcespec import SourceSpec
+from autoscaler.sources.base import MetricSource
+from autoscaler.sources.pods import PodsSource
+from autoscaler.sources.pool import SourcePool, default_factory
+from tests.controller.helpers import TgiMetrics
+from tests.controller.policies import tgi_policy
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+
+SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
+HPA_SCRAPE_S = 15.0
+HPA_SYNC_S = 15.0
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def measure(kube: Emulator, tgi: TgiMetrics, policy: str, trials: int, rng: random.Random,
+                  tmp: Path) -> list[float]:
+    """Reaction times (s) of one controller configuration over ``trials`` jumps."""
+    (tmp / "policies").mkdir(parents=True, exist_ok=True)
+    (tmp / "policies" / "tgi.yaml").write_text(policy)
+    clock = LoopClock()
+
+    def factory(spec: SourceSpec) -> MetricSource:
+        return PodsSource(clock=clock.wall) if spec.type == "pods" else default_factory(spec)
+
+    api = client.ApiClient(client.Configuration(host=kube.url))
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "fastPollSeconds": 1.0,
+                                           "logLevel": "error"})
+    rt = Runtime(api=api, config=cfg, policies_dir=tmp / "policies", clock=clock, namespace="autoscaler",
+                 source=SourcePool(factory))
+    loop = asyncio.get_running_loop()
+    arrived: asyncio.Queue[float] = asyncio.Queue()
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    out: list[float] = []
+    try:
+        tgi.queue = 5
+        await asyncio.sleep(3)  # first evaluations, watches synced
+        for _ in range(trials):
+            kube.after("PUT", SCALE, lambda: arrived.put_nowait(loop.time()))
+            await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe
+            t0 = loop.time()
+            tgi.queue = 25
+            t1 = await asyncio.wait_for(arrived.get(), 60)
+            out.append(t1 - t0)
+            tgi.queue = 5
+            await asyncio.sleep(1.5)
+            kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
+            # Each trial is an independent crossing from a steady state: forget the scale-up just made, or
+            # the policy's rate limit (+4 replicas per 15 s) would hold the next trial's scale-up.
+            rt.controller.states.clear()
+            await asyncio.sleep(1.5)
+    finally:
+        stop.set()
+        await task
+        await api.close()
+    return out
+
+
+@contextlib.asynccontextmanager
+async def prometheus(target: str, tmp: Path) -> AsyncIterator[str]:
+    """A real Prometheus scraping ``target`` every 1 s; yields its URL once a sample is queryable."""
+    port = 19090 + random.randrange(500)
+    conf = tmp / "prometheus.yml"
+    host = target.split("//", 1)[1].split("/", 1)[0]
+    conf.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs: [{{job_name: tgi, static_configs: [{{targets: ['{host}']}}]}}]\n"
+    )
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(300):  # wait for a real sample, not for readiness (FACTS.md)
+                with contextlib.suppress(aiohttp.ClientError):
+                    r = await s.get(f"{url}/api/v1/query", params={"query": "tgi_queue_size"})
+                    if r.status == 200 and (await r.json())["data"]["result"]:
+                        break
+                await asyncio.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def hpa_model(write_latencies: list[float], rng: random.Random, draws: int = 10_000) -> list[float]:
+    """Time to the next 15 s scrape, then to the next 15 s sync (independent phases), then one API write."""
+    return [
+        rng.uniform(0, HPA_SCRAPE_S) + rng.uniform(0, HPA_SYNC_S) + rng.choice(write_latencies)
+        for _ in range(draws)
+    ]
+
+
+async def main_async(trials: int) -> dict[str, list[float]]:
+    logs.configure("error")
+    rng = random.Random(20261130)
+    kube = Emulator()
+    await kube.start()
+    kube.add(objects.deployment(replicas=1))
+    tgi = TgiMetrics()
+    await tgi.start()
+    results: dict[str, list[float]] = {}
+    write_latency: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            direct = tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False)
+            results["direct (pods source, 1 s probe)"] = await measure(kube, tgi, direct, trials, rng, tmp / "a")
+            # The API write alone: the scale PUT's round trip, for the HPA model.
+            api = client.ApiClient(client.Configuration(host=kube.url))
+            apps = client.AppsV1Api(api)
+            loop = asyncio.get_running_loop()
+            for i in range(50):
+                scale = await apps.read_namespaced_deployment_scale("tgi-gemma-deployment", "llm")
+                scale.spec.replicas = 1 + i % 2
+                t0 = loop.time()
+                await apps.replace_namespaced_deployment_scale("tgi-gemma-deployment", "llm", scale)
+                write_latency.append(loop.time() - t0)
+            await api.close()
+            kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
+            if shutil.which("prometheus"):
+                (tmp / "b").mkdir()
+                async with prometheus(tgi.url, tmp / "b") as url:
+                    via_prom = tgi_policy(source=f"{{type: prometheus, url: '{url}'}}", capacity=False).replace(
+                        "preset: tgi.queue_size", "query: sum(tgi_queue_size)"
+                    )
+                    results["prometheus, 1 s scrape"] = await measure(kube, tgi, via_prom, trials, rng, tmp / "c")
+            else:
+                print("prometheus binary not found: skipping the Prometheus pipeline", file=sys.stderr)
+    finally:
+        await tgi.stop()
+        await kube.stop()
+    results["HPA-style model (15 s scrape + 15 s sync)"] = hpa_model(write_latency, rng)
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--trials", type=int, default=30)
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args.trials))
+    print(f"{'pipeline':45} {'n':>6} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
+    for name, values in results.items():
+        print(f"{name:45} {len(values):6d} {statistics.median(values):8.2f} {pct(values, 99):8.2f} "
+              f"{max(values):8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Kubernetes Events: the right API, path and body; repeats aggregated into a series; failures never raise."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller.config import EventsConfig
+from autoscaler.controller.events import EventRecorder, ObjectRef
+from tests.kube.emulator import Emulator
+
+TARGET = ObjectRef("apps/v1", "Deployment", "llm", "tgi-gemma-deployment", "uid-1")
+
+
+def recorder(api: client.ApiClient, api_version: str = "events.k8s.io/v1", errors: list[int] | None = None
+             ) -> EventRecorder:
+    config = EventsConfig.model_validate({"api": api_version})
+    return EventRecorder(api, config=config, instance="pod-a", wall=time.time,
+                         on_error=(lambda: errors.append(1)) if errors is not None else None)
+
+
+async def test_events_v1_create_then_series(kube: Emulator, kube_client: client.ApiClient) -> None:
+    rec = recorder(kube_client)
+    for _ in range(3):
+        await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="queue 30 > 10/replica: 1 -> 3",
+                         action="scale")
+    writes = kube.writes()
+    assert [(w.method, w.path.rsplit("/", 1)[0] if w.method == "PATCH" else w.path) for w in writes] == [
+        ("POST", "/apis/events.k8s.io/v1/namespaces/llm/events"),
+        ("PATCH", "/apis/events.k8s.io/v1/namespaces/llm/events"),
+        ("PATCH", "/apis/events.k8s.io/v1/namespaces/llm/events"),
+    ]
+    assert writes[1].content_type == "application/merge-patch+json"
+    body = writes[0].body
+    assert body["reason"] == "ScaleUp"
+    assert body["type"] == "Normal"
+    assert body["action"] == "scale"
+    assert body["regarding"] == {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "llm",
+                                 "name": "tgi-gemma-deployment", "uid": "uid-1"}
+    assert body["reportingController"] == "autoscaler.dev/controller"
+    assert body["reportingInstance"] == "pod-a"
+    (event,) = kube.list("events.k8s.io/v1", "Event", "llm")
+    assert event["series"]["count"] == 3
+    assert event["note"] == "queue 30 > 10/replica: 1 -> 3"
+
+
+async def test_a_different_message_is_a_new_event(kube: Emulator, kube_client: client.ApiClient) -> None:
+    rec = recorder(kube_client)
+    await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="1 -> 2", action="scale")
+    await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="2 -> 3", action="scale")
+    assert len(kube.list("events.k8s.io/v1", "Event", "llm")) == 2
+
+
+async def test_core_v1_events_count_repeats(kube: Emulator, kube_client: client.ApiClient) -> None:
+    rec = recorder(kube_client, "v1")
+    for _ in range(2):
+        await rec.record(TARGET, type_="Warning", reason="MetricsUnknown", message="holding 1", action="scale")
+    assert [w.path.split("/events")[0] for w in kube.writes()] == ["/api/v1/namespaces/llm"] * 2
+    (event,) = kube.list("v1", "Event", "llm")
+    assert event["count"] == 2
+    assert event["involvedObject"]["name"] == "tgi-gemma-deployment"
+    assert event["type"] == "Warning"
+    assert event["message"] == "holding 1"
+
+
+async def test_an_expired_event_starts_a_new_series(kube: Emulator, kube_client: client.ApiClient) -> None:
+    rec = recorder(kube_client)
+    await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="m", action="scale")
+    (event,) = kube.list("events.k8s.io/v1", "Event", "llm")
+    kube.remove("events.k8s.io/v1", "Event", event["metadata"]["name"], "llm")  # the 1 h event TTL
+    await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="m", action="scale")
+    assert len(kube.list("events.k8s.io/v1", "Event", "llm")) == 1
+
+
+@pytest.mark.parametrize("code", [pytest.param(403, id="rbac-forbidden"), pytest.param(500, id="server-error")])
+async def test_failures_are_counted_not_raised(kube: Emulator, kube_client: client.ApiClient, code: int) -> None:
+    errors: list[int] = []
+    rec = recorder(kube_client, errors=errors)
+    kube.inject(code, "/apis/events.k8s.io/v1/namespaces/llm/events", times=1)
+    await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="m", action="scale")
+    assert errors == [1]
+    assert kube.list("events.k8s.io/v1", "Event", "llm") == []
+
+
+async def test_long_messages_are_cut_to_the_api_limit(kube: Emulator, kube_client: client.ApiClient) -> None:
+    await recorder(kube_client).record(TARGET, type_="Normal", reason="ScaleUp", message="x" * 5000, action="s")
+    (event,) = kube.list("events.k8s.io/v1", "Event", "llm")
+    assert len(event["note"]) == 1024
+    assert event["note"].endswith("…")

@@ -1,0 +1,269 @@
+"""The assembled controller (``Runtime``, what ``autoscaler run`` builds): hot reload of a bad policy, leader
+handover between two replicas, and the ``run`` command itself (``--once``, exit codes, errors).
+
+Waits are event-driven (a condition polled on the loop with a timeout), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.cli import main
+from autoscaler.controller import logs
+from autoscaler.controller.command import Runtime
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import LoopClock
+from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, runtime, settle_serving, tutorial_cluster
+from tests.controller.policies import tgi_policy
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+from tests.kube.kueue import Kueue
+
+SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
+
+
+@pytest.fixture
+async def tgi() -> AsyncIterator[TgiMetrics]:
+    server = TgiMetrics()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for ``condition`` on the event loop (it changes as other tasks run), failing after ``timeout``."""
+
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def replicas(kube: Emulator) -> int:
+    return int(kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"])
+
+
+async def test_a_bad_policy_change_is_rejected_with_an_event_a_log_and_a_metric(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    stream = io.StringIO()
+    logs.configure("info", stream)
+    kube.add(objects.deployment(replicas=1))
+    rt = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
+    await rt.report_reload(rt.store.reload(), leading=True)
+    good = rt.store.policies["tgi-gemma"]
+    (tmp_path / "tgi.yaml").write_text(tgi_policy(capacity=False).replace("maxReplicas: 3", "maxReplicas: -1"))
+    await rt.report_reload(rt.store.reload(), leading=True)
+    assert rt.store.policies["tgi-gemma"] is good, "the last good policy stays in force"
+    (event,) = [e for e in kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == "InvalidPolicy"]
+    assert event["type"] == "Warning"
+    assert event["regarding"]["name"] == "tgi-gemma-deployment"
+    assert "rejected policy file tgi.yaml" in event["note"]
+    assert "keeping the last good version" in event["note"]
+    assert 'autoscaler_policy_file_invalid{file="tgi.yaml"} 1.0' in rt.telemetry.exposition().decode()
+    (line,) = [json.loads(x) for x in stream.getvalue().splitlines() if "policy_file_rejected" in x]
+    assert line["level"] == "error"
+    assert line["kept"] == ["tgi-gemma"]
+    assert "maxReplicas" in line["problems"][0]
+    # And the last good policy still acts.
+    tgi.queue = 25
+    assert await rt.controller.run_once()
+    assert replicas(kube) == 3
+    await rt.observer.aclose()
+
+
+def elected(api: client.ApiClient, policies: Path, identity: str) -> Runtime:
+    cfg = ControllerConfig.model_validate({
+        "leaderElection": {"leaseName": "autoscaler", "leaseDurationSeconds": 3, "renewDeadlineSeconds": 2,
+                           "retryPeriodSeconds": 0.1},
+        "reloadPollSeconds": 0.1, "fastPollSeconds": 0.1,
+    })
+    clock = LoopClock()
+    return Runtime(api=api, config=cfg, policies_dir=policies, clock=clock, identity=identity,
+                   namespace="autoscaler", source=pool_on(clock))  # type: ignore[arg-type]
+
+
+async def test_leader_handover_only_the_leader_acts(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    kube.add(objects.deployment(replicas=1))
+    (tmp_path / "tgi.yaml").write_text(
+        tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False, period=0.2)
+    )
+    a, b = elected(kube_client, tmp_path, "a"), elected(kube_client, tmp_path, "b")
+    stop_a, stop_b = asyncio.Event(), asyncio.Event()
+    task_a = asyncio.create_task(a.serve(stop_a))
+    await until(a.controller.leader.holds)
+    task_b = asyncio.create_task(b.serve(stop_b))
+    tgi.queue = 15
+    await until(lambda: replicas(kube) == 2)
+    writers = {r.body["metadata"].get("annotations", {}).get("x") for r in kube.writes() if r.path == SCALE}
+    assert writers == {None}
+    assert not b.controller.leader.holds()
+    assert b.controller.states == {}, "the standby has not evaluated anything"
+    # a shuts down (releases the Lease); b takes over and acts on the next change.
+    stop_a.set()
+    await task_a
+    await until(b.controller.leader.holds)
+    tgi.queue = 25
+    await until(lambda: replicas(kube) == 3)
+    lease = kube.get("coordination.k8s.io/v1", "Lease", "autoscaler", "autoscaler")["spec"]
+    assert lease["holderIdentity"] == "b"
+    assert lease["leaseTransitions"] == 1
+    stop_b.set()
+    await task_b
+
+
+async def test_readiness_waits_for_policies_and_watches(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    kube.add(objects.deployment(replicas=1))
+    (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
+    rt = elected(kube_client, tmp_path, "a")
+    assert not rt.telemetry.ready()
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    await until(rt.telemetry.ready)
+    assert rt.telemetry.healthy()
+    stop.set()
+    await task
+
+
+def kubeconfig(tmp_path: Path, url: str) -> Path:
+    f = tmp_path / "kubeconfig"
+    f.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: emu\n"
+        f"clusters: [{{name: emu, cluster: {{server: '{url}'}}}}]\n"
+        "users: [{name: emu, user: {token: test}}]\n"
+        "contexts: [{name: emu, context: {cluster: emu, user: emu}}]\n"
+    )
+    return f
+
+
+@pytest.mark.parametrize(
+    ("queue", "dry_run", "code", "replicas_after"),
+    [
+        pytest.param(25, False, 0, 3, id="once-acts"),
+        pytest.param(25, True, 0, 1, id="once-dry-run-changes-nothing"),
+    ],
+)
+async def test_run_once_from_the_command_line(
+    kube: Emulator, tgi: TgiMetrics, tmp_path: Path, queue: float, dry_run: bool, code: int, replicas_after: int
+) -> None:
+    kube.add(objects.deployment(replicas=1))
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "tgi.yaml").write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
+    tgi.queue = queue
+    argv = ["run", "--policies", str(policies), "--kubeconfig", str(kubeconfig(tmp_path, kube.url)), "--once"]
+    # The command runs its own event loop (asyncio.run): give it a thread so the emulator keeps serving.
+    got = await asyncio.to_thread(main, [*argv, "--dry-run"] if dry_run else argv)
+    assert got == code
+    assert replicas(kube) == replicas_after
+
+
+async def test_run_once_fails_on_an_invalid_policy_file(kube: Emulator, tgi: TgiMetrics, tmp_path: Path) -> None:
+    kube.add(objects.deployment(replicas=1))
+    (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
+    (tmp_path / "bad.yaml").write_text("apiVersion: autoscaler.dev/v1alpha1\nkind: ScalingPolicy\n")
+    tgi.queue = 25
+    got = await asyncio.to_thread(
+        main, ["run", "--policies", str(tmp_path), "--kubeconfig", str(kubeconfig(tmp_path, kube.url)), "--once"]
+    )
+    assert got == 1
+    assert replicas(kube) == 3, "the valid policy still ran"
+
+
+async def test_run_once_fails_when_a_write_fails(kube: Emulator, tgi: TgiMetrics, tmp_path: Path) -> None:
+    kube.add(objects.deployment(replicas=1))
+    kube.deny("update", "deployments/scale")
+    (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
+    tgi.queue = 25
+    got = await asyncio.to_thread(
+        main, ["run", "--policies", str(tmp_path), "--kubeconfig", str(kubeconfig(tmp_path, kube.url)), "--once"]
+    )
+    assert got == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--policies", "/nonexistent"], "is not a directory", id="missing-policies-dir"),
+        pytest.param(["--config", "BADCONFIG"], "invalid config", id="bad-config"),
+        pytest.param(["--kubeconfig", "/nonexistent/kubeconfig"], "cannot load Kubernetes credentials",
+                     id="bad-kubeconfig"),
+    ],
+)
+def test_run_errors_are_one_line_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: wild\n")
+    args = [str(bad) if a == "BADCONFIG" else a for a in args]
+    base = [] if "--policies" in args else ["--policies", str(tmp_path)]
+    with contextlib.suppress(SystemExit):
+        assert main(["run", *base, *args]) == 1
+    out = capsys.readouterr().out
+    assert message in out
+    assert out.startswith("autoscaler run: ")
+    assert "Traceback" not in out
+
+
+async def test_a_workload_change_wakes_the_policy_at_once(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """No period and no probe can fire (the clock stands still, probes are off): only the watch on the
+    Workloads can make the controller scale once Kueue has released the training's quota."""
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    clock = ManualClock()
+    rt = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, fastPollSeconds=0)
+    tgi.queue = 15
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    await until(lambda: training_active(kube) is False)  # the first evaluation deactivated it
+    await until(rt.telemetry.ready)
+    assert replicas(kube) == 1, "the quota has no room yet: Kueue still holds the training's 4 GPUs"
+    kueue.sync()  # Kueue evicts the deactivated Workload: its change arrives on the watch
+    await until(lambda: replicas(kube) == 2)
+    assert 'autoscaler_evaluation_triggers_total{trigger="watch"}' in rt.telemetry.exposition().decode()
+    stop.set()
+    await task
+
+
+def training_active(kube: Emulator) -> bool:
+    wl = kube.get("kueue.x-k8s.io/v1beta2", "Workload", "job-finetune-gemma-l4-3316f", "llm")
+    return bool(wl["spec"].get("active", True))
+
+
+async def test_hot_reload_in_the_running_controller(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """The running controller polls the directory: a bad file is reported and ignored, a good change is
+    evaluated at once (the clock stands still and probes are off: only the reload can trigger it)."""
+    kube.add(objects.deployment(replicas=1))
+    rt = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False, fastPollSeconds=0,
+                 reloadPollSeconds=0.05)
+    policy = tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False)
+    tgi.queue = 5
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    await until(rt.telemetry.ready)
+    (tmp_path / "tgi.yaml").write_text(policy.replace("type: queue", "type: queueue"))
+    await until(lambda: any(e["reason"] == "InvalidPolicy" for e in kube.list("events.k8s.io/v1", "Event", "llm")))
+    assert replicas(kube) == 1
+    tgi.queue = 25  # would need 3; the new policy allows 2
+    (tmp_path / "tgi.yaml").write_text(policy.replace("maxReplicas: 3", "maxReplicas: 2"))
+    await until(lambda: replicas(kube) == 2)
+    assert 'autoscaler_policy_file_invalid{file="tgi.yaml"} 0.0' in rt.telemetry.exposition().decode()
+    stop.set()
+    await task

@@ -1,0 +1,84 @@
+"""Watch streams against the emulator: events, dropped streams resumed, expired ones relisted (410 Gone)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller.observer import Watcher, WatchSpec
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+
+DEPLOYMENTS = WatchSpec("apps", "v1", "deployments", "llm")
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[str, str, Any]] = asyncio.Queue()
+
+    def __call__(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
+        self.queue.put_nowait((type_, obj["metadata"]["name"], (obj.get("spec") or {}).get("replicas")))
+
+    async def next(self) -> tuple[str, str, Any]:
+        return await asyncio.wait_for(self.queue.get(), 10)
+
+
+@pytest.fixture
+async def watching(kube: Emulator, kube_client: client.ApiClient) -> AsyncIterator[tuple[Watcher, Seen]]:
+    kube.add(objects.deployment(replicas=1))
+    seen = Seen()
+    w = Watcher(kube_client, DEPLOYMENTS, seen, backoff_s=0.01)
+    task = asyncio.create_task(w.run())
+    await asyncio.wait_for(w.synced.wait(), 10)
+    yield w, seen
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def scale(kube: Emulator, n: int) -> None:
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": n})
+
+
+async def test_list_then_events(kube: Emulator, watching: tuple[Watcher, Seen]) -> None:
+    _w, seen = watching
+    assert await seen.next() == ("SYNC", "tgi-gemma-deployment", 1)
+    await kube.wait_for_watchers(1, plural="deployments")
+    scale(kube, 2)
+    assert await seen.next() == ("MODIFIED", "tgi-gemma-deployment", 2)
+
+
+async def test_a_dropped_stream_resumes_without_relisting(kube: Emulator, watching: tuple[Watcher, Seen]) -> None:
+    w, seen = watching
+    await seen.next()
+    await kube.wait_for_watchers(1, plural="deployments")
+    kube.drop_watches()
+    scale(kube, 2)  # happens while no stream is open: the resumed watch replays it from its resourceVersion
+    assert await seen.next() == ("MODIFIED", "tgi-gemma-deployment", 2)
+    assert w.relists == 1
+
+
+async def test_an_expired_resource_version_relists(kube: Emulator, watching: tuple[Watcher, Seen]) -> None:
+    w, seen = watching
+    await seen.next()
+    await kube.wait_for_watchers(1, plural="deployments")
+    kube.drop_watches()
+    scale(kube, 3)
+    kube.compact()  # the history the watcher would resume from is gone: 410 Gone, then a fresh list
+    assert await seen.next() == ("SYNC", "tgi-gemma-deployment", 3)
+    assert w.relists == 2
+
+
+async def test_irrelevant_changes_do_not_wake_the_loop(kube: Emulator, watching: tuple[Watcher, Seen]) -> None:
+    _w, seen = watching
+    await seen.next()
+    await kube.wait_for_watchers(1, plural="deployments")
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                metadata={"managedFields": [{"manager": "kubectl"}]})
+    scale(kube, 2)
+    # The managedFields-only change produced no callback: the next one is the scale.
+    assert await seen.next() == ("MODIFIED", "tgi-gemma-deployment", 2)
