@@ -280,6 +280,8 @@ class Runtime:
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
         if spec.plural == "workloads":
+            # The change may be the very quota release the policies wait for: no cached picture predates it.
+            self.training.invalidate()
             names = self.controller.policies_for_training(spec.namespace)
         else:
             kind = TargetKind.DEPLOYMENT if spec.plural == "deployments" else TargetKind.LEADER_WORKER_SET

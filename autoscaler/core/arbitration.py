@@ -9,9 +9,12 @@ may have *now*, plus the Workloads to deactivate or reactivate. Its transitions:
 2. Scale-up that does not fit: training Workloads this policy already stopped and Kueue has not yet evicted
    (inactive but still admitted) count as freeing. For what is still missing, deactivate the active, admitted
    Workloads in victim order (lowest priority first) until the new replicas fit, or all are chosen. Serving
-   gets only what fits now; it grows when Kueue has released the quota (the engine reports
-   ``WaitingForCapacity``). Re-run after a restart, the same snapshot gives the same plan, and a Workload
-   already stopped is counted as freeing, not stopped twice.
+   asks at once for what fits once they are gone: the caller deactivates first, then scales, in one pass.
+   The new serving pods wait for Kueue admission, and as the higher-priority Workloads they take the freed
+   quota before any queued training can (asking later would let Kueue re-admit other queued training into
+   the quota just freed, and preempt again). Only what does not fit even with every preemptible Workload
+   stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the same
+   snapshot gives the same plan, and a Workload already stopped is counted as freeing, not stopped twice.
 3. Serving no longer needs the room (desired ≤ current): scale down first, then reactivate the Workloads this
    policy deactivated, highest priority first, while they fit in what is free plus what the scale-down frees.
    A Workload that does not fit stops the reactivations (no lower-priority job overtakes it).
@@ -97,7 +100,6 @@ def _scale_up(
         victims.append(victim)
         released += victim.chips
     reachable = min(desired, current + math.floor(max(0.0, released) / per + _EPS))
-    now = min(desired, current + math.floor(max(0.0, free) / per + _EPS))
     decisions = tuple(
         TrainingDecision(
             workload=v,
@@ -111,15 +113,15 @@ def _scale_up(
         )
         for v in victims
     )
+    if reachable == desired:
+        return Plan(desired=desired, training=decisions)
     parts = [f"{desired} replicas need {_units(need)} more {res}, {_units(free)} free in ClusterQueue {cq}"]
     if victims:
         parts.append(f"deactivating {', '.join(v.key for v in victims)}")
     if freeing:
         parts.append(f"{_units(freeing)} {res} being released by deactivated training")
-    if reachable < desired:
-        parts.append(f"only {reachable} fit even with all preemptible training stopped")
-    message = f"waiting for capacity: {'; '.join(parts)}; {now} replicas now"
-    return Plan(desired=now, training=decisions, message=message)
+    message = f"limited by capacity: only {reachable} replicas fit even with all preemptible training stopped; "
+    return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
 
 
 def _reactivate(

@@ -222,18 +222,26 @@ async def test_a_workload_change_wakes_the_policy_at_once(
     kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
 ) -> None:
     """No period and no probe can fire (the clock stands still, probes are off): only the watch on the
-    Workloads can make the controller scale once Kueue has released the training's quota."""
-    tutorial_cluster(kube, kueue)
+    Workloads can make the controller scale once a job it may not preempt has left the quota."""
+    kube.add(objects.cluster_queue())
+    kube.add(objects.local_queue())
+    kube.add(objects.deployment(replicas=1))
+    kube.add(objects.workload("pod-tgi-gemma-deployment-0", pods=1, priority=30))
+    kueue.admit("pod-tgi-gemma-deployment-0")
+    # Not a preemptible fine-tune (no Job with the policy's labels owns it): it holds 4 of the 6 GPUs.
+    kube.add(objects.workload("batch-eval-7f3a2", pods=2, priority=25))
+    kueue.admit("batch-eval-7f3a2")
     settle_serving(kube, kueue)
     clock = ManualClock()
     rt = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, fastPollSeconds=0)
     tgi.queue = 15
     stop = asyncio.Event()
     task = asyncio.create_task(rt.serve(stop))
-    await until(lambda: training_active(kube) is False)  # the first evaluation deactivated it
+    await until(lambda: any(e["reason"] == "WaitingForCapacity" for e in kube.list("events.k8s.io/v1", "Event", "llm")))
     await until(rt.telemetry.ready)
-    assert replicas(kube) == 1, "the quota has no room yet: Kueue still holds the training's 4 GPUs"
-    kueue.sync()  # Kueue evicts the deactivated Workload: its change arrives on the watch
+    assert replicas(kube) == 1, "the quota has no room yet and nothing it may preempt"
+    kube.remove(objects.KUEUE_V1BETA2, "Workload", "batch-eval-7f3a2", "llm")  # the job finished
+    kueue.recompute("cluster-queue")
     await until(lambda: replicas(kube) == 2)
     assert 'autoscaler_evaluation_triggers_total{trigger="watch"}' in rt.telemetry.exposition().decode()
     stop.set()

@@ -77,10 +77,11 @@ def actions(plan: arbitration.Plan) -> list[tuple[str, str]]:
 
 CASES = [
     # The tutorial, step by step (6 GPUs; TGI 2 per replica; the fine-tune 2 pods × 2 GPUs = 4).
-    pytest.param(1, 2, 6, (wl(),), 1, [("deactivate", "job-finetune-gemma-l4-3316f")],
-                 id="tutorial-scale-to-2-deactivates-the-finetune-and-waits"),
-    pytest.param(1, 2, 6, (wl(active=False, ours=True),), 1, [],
-                 id="tutorial-restart-before-eviction-neither-repeats-nor-scales"),
+    # Serving asks for its replicas in the same pass: its pods then wait for Kueue, ahead of queued training.
+    pytest.param(1, 2, 6, (wl(),), 2, [("deactivate", "job-finetune-gemma-l4-3316f")],
+                 id="tutorial-scale-to-2-deactivates-the-finetune-and-scales-at-once"),
+    pytest.param(1, 2, 6, (wl(active=False, ours=True),), 2, [],
+                 id="tutorial-restart-before-eviction-does-not-stop-twice-and-scales"),
     pytest.param(1, 2, 2, (wl(active=False, admitted=False, ours=True),), 2, [],
                  id="tutorial-after-eviction-serving-scales-to-2"),
     pytest.param(2, 1, 4, (wl(active=False, admitted=False, ours=True),), 1,
@@ -94,12 +95,14 @@ CASES = [
     pytest.param(1, 1, 2, (wl(active=False, admitted=False, ours=False),), 1, [],
                  id="never-resumes-what-someone-else-stopped"),
     pytest.param(1, 2, 2, (wl(),), 2, [], id="scale-up-that-fits-touches-no-training"),
-    pytest.param(1, 2, 6, (wl("cheap", priority=10, chips=2), wl("dear", priority=100, chips=4)), 1,
+    pytest.param(1, 2, 6, (wl("cheap", priority=10, chips=2), wl("dear", priority=100, chips=4)), 2,
                  [("deactivate", "cheap")], id="lowest-priority-first-and-only-enough"),
     pytest.param(1, 3, 6, (wl("a", priority=10, chips=2), wl("b", priority=20, chips=2), wl("c", priority=30)),
-                 1, [("deactivate", "a"), ("deactivate", "b")], id="stops-when-the-new-replicas-fit"),
-    pytest.param(1, 3, 4, (wl("a", chips=2),), 2, [("deactivate", "a")],
-                 id="partial-fit-now-the-rest-after-eviction"),
+                 3, [("deactivate", "a"), ("deactivate", "b")], id="stops-when-the-new-replicas-fit"),
+    pytest.param(1, 3, 4, (wl("a", chips=2),), 3, [("deactivate", "a")],
+                 id="free-room-plus-one-victim-covers-the-scale-up"),
+    pytest.param(1, 3, 6, (wl("a", chips=2),), 2, [("deactivate", "a")],
+                 id="only-what-fits-with-all-preemptible-training-stopped"),
     pytest.param(1, 3, 6, (wl("a", chips=2, admitted=False), wl("b", chips=2, active=False, admitted=False)), 1, [],
                  id="pending-or-stopped-training-frees-nothing"),
     pytest.param(2, 1, 6, (wl("hi", priority=100, chips=6, active=False, admitted=False, ours=True),
@@ -131,10 +134,7 @@ def test_plan(
 
 def test_messages_say_why_with_numbers() -> None:
     result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (wl(),)), desired=2)
-    assert result.message == (
-        "waiting for capacity: 2 replicas need 2 more nvidia.com/gpu, 0 free in ClusterQueue cluster-queue; "
-        "deactivating llm/job-finetune-gemma-l4-3316f; 1 replicas now"
-    )
+    assert result.message == ""  # the scale-up goes ahead; the deactivation says why
     (decision,) = result.training
     assert decision.reason is Reason.DEACTIVATE_TRAINING
     assert decision.message == (
@@ -146,7 +146,11 @@ def test_messages_say_why_with_numbers() -> None:
 def test_not_enough_even_with_all_training_stopped() -> None:
     result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (wl(chips=2),), nominal=6), desired=3)
     assert actions(result) == [("deactivate", "job-finetune-gemma-l4-3316f")]
-    assert "only 2 fit even with all preemptible training stopped" in result.message
+    assert result.desired == 2
+    assert result.message == (
+        "limited by capacity: only 2 replicas fit even with all preemptible training stopped; 3 replicas need "
+        "4 more nvidia.com/gpu, 0 free in ClusterQueue cluster-queue; deactivating llm/job-finetune-gemma-l4-3316f"
+    )
 
 
 def test_without_quota_the_plan_passes_through() -> None:
@@ -163,14 +167,27 @@ def test_the_victim_order_is_replaceable() -> None:
     assert actions(result) == [("deactivate", "big")]
 
 
-def test_engine_reports_waiting_for_capacity() -> None:
+def test_engine_scales_up_and_deactivates_in_one_decision() -> None:
     compiled = compile_policy(ScalingPolicy.model_validate(policy_doc()))
     obs = observe(1, 6, (wl(),))
     obs = Observation(obs.target, obs.replicas, {"queue": SignalReading(15.0, 1000.0)}, obs.training, obs.quota)
     decisions, _ = compiled.decide(obs, PolicyState(), 1000.0)
     scale, training = decisions
     assert isinstance(scale, ScaleDecision)
-    assert (scale.desired, scale.reason) == (1, Reason.WAITING_FOR_CAPACITY)
+    assert (scale.desired, scale.reason) == (2, Reason.SCALE_UP)
+    assert isinstance(training, TrainingDecision)
+    assert training.action is TrainingAction.DEACTIVATE
+
+
+def test_engine_reports_waiting_for_capacity() -> None:
+    compiled = compile_policy(ScalingPolicy.model_validate(policy_doc()))
+    obs = observe(1, 6, (wl(chips=2),))
+    obs = Observation(obs.target, obs.replicas, {"queue": SignalReading(25.0, 1000.0)}, obs.training, obs.quota)
+    decisions, _ = compiled.decide(obs, PolicyState(), 1000.0)
+    scale, training = decisions
+    assert isinstance(scale, ScaleDecision)
+    assert (scale.current, scale.desired, scale.reason) == (1, 2, Reason.WAITING_FOR_CAPACITY)
+    assert "only 2 replicas fit" in scale.message
     assert isinstance(training, TrainingDecision)
     assert training.action is TrainingAction.DEACTIVATE
 
@@ -208,8 +225,15 @@ def test_invariants(current: int, desired: int, reserved: float, nominal: float,
     assert len(kinds) <= 1
     if TrainingAction.DEACTIVATE in kinds or result.desired < desired:
         assert desired > current
-        # What serving gets now fits in what is free now.
-        assert (result.desired - current) * 2 <= max(0.0, quota.free) + 1e-9
+        # What serving asks for fits in what is free plus what stopped training releases.
+        freeing = sum(w.chips for w in training if not w.active and w.admitted)
+        stopped = sum(d.workload.chips for d in result.training)
+        assert (result.desired - current) * 2 <= max(0.0, quota.free + freeing + stopped) + 1e-9
+    if TrainingAction.DEACTIVATE in kinds:
+        # Only as many victims as needed: without the last one the scale-up would not have fitted.
+        *rest, last = [d.workload.chips for d in result.training]
+        freeing = sum(w.chips for w in training if not w.active and w.admitted)
+        assert (result.desired - current) * 2 > quota.free + freeing + sum(rest) - 1e-9 or result.desired < desired
     for d in result.training:
         if d.action is TrainingAction.DEACTIVATE:
             assert d.workload.active
