@@ -21,7 +21,7 @@ from autoscaler.controller import logs
 from autoscaler.controller.command import Runtime
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
-from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, runtime, settle_serving, tutorial_cluster
+from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, runtime, settle_serving
 from tests.controller.policies import tgi_policy
 from tests.kube import objects
 from tests.kube.emulator import Emulator

@@ -231,7 +231,7 @@ def test_invariants(current: int, desired: int, reserved: float, nominal: float,
         assert (result.desired - current) * 2 <= max(0.0, quota.free + freeing + stopped) + 1e-9
     if TrainingAction.DEACTIVATE in kinds:
         # Only as many victims as needed: without the last one the scale-up would not have fitted.
-        *rest, last = [d.workload.chips for d in result.training]
+        rest = [d.workload.chips for d in result.training][:-1]
         freeing = sum(w.chips for w in training if not w.active and w.admitted)
         assert (result.desired - current) * 2 > quota.free + freeing + sum(rest) - 1e-9 or result.desired < desired
     for d in result.training:
