@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
+
+from autoscaler.core.model import SignalReading
+from autoscaler.sources.base import Readings
 
 T = TypeVar("T")
 
@@ -90,6 +93,22 @@ class Circuit:
         if self._probing or self.failures >= self.threshold:
             self.opened_at = self.clock()  # transitions 1 and 3 (probe failed)
         self._probing = False
+
+    def settle(self, results: Iterable[tuple[Mapping[tuple[str, str], SignalReading], bool]]) -> Readings:
+        """Merge the readings of one tick's query groups and count the tick: a success if any group was
+        answered, else a failure carrying the last error seen."""
+        out: Readings = {}
+        reached, last_error = False, ""
+        for readings, ok in results:
+            out.update(readings)
+            reached = reached or ok
+            if not ok:
+                last_error = next((r.error for r in readings.values() if r.error), last_error)
+        if reached:
+            self.success()
+        else:
+            self.failure(last_error or "no answer")
+        return out
 
 
 async def retrying(

@@ -213,16 +213,10 @@ class CloudMonitoringSource:
         results = await asyncio.gather(
             *(self._read_group(k[0], g, deadline_s) for k, g in groups.items()), return_exceptions=False
         )
-        reached, last_error = not groups, ""
-        for readings, ok in results:
-            out.update(readings)
-            reached = reached or ok
-            if not ok:
-                last_error = next((r.error for r in readings.values() if r.error), last_error)
-        if reached:
+        if not groups:
             self.circuit.success()
-        else:
-            self.circuit.failure(last_error or "no answer")
+            return out
+        out.update(self.circuit.settle(results))
         return out
 
     async def _read_group(

@@ -214,19 +214,7 @@ class PrometheusSource:
         results = await asyncio.gather(
             *(self._read_group(g, deadline_s=deadline_s, timeout_s=timeout_s) for g in groups.values())
         )
-        out: Readings = {}
-        reached = False
-        last_error = ""
-        for readings, ok in results:
-            out.update(readings)
-            reached = reached or ok
-            if not ok:
-                last_error = next((r.error for r in readings.values() if r.error), last_error)
-        if reached:
-            self.circuit.success()
-        else:
-            self.circuit.failure(last_error or "no answer")
-        return out
+        return self.circuit.settle(results)
 
     async def _read_group(
         self, group: list[SignalRequest], *, deadline_s: float, timeout_s: float
