@@ -7,7 +7,9 @@ JSON (de)serialisation, the core's ``decide`` for every policy, Kueue arbitratio
 Jobs with their Workloads per namespace (500), one ClusterQueue per namespace; half of the policies
 (500) have ``capacity`` and ``preemptible`` (they read Jobs, Workloads and the ClusterQueue each tick).
 Signals come from an in-process source answering at once (the cost of scraping 1,000 servers is the
-sources' benchmark, not this one). One tick = one ``run_once`` over all policies, as ``--once`` does.
+sources' benchmark, not this one); it counts the ``read`` calls it gets (one per tick when the pass is
+batched). One tick = one ``run_once`` over all policies, as ``--once`` does. The emulator counts the API
+requests it answers (reported per tick).
 
 Run: ``python -m bench.controller_scale [--ticks N] [--targets N]``.
 """
@@ -58,6 +60,12 @@ def serve_cluster(conn: Connection, targets: int) -> None:
                 kube.add(objects.workload(f"job-finetune-{j}-abcde", ns, owner=job, priority=10 + j))
         url = await kube.start()
         conn.send(url)
+
+        def answer() -> None:
+            conn.recv()  # "count": how many API requests so far
+            conn.send(len(kube.requests))
+
+        asyncio.get_running_loop().add_reader(conn.fileno(), answer)
         await asyncio.Event().wait()
 
     asyncio.run(main())
@@ -95,8 +103,10 @@ class ConstantSource:
 
     def __init__(self, clock: LoopClock) -> None:
         self.clock = clock
+        self.reads = 0
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
+        self.reads += 1
         now = self.clock.wall()
         return {r.key: SignalReading(15.0, now, "synthetic") for r in requests}
 
@@ -110,7 +120,14 @@ def rss_mib() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
-async def run(url: str, targets: int, ticks: int) -> None:
+def api_requests(conn: Connection) -> int:
+    """How many API requests the emulator (in the child process) has answered so far."""
+    conn.send("count")
+    count: int = conn.recv()
+    return count
+
+
+async def run(url: str, targets: int, ticks: int, conn: Connection) -> None:
     logs.configure("warning")
     with tempfile.TemporaryDirectory() as d:
         for name, text in policies_text(targets).items():
@@ -121,26 +138,33 @@ async def run(url: str, targets: int, ticks: int) -> None:
         clock = LoopClock()
         cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "logLevel": "warning"})
         rss0 = rss_mib()
+        source = ConstantSource(clock)
         rt = Runtime(api=api, config=cfg, policies_dir=Path(d), clock=clock, namespace="autoscaler",
-                     source=ConstantSource(clock))
+                     source=source)
         t0, c0 = time.perf_counter(), time.process_time()
         result = rt.store.reload()
         load_wall, load_cpu = time.perf_counter() - t0, time.process_time() - c0
         assert not result.rejected, result.rejected[0].message
         print(f"policies: {len(rt.store.policies)} loaded in {load_wall:.2f} s (CPU {load_cpu:.2f} s)")
-        walls, cpus = [], []
+        walls, cpus, calls = [], [], []
         for i in range(ticks):
+            # Ticks are a period (15 s) apart in a cluster: no tick reuses the previous one's training read.
+            rt.training.invalidate()
+            n0, r0 = api_requests(conn), source.reads
             t0, c0 = time.perf_counter(), time.process_time()
             ok = await rt.controller.run_once()
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
-            print(f"tick {i}: ok={ok} wall {walls[-1]:.2f} s, controller CPU {cpus[-1]:.2f} s, RSS {rss_mib():.0f} MiB")
+            calls.append(api_requests(conn) - n0)
+            print(f"tick {i}: ok={ok} wall {walls[-1]:.2f} s, controller CPU {cpus[-1]:.2f} s, "
+                  f"RSS {rss_mib():.0f} MiB, {calls[-1]} API requests, {source.reads - r0} signal read(s)")
         await api.close()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\n{targets} targets, {NAMESPACES * JOBS_PER_NAMESPACE} training workloads, {ticks} ticks")
     print(f"controller CPU per tick: median {statistics.median(cpus):.2f} s "
           f"({statistics.median(cpus) / targets * 1000:.2f} ms per policy); wall per tick median "
           f"{statistics.median(walls):.2f} s (includes the emulator answering in its own process)")
+    print(f"API requests per tick: median {statistics.median(calls):.0f}")
     print(f"memory: RSS {rss_mib():.0f} MiB now, peak {peak:.0f} MiB (before the controller: {rss0:.0f} MiB)")
 
 
@@ -154,7 +178,7 @@ def main() -> int:
     proc.start()
     try:
         url = parent.recv()
-        asyncio.run(run(url, args.targets, args.ticks))
+        asyncio.run(run(url, args.targets, args.ticks, parent))
     finally:
         proc.terminate()
         proc.join(10)

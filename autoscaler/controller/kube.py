@@ -8,6 +8,8 @@
   conflicts and server errors only; a 403 or 404 is never retried.
 - ``Refusal``: "this is not ours to change" (another autoscaler owns the target, a Workload we could not
   find again); the loop reports it as a Warning Event and does not retry.
+- ``get_json``: a read answered as plain JSON (dicts), skipping the client's typed models: their
+  deserialisation (dateutil timestamps, one object per field) cost more CPU than everything else a tick does.
 - ``parse_quantity``: Kubernetes quantities ("6", "6000m", "1Gi") as numbers.
 """
 
@@ -149,6 +151,27 @@ async def retrying(policy: RetryPolicy, attempt: Callable[[], Awaitable[T]]) -> 
         with trial:
             return await attempt()
     raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+
+JsonObj = dict[str, Any]
+
+
+async def get_json(
+    api: client.ApiClient, path: str, *, query: Mapping[str, str | int] | None = None
+) -> JsonObj:
+    """GET ``path`` (``/api/v1/...`` or ``/apis/...``) through ``api`` (its auth, host and connection pool) and
+    return the body as JSON, untyped; a Status error raises the typed ``KubeError`` (as ``call`` does)."""
+    result: JsonObj = await call(
+        api.call_api(
+            path, "GET",
+            query_params=[(k, v) for k, v in (query or {}).items() if v not in (None, "")],
+            header_params={"Accept": "application/json"},
+            response_types_map={200: "object"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
+    )
+    return result
 
 
 _SUFFIXES = {

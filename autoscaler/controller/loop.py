@@ -12,6 +12,11 @@ Per policy, one evaluation:
    same state next time (nothing half-applied). A restart loses no action either: what was done is in the
    cluster (target replicas, the Workload's deactivated-by annotation) and the next observation sees it.
 
+A pass (the policies due at once, ``--once``'s every policy, a round of probes) is observed in bulk first
+(``Observer.prepare``: targets per namespace, every signal in one source read); an evaluation uses its
+prepared part only when no other evaluation of its policy ran in between (which may have acted), and
+otherwise observes afresh.
+
 When it runs: every ``evaluationPeriodSeconds``; at once when a watched target or Workload changes
 (``trigger``); and between periods a **probe** re-reads fast signals every ``fastPollSeconds`` and runs
 ``decide`` on a copy of the state: only if the decision would change something does it commit and act
@@ -33,6 +38,7 @@ from typing import Any, Protocol
 
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
 from autoscaler.controller.logs import get_logger
+from autoscaler.controller.observer import Prepared
 from autoscaler.controller.reload import PolicyStore
 from autoscaler.controller.telemetry import Telemetry
 from autoscaler.core.engine import CompiledPolicy
@@ -73,7 +79,12 @@ class LoopClock:
 
 
 class Observer(Protocol):
-    async def observe(self, policy: CompiledPolicy) -> Observation: ...
+    async def prepare(self, policies: list[CompiledPolicy]) -> dict[str, Prepared | Exception]:
+        """Read what many policies' observations share, in batches (by policy name)."""
+        ...
+
+    async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
+        ...
 
 
 class Actuator(Protocol):
@@ -126,6 +137,7 @@ class Controller:
     _pending: dict[str, str] = field(default_factory=dict)  # policy -> trigger
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _runs: dict[str, int] = field(default_factory=dict)  # policy -> evaluations started
 
     def __post_init__(self) -> None:
         self._log = get_logger(component="loop")
@@ -153,21 +165,55 @@ class Controller:
     # one pass -----------------------------------------------------------------------------------------
     async def run_once(self) -> bool:
         """``--once``: evaluate every policy once; True when nothing failed."""
-        outcomes = await asyncio.gather(*(self.evaluate(cp, "once") for cp in self.store.policies.values()))
+        policies = list(self.store.policies.values())
+        prepared = await self.prepare(policies)
+        outcomes = await asyncio.gather(
+            *(self.evaluate(cp, "once", prepared=prepared.get(cp.name)) for cp in policies)
+        )
         self.telemetry.tick()
         return all(o.ok for o in outcomes)
 
-    async def evaluate(self, cp: CompiledPolicy, trigger: str, *, probe: bool = False) -> Outcome:
+    async def prepare(self, policies: Iterable[CompiledPolicy]) -> dict[str, tuple[int, Prepared | Exception]]:
+        """Observe a pass in bulk; each part is stamped with its policy's evaluation count, so that it is
+        used only if no evaluation of that policy started (and perhaps acted) since. Policies being
+        evaluated right now are left out."""
+        idle = [cp for cp in policies if not self._locks.get(cp.name, asyncio.Lock()).locked()]
+        if not idle:
+            return {}
+        stamps = {cp.name: self._runs.get(cp.name, 0) for cp in idle}
+        t0 = self.clock.monotonic()
+        try:
+            found = await self.observer.prepare(idle)
+        except Exception as exc:  # the evaluations then observe one by one
+            self.telemetry.errors.labels("observe").inc()
+            self._log.warning("prepare_failed", error=_one_line(exc))
+            return {}
+        self.telemetry.loop_latency.labels("prepare").observe(self.clock.monotonic() - t0)
+        return {name: (stamps[name], part) for name, part in found.items() if name in stamps}
+
+    async def evaluate(
+        self,
+        cp: CompiledPolicy,
+        trigger: str,
+        *,
+        probe: bool = False,
+        prepared: tuple[int, Prepared | Exception] | None = None,
+    ) -> Outcome:
         lock = self._locks.setdefault(cp.name, asyncio.Lock())
         # The policy's lock first: evaluations queued behind one of the same policy hold no concurrency slot.
         async with lock, self._sem:
-            return await self._evaluate(cp, trigger, probe=probe)
+            runs = self._runs.get(cp.name, 0)
+            self._runs[cp.name] = runs + 1
+            part = prepared[1] if prepared is not None and prepared[0] == runs else None
+            return await self._evaluate(cp, trigger, probe=probe, prepared=part)
 
-    async def _evaluate(self, cp: CompiledPolicy, trigger: str, *, probe: bool) -> Outcome:
+    async def _evaluate(
+        self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None
+    ) -> Outcome:
         t0 = self.clock.monotonic()
         log = self._log.bind(policy=cp.name, target=cp.policy.spec.target.ref().key, trigger=trigger)
         try:
-            obs = await self.observer.observe(cp)
+            obs = await self.observer.observe(cp, prepared)
         except Exception as exc:  # a failed observation holds: nothing is decided on partial data
             self.telemetry.errors.labels("observe").inc()
             log.warning("observe_failed", error=_one_line(exc))
@@ -294,7 +340,10 @@ class Controller:
                 self._pending.clear()
                 batch = dict.fromkeys(due, "period") | pending
                 if batch:
-                    await asyncio.gather(*(self._run_one(policies[n], why) for n, why in batch.items()))
+                    prepared = await self.prepare(policies[n] for n in batch)
+                    await asyncio.gather(
+                        *(self._run_one(policies[n], why, prepared.get(n)) for n, why in batch.items())
+                    )
                 self.telemetry.tick()
                 self._wake.clear()
                 if self._pending:
@@ -309,9 +358,11 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError):
                     await probe_task
 
-    async def _run_one(self, cp: CompiledPolicy, why: str) -> None:
+    async def _run_one(
+        self, cp: CompiledPolicy, why: str, prepared: tuple[int, Prepared | Exception] | None = None
+    ) -> None:
         self.telemetry.triggers.labels(why if why in ("period", "watch", "reload") else "other").inc()
-        await self.evaluate(cp, why)
+        await self.evaluate(cp, why, prepared=prepared)
         self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
 
     async def _probe_forever(self) -> None:
@@ -325,7 +376,10 @@ class Controller:
                 if _fast(cp) and self._due.get(cp.name, now) - now > self.fast_poll_s
                 and not self._locks.get(cp.name, asyncio.Lock()).locked()
             ]
-            outcomes = await asyncio.gather(*(self.evaluate(cp, "probe", probe=True) for cp in probes))
+            prepared = await self.prepare(probes) if probes else {}
+            outcomes = await asyncio.gather(
+                *(self.evaluate(cp, "probe", probe=True, prepared=prepared.get(cp.name)) for cp in probes)
+            )
             for cp, o in zip(probes, outcomes, strict=True):
                 if o.committed:
                     # The probe acted: the next periodic evaluation is a full period away.

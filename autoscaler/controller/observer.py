@@ -13,6 +13,11 @@ tick; ``Watcher`` lists and watches targets and Workloads to wake policies when 
 
 Signals are read with a per-read deadline; a source that fails or times out yields readings with an
 error, which the core turns into "unknown" (hold), never into zero.
+
+Batching (``PolicyObserver.prepare``): the loop hands over every policy of a pass at once; their targets are
+read together (``KubeTargets.observe_many``: per namespace, not per target) and every signal of every
+policy goes to the source in **one** ``read``, so a source sends one query per signal for all targets.
+``observe(policy, prepared)`` then only adds the training picture (``SharedTraining``).
 """
 
 from __future__ import annotations
@@ -26,18 +31,30 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from autoscaler.controller.targets import TargetView
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import Observation, QuotaStatus, ReplicaStatus, SignalReading, TrainingWorkload
 from autoscaler.core.sourcespec import SourceSpec
-from autoscaler.sources.base import MetricSource, PodRef, SignalRequest
+from autoscaler.sources.base import MetricSource, PodRef, Readings, SignalRequest
 
 
 class TargetReader(Protocol):
-    async def replicas(self, policy: CompiledPolicy) -> ReplicaStatus: ...
-
-    async def pods(self, policy: CompiledPolicy) -> tuple[PodRef, ...]:
-        """The target's pods (for the pods source and exact attribution); () when not known."""
+    async def observe(self, policy: CompiledPolicy) -> TargetView:
+        """The target's replica status and pods; pods are () when not known."""
         ...
+
+    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+        """``observe`` for many policies (by policy name), batched; a failure is that policy's value."""
+        ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``PolicyObserver.prepare`` read for one policy: everything of its observation but training."""
+
+    replicas: ReplicaStatus
+    pods: tuple[PodRef, ...]
+    signals: dict[str, SignalReading]
 
 
 #: What a TrainingReader answers: the preemptible Workloads and the ClusterQueue quota.
@@ -115,10 +132,49 @@ class PolicyObserver:
     default_source: SourceSpec | None = None
     deadline_s: float = 5.0
 
-    async def observe(self, policy: CompiledPolicy) -> Observation:
+    async def prepare(self, policies: Sequence[CompiledPolicy]) -> dict[str, Prepared | Exception]:
+        """Targets and signals of many policies in batches: the targets per namespace, the signals in one
+        source read. A policy whose target could not be read gets the error."""
+        views = await self.targets.observe_many(policies)
+        prepared: dict[str, Prepared | Exception] = {}
+        plans: list[tuple[CompiledPolicy, TargetView, dict[str, SignalReading], list[SignalRequest]]] = []
+        for cp in policies:
+            view = views.get(cp.name)
+            if view is None:
+                continue
+            if isinstance(view, Exception):
+                prepared[cp.name] = view  # the evaluation fails on it, as it would have on its own read
+                continue
+            out, requests = self._requests(cp, view[1])
+            plans.append((cp, view, out, requests))
+        # One read for all; a second only for requests whose (target, signal) key is already taken (two
+        # policies on one target), since readings are keyed by it.
+        batches: list[dict[tuple[str, str], SignalRequest]] = []
+        placed: list[int] = []
+        for _, _, _, requests in plans:
+            keys = {r.key for r in requests}
+            index = next((i for i, b in enumerate(batches) if not keys & b.keys()), len(batches))
+            if index == len(batches):
+                batches.append({})
+            batches[index].update({r.key: r for r in requests})
+            placed.append(index)
+        readings = await asyncio.gather(*(self._read(list(b.values())) for b in batches))
+        for (cp, view, out, requests), index in zip(plans, placed, strict=True):
+            self._fill(out, requests, readings[index])
+            prepared[cp.name] = Prepared(view[0], view[1], out)
+        return prepared
+
+    async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
+        """The policy's observation; ``prepared`` (from ``prepare``) supplies its target and signals (an
+        exception there is this policy's failed read)."""
         spec = policy.policy.spec
-        replicas, pods = await asyncio.gather(self.targets.replicas(policy), self.targets.pods(policy))
-        signals = await self.read_signals(policy, pods)
+        if isinstance(prepared, Exception):
+            raise prepared
+        if prepared is not None:
+            replicas, signals = prepared.replicas, prepared.signals
+        else:
+            replicas, pods = await self.targets.observe(policy)
+            signals = await self.read_signals(policy, pods)
         workloads: tuple[TrainingWorkload, ...] = ()
         quota: QuotaStatus | None = None
         if spec.capacity is not None:
@@ -128,6 +184,15 @@ class PolicyObserver:
 
     async def read_signals(self, policy: CompiledPolicy, pods: Sequence[PodRef] = ()) -> dict[str, SignalReading]:
         """Every raw signal of the policy in one batch; composites (``expr``) are the core's business."""
+        out, requests = self._requests(policy, pods)
+        if requests:
+            self._fill(out, requests, await self._read(requests))
+        return out
+
+    def _requests(
+        self, policy: CompiledPolicy, pods: Sequence[PodRef]
+    ) -> tuple[dict[str, SignalReading], list[SignalRequest]]:
+        """The source requests of a policy's raw signals, and readings already known (no source)."""
         spec = policy.policy.spec
         ref = spec.target.ref()
         out: dict[str, SignalReading] = {}
@@ -143,8 +208,11 @@ class PolicyObserver:
                 )
                 continue
             requests.append(SignalRequest(target=ref, signal=sig, source=source, pods=tuple(pods)))
+        return out, requests
+
+    async def _read(self, requests: Sequence[SignalRequest]) -> Readings:
         if not requests:
-            return out
+            return {}
         try:
             # Sources enforce the deadline themselves; the extra second guards against one that does not.
             readings = await asyncio.wait_for(
@@ -153,11 +221,14 @@ class PolicyObserver:
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             readings = {r.key: SignalReading(None, None, error=error) for r in requests}
+        return readings
+
+    @staticmethod
+    def _fill(out: dict[str, SignalReading], requests: Sequence[SignalRequest], readings: Readings) -> None:
         for req in requests:
             out[req.signal.name] = readings.get(req.key) or SignalReading(
                 None, None, error="the source returned no reading for this signal"
             )
-        return out
 
     async def aclose(self) -> None:
         await self.source.aclose()

@@ -5,6 +5,12 @@ the ``scale`` subresource; ``HpaFloorTarget`` (``actuation.mode: hpaFloor``) ins
 existing HPA's ``spec.minReplicas`` and leaves the scaling to that HPA. ``KubeTargets`` picks the right one
 for a policy and serves the loop as its ``TargetReader`` and as the scale half of its actuator.
 
+Reading: one read of the target and one list of its pods give both the replica status and the pods the
+metric sources read (``ScaleTarget.observe``). Every read is plain JSON (``kube.get_json``), never the
+client's typed models. ``KubeTargets.observe_many`` reads the targets of many policies at once: per
+namespace, one list of the targets of a kind (when it holds more than one) and one list of pods per
+selector key (``key in (v1, v2, ...)``), each target then taking the pods its own selector matches.
+
 Every write:
 1. re-reads the object and skips the write when it already has the desired value (idempotent: a restart in
    the middle of an action neither repeats nor undoes it);
@@ -19,9 +25,10 @@ Every write:
 from __future__ import annotations
 
 import abc
+import asyncio
 import datetime
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +42,7 @@ from autoscaler.controller.kube import (
     Refusal,
     RetryPolicy,
     call,
+    get_json,
     retrying,
 )
 from autoscaler.core.engine import CompiledPolicy
@@ -56,6 +64,11 @@ LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 METRICS_PORT_ANNOTATION = "prometheus.io/port"
 METRICS_PATH_ANNOTATION = "prometheus.io/path"
+#: At most this many label values in one batched pod list (``key in (...)``), to keep URLs short.
+POD_LIST_VALUES = 100
+
+#: What reading a target gives the loop: its replica status and the serving pods metric sources read.
+TargetView = tuple[ReplicaStatus, tuple[PodRef, ...]]
 
 
 class OwnershipConflict(Refusal):
@@ -91,7 +104,29 @@ def _pod_ready(pod: JsonObj) -> bool:
     )
 
 
-def _label_selector(selector: JsonObj | None) -> str:
+def selector_matches(selector: JsonObj | None, labels: dict[str, str]) -> bool:
+    """Whether ``labels`` match a ``LabelSelector`` (as the server filters a list by ``label_selector``)."""
+    if not selector:
+        return True
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], set(expr.get("values") or [])
+        present = key in labels
+        if op == "In":
+            ok = present and labels[key] in values
+        elif op == "NotIn":
+            ok = not present or labels[key] not in values
+        elif op == "Exists":
+            ok = present
+        else:  # DoesNotExist
+            ok = not present
+        if not ok:
+            return False
+    return True
+
+
+def label_selector(selector: JsonObj | None) -> str:
     """A ``LabelSelector`` as the string list calls take."""
     if not selector:
         return ""
@@ -101,6 +136,11 @@ def _label_selector(selector: JsonObj | None) -> str:
         forms = {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}
         parts.append(forms.get(op, f"!{key}"))
     return ",".join(parts)
+
+
+def _pivot_keys(selector: JsonObj) -> list[str]:
+    """The ``matchLabels`` keys a batched pod list may select on (``key in (...)``; not an empty value)."""
+    return [k for k, v in (selector.get("matchLabels") or {}).items() if v]
 
 
 class ScaleTarget(abc.ABC):
@@ -121,7 +161,6 @@ class ScaleTarget(abc.ABC):
         self.owner = owner
         self.retry = retry
         self.now = now
-        self._core: Any = client.CoreV1Api(api)
         self._hpas: Any = client.AutoscalingV2Api(api)
         self._custom: Any = client.CustomObjectsApi(api)
 
@@ -131,18 +170,41 @@ class ScaleTarget(abc.ABC):
     async def read(self) -> JsonObj:
         """The target object as JSON (camelCase keys)."""
 
+    @property
+    def reader(self) -> ScaleTarget:
+        """The target whose object and pods are read (an ``HpaFloorTarget`` reads its inner target)."""
+        return self
+
     @abc.abstractmethod
-    async def replicas(self) -> ReplicaStatus:
+    def pod_selector(self, obj: JsonObj) -> JsonObj:
+        """The ``LabelSelector`` of the target's pods, from the target object."""
+
+    @abc.abstractmethod
+    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
         """Spec, ready and starting replicas (groups for an LWS), with the pods HPA's rules need."""
 
     @abc.abstractmethod
-    async def pods(self) -> tuple[PodRef, ...]:
+    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
         """The serving pods metric sources read: ready, with an IP, not terminating (LWS: leaders are
         ``leader=True``)."""
 
+    async def observe(self) -> tuple[ReplicaStatus, tuple[PodRef, ...]]:
+        """Replica status and serving pods from one read of the target and one list of its pods."""
+        obj = await self.read()
+        pods = await self._list_pods(label_selector(self.pod_selector(obj)))
+        return self.replica_status(obj, pods), self.pod_refs(pods)
+
+    async def replicas(self) -> ReplicaStatus:
+        return (await self.observe())[0]
+
+    async def pods(self) -> tuple[PodRef, ...]:
+        return (await self.observe())[1]
+
     async def _list_pods(self, selector: str) -> list[JsonObj]:
-        result = await call(self._core.list_namespaced_pod(self.ref.namespace, label_selector=selector))
-        pods: list[JsonObj] = self.api.sanitize_for_serialization(result).get("items") or []
+        result = await get_json(
+            self.api, f"/api/v1/namespaces/{self.ref.namespace}/pods", query={"labelSelector": selector}
+        )
+        pods: list[JsonObj] = result.get("items") or []
         return pods
 
     def _pod_status(self, pod: JsonObj) -> PodStatus:
@@ -177,8 +239,9 @@ class ScaleTarget(abc.ABC):
 
     async def hpas_for_target(self) -> list[JsonObj]:
         """The autoscaling/v2 HPAs in the namespace whose ``scaleTargetRef`` names this target."""
-        result = await call(self._hpas.list_namespaced_horizontal_pod_autoscaler(self.ref.namespace))
-        items: list[JsonObj] = self.api.sanitize_for_serialization(result).get("items") or []
+        path = f"/apis/autoscaling/v2/namespaces/{self.ref.namespace}/horizontalpodautoscalers"
+        result = await get_json(self.api, path)
+        items: list[JsonObj] = result.get("items") or []
         return [
             h for h in items
             if (ref := (h.get("spec") or {}).get("scaleTargetRef") or {}).get("kind") == self.ref.kind.value
@@ -241,27 +304,20 @@ class DeploymentTarget(ScaleTarget):
         self._apps: Any = client.AppsV1Api(api)
 
     async def read(self) -> JsonObj:
-        obj = await call(self._apps.read_namespaced_deployment(self.ref.name, self.ref.namespace))
-        result: JsonObj = self.api.sanitize_for_serialization(obj)
-        return result
+        return await get_json(self.api, f"/apis/apps/v1/namespaces/{self.ref.namespace}/deployments/{self.ref.name}")
 
-    def _selector(self, obj: JsonObj) -> str:
-        return _label_selector((obj.get("spec") or {}).get("selector"))
+    def pod_selector(self, obj: JsonObj) -> JsonObj:
+        selector: JsonObj = (obj.get("spec") or {}).get("selector") or {}
+        return selector
 
-    async def replicas(self) -> ReplicaStatus:
-        obj = await self.read()
+    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
         spec = int((obj.get("spec") or {}).get("replicas", 1))
         ready = int((obj.get("status") or {}).get("readyReplicas") or 0)
-        pods = tuple(
-            self._pod_status(p)
-            for p in await self._list_pods(self._selector(obj))
-            if (p.get("status") or {}).get("phase") != "Succeeded"
-        )
-        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=pods)
+        statuses = tuple(self._pod_status(p) for p in pods if (p.get("status") or {}).get("phase") != "Succeeded")
+        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=statuses)
 
-    async def pods(self) -> tuple[PodRef, ...]:
-        obj = await self.read()
-        return tuple(self._pod_ref(p) for p in await self._list_pods(self._selector(obj)) if self._serving(p))
+    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
+        return tuple(self._pod_ref(p) for p in pods if self._serving(p))
 
     async def _scale_once(self, desired: int) -> ScaleResult:
         scale = await call(self._apps.read_namespaced_deployment_scale(self.ref.name, self.ref.namespace))
@@ -282,27 +338,23 @@ class LeaderWorkerSetTarget(ScaleTarget):
     without ``_content_type`` would go out as json-patch, which the server rejects)."""
 
     async def read(self) -> JsonObj:
-        obj: JsonObj = await call(
-            self._custom.get_namespaced_custom_object(
-                LWS_GROUP, LWS_VERSION, self.ref.namespace, "leaderworkersets", self.ref.name
-            )
-        )
-        return obj
+        ns, name = self.ref.namespace, self.ref.name
+        return await get_json(self.api, f"/apis/{LWS_GROUP}/{LWS_VERSION}/namespaces/{ns}/leaderworkersets/{name}")
 
     @staticmethod
     def group_size(obj: JsonObj) -> int:
         return int(((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
 
-    async def _group_pods(self) -> list[JsonObj]:
-        return await self._list_pods(f"{LWS_NAME_LABEL}={self.ref.name}")
+    def pod_selector(self, obj: JsonObj) -> JsonObj:
+        # Every pod of every group (leaders and workers), not the scale subresource's leaders-only selector.
+        return {"matchLabels": {LWS_NAME_LABEL: self.ref.name}}
 
-    async def replicas(self) -> ReplicaStatus:
-        obj = await self.read()
+    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
         spec = int((obj.get("spec") or {}).get("replicas", 1))
         ready = int((obj.get("status") or {}).get("readyReplicas") or 0)
         size = self.group_size(obj)
         groups: dict[str, list[JsonObj]] = {}
-        for pod in await self._group_pods():
+        for pod in pods:
             index = ((pod.get("metadata") or {}).get("labels") or {}).get(LWS_GROUP_INDEX_LABEL, "")
             groups.setdefault(index, []).append(pod)
         statuses = []
@@ -317,10 +369,10 @@ class LeaderWorkerSetTarget(ScaleTarget):
             statuses.append(PodStatus(status.name, whole, status.age_s, status.failed, status.deleting))
         return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=tuple(statuses))
 
-    async def pods(self) -> tuple[PodRef, ...]:
+    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
         return tuple(
             self._pod_ref(p, leader=((p.get("metadata") or {}).get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "0")
-            for p in await self._group_pods()
+            for p in pods
             if self._serving(p)
         )
 
@@ -358,16 +410,26 @@ class HpaFloorTarget(ScaleTarget):
     async def read(self) -> JsonObj:
         return await self.inner.read()
 
-    async def replicas(self) -> ReplicaStatus:
-        return await self.inner.replicas()
+    @property
+    def reader(self) -> ScaleTarget:
+        return self.inner
 
-    async def pods(self) -> tuple[PodRef, ...]:
-        return await self.inner.pods()
+    def pod_selector(self, obj: JsonObj) -> JsonObj:
+        return self.inner.pod_selector(obj)
+
+    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
+        return self.inner.replica_status(obj, pods)
+
+    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
+        return self.inner.pod_refs(pods)
+
+    async def observe(self) -> tuple[ReplicaStatus, tuple[PodRef, ...]]:
+        return await self.inner.observe()
 
     async def read_hpa(self) -> JsonObj:
-        obj = await call(self._hpas.read_namespaced_horizontal_pod_autoscaler(self.hpa_name, self.ref.namespace))
-        result: JsonObj = self.api.sanitize_for_serialization(obj)
-        return result
+        return await get_json(
+            self.api, f"/apis/autoscaling/v2/namespaces/{self.ref.namespace}/horizontalpodautoscalers/{self.hpa_name}"
+        )
 
     async def _scale_once(self, desired: int) -> ScaleResult:
         hpa = await self.read_hpa()
@@ -436,6 +498,121 @@ class KubeTargets:
 
     async def pods(self, policy: CompiledPolicy) -> tuple[PodRef, ...]:
         return await self.target(policy).pods()
+
+    async def observe(self, policy: CompiledPolicy) -> tuple[ReplicaStatus, tuple[PodRef, ...]]:
+        """Replica status and serving pods of one policy's target: one read, one list of pods."""
+        return await self.target(policy).observe()
+
+    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+        """``observe`` for many policies at once, batched per namespace (see the module docstring); a failed
+        read fails only the policies whose targets it was for. Keys are policy names."""
+        readers = {cp.name: self.target(cp).reader for cp in policies}
+        objects = await self._read_objects(list(readers.values()))
+        out: dict[str, TargetView | Exception] = {}
+        wanted: list[tuple[str, ScaleTarget, JsonObj]] = []
+        for name, reader in readers.items():
+            obj = objects[reader.ref.key]
+            if isinstance(obj, Exception):
+                out[name] = obj
+            else:
+                wanted.append((name, reader, obj))
+        pods = await self._list_pods_many([(r, r.pod_selector(obj)) for _, r, obj in wanted])
+        for name, reader, obj in wanted:
+            found = pods[reader.ref.key]
+            out[name] = found if isinstance(found, Exception) else (
+                reader.replica_status(obj, found), reader.pod_refs(found)
+            )
+        return out
+
+    async def _read_objects(self, readers: Sequence[ScaleTarget]) -> dict[str, JsonObj | Exception]:
+        """Target objects by key: one list per namespace and kind holding more than one target, else a read."""
+        groups: dict[tuple[str, TargetKind], dict[str, ScaleTarget]] = {}
+        for r in readers:
+            groups.setdefault((r.ref.namespace, r.ref.kind), {})[r.ref.key] = r
+
+        async def one(r: ScaleTarget) -> dict[str, JsonObj | Exception]:
+            try:
+                return {r.ref.key: await r.read()}
+            except Exception as exc:
+                return {r.ref.key: exc}
+
+        async def listed(
+            namespace: str, kind: TargetKind, members: list[ScaleTarget]
+        ) -> dict[str, JsonObj | Exception]:
+            path = (
+                f"/apis/apps/v1/namespaces/{namespace}/deployments" if kind is TargetKind.DEPLOYMENT
+                else f"/apis/{LWS_GROUP}/{LWS_VERSION}/namespaces/{namespace}/leaderworkersets"
+            )
+            try:
+                items = (await get_json(self.api, path)).get("items") or []
+            except Exception as exc:
+                return {r.ref.key: exc for r in members}
+            by_name = {(i.get("metadata") or {}).get("name"): i for i in items}
+            plural = "deployments.apps" if kind is TargetKind.DEPLOYMENT else f"leaderworkersets.{LWS_GROUP}"
+            return {
+                r.ref.key: by_name[r.ref.name] if r.ref.name in by_name
+                else NotFound(404, "NotFound", f'{plural} "{r.ref.name}" not found')
+                for r in members
+            }
+
+        tasks = []
+        for (namespace, kind), members in groups.items():
+            if len(members) > 1:
+                tasks.append(listed(namespace, kind, list(members.values())))
+            else:
+                tasks.extend(one(r) for r in members.values())
+        out: dict[str, JsonObj | Exception] = {}
+        for part in await asyncio.gather(*tasks):
+            out.update(part)
+        return out
+
+    async def _list_pods_many(
+        self, wanted: Sequence[tuple[ScaleTarget, JsonObj]]
+    ) -> dict[str, list[JsonObj] | Exception]:
+        """Pods by target key. Targets of a namespace whose selectors share a ``matchLabels`` key are served by
+        one list ``key in (their values)`` (chunked), each keeping the pods its whole selector matches; a
+        target alone on its key, or without ``matchLabels``, is listed with its own selector."""
+        by_ns: dict[str, list[tuple[ScaleTarget, JsonObj]]] = {}
+        for r, sel in wanted:
+            by_ns.setdefault(r.ref.namespace, []).append((r, sel))
+        tasks = []
+        for namespace, members in by_ns.items():
+            counts: dict[str, int] = {}
+            for _, sel in members:
+                for k in _pivot_keys(sel):
+                    counts[k] = counts.get(k, 0) + 1
+            pivots: dict[str, list[tuple[ScaleTarget, JsonObj]]] = {}
+            for r, sel in members:
+                keys = sorted(_pivot_keys(sel), key=lambda k: (-counts[k], k))
+                if keys and counts[keys[0]] > 1:
+                    pivots.setdefault(keys[0], []).append((r, sel))
+                else:
+                    tasks.append(self._pods_for(namespace, label_selector(sel), [(r, sel)]))
+            for key, group in pivots.items():
+                values = sorted({sel["matchLabels"][key] for _, sel in group})
+                for i in range(0, len(values), POD_LIST_VALUES):
+                    chunk = set(values[i : i + POD_LIST_VALUES])
+                    part = [(r, sel) for r, sel in group if sel["matchLabels"][key] in chunk]
+                    tasks.append(self._pods_for(namespace, f"{key} in ({','.join(sorted(chunk))})", part))
+        out: dict[str, list[JsonObj] | Exception] = {}
+        for found in await asyncio.gather(*tasks):
+            out.update(found)
+        return out
+
+    async def _pods_for(
+        self, namespace: str, selector: str, members: list[tuple[ScaleTarget, JsonObj]]
+    ) -> dict[str, list[JsonObj] | Exception]:
+        try:
+            result = await get_json(self.api, f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": selector})
+        except Exception as exc:
+            return {r.ref.key: exc for r, _ in members}
+        items: list[JsonObj] = result.get("items") or []
+        if len(members) == 1 and selector == label_selector(members[0][1]):
+            return {members[0][0].ref.key: items}
+        return {
+            r.ref.key: [p for p in items if selector_matches(sel, (p.get("metadata") or {}).get("labels") or {})]
+            for r, sel in members
+        }
 
     async def scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> ScaleResult:
         return await self.target(policy).scale(decision.desired)

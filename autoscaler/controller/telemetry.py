@@ -50,7 +50,8 @@ class Telemetry:
         )
         self.loop_latency = Histogram(
             "autoscaler_loop_latency_seconds",
-            "Time of one policy evaluation by phase (observe, decide, act) and in total.",
+            "Time of one policy evaluation by phase (observe, decide, act) and in total; "
+            "prepare: the bulk read of a pass (targets and signals of all its policies).",
             ["phase"], buckets=LATENCY_BUCKETS, registry=r,
         )
         self.signal_age = Gauge(

@@ -40,6 +40,7 @@ from autoscaler.controller.kube import (
     Refusal,
     RetryPolicy,
     call,
+    get_json,
     parse_quantity,
     retrying,
 )
@@ -149,7 +150,6 @@ class KueueGate:
         self.now = now
         self.owner_kinds = owner_kinds
         self._custom: Any = client.CustomObjectsApi(api)
-        self._batch: Any = client.BatchV1Api(api)
         self._version: str | None = None
 
     # --- Kueue API version ---------------------------------------------------------------------------------
@@ -193,14 +193,10 @@ class KueueGate:
         uids: set[str] = set()
         for kind in self.owner_kinds:
             try:
-                if kind.group == "batch":
-                    jobs = await call(self._batch.list_namespaced_job(namespace))
-                    items = self.api.sanitize_for_serialization(jobs).get("items") or []
-                else:
-                    listed = await call(
-                        self._custom.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural)
-                    )
-                    items = listed.get("items") or []
+                # Plain JSON for every kind: batch/v1 Jobs through the typed client cost a model per field.
+                prefix = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+                listed = await get_json(self.api, f"{prefix}/namespaces/{namespace}/{kind.plural}")
+                items = listed.get("items") or []
             except NotFound:
                 continue  # this job API is not installed
             uids.update(

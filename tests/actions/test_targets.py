@@ -5,22 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes_asyncio import client
 
-from autoscaler.controller.kube import Forbidden, ServerError
+from autoscaler.controller.kube import Forbidden, NotFound, ServerError
 from autoscaler.controller.targets import (
+    LWS_GROUP_INDEX_LABEL,
+    LWS_NAME_LABEL,
+    LWS_WORKER_INDEX_LABEL,
     MANAGED_BY_ANNOTATION,
     ORIGINAL_MIN_ANNOTATION,
     KubeTargets,
     OwnershipConflict,
     ScaleTarget,
     build_target,
+    label_selector,
+    selector_matches,
 )
-from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.engine import CompiledPolicy, compile_policy
 from autoscaler.core.model import Reason, ScaleDecision
+from autoscaler.core.spec import ScalingPolicy
 from tests.actions.policies import FAST_RETRY, policy
 from tests.kube import objects
-from tests.kube.emulator import Emulator
+from tests.kube.emulator import Emulator, label_selector_matches
 
 DEPLOY_SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
 LWS_SCALE = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/llm/leaderworkersets/jetstream/scale"
@@ -298,3 +306,137 @@ async def test_kube_targets_serves_the_loop(kube: Emulator, kube_client: client.
     decision = ScaleDecision(cp.policy.spec.target.ref(), 1, 2, Reason.SCALE_UP, "queue 25 > 10 per replica")
     assert (await targets.scale(cp, decision)).written
     assert _stored_count(kube, "deployment") == 2
+
+
+# --- reading many targets at once ------------------------------------------------------------------------
+
+
+LWS_NAME, LWS_GROUP, LWS_WORKER = LWS_NAME_LABEL, LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+
+
+def _read_policy(name: str, target: str, *, kind: str = "Deployment", namespace: str = "llm") -> CompiledPolicy:
+    doc = {
+        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": name},
+        "spec": {
+            "target": {"kind": kind, "name": target, "namespace": namespace},
+            "minReplicas": 1, "maxReplicas": 3,
+            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
+            "policy": {"type": "queue", "work": ["queue"], "capacityPerReplica": 10},
+        },
+    }
+    return compile_policy(ScalingPolicy.model_validate(doc))
+
+
+def _deployment(name: str, selector: dict[str, Any], namespace: str = "llm", replicas: int = 2) -> dict[str, Any]:
+    obj = objects.deployment(name, namespace, replicas=replicas, ready=1)
+    obj["spec"]["selector"] = selector
+    return obj
+
+
+def _many_targets(kube: Emulator) -> list[CompiledPolicy]:
+    """Three Deployments sharing a selector key, one selecting by expression only, two LWS, a Deployment
+    alone in its namespace, and a policy whose Deployment does not exist."""
+    for name, app in (("a", "app-a"), ("b", "app-b"), ("c", "app-c")):
+        kube.add(_deployment(name, {"matchLabels": {"app": app, "tier": "serve"}}))
+    kube.add(_deployment("e", {"matchExpressions": [{"key": "team", "operator": "In", "values": ["x", "y"]}]}))
+    kube.add(_deployment("lone", {"matchLabels": {"app": "lone"}}, namespace="other"))
+    for lws in ("js-1", "js-2"):
+        kube.add(objects.leader_worker_set(lws, replicas=1, size=2))
+    pods = [
+        ("a-1", {"app": "app-a", "tier": "serve"}, True), ("a-2", {"app": "app-a", "tier": "canary"}, True),
+        ("b-1", {"app": "app-b", "tier": "serve"}, False), ("c-1", {"app": "app-c", "tier": "serve"}, True),
+        ("e-1", {"team": "x"}, True), ("e-2", {"team": "z"}, True), ("zz", {"app": "unrelated"}, True),
+        ("js-1-0", {LWS_NAME: "js-1", LWS_GROUP: "0", LWS_WORKER: "0"}, True),
+        ("js-1-0-1", {LWS_NAME: "js-1", LWS_GROUP: "0", LWS_WORKER: "1"}, True),
+        ("js-2-0", {LWS_NAME: "js-2", LWS_GROUP: "0", LWS_WORKER: "0"}, False),
+    ]
+    for i, (name, labels, ready) in enumerate(pods):
+        kube.add(objects.pod(name, labels=labels, ready=ready, ip=f"10.0.0.{i + 1}" if ready else None))
+    kube.add(objects.pod("lone-1", "other", labels={"app": "lone"}, ready=True, ip="10.9.0.1"))
+    return [
+        *(_read_policy(f"p-{n}", n) for n in ("a", "b", "c", "e", "missing")),
+        _read_policy("p-js-1", "js-1", kind="LeaderWorkerSet"), _read_policy("p-js-2", "js-2", kind="LeaderWorkerSet"),
+        _read_policy("p-lone", "lone", namespace="other"),
+    ]
+
+
+async def test_observe_many_answers_what_reading_each_target_alone_answers(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    policies = _many_targets(kube)
+    targets = KubeTargets(kube_client, retry=FAST_RETRY, now=lambda: NOW)
+    alone: dict[str, Any] = {}
+    for cp in policies:
+        try:
+            alone[cp.name] = await targets.observe(cp)
+        except NotFound as exc:
+            alone[cp.name] = str(exc)
+    kube.clear_log()
+    batched = await targets.observe_many(policies)
+    assert {n: str(v) if isinstance(v, Exception) else v for n, v in batched.items()} == alone
+    assert isinstance(batched["p-missing"], NotFound)
+    a = batched["p-a"]
+    assert not isinstance(a, Exception)
+    assert [r.name for r in a[1]] == ["a-1"], "the whole selector applies, not only its key"
+    # Per namespace: one list per kind holding several targets, one pod list per shared selector key.
+    reads = sorted((r.path, r.query.get("labelSelector", "")) for r in kube.requests)
+    assert reads == [
+        ("/api/v1/namespaces/llm/pods", "app in (app-a,app-b,app-c)"),
+        ("/api/v1/namespaces/llm/pods", f"{LWS_NAME} in (js-1,js-2)"),
+        ("/api/v1/namespaces/llm/pods", "team in (x,y)"),
+        ("/api/v1/namespaces/other/pods", "app=lone"),
+        ("/apis/apps/v1/namespaces/llm/deployments", ""),
+        ("/apis/apps/v1/namespaces/other/deployments/lone", ""),
+        ("/apis/leaderworkerset.x-k8s.io/v1/namespaces/llm/leaderworkersets", ""),
+    ]
+
+
+async def test_observe_many_fails_only_the_targets_a_failed_read_was_for(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    policies = _many_targets(kube)
+    kube.inject(503, "/api/v1/namespaces/llm/pods", times=1)  # one of the llm pod lists (the first sent)
+    kube.inject(500, "/apis/apps/v1/namespaces/other/deployments/lone", times=1)
+    batched = await KubeTargets(kube_client, retry=FAST_RETRY, now=lambda: NOW).observe_many(policies)
+    failed = {n for n, v in batched.items() if isinstance(v, ServerError)}
+    groups = [{"p-a", "p-b", "p-c"}, {"p-js-1", "p-js-2"}, {"p-e"}]
+    assert "p-lone" in failed
+    assert failed - {"p-lone"} in groups, "a failed list fails exactly the targets it was for"
+    assert isinstance(batched["p-missing"], NotFound)
+
+
+async def test_one_target_is_one_read_and_one_list(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.deployment(replicas=1))
+    cp = policy()
+    targets = KubeTargets(kube_client, retry=FAST_RETRY)
+    for read in (targets.observe(cp), targets.observe_many([cp])):
+        kube.clear_log()
+        await read
+        assert [(r.method, r.path, r.query.get("labelSelector")) for r in kube.requests] == [
+            ("GET", "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment", None),
+            ("GET", "/api/v1/namespaces/llm/pods", "app=gemma-server"),
+        ]
+
+
+_KEYS = st.sampled_from(["app", "tier", "team", "leaderworkerset.sigs.k8s.io/name"])
+_VALUES = st.sampled_from(["a", "b", "c-1", "x.y"])
+_EXPRESSIONS = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"key": _KEYS, "operator": st.sampled_from(["In", "NotIn"]),
+             "values": st.lists(_VALUES, min_size=1, max_size=3, unique=True)}
+        ),
+        st.fixed_dictionaries({"key": _KEYS, "operator": st.sampled_from(["Exists", "DoesNotExist"])}),
+    ),
+    max_size=3,
+)
+_SELECTORS = st.fixed_dictionaries(
+    {}, optional={"matchLabels": st.dictionaries(_KEYS, _VALUES, max_size=3), "matchExpressions": _EXPRESSIONS}
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(selector=_SELECTORS, labels=st.dictionaries(_KEYS, _VALUES, max_size=4))
+def test_the_client_side_filter_is_the_servers_selector(selector: dict[str, Any], labels: dict[str, str]) -> None:
+    """A batched pod list keeps, per target, exactly the pods a list with the target's own selector returns."""
+    assert selector_matches(selector, labels) == label_selector_matches(label_selector(selector), labels)

@@ -35,7 +35,7 @@ LAYOUTS = [pytest.param("base", id="base"), pytest.param("overlays/gmp", id="gmp
 #: Rules no scenario exercises, and why they exist.
 UNEXERCISED = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets", "get"): "LeaderWorkerSet targets",
-    ("leaderworkerset.x-k8s.io", "leaderworkersets", "list"): "LeaderWorkerSet targets (watch)",
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "list"): "LeaderWorkerSet targets (watch, batched reads)",
     ("leaderworkerset.x-k8s.io", "leaderworkersets", "watch"): "LeaderWorkerSet targets (watch)",
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale", "get"): "LeaderWorkerSet targets",
     ("leaderworkerset.x-k8s.io", "leaderworkersets/scale", "patch"): "LeaderWorkerSet targets",
@@ -47,7 +47,7 @@ UNEXERCISED = {
     ("coordination.k8s.io", "leases", "create"): "leader election (tested in test_leader)",
     ("coordination.k8s.io", "leases", "get"): "leader election (tested in test_leader)",
     ("coordination.k8s.io", "leases", "update"): "leader election (tested in test_leader)",
-    ("apps", "deployments", "list"): "watch (long-running mode)",
+    ("apps", "deployments", "list"): "watch (long-running mode); one read of several targets in a namespace",
     ("apps", "deployments", "watch"): "watch (long-running mode)",
     ("kueue.x-k8s.io", "workloads", "watch"): "watch (long-running mode)",
     ("events.k8s.io", "events", "patch"): "a repeated Event's series count (tested in test_events)",

@@ -175,7 +175,7 @@ async def test_restart_between_deactivating_training_and_scaling_serving(
     first = runtime(kube_client, tmp_path, clock, endpoint=tgi.url)
     first.store.reload()
     kube.clear_log()
-    outage = kube.inject(503, SCALE, method="PUT", times=1000)  # every scale write fails from now on
+    kube.inject(503, SCALE, method="PUT", times=1000)  # every scale write fails from now on
     tgi.queue = 15
     for _ in range(2):
         # The first pass deactivates; Kueue evicts the training; the second pass's scale write fails.
@@ -186,7 +186,7 @@ async def test_restart_between_deactivating_training_and_scaling_serving(
     assert replicas(kube) == 1
     await first.observer.aclose()
     assert any(r.path == SCALE and r.status == 503 for r in kube.requests), "the scale was attempted and failed"
-    outage.remaining = 0  # the API server is healthy again; a new controller starts
+    kube.clear_faults()  # the API server is healthy again; a new controller starts
 
     second = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, identity="controller-b")
     second.store.reload()

@@ -26,9 +26,9 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    cache does. Tests can close every stream (``drop_watches``) to force a reconnect.
 8. ``?dryRun=All`` writes are answered but not stored; ``DELETE`` honours ``preconditions`` (409).
 9. RBAC denials (``deny``) answer ``403`` with the authorizer's message shape; injected faults (``inject``)
-   answer the next N requests to a path with a Status of the given code; every request is logged
-   (``requests``); ``after`` runs a test's change right after a matching request was answered (a race);
-   ``strict`` mode rejects and records any write not declared with ``expect_write``, and the
+   answer the next N requests to a path with a Status of the given code (``clear_faults`` ends them early);
+   every request is logged (``requests``); ``after`` runs a test's change right after a matching request was
+   answered (a race); ``strict`` mode rejects and records any write not declared with ``expect_write``, and the
    ``kube`` fixture fails the test on it (as HPA's tests' ``PrependReactor`` ``assert.Fail``).
 
 Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
@@ -528,6 +528,8 @@ class Emulator:
         self._dry_run = False
         self._unserved: set[tuple[str, str]] = set()
         self._objects: dict[StoreKey, JsonObj] = {}
+        #: The keys of ``_objects`` by (group, plural): a list reads its kind only, not the whole store.
+        self._kinds: dict[tuple[str, str], set[StoreKey]] = {}
         self._rv = 100
         self._compacted = 0
         self._history: list[tuple[int, str, ResourceType, JsonObj]] = []
@@ -618,6 +620,17 @@ class Emulator:
         fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after)
         self._faults.append(fault)
         return fault
+
+    def clear_faults(self, path: str | None = None) -> int:
+        """Stop answering with injected faults (those injected for ``path``, or all): the server is healthy
+        again. Returns how many pending fault answers were dropped."""
+        dropped = 0
+        for fault in self._faults:
+            if path is None or fault.path == path:
+                dropped += fault.remaining
+                fault.remaining = 0
+        self._faults = [f for f in self._faults if f.remaining > 0]
+        return dropped
 
     def after(self, method: str, path: str, action: Callable[[], None], *, times: int = 1) -> None:
         """Call ``action`` right after answering the next ``times`` requests matching ``method`` and ``path``
@@ -712,9 +725,8 @@ class Emulator:
     def _select(
         self, rt: ResourceType, namespace: str | None, labels: str | None, fields: str | None
     ) -> Iterator[JsonObj]:
-        for (group, plural, ns, _name), obj in sorted(self._objects.items()):
-            if (group, plural) != (rt.group, rt.plural):
-                continue
+        for key in sorted(self._kinds.get((rt.group, rt.plural), ())):
+            ns, obj = key[2], self._objects[key]
             if namespace is not None and rt.namespaced and ns != namespace:
                 continue
             meta = obj.get("metadata", {})
@@ -771,11 +783,13 @@ class Emulator:
             obj = copy.deepcopy(old)
             obj["metadata"]["resourceVersion"] = str(self._rv)
             del self._objects[key]
+            self._kinds[key[:2]].discard(key)
         else:
             self._rv += 1
             obj = copy.deepcopy(obj)
             obj["metadata"]["resourceVersion"] = str(self._rv)
             self._objects[key] = obj
+            self._kinds.setdefault((key[0], key[1]), set()).add(key)
         self._history.append((self._rv, event, rt, copy.deepcopy(obj)))
         for watcher in self._watchers:
             if watcher.rt is rt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -299,6 +300,29 @@ async def test_injected_faults_hit_the_next_requests_only(kube: Emulator, kube_c
         assert err.value.status == 503
     await apps.read_namespaced_deployment("tgi-gemma-deployment", "llm")
     assert [r.status for r in kube.requests] == [503, 503, 200]
+
+
+@pytest.mark.parametrize(
+    ("cleared", "statuses"),
+    [
+        pytest.param(None, [503, 200, 200], id="all-faults"),
+        pytest.param("/apis/apps/v1/namespaces/llm/deployments/*", [503, 200, 200], id="by-path"),
+        pytest.param("/apis/other/*", [503, 503, 503], id="another-path-untouched"),
+    ],
+)
+async def test_clear_faults_heals_the_server(
+    kube: Emulator, kube_client: client.ApiClient, cleared: str | None, statuses: list[int]
+) -> None:
+    kube.add(objects.deployment())
+    kube.inject(503, "/apis/apps/v1/namespaces/llm/deployments/*", times=1000)
+    apps = client.AppsV1Api(kube_client)
+    with pytest.raises(ApiException):
+        await apps.read_namespaced_deployment("tgi-gemma-deployment", "llm")
+    assert kube.clear_faults(cleared) == (0 if statuses[1] == 503 else 999)
+    for _ in range(2):
+        with contextlib.suppress(ApiException):
+            await apps.read_namespaced_deployment("tgi-gemma-deployment", "llm")
+    assert [r.status for r in kube.requests] == statuses
 
 
 async def test_strict_mode_rejects_and_records_unexpected_writes(
