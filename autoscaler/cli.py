@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from autoscaler import __version__
 from autoscaler.controller import command as run_command
+from autoscaler.controller.lookups import cluster_lookups
 from autoscaler.policyfile import command as validate_command
 from autoscaler.replay import command as replay_command
 from autoscaler.sim import command as simulate_command
@@ -22,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autoscaler {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Explicit and sorted: the order `autoscaler --help` lists them in.
-    sources_command.register(sub)  # observe, record
+    sources_command.register(sub, cluster=cluster_lookups)  # observe (replicas from the cluster), record
     replay_command.register(sub)
     run_command.register(sub)
     simulate_command.register(sub)

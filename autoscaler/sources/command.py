@@ -3,8 +3,9 @@
 ``observe`` reads every signal of the given policies once per evaluation period (or ``--once``) through
 the same sources the controller uses, judges them as the core does, and shows per target each signal's
 value, age, source and state, plus the decision the policy would take. It changes nothing. The current
-replica count comes from ``--replicas`` outside a cluster; the controller plugs in a Kubernetes lookup
-through ``observe_once(replicas=..., pods=...)``.
+replica count (and, for the pods source, the target's pods) comes from ``--replicas`` outside a cluster, or
+from the Kubernetes API: the command-line layer passes the controller's lookup in as ``cluster``, since
+this layer may not import the controller.
 
 ``record`` saves, per signal, one Prometheus ``query_range`` response body (``<signal>.json``) for the
 policy's target over ``--start``..``--end``: the input ``autoscaler replay`` reads.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import math
@@ -21,6 +23,7 @@ import re
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,9 @@ ReplicaLookup = Callable[[TargetRef], Awaitable[ReplicaStatus | None]]
 #: The pods of a target (names, metrics URLs, leader or worker), for the pods source and pod attribution.
 PodLookup = Callable[[TargetRef], Awaitable[tuple[PodRef, ...]]]
 
+#: Opens lookups against a cluster from an optional kubeconfig path; raises ``ClusterUnavailable``.
+ClusterLookups = Callable[[str | None], AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]]
+
 #: Prometheus refuses range queries over 11,000 points per series.
 MAX_POINTS = 11_000
 
@@ -58,7 +64,15 @@ class UsageError(Exception):
     """Bad input from the user: one line, exit 1."""
 
 
-def register(sub: Any) -> None:
+class ClusterUnavailable(Exception):
+    """No usable Kubernetes credentials (or API server) for the replica lookup."""
+
+
+class LookupFailed(Exception):
+    """The replica count of one target could not be read; the message says why."""
+
+
+def register(sub: Any, *, cluster: ClusterLookups | None = None) -> None:
     observe = sub.add_parser(
         "observe",
         help="Show what the controller would see now: signal values, ages, sources and the decision.",
@@ -73,8 +87,18 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="Current replica count outside a cluster (default: unknown, so no decision).",
+        help="Current replica count outside a cluster (default: read from the cluster when credentials "
+        "are found, else unknown, so no decision).",
     )
+    if cluster is not None:
+        observe.add_argument(
+            "--kubeconfig",
+            default=None,
+            metavar="FILE",
+            help="Read replicas and pods from this cluster (default: $KUBECONFIG, the in-cluster service "
+            "account or ~/.kube/config when present).",
+        )
+    observe.set_defaults(cluster=cluster)
     observe.add_argument(
         "--deadline", type=float, default=5.0, metavar="S", help="Per-tick deadline for all sources (default 5 s)."
     )
@@ -129,7 +153,7 @@ def _decision(policy: ScalingPolicy, observation: Observation | None, now: float
     if observation is None:
         return {
             "state": "unknown",
-            "reason": "current replica count unknown: pass --replicas N (in a cluster the controller looks it up)",
+            "reason": "current replica count unknown: pass --replicas N, or --kubeconfig to read it from the cluster",
         }
     try:
         compiled = compile_policy(policy)
@@ -167,18 +191,24 @@ async def observe_once(
         requests.extend(requests_for(policy, pods=target_pods))
     readings = await source.read(requests, deadline_s=deadline_s)
     now = clock()
-    counts = await asyncio.gather(*(replicas(t) for t in targets))
+    counts = await asyncio.gather(*(replicas(t) for t in targets), return_exceptions=True)
     out = []
     for policy, target, count in zip(policies, targets, counts, strict=True):
+        if isinstance(count, BaseException) and not isinstance(count, LookupFailed):
+            raise count
         mine = {name: r for (key, name), r in readings.items() if key == target.key}
         judged = SignalJudge(policy.spec).judge_all(mine, now)
-        observation = None if count is None else Observation(target=target, replicas=count, signals=mine)
+        if isinstance(count, LookupFailed):
+            decision = {"state": "unknown", "reason": f"current replica count unknown: {count}"}
+        else:
+            observation = None if count is None else Observation(target=target, replicas=count, signals=mine)
+            decision = _decision(policy, observation, now)
         out.append(
             {
                 "target": target.key,
                 "policy": policy.metadata.name,
                 "signals": {name: _signal_json(v) for name, v in judged.items()},
-                "decision": _decision(policy, observation, now),
+                "decision": decision,
             }
         )
     return {"time": now, "targets": out}
@@ -226,10 +256,22 @@ def _load(path: str) -> list[ScalingPolicy]:
 async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> None:
     pool = SourcePool()
     period = min(p.spec.evaluation_period_seconds for p in policies)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(pool.aclose)
+        replicas: ReplicaLookup = fixed_replicas(args.replicas)
+        pods: PodLookup = _no_pods
+        cluster: ClusterLookups | None = getattr(args, "cluster", None)
+        kubeconfig: str | None = getattr(args, "kubeconfig", None)
+        if args.replicas is None and cluster is not None:
+            try:
+                replicas, pods = await stack.enter_async_context(cluster(kubeconfig))
+            except ClusterUnavailable as exc:
+                if kubeconfig is not None:
+                    raise UsageError(str(exc)) from None
+                # Outside a cluster without credentials: show the signals; the decision says what is missing.
         while True:
             view = await observe_once(
-                policies, source=pool, deadline_s=args.deadline, replicas=fixed_replicas(args.replicas)
+                policies, source=pool, deadline_s=args.deadline, replicas=replicas, pods=pods
             )
             print(json.dumps(view) if args.json else render(view), flush=True)
             if args.once:
@@ -237,8 +279,6 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
             if not args.json:
                 print(flush=True)
             await asyncio.sleep(period)
-    finally:
-        await pool.aclose()
 
 
 def run_observe(args: argparse.Namespace) -> int:

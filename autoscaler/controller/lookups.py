@@ -1,0 +1,59 @@
+"""Read-only cluster lookups for ``autoscaler observe``: a target's replica count and serving pods.
+
+``observe`` lives with the sources, a layer below the controller; the command line passes ``cluster_lookups``
+in, so ``observe`` run against a cluster sees the replicas and pods exactly as ``autoscaler run`` reads them
+(the same ``ScaleTarget`` classes), and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from autoscaler.controller import kube
+from autoscaler.controller.targets import DeploymentTarget, LeaderWorkerSetTarget, ScaleTarget
+from autoscaler.core.model import ReplicaStatus, TargetKind, TargetRef
+from autoscaler.sources.base import PodRef
+from autoscaler.sources.command import ClusterUnavailable, LookupFailed, PodLookup, ReplicaLookup
+
+#: Owner name the read-only targets carry (they never write, so it appears nowhere).
+_OBSERVER = "autoscaler-observe"
+
+
+@asynccontextmanager
+async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[tuple[ReplicaLookup, PodLookup]]:
+    """Lookups against the cluster of ``kubeconfig`` (else ``$KUBECONFIG``, in-cluster, ``~/.kube/config``)."""
+    try:
+        api = await kube.connect(kubeconfig)
+    except kube.KubeConfigError as exc:
+        raise ClusterUnavailable(str(exc)) from None
+    targets: dict[str, ScaleTarget] = {}
+    # observe asks for the pods first, then the replicas: one read of the target answers both.
+    seen: dict[str, tuple[ReplicaStatus, tuple[PodRef, ...]] | kube.KubeError] = {}
+
+    def target(ref: TargetRef) -> ScaleTarget:
+        if ref.key not in targets:
+            cls = DeploymentTarget if ref.kind is TargetKind.DEPLOYMENT else LeaderWorkerSetTarget
+            targets[ref.key] = cls(api, ref, owner=_OBSERVER)
+        return targets[ref.key]
+
+    async def read(ref: TargetRef) -> tuple[ReplicaStatus, tuple[PodRef, ...]] | kube.KubeError:
+        try:
+            return await target(ref).observe()
+        except kube.KubeError as exc:
+            return exc
+
+    async def pods(ref: TargetRef) -> tuple[PodRef, ...]:
+        seen[ref.key] = got = await read(ref)
+        return () if isinstance(got, kube.KubeError) else got[1]
+
+    async def replicas(ref: TargetRef) -> ReplicaStatus:
+        got = seen.pop(ref.key, None) or await read(ref)
+        if isinstance(got, kube.KubeError):
+            raise LookupFailed(f"cannot read {ref.key}: {got}")
+        return got[0]
+
+    try:
+        yield replicas, pods
+    finally:
+        await api.close()

@@ -1,0 +1,102 @@
+"""``autoscaler observe`` against a cluster: the replica count comes from the (emulated) API server, read
+with the controller's own target classes, and nothing is written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from autoscaler.cli import main
+from tests.controller.helpers import TgiMetrics
+from tests.controller.policies import tgi_policy
+from tests.controller.test_runtime import kubeconfig
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+
+
+@pytest.fixture
+async def tgi() -> AsyncIterator[TgiMetrics]:
+    server = TgiMetrics()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def write_policy(tmp_path: Path, tgi: TgiMetrics) -> Path:
+    f = tmp_path / "tgi.yaml"
+    f.write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
+    return f
+
+
+async def observe(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    # The command runs its own event loop (asyncio.run): give it a thread so the emulator keeps serving.
+    code = await asyncio.to_thread(main, ["observe", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("replicas", "queue", "desired", "reason"),
+    [
+        pytest.param(2, 25, 3, "ScaleUp", id="scale-up-from-the-cluster-count"),
+        pytest.param(2, 15, 2, "Steady", id="holds-at-the-cluster-count"),
+    ],
+)
+async def test_observe_reads_the_replica_count_from_the_cluster(
+    kube: Emulator, tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    replicas: int, queue: float, desired: int, reason: str,
+) -> None:
+    kube.add(objects.deployment(replicas=replicas))
+    tgi.queue = queue
+    argv = ["--policy", str(write_policy(tmp_path, tgi)), "--kubeconfig", str(kubeconfig(tmp_path, kube.url))]
+    code, out, _ = await observe([*argv, "--once", "--json"], capsys)
+    assert code == 0
+    (target,) = json.loads(out)["targets"]
+    assert target["target"] == "Deployment/llm/tgi-gemma-deployment"
+    assert target["signals"]["queue"]["value"] == queue
+    decision = target["decision"]
+    assert (decision["state"], decision["current"], decision["desired"], decision["reason"]) == (
+        "ok", replicas, desired, reason,
+    )
+    assert not [r for r in kube.requests if r.is_write], "observe never writes"
+
+
+async def test_a_missing_target_is_an_unknown_decision_with_the_servers_reason(
+    kube: Emulator, tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--policy", str(write_policy(tmp_path, tgi)), "--kubeconfig", str(kubeconfig(tmp_path, kube.url))]
+    code, out, _ = await observe([*argv, "--once", "--json"], capsys)
+    assert code == 0
+    decision = json.loads(out)["targets"][0]["decision"]
+    assert decision["state"] == "unknown"
+    assert decision["reason"].startswith(
+        "current replica count unknown: cannot read Deployment/llm/tgi-gemma-deployment"
+    )
+    assert "not found" in decision["reason"]
+
+
+async def test_replicas_flag_wins_over_the_cluster(
+    kube: Emulator, tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube.add(objects.deployment(replicas=2))
+    tgi.queue = 25
+    argv = ["--policy", str(write_policy(tmp_path, tgi)), "--kubeconfig", str(kubeconfig(tmp_path, kube.url))]
+    code, out, _ = await observe([*argv, "--replicas", "1", "--once", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["targets"][0]["decision"]["current"] == 1
+    assert kube.requests == [], "with --replicas the cluster is not asked"
+
+
+async def test_an_unreadable_kubeconfig_is_one_line_and_exit_1(
+    tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope"
+    code, out, err = await observe(["--policy", str(write_policy(tmp_path, tgi)), "--kubeconfig", str(missing),
+                                    "--once"], capsys)
+    assert code == 1
+    assert err.startswith("autoscaler observe: cannot load Kubernetes credentials from ")
+    assert "Traceback" not in err + out
