@@ -1,6 +1,6 @@
 """The perfect-foresight oracle: the fewest accelerator-hours that still meet the SLO, cold starts respected.
 
-How it is computed (documented in ``docs/readme/simulate.md``):
+How it is computed (documented in ``docs/simulate.md``):
 
 1. Demand. With the whole trace known in advance, each request's service cost in replica-seconds is what
    it takes on a replica running a full batch: ``input / prefillTokensPerSecond + (output - 1) ×

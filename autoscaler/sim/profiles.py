@@ -10,7 +10,7 @@ A profile states the numbers the simulator needs and the assumptions behind them
 * ``kvCacheTokens``: tokens of KV cache; a request is admitted only if its prompt and output fit;
 * ``coldStart``: scheduling + image pull + model load, from admission to serving.
 
-``docs/readme/simulate.md`` explains how to calibrate each number from a real server's metrics.
+``docs/simulate.md`` explains how to calibrate each number from a real server's metrics.
 """
 
 from __future__ import annotations

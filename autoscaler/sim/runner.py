@@ -108,7 +108,7 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outc
         o = report.score(orc.result, slo_ttft_s=slo, oracle_chip_s=oracle_chip_s)
         o.update({
             "method": "cheapest windowed perfect-foresight schedule meeting the attainment target "
-                      "(docs/readme/simulate.md)",
+                      "(docs/simulate.md)",
             "attainment_target": target,
             "met_target": orc.met_target,
             "utilization": round(orc.utilization, 4),

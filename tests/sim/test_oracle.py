@@ -17,7 +17,7 @@ from tests.sim.conftest import CODE, CONV, ROOT, TPU_CLUSTER, shared_trace
 CASES = [
     pytest.param(CONV, None, ROOT / "policies" / "recommended.yaml", True, id="conv-l4-tgi"),
     # On the bursty code trace HPA is cheaper than our policy only because it under-provisions (≈ 80 %
-    # attainment); ours buys its ≥ 99 % with standing capacity (docs/readme/simulate.md).
+    # attainment); ours buys its ≥ 99 % with standing capacity (docs/simulate.md).
     pytest.param(CODE, TPU_CLUSTER, ROOT / "policies" / "recommended-jetstream.yaml", False, id="code-tpu-jetstream"),
 ]
 
