@@ -41,6 +41,7 @@ from autoscaler.controller.logs import get_logger
 from autoscaler.controller.observer import Prepared
 from autoscaler.controller.reload import PolicyStore
 from autoscaler.controller.telemetry import Telemetry
+from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
     Decision,
@@ -49,7 +50,6 @@ from autoscaler.core.model import (
     Reason,
     ScaleDecision,
     TargetKind,
-    TrainingAction,
     TrainingDecision,
 )
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
@@ -256,15 +256,8 @@ class Controller:
         return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed)
 
     async def _act(self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any) -> str | None:
-        """Apply in order: deactivations, the scale, reactivations; stop at the first failure."""
-        scale = next((d for d in decisions if isinstance(d, ScaleDecision)), None)
-        training = [d for d in decisions if isinstance(d, TrainingDecision)]
-        deactivate = [d for d in training if d.action is TrainingAction.DEACTIVATE]
-        reactivate = [d for d in training if d.action is TrainingAction.REACTIVATE]
-        ordered: list[Decision] = [*deactivate]
-        if scale is not None and scale.changes:
-            ordered.append(scale)
-        ordered.extend(reactivate)
+        """Apply in the core's order (deactivations, the scale, reactivations); stop at the first failure."""
+        ordered = [d for d in arbitration.in_apply_order(decisions) if not isinstance(d, ScaleDecision) or d.changes]
         for d in ordered:
             name = _action_name(d)
             if not self.leader.holds():

@@ -30,9 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from autoscaler.core.model import (
+    Decision,
     Observation,
     QuotaStatus,
     Reason,
+    ScaleDecision,
     TrainingAction,
     TrainingDecision,
     TrainingWorkload,
@@ -158,3 +160,17 @@ def _reactivate(
             )
         )
     return Plan(desired=desired, training=tuple(decisions))
+
+
+def in_apply_order(decisions: Sequence[Decision]) -> list[Decision]:
+    """The order every caller applies one evaluation's decisions in: deactivations, then the scale, then
+    reactivations. Stopping training before asking for replicas lets the stopped Workloads' quota go to the
+    new serving pods (Kueue would otherwise pick its own victims for them); scaling down before resuming
+    training frees the room the resumed Workloads need."""
+    training = [d for d in decisions if isinstance(d, TrainingDecision)]
+    scale = [d for d in decisions if isinstance(d, ScaleDecision)]
+    return [
+        *(d for d in training if d.action is TrainingAction.DEACTIVATE),
+        *scale,
+        *(d for d in training if d.action is TrainingAction.REACTIVATE),
+    ]

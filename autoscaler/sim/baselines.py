@@ -7,6 +7,9 @@
   servers (``tgi_queue_size``, ``vllm:num_requests_waiting``), 10 per replica (``Pods``/``AverageValue``), as
   the guide's HPA manifest; it sees metrics through the cluster's ``hpa`` pipeline (scrape, custom-metrics
   adapter delay, 15 s sync). Training is preempted by Kueue alone (the arbiter of every run).
+* ``kueue-only``: our first policy exactly, but without its ``capacity``/``preemptible`` blocks: the same
+  scaling decisions, with training preempted by Kueue alone (reactively, when a serving pod cannot be
+  admitted) instead of by our arbitration. The difference between the two rows is what the arbitration buys.
 * ``oracle``: see ``autoscaler.sim.oracle``.
 
 The HPA baseline is a real ``ScalingPolicy`` decided by ``autoscaler.core`` like any other policy.
@@ -17,7 +20,7 @@ from __future__ import annotations
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sim.cluster import Cluster, PoolSpec
 
-BASELINES = ("static-peak", "hpa", "oracle")
+BASELINES = ("static-peak", "hpa", "kueue-only", "oracle")
 
 #: Google's latency signal per server, as a preset.
 HPA_SIGNAL = {
@@ -49,4 +52,15 @@ def hpa_policy(cluster: Cluster, pool: PoolSpec, *, target: float = HPA_TARGET_P
             },
         },
     }
+    return ScalingPolicy.model_validate(doc)
+
+
+def kueue_only_policy(policy: ScalingPolicy) -> ScalingPolicy | None:
+    """``policy`` with training left to Kueue alone, named ``kueue-only``; None when it arbitrates nothing."""
+    if policy.spec.capacity is None:
+        return None
+    doc = policy.model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["metadata"]["name"] = "kueue-only"
+    del doc["spec"]["capacity"]
+    doc["spec"]["preemptible"] = []
     return ScalingPolicy.model_validate(doc)

@@ -78,6 +78,13 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outc
         compiled = compile_policy(pol)
         pipe_name = cluster.pipeline_name_for(pol.metadata.name)
         controllers.append(PolicyController(compiled, cluster.pipeline_for(pol.metadata.name), pipe_name, name=name))
+    first = opts.policies[0][1] if opts.policies else None
+    kueue_only = baselines.kueue_only_policy(first) if first is not None else None
+    if "kueue-only" in opts.baselines and first is not None and kueue_only is not None:
+        # The metric pipeline of the policy it copies: only the arbitration differs.
+        pipe = first.metadata.name
+        controllers.insert(0, PolicyController(compile_policy(kueue_only), cluster.pipeline_for(pipe),
+                                               cluster.pipeline_name_for(pipe), kind="baseline"))
     if "hpa" in opts.baselines:
         hpa = baselines.hpa_policy(cluster, pool)
         controllers.insert(0, PolicyController(compile_policy(hpa), cluster.pipeline_for("hpa"),

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
     Observation,
@@ -470,7 +471,7 @@ class PolicyController:
             )
             decisions, state = self.compiled.decide(obs, self.state, now)
             self.state = state
-            for d in decisions:
+            for d in arbitration.in_apply_order(decisions):  # the controller's order
                 if isinstance(d, ScaleDecision):
                     sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message)
                 else:

@@ -243,3 +243,11 @@ def test_invariants(current: int, desired: int, reserved: float, nominal: float,
             assert not d.workload.active
     # Deterministic: the same snapshot gives the same plan (a restart repeats nothing new).
     assert arbitration.plan(spec=SPEC, observation=obs, desired=desired) == result
+
+
+def test_decisions_are_applied_deactivations_first_then_the_scale_then_reactivations() -> None:
+    stop = TrainingDecision(wl("a"), TrainingAction.DEACTIVATE, Reason.DEACTIVATE_TRAINING, "")
+    resume = TrainingDecision(wl("b"), TrainingAction.REACTIVATE, Reason.REACTIVATE_TRAINING, "")
+    scale = ScaleDecision(TARGET, 1, 2, Reason.SCALE_UP, "")
+    assert arbitration.in_apply_order([resume, scale, stop]) == [stop, scale, resume]
+    assert arbitration.in_apply_order([scale]) == [scale]

@@ -31,7 +31,7 @@ def test_no_arguments_runs_the_bundled_default(tmp_path: Path, monkeypatch: pyte
     summary = _summary(out)
     policies = summary["policies"]
     assert isinstance(policies, dict)
-    assert set(policies) == {"static-peak", "hpa", "recommended"}
+    assert set(policies) == {"static-peak", "hpa", "kueue-only", "recommended"}
     for row in [*policies.values(), summary["oracle"]]:
         assert set(row) >= KEYS
     trace = summary["trace"]
@@ -43,7 +43,7 @@ def test_no_arguments_runs_the_bundled_default(tmp_path: Path, monkeypatch: pyte
     assert {e["policy"] for e in events} >= {"hpa", "recommended", "oracle"}
     assert all(e["from"] != e["to"] and e["reason"] for e in events)
     stdout = capsys.readouterr().out
-    for name in ("static-peak", "hpa", "recommended", "oracle"):
+    for name in ("static-peak", "hpa", "kueue-only", "recommended", "oracle"):
         assert f"\n{name} " in stdout
 
 
