@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--policy", type=Path, metavar="FILE", nargs="+", action="extend", dest="policies",
                         help="ScalingPolicy file(s) to score (default: policies/recommended.yaml)")
     parser.add_argument("--baselines", default=",".join(baselines.BASELINES), metavar="LIST",
-                        help="comma-separated: static-peak,hpa,oracle, or 'none' (default: all)")
+                        help="comma-separated: " + ",".join(baselines.BASELINES) + ", or 'none' (default: all)")
     parser.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT SLO in seconds (default: the cluster's)")
     parser.add_argument("--out", type=Path, default=Path("out/simulate"), metavar="DIR",
                         help="where summary.json, scale_events.jsonl and timeline.png go (default: out/simulate)")
