@@ -22,6 +22,7 @@ periods do not (upstream compares with ``Before``/``After``).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -37,6 +38,9 @@ SCALE_UP_LIMIT_FACTOR = 2.0
 SCALE_UP_LIMIT_MINIMUM = 4.0
 
 Select = Literal["Max", "Min", "Disabled"]
+
+#: The count of a ``(time, count)`` history entry.
+_COUNT = operator.itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +107,17 @@ class Normalized:
 
 def clamp(*, min_replicas: int, max_replicas: int, recommended: int, state: PolicyState) -> Normalized:
     """Bounds only, for policy types that do not use the behavior stage."""
+    desired, reason, message = bound(min_replicas=min_replicas, max_replicas=max_replicas, recommended=recommended)
+    return Normalized(desired, reason, message, state)
+
+
+def bound(*, min_replicas: int, max_replicas: int, recommended: int) -> tuple[int, Reason | None, str]:
+    """``clamp`` without the state: ``(desired, reason or None, message)``."""
     if recommended < min_replicas:
-        return Normalized(min_replicas, Reason.LIMITED_BY_MIN, f"raised to minReplicas {min_replicas}", state)
+        return min_replicas, Reason.LIMITED_BY_MIN, f"raised to minReplicas {min_replicas}"
     if recommended > max_replicas:
-        return Normalized(max_replicas, Reason.LIMITED_BY_MAX, f"limited to maxReplicas {max_replicas}", state)
-    return Normalized(recommended, None, "", state)
+        return max_replicas, Reason.LIMITED_BY_MAX, f"limited to maxReplicas {max_replicas}"
+    return recommended, None, ""
 
 
 def normalize(
@@ -125,23 +135,83 @@ def normalize(
     ``behavior`` None takes upstream's legacy path. The returned state has the recommendation recorded
     (history pruned to what a later evaluation can still use); scale events are recorded by the engine.
     """
-    if behavior is None:
-        return _legacy(min_replicas, max_replicas, current, recommended, state, now)
-    up, down = effective_rules(behavior)
-    return _with_behavior(up, down, min_replicas, max_replicas, current, recommended, state, now)
+    desired, reason, message, history = stage(
+        rules=None if behavior is None else effective_rules(behavior),
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        current=current,
+        recommended=recommended,
+        state=state,
+        now=now,
+    )
+    return Normalized(desired, reason, message, replace(state, recommendations=history))
+
+
+def stage(
+    *,
+    rules: tuple[Rules, Rules] | None,
+    min_replicas: int,
+    max_replicas: int,
+    current: int,
+    recommended: int,
+    state: PolicyState,
+    now: float,
+    recommendations: tuple[tuple[float, int], ...] | None = None,
+) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
+    """``normalize`` for the engine: ``rules`` are ``effective_rules`` computed once (None: the legacy path),
+    the history is ``recommendations`` when given, else ``state.recommendations``; scale events are read from
+    ``state``. Returns ``(desired, reason or None, message, recommendation history to keep)``."""
+    history = state.recommendations if recommendations is None else recommendations
+    if rules is None:
+        return _legacy(min_replicas, max_replicas, current, recommended, history, now)
+    up, down = rules
+    return _with_behavior(up, down, min_replicas, max_replicas, current, recommended, history, state, now)
+
+
+def since(history: tuple[tuple[float, int], ...], cutoff: float) -> tuple[tuple[float, int], ...]:
+    """``tuple(e for e in history if e[0] >= cutoff)``; in time order (as the engine records them) the entries
+    that go are a prefix, and the history is sliced (or returned as is) instead of rebuilt."""
+    n = 0
+    for t, _ in history:
+        if t >= cutoff:
+            break
+        n += 1
+    kept = history[n:] if n else history
+    for t, _ in kept:
+        if not t >= cutoff:  # out of time order (or NaN): filter the whole history
+            return tuple(e for e in history if e[0] >= cutoff)
+    return kept
+
+
+def newer_than(history: tuple[tuple[float, int], ...], cutoff: float) -> tuple[tuple[float, int], ...]:
+    """``tuple(e for e in history if e[0] > cutoff)``, sliced as ``since`` does."""
+    n = 0
+    for t, _ in history:
+        if t > cutoff:
+            break
+        n += 1
+    kept = history[n:] if n else history
+    for t, _ in kept:
+        if not t > cutoff:  # out of time order (or NaN): filter the whole history
+            return tuple(e for e in history if e[0] > cutoff)
+    return kept
 
 
 # --- legacy path (no behavior) -------------------------------------------------------------------------------
 
 
 def _legacy(
-    min_replicas: int, max_replicas: int, current: int, recommended: int, state: PolicyState, now: float
-) -> Normalized:
-    cutoff = now - DEFAULT_DOWNSCALE_WINDOW_S
+    min_replicas: int,
+    max_replicas: int,
+    current: int,
+    recommended: int,
+    history: tuple[tuple[float, int], ...],
+    now: float,
+) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
     # Upstream drops a recommendation only when it is *before* the cutoff: one stamped exactly 300 s ago counts.
-    kept = tuple((t, r) for t, r in state.recommendations if t >= cutoff)
-    stabilized = max([recommended, *(r for _, r in kept)])
-    state = replace(state, recommendations=(*kept, (now, recommended)))
+    kept = since(history, now - DEFAULT_DOWNSCALE_WINDOW_S)
+    stabilized = max(recommended, max(map(_COUNT, kept), default=recommended))
+    history = (*kept, (now, recommended))
     notes: list[str] = []
     reason: Reason | None = None
     if stabilized != recommended:
@@ -164,7 +234,7 @@ def _legacy(
     elif stabilized > upper:
         desired, reason = upper, upper_reason
         notes.append(upper_msg)
-    return Normalized(desired, reason, "; ".join(notes), state)
+    return desired, reason, "; ".join(notes), history
 
 
 # --- behavior path -------------------------------------------------------------------------------------------
@@ -233,16 +303,16 @@ def _with_behavior(
     max_replicas: int,
     current: int,
     recommended: int,
+    history: tuple[tuple[float, int], ...],
     state: PolicyState,
     now: float,
-) -> Normalized:
+) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
     stabilized = stabilize(
-        recommendations=state.recommendations, up=up, down=down, current=current, recommended=recommended, now=now
+        recommendations=history, up=up, down=down, current=current, recommended=recommended, now=now
     )
     # Keep only what a later evaluation can still see (upstream overwrites such entries instead).
-    horizon = now - max(up.window_s, down.window_s)
-    kept = tuple((t, r) for t, r in state.recommendations if t > horizon)
-    state = replace(state, recommendations=(*kept, (now, recommended)))
+    kept = newer_than(history, now - max(up.window_s, down.window_s))
+    history = (*kept, (now, recommended))
 
     notes: list[str] = []
     reason: Reason | None = None
@@ -287,7 +357,7 @@ def _with_behavior(
         elif stabilized < min_replicas:
             desired, reason = min_replicas, Reason.LIMITED_BY_MIN
             notes.append(f"raised to minReplicas {min_replicas}")
-    return Normalized(desired, reason, "; ".join(notes), state)
+    return desired, reason, "; ".join(notes), history
 
 
 def _describe(rules: Rules) -> str:

@@ -19,7 +19,7 @@ evaluation (HPA's ``recordInitialRecommendation``): no scale-down inside the fir
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from autoscaler.core import arbitration, behavior, policies
 from autoscaler.core.model import (
@@ -37,11 +37,21 @@ from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
 
 @dataclass(frozen=True)
 class CompiledPolicy:
-    """A validated policy ready to evaluate: its algorithm and signal judge are built once."""
+    """A validated policy ready to evaluate: its algorithm and signal judge are built once.
+
+    ``rules`` are the policy's effective HPA ``behavior`` rules (scale-up, scale-down), also read once; None
+    when it has no ``behavior`` block (HPA's legacy path, for the types that use the behavior stage).
+    """
 
     policy: ScalingPolicy
     algorithm: PolicyAlgorithm
     judge: SignalJudge
+    rules: tuple[behavior.Rules, behavior.Rules] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = getattr(self.policy.spec.policy, "behavior", None)
+        # Frozen dataclass: the derived field is set once here.
+        object.__setattr__(self, "rules", None if given is None else behavior.effective_rules(given))
 
     @property
     def name(self) -> str:
@@ -75,6 +85,46 @@ def _fallback_replicas(fallback: FallbackSpec, current: int) -> int:
     raise AssertionError(fallback.behavior)
 
 
+class _Next:
+    """The state one evaluation builds, field by field as ``PolicyState``; frozen once, when it returns.
+
+    Local to one ``decide`` call (never stored): it spares copying the frozen state at every step.
+    """
+
+    __slots__ = (
+        "algorithm",
+        "consecutive_failures",
+        "idle_since",
+        "last_decision_time",
+        "last_scale_time",
+        "recommendations",
+        "scale_down_events",
+        "scale_up_events",
+    )
+
+    def __init__(self, state: PolicyState, algorithm: object | None, now: float) -> None:
+        self.recommendations = state.recommendations
+        self.scale_up_events = state.scale_up_events
+        self.scale_down_events = state.scale_down_events
+        self.consecutive_failures = state.consecutive_failures
+        self.last_decision_time = now
+        self.last_scale_time = state.last_scale_time
+        self.idle_since = state.idle_since
+        self.algorithm = algorithm
+
+    def freeze(self) -> PolicyState:
+        return PolicyState(
+            recommendations=self.recommendations,
+            scale_up_events=self.scale_up_events,
+            scale_down_events=self.scale_down_events,
+            consecutive_failures=self.consecutive_failures,
+            last_decision_time=self.last_decision_time,
+            last_scale_time=self.last_scale_time,
+            idle_since=self.idle_since,
+            algorithm=self.algorithm,
+        )
+
+
 def decide(
     compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
 ) -> tuple[list[Decision], PolicyState]:
@@ -87,19 +137,12 @@ def decide(
         for name, reading in observation.signals.items()
         if reading.per_replica is not None and name in signals and signals[name].ok
     }
-    ctx = Context(
-        now=now,
-        target=observation.target,
-        replicas=observation.replicas,
-        signals=signals,
-        spec=spec,
-        per_replica=per_replica,
-    )
+    ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica)
     algorithm = compiled.algorithm
     rec, algorithm_state = algorithm.recommend(ctx, state.algorithm)
-    state = replace(state, algorithm=algorithm_state, last_decision_time=now)
-    if algorithm.uses_behavior and not state.recommendations:
-        state = replace(state, recommendations=((now, current),))
+    nxt = _Next(state, algorithm_state, now)
+    if algorithm.uses_behavior and not nxt.recommendations:
+        nxt.recommendations = ((now, current),)
 
     def scale(desired: int, reason: Reason, message: str) -> ScaleDecision:
         return ScaleDecision(observation.target, current, desired, reason, message, signals)
@@ -107,24 +150,23 @@ def decide(
     out_of_range = _out_of_range(spec, current)
     if out_of_range is not None:
         desired, reason, message = out_of_range
-        return _arbitrate(compiled, observation, state, now, scale, desired, reason, message)
+        return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message)
 
     if rec.replicas is None:
-        failures = state.consecutive_failures + 1
-        state = replace(state, consecutive_failures=failures)
+        failures = nxt.consecutive_failures = nxt.consecutive_failures + 1
         fallback = spec.metric_safety.fallback
         why = _unknown_summary(rec, signals)
         stz = spec.scale_to_zero
         if stz.activation is not None and not signals[stz.activation.signal].ok:
             # An unknown activation signal interrupts an idle period: idle must be known for idleSeconds.
-            state = replace(state, idle_since=None)
+            nxt.idle_since = None
         if current == 0:
             # As KEDA, a known active activation signal wakes the target even if the policy's own signals
             # are unknown (an erroring trigger does not veto another's activity); it only ever scales up.
-            woken, zero_reason, zero_msg, state = _scale_to_zero(compiled, signals, current, 0, state, now)
+            woken, zero_reason, zero_msg = _scale_to_zero(compiled, signals, current, 0, nxt, now)
             if zero_reason is Reason.ACTIVATE_FROM_ZERO:
                 msg = f"{zero_msg}; sized without the policy's unknown signals: {why}"
-                return _finish([scale(woken, zero_reason, msg)], state, now, current, woken)
+                return _finish([scale(woken, zero_reason, msg)], nxt, now, current, woken)
         # As KEDA: fall back once the count of consecutive failures *passes* failureThreshold.
         if fallback is not None and failures > fallback.failure_threshold:
             target = max(spec.min_replicas, min(spec.max_replicas, _fallback_replicas(fallback, current)))
@@ -132,42 +174,38 @@ def decide(
                 f"fallback ({fallback.behavior}) to {target} after {failures} evaluations with unknown "
                 f"signals: {why}"
             )
-            return _finish([scale(target, Reason.FALLBACK, msg)], state, now, current, target)
+            return _finish([scale(target, Reason.FALLBACK, msg)], nxt, now, current, target)
         msg = f"holding {current} replicas: {why} (unknown is never read as idle)"
-        return [scale(current, Reason.METRICS_UNKNOWN, msg)], state
-    state = replace(state, consecutive_failures=0)
+        return [scale(current, Reason.METRICS_UNKNOWN, msg)], nxt.freeze()
+    nxt.consecutive_failures = 0
 
     recommended = rec.replicas
     reason, message = rec.reason, rec.message
-    recommended, zero_reason, zero_msg, state = _scale_to_zero(compiled, signals, current, recommended, state, now)
+    recommended, zero_reason, zero_msg = _scale_to_zero(compiled, signals, current, recommended, nxt, now)
     if zero_reason is not None:
-        return _finish([scale(recommended, zero_reason, zero_msg)], state, now, current, recommended)
+        return _finish([scale(recommended, zero_reason, zero_msg)], nxt, now, current, recommended)
 
     if algorithm.uses_behavior:
-        norm = behavior.normalize(
-            behavior=getattr(spec.policy, "behavior", None),
+        desired, norm_reason, norm_message, nxt.recommendations = behavior.stage(
+            rules=compiled.rules,
             min_replicas=max(spec.min_replicas, 1),
             max_replicas=spec.max_replicas,
             current=current,
             recommended=recommended,
             state=state,
             now=now,
+            recommendations=nxt.recommendations,
         )
     else:
-        norm = behavior.clamp(
-            min_replicas=max(spec.min_replicas, 1),
-            max_replicas=spec.max_replicas,
-            recommended=recommended,
-            state=state,
+        desired, norm_reason, norm_message = behavior.bound(
+            min_replicas=max(spec.min_replicas, 1), max_replicas=spec.max_replicas, recommended=recommended
         )
-    state = norm.state
-    desired = norm.desired
-    if norm.reason is not None:
-        reason = norm.reason
-        message = f"{message}; {norm.message}" if norm.message else message
+    if norm_reason is not None:
+        reason = norm_reason
+        message = f"{message}; {norm_message}" if norm_message else message
     elif desired == current and reason in (Reason.SCALE_UP, Reason.SCALE_DOWN):
         reason = Reason.STEADY
-    return _arbitrate(compiled, observation, state, now, scale, desired, reason, message)
+    return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message)
 
 
 def _out_of_range(spec: Spec, current: int) -> tuple[int, Reason, str] | None:
@@ -193,7 +231,7 @@ def _out_of_range(spec: Spec, current: int) -> tuple[int, Reason, str] | None:
 def _arbitrate(
     compiled: CompiledPolicy,
     observation: Observation,
-    state: PolicyState,
+    nxt: _Next,
     now: float,
     scale: Callable[[int, Reason, str], ScaleDecision],
     desired: int,
@@ -202,36 +240,33 @@ def _arbitrate(
 ) -> tuple[list[Decision], PolicyState]:
     """Last step: capacity arbitration, then the scale decision first and the training decisions after it."""
     spec = compiled.policy.spec
-    decisions: list[Decision] = []
-    if spec.capacity is not None and observation.quota is not None:
-        plan = arbitration.plan(spec=spec, observation=observation, desired=desired)
-        decisions.extend(plan.training)
-        if plan.desired != desired:
-            desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
-    decisions.insert(0, scale(desired, reason, message))
-    return _finish(decisions, state, now, observation.replicas.spec, desired)
+    if spec.capacity is None or observation.quota is None:
+        return _finish([scale(desired, reason, message)], nxt, now, observation.replicas.spec, desired)
+    plan = arbitration.plan(spec=spec, observation=observation, desired=desired)
+    if plan.desired != desired:
+        desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
+    decisions: list[Decision] = [scale(desired, reason, message), *plan.training]
+    return _finish(decisions, nxt, now, observation.replicas.spec, desired)
 
 
 def _finish(
-    decisions: list[Decision], state: PolicyState, now: float, current: int, desired: int
+    decisions: list[Decision], nxt: _Next, now: float, current: int, desired: int
 ) -> tuple[list[Decision], PolicyState]:
     """Record a scale event (HPA's rate policies count them) when the decision changes the count.
 
     Events older than the longest period a rate policy may have are dropped: they can never count again.
     """
     horizon = now - _MAX_PERIOD_S
-    state = replace(
-        state,
-        scale_up_events=tuple(e for e in state.scale_up_events if e[0] > horizon),
-        scale_down_events=tuple(e for e in state.scale_down_events if e[0] > horizon),
-    )
+    ups = behavior.newer_than(nxt.scale_up_events, horizon)
+    downs = behavior.newer_than(nxt.scale_down_events, horizon)
     if desired > current:
-        state = replace(state, scale_up_events=(*state.scale_up_events, (now, desired - current)), last_scale_time=now)
+        ups = (*ups, (now, desired - current))
+        nxt.last_scale_time = now
     elif desired < current:
-        state = replace(
-            state, scale_down_events=(*state.scale_down_events, (now, current - desired)), last_scale_time=now
-        )
-    return decisions, state
+        downs = (*downs, (now, current - desired))
+        nxt.last_scale_time = now
+    nxt.scale_up_events, nxt.scale_down_events = ups, downs
+    return decisions, nxt.freeze()
 
 
 def _unknown_summary(rec: Recommendation, signals: dict[str, SignalValue]) -> str:
@@ -248,24 +283,25 @@ def _scale_to_zero(
     signals: dict[str, SignalValue],
     current: int,
     recommended: int,
-    state: PolicyState,
+    nxt: _Next,
     now: float,
-) -> tuple[int, Reason | None, str, PolicyState]:
+) -> tuple[int, Reason | None, str]:
     """KEDA-style activation: 0→1 above the threshold; to 0 after ``idleSeconds`` at or below it.
 
-    Returns the (possibly replaced) recommendation, the reason when scale-to-zero decided, and the state
-    (which tracks since when the target has been idle).
+    Returns the (possibly replaced) recommendation and the reason and message when scale-to-zero decided;
+    records in ``nxt`` since when the target has been idle.
     """
     stz = compiled.policy.spec.scale_to_zero
     if not stz.enabled or stz.activation is None:
-        return recommended, None, "", state
+        return recommended, None, ""
     act = signals[stz.activation.signal]
     if not act.ok or act.value is None:
         # Unknown activation never scales to zero, and it interrupts an idle period.
-        return recommended, None, "", replace(state, idle_since=None)
+        nxt.idle_since = None
+        return recommended, None, ""
     name, thr = stz.activation.signal, stz.activation.threshold
     if act.value > thr:
-        state = replace(state, idle_since=None)
+        nxt.idle_since = None
         if current == 0:
             # As KEDA: straight to minReplicas (at least 1) or what the policy asks for, within maxReplicas;
             # this path skips the behavior stage, so the bounds are applied here.
@@ -274,15 +310,15 @@ def _scale_to_zero(
             return activated, Reason.ACTIVATE_FROM_ZERO, (
                 f"activating from zero: {name} {act.value:g} > activation threshold {thr:g}; "
                 f"{activated} replica(s)"
-            ), state
-        return recommended, None, "", state
-    idle_since = state.idle_since if state.idle_since is not None else now
-    state = replace(state, idle_since=idle_since)
+            )
+        return recommended, None, ""
+    idle_since = nxt.idle_since if nxt.idle_since is not None else now
+    nxt.idle_since = idle_since
     if current == 0:
-        return 0, Reason.STEADY, f"staying at zero: {name} {act.value:g} ≤ activation threshold {thr:g}", state
+        return 0, Reason.STEADY, f"staying at zero: {name} {act.value:g} ≤ activation threshold {thr:g}"
     if now - idle_since >= stz.idle_seconds:
         return 0, Reason.SCALE_TO_ZERO, (
             f"scaling to zero: {name} {act.value:g} ≤ activation threshold {thr:g} for {now - idle_since:.0f}s "
             f"(idleSeconds {stz.idle_seconds:g})"
-        ), state
-    return recommended, None, "", state
+        )
+    return recommended, None, ""

@@ -104,14 +104,24 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
     return SignalValue(name, SignalState.OK, float(value), "", max(age, 0.0), source)
 
 
+#: A composite signal as ``SignalJudge`` evaluates it: expression, parsed tree, names used, explicit max age.
+_Composite = tuple[str, ast.expr, set[str], float | None]
+
+
 @dataclass(frozen=True)
 class SignalJudge:
-    """Judges all signals of one policy; built once per policy (expressions are parsed once)."""
+    """Judges all signals of one policy; built once per policy (expressions are parsed once).
+
+    Everything a judgement needs from the spec is read here once, into ``_plan``: one entry per signal in
+    evaluation order, ``(name, max_age_s, composite)`` with ``composite`` None for a raw signal, else
+    ``(expr, parsed tree, names it uses, explicit maxAgeSeconds or None)``.
+    """
 
     spec: Spec
     _parsed: dict[str, ast.expr] = field(init=False, repr=False, compare=False)
     _uses: dict[str, set[str]] = field(init=False, repr=False, compare=False)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _plan: tuple[tuple[str, float, _Composite | None], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         composites = [s for s in self.spec.signals if s.expr is not None]
@@ -119,30 +129,50 @@ class SignalJudge:
         object.__setattr__(self, "_parsed", {s.name: ast.parse(s.expr or "", mode="eval").body for s in composites})
         object.__setattr__(self, "_uses", {s.name: s.expression_names() for s in composites})
         object.__setattr__(self, "_order", tuple(_evaluation_order(self.spec)))
+        default_age = self.spec.metric_safety.max_age_seconds
+        plan: list[tuple[str, float, _Composite | None]] = []
+        for name in self._order:
+            sig = self.spec.signal(name)
+            composite = (
+                None
+                if sig.expr is None
+                else (sig.expr, self._parsed[name], self._uses[name], sig.max_age_seconds)
+            )
+            plan.append((name, sig.max_age_seconds or default_age, composite))
+        object.__setattr__(self, "_plan", tuple(plan))
 
     def judge_all(self, readings: Mapping[str, SignalReading], now: float) -> dict[str, SignalValue]:
         """Judge every signal of the policy (composites after their inputs); readings for composites are ignored."""
-        default_age = self.spec.metric_safety.max_age_seconds
         out: dict[str, SignalValue] = {}
-        for name in self._order:
-            sig = self.spec.signal(name)
-            max_age = sig.max_age_seconds or default_age
-            if sig.expr is None:
-                out[name] = judge(name, readings.get(name), now=now, max_age_s=max_age)
+        for name, max_age, composite in self._plan:
+            if composite is None:
+                reading = readings.get(name)
+                # The common case inline (a fresh, finite, non-negative sample without error): exactly what
+                # judge() returns for it; anything else takes judge() for its reason.
+                if reading is not None and reading.error is None:
+                    value, stamp = reading.value, reading.timestamp
+                    if value is not None and stamp is not None and 0.0 <= value < math.inf:
+                        age = now - stamp
+                        if -FUTURE_SKEW_S <= age <= max_age:
+                            out[name] = SignalValue(
+                                name, SignalState.OK, float(value), "", age if age >= 0.0 else 0.0, reading.source
+                            )
+                            continue
+                out[name] = judge(name, reading, now=now, max_age_s=max_age)
             else:
-                value = _evaluate(name, sig.expr, self._parsed[name], self._uses[name], out)
-                limit = sig.max_age_seconds
+                expr, tree, uses, limit = composite
+                judged = _evaluate(name, expr, tree, uses, out)
                 # An explicit limit on a composite bounds the age of its oldest input.
-                if limit is not None and value.ok and value.age_s is not None and value.age_s > limit:
-                    value = SignalValue(
+                if limit is not None and judged.ok and judged.age_s is not None and judged.age_s > limit:
+                    judged = SignalValue(
                         name,
                         SignalState.UNKNOWN,
                         None,
-                        f"stale: oldest input {value.age_s:.0f}s old > maxAgeSeconds {limit:g}",
-                        value.age_s,
+                        f"stale: oldest input {judged.age_s:.0f}s old > maxAgeSeconds {limit:g}",
+                        judged.age_s,
                         "expr",
                     )
-                out[name] = value
+                out[name] = judged
         return out
 
 

@@ -20,9 +20,11 @@ Two modes:
 
 from __future__ import annotations
 
+import gc
 import math
+from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 from autoscaler.core.engine import CompiledPolicy, decide
@@ -93,11 +95,15 @@ class Fleet:
         self.ready = replicas
         self.delay_s = delay_s
         self._pending: list[tuple[float, int]] = []  # (ready at, how many), oldest first
+        self._status: ReplicaStatus | None = None  # the last status returned (immutable, so shared while equal)
 
     def status(self, now: float) -> ReplicaStatus:
         while self._pending and self._pending[0][0] <= now:
             self.ready += self._pending.pop(0)[1]
-        return ReplicaStatus(spec=self.spec, ready=self.ready, starting=self.spec - self.ready)
+        last = self._status
+        if last is None or last.spec != self.spec or last.ready != self.ready:
+            last = self._status = ReplicaStatus(spec=self.spec, ready=self.ready, starting=self.spec - self.ready)
+        return last
 
     def apply(self, desired: int, now: float) -> None:
         if desired > self.spec:
@@ -117,29 +123,26 @@ class Fleet:
         self.spec = desired
 
 
-class _Cursor:
-    """The latest sample at or before an evaluation time, for times that only move forward."""
+def latest_index(stamps: list[float], times: list[float]) -> list[int]:
+    """At each of ``times``, the index of the latest of ``stamps`` (increasing) at or before it; -1 before the
+    first."""
+    return [bisect_right(stamps, now) - 1 for now in times]
 
-    __slots__ = ("_i", "_next", "_times", "_values", "origin", "reading")
 
-    def __init__(self, series: Series, origin: str) -> None:
-        self._times = series.times
-        self._values = series.values
-        self._i = -1
-        # Most evaluations see no new sample: one comparison decides that.
-        self._next = series.times[0] if series.times else math.inf
-        self.origin = origin
-        self.reading: SignalReading | None = None  # None until the first sample
-
-    def at(self, now: float) -> SignalReading | None:
-        if now >= self._next:
-            times, i, n = self._times, self._i, len(self._times)
-            while i + 1 < n and times[i + 1] <= now:
-                i += 1
-            self._i = i
-            self._next = times[i + 1] if i + 1 < n else math.inf
-            self.reading = SignalReading(self._values[i], times[i], source=self.origin)
-        return self.reading
+def latest(series: Series, origin: str, times: list[float]) -> list[SignalReading | None]:
+    """At each of ``times`` (increasing), the latest sample at or before it as a reading carrying the sample's
+    own timestamp; None before the first sample. A sample's reading is one object, shared until the next."""
+    out: list[SignalReading | None] = []
+    append = out.append
+    stamps, values = series.times, series.values
+    last = -1
+    reading: SignalReading | None = None
+    for i in latest_index(stamps, times):
+        if i != last:
+            reading = SignalReading(values[i], stamps[i], source=origin)
+            last = i
+        append(reading)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +236,7 @@ def run(
     first_recorded = int(recorded.values[0]) if recorded is not None else options.initial_replicas
     assert first_recorded is not None or options.mode == "whatif"
 
-    cursors = [(inp.name, inp.per_replica, _Cursor(inp.series, inp.origin)) for inp in inputs]
-    rec_cursor = _Cursor(recorded, "") if recorded is not None else None
+    times = [start + k * period for k in range(count)]
     state = PolicyState()
     # whatif: starts from --initial-replicas, else the first recorded count, else minReplicas.
     if options.initial_replicas is not None:
@@ -244,82 +246,105 @@ def run(
     else:
         initial = spec.min_replicas
     fleet = Fleet(initial, options.actuation_delay_s)
+    # The recorded count at each evaluation (before its first sample: --initial-replicas, else the first one).
+    before_first = options.initial_replicas if options.initial_replicas is not None else first_recorded
+    if recorded is not None:
+        rec_values = recorded.values
+        rec_counts = [before_first if i < 0 else int(rec_values[i] or 0) for i in latest_index(recorded.times, times)]
+    else:
+        rec_counts = [before_first] * count
+    rec_known = recorded is not None or options.initial_replicas is not None
+    whatif = options.mode == "whatif"
+    # Each signal's reading at every evaluation; a row of them per evaluation. Before a signal's first sample
+    # there is none (the core reports it missing): from `complete` on, every signal has one.
+    names = [inp.name for inp in inputs]
+    columns = [latest(inp.series, inp.origin, times) for inp in inputs]
+    complete = max(_first_present(column) for column in columns)
+    # whatif: perReplica signals are rescaled when our ready count differs from the recorded one.
+    rescaled = [j for j, inp in enumerate(inputs) if inp.per_replica] if whatif else []
     prev_recorded: int | None = None
     steps = result.steps
     batch = 0
-    rec_known = recorded is not None or options.initial_replicas is not None
-    whatif = options.mode == "whatif"
     # recorded mode: the real scale history (recorded changes within EVENT_HORIZON_S).
     ups: tuple[tuple[float, int], ...] = ()
     downs: tuple[tuple[float, int], ...] = ()
     last: float | None = None
+    status: ReplicaStatus | None = None
 
-    for k in range(count):
-        now = start + k * period
-        # The recorded count at `now` (before its first sample: --initial-replicas, else the first one).
-        rec_reading = rec_cursor.at(now) if rec_cursor is not None else None
-        if rec_reading is not None:
-            rec_now: int | None = int(rec_reading.value or 0)
-        elif options.initial_replicas is not None:
-            rec_now = options.initial_replicas
-        else:
-            rec_now = first_recorded
+    # The loop makes no reference cycles but hundreds of thousands of small objects the result keeps: the cyclic
+    # collector would traverse them again and again as they pile up (a quarter of the replay time).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for k, (now, row, rec_now) in enumerate(zip(times, zip(*columns, strict=True), rec_counts, strict=True)):
+            if whatif:
+                status = fleet.status(now)
+            elif status is None or status.spec != rec_now:
+                # Immutable: one status object while the recorded count holds.
+                assert rec_now is not None
+                status = ReplicaStatus(spec=rec_now, ready=rec_now, starting=0)
 
-        if not whatif:
-            assert rec_now is not None
-            status = ReplicaStatus(spec=rec_now, ready=rec_now, starting=0)
-        else:
-            status = fleet.status(now)
+            if k >= complete:
+                readings: dict[str, SignalReading] = dict(zip(names, row, strict=True))
+            else:
+                readings = {name: reading for name, reading in zip(names, row, strict=True) if reading is not None}
+            if rescaled and rec_now is not None and rec_now != status.ready:
+                for j in rescaled:
+                    reading = row[j]
+                    if reading is not None and reading.value is not None:
+                        # Conserve the load: the recorded replicas' per-replica value spread over our serving ones.
+                        value = reading.value * rec_now / max(status.ready, 1)
+                        readings[names[j]] = SignalReading(value, reading.timestamp, source=reading.source)
 
-        readings: dict[str, SignalReading] = {}
-        for name, per_replica, cursor in cursors:
-            reading = cursor.at(now)
-            if reading is None:
-                continue  # no sample yet: the core reports it missing
-            if whatif and per_replica and rec_now is not None and rec_now != status.ready and reading.value is not None:
-                # Conserve the load: the recorded replicas' per-replica value spread over our serving ones.
-                value = reading.value * rec_now / max(status.ready, 1)
-                reading = SignalReading(value, reading.timestamp, source=reading.source)
-            readings[name] = reading
+            observation = Observation(target, status, readings)
+            try:
+                decisions, new_state = decide(compiled, observation, state, now)
+            except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
+                raise EvaluationError(now, exc) from exc
+            decision = decisions[0]
+            assert isinstance(decision, ScaleDecision)
+            steps.append(Step(now, status, rec_now if rec_known else None, decision, readings))
 
-        observation = Observation(target=target, replicas=status, signals=readings)
-        try:
-            decisions, new_state = decide(compiled, observation, state, now)
-        except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
-            raise EvaluationError(now, exc) from exc
-        decision = decisions[0]
-        assert isinstance(decision, ScaleDecision)
-        steps.append(Step(now, status, rec_now if rec_known else None, decision, readings))
+            if not whatif:
+                # The decision was not applied: the scale history (which rate policies read) is the recorded
+                # changes, not the decisions the policy would have taken.
+                if prev_recorded is not None and rec_now is not None and rec_now != prev_recorded:
+                    horizon = now - EVENT_HORIZON_S
+                    ups = tuple(e for e in ups if e[0] > horizon)
+                    downs = tuple(e for e in downs if e[0] > horizon)
+                    if rec_now > prev_recorded:
+                        ups = (*ups, (now, rec_now - prev_recorded))
+                    else:
+                        downs = (*downs, (now, prev_recorded - rec_now))
+                    last = now
+                if (
+                    new_state.scale_up_events != ups
+                    or new_state.scale_down_events != downs
+                    or new_state.last_scale_time != last
+                ):
+                    new_state = new_state.with_scale_history(ups, downs, last)
+                state = new_state
+                prev_recorded = rec_now
+            else:
+                state = new_state
+                fleet.apply(decision.desired, now)
 
-        if not whatif:
-            # The decision was not applied: the scale history (which rate policies read) is the recorded
-            # changes, not the decisions the policy would have taken.
-            if prev_recorded is not None and rec_now is not None and rec_now != prev_recorded:
-                horizon = now - EVENT_HORIZON_S
-                ups = tuple(e for e in ups if e[0] > horizon)
-                downs = tuple(e for e in downs if e[0] > horizon)
-                if rec_now > prev_recorded:
-                    ups = (*ups, (now, rec_now - prev_recorded))
-                else:
-                    downs = (*downs, (now, prev_recorded - rec_now))
-                last = now
-            if (
-                new_state.scale_up_events != ups
-                or new_state.scale_down_events != downs
-                or new_state.last_scale_time != last
-            ):
-                new_state = replace(new_state, scale_up_events=ups, scale_down_events=downs, last_scale_time=last)
-            state = new_state
-            prev_recorded = rec_now
-        else:
-            state = new_state
-            fleet.apply(decision.desired, now)
-
-        if progress is not None:
-            batch += 1
-            if batch == 1000:
-                progress(batch)
-                batch = 0
+            if progress is not None:
+                batch += 1
+                if batch == 1000:
+                    progress(batch)
+                    batch = 0
+    finally:
+        if collecting:
+            gc.enable()
     if progress is not None and batch:
         progress(batch)
     return result
+
+
+def _first_present(column: list[SignalReading | None]) -> int:
+    """The index of the first reading in ``column`` (its length when there is none)."""
+    for k, reading in enumerate(column):
+        if reading is not None:
+            return k
+    return len(column)

@@ -1,6 +1,6 @@
 """What a replay produced: ``decisions.jsonl``, ``summary.json`` and the compact table on stdout.
 
-Definitions (also in the README fragment, ``docs/readme/replay.md``):
+Definitions (also in ``docs/replay.md``):
   - a *scale event* is an evaluation whose desired count differs from the previous evaluation's desired
     count (the first one is compared with the current count then). In ``whatif`` mode that is exactly a
     change the policy applied; in ``recorded`` mode it is a change of mind, not a repeat of the same wish
@@ -141,8 +141,9 @@ def summarize(
     }
 
 
-#: JSON string escaping (non-ASCII kept as is: messages use → and ≤).
-_escape = json.JSONEncoder(ensure_ascii=False).encode
+#: JSON string escaping (non-ASCII kept as is: messages use → and ≤); the same function
+#: ``json.JSONEncoder(ensure_ascii=False).encode`` calls for a string.
+_escape = json.encoder.encode_basestring
 
 
 def _json_number(value: float | None) -> str:
@@ -154,24 +155,35 @@ def _json_number(value: float | None) -> str:
     return '"NaN"' if math.isnan(value) else ('"+Inf"' if value > 0 else '"-Inf"')
 
 
+def _age(age: float) -> str:
+    """``repr(round(age, 3))``; a whole number of seconds (the usual age) is its own rounding."""
+    if age.__class__ is float and age.is_integer():
+        return repr(age)
+    return repr(round(age, 3))
+
+
 def decision_line(step: Step, target: str) -> str:
     """One evaluation as a JSON object on one line.
 
     Assembled by hand rather than with ``json.dumps`` of a dict: a week at 15 s is 40,320 lines and this is
-    about three times faster. Strings go through the json module's escaping; signal names need none (the
+    several times faster. Strings go through the json module's escaping; signal names need none (the
     spec restricts them to ``[A-Za-z_][A-Za-z0-9_]*``).
     """
     d = step.decision
     r = step.replicas
+    readings = step.readings
     parts = []
     for name, v in d.signals.items():
-        entry = f'"{name}":{{"value":{_json_number(v.value)},"state":"{v.state}"'
+        value = v.value
+        # A finite float (the usual value) is its repr; anything else as _json_number spells it.
+        number = repr(value) if value.__class__ is float and value - value == 0.0 else _json_number(value)
+        entry = f'"{name}":{{"value":{number},"state":"{v.state}"'
         if v.reason:
             entry += f',"reason":{_escape(v.reason)}'
         if v.age_s is not None:
-            entry += f',"age_s":{round(v.age_s, 3)!r}'
-        reading = step.readings.get(name)
-        if reading is not None and reading.value is not None and v.value != reading.value:
+            entry += f',"age_s":{_age(v.age_s)}'
+        reading = readings.get(name)
+        if reading is not None and reading.value is not None and value != reading.value:
             # What was read, when the core did not take it as is (stale, NaN, negative...).
             entry += f',"input":{_json_number(reading.value)}'
         parts.append(entry + "}")

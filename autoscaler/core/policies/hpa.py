@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from autoscaler.core.model import PodStatus, Reason, ReplicaStatus
+from autoscaler.core.model import PodStatus, Reason, SignalState
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.specbase import SpecModel
 
@@ -107,16 +107,28 @@ class Tolerances:
 
     down: float
     up: float
+    #: The band's edges, and their text in explanations, computed once.
+    low: float = field(init=False, repr=False, compare=False)
+    high: float = field(init=False, repr=False, compare=False)
+    _low_text: str = field(init=False, repr=False, compare=False)
+    _high_text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Frozen dataclass: the derived fields are set once here.
+        object.__setattr__(self, "low", 1.0 - self.down)
+        object.__setattr__(self, "high", 1.0 + self.up)
+        object.__setattr__(self, "_low_text", f"{self.low:.3g}")
+        object.__setattr__(self, "_high_text", f"{self.high:.3g}")
 
     def within(self, ratio: float) -> bool:
-        return (1.0 - self.down) <= ratio <= (1.0 + self.up)
+        return self.low <= ratio <= self.high
 
     def describe(self, ratio: float) -> str:
-        if ratio > 1.0 + self.up:
-            return f"ratio {ratio:.3g} > {1.0 + self.up:.3g} tolerance"
-        if ratio < 1.0 - self.down:
-            return f"ratio {ratio:.3g} < {1.0 - self.down:.3g} tolerance"
-        return f"ratio {ratio:.3g} within {1.0 - self.down:.3g}–{1.0 + self.up:.3g} tolerance"
+        if ratio > self.high:
+            return f"ratio {ratio:.3g} > {self._high_text} tolerance"
+        if ratio < self.low:
+            return f"ratio {ratio:.3g} < {self._low_text} tolerance"
+        return f"ratio {ratio:.3g} within {self._low_text}–{self._high_text} tolerance"
 
 
 def tolerances(config: HpaPolicyConfig) -> Tolerances:
@@ -132,7 +144,18 @@ def tolerances(config: HpaPolicyConfig) -> Tolerances:
 
 def milli(value: float) -> int:
     """``Quantity.MilliValue()``: ``ceil(value × 1000)`` (rounded first so float noise does not add a milli)."""
-    return math.ceil(round(value * 1000.0, 6))
+    x = value * 1000.0
+    if 0.0 <= x < 4e15:
+        # ``round(x, 6)`` (a decimal conversion, the costly part) only matters just above a whole number:
+        # further than 1e-6 above it, or exactly on it, the result is ``ceil(x)``; closer than 4e-7, where
+        # rounding to 6 decimals lands on it, the whole number. ``x - whole`` is exact in this range.
+        whole = math.floor(x)
+        frac = x - whole
+        if frac == 0.0 or frac > 1e-6:
+            return math.ceil(x)
+        if frac < 4e-7:
+            return whole
+    return math.ceil(round(x, 6))
 
 
 def _fmt(milli_value: float) -> str:
@@ -206,13 +229,64 @@ def average_value_replicas(*, status_replicas: int, usage: int, target: int, tol
     return math.ceil(usage / target), ratio
 
 
-@dataclass(frozen=True, slots=True)
-class MetricOutcome:
-    signal: str
-    replicas: int | None  # None: the metric cannot be computed (unknown)
-    explanation: str
-    #: The ratio was within tolerance (so the metric proposes the current count).
-    within: bool = False
+#: One metric's proposal: ``(signal, replicas or None when it cannot be computed, within tolerance, why)``.
+#: ``why`` holds the numbers behind it rather than a sentence: only the explanations a message shows (the chosen
+#: metric's and the unknown ones') are formatted, by ``_explain``.
+MetricOutcome = tuple[str, int | None, bool, tuple[Any, ...]]
+
+
+def _explain(name: str, why: tuple[Any, ...], tol: Tolerances) -> str:
+    """The sentence for one metric from its ``MetricOutcome.why``."""
+    kind = why[0]
+    if kind == "pods":
+        return _explain_pods(name, *why[1:], tol=tol)
+    if kind == "average":
+        usage, target, ratio, status, current, replicas = why[1:]
+        return (
+            f"{name} {_fmt(usage)} over {_n(status, 'replica')} vs target {_fmt(target)} per replica "
+            f"({tol.describe(ratio) if math.isfinite(ratio) else 'no replicas'}): {current} → {replicas}"
+        )
+    if kind == "value":
+        usage, target, ratio, ready, current, replicas = why[1:]
+        how = f"from zero: ceil({ratio:.3g})" if current == 0 else f"{tol.describe(ratio)}, {ready} ready"
+        return f"{name} {_fmt(usage)} vs target value {_fmt(target)} ({how}): {current} → {replicas}"
+    if kind == "unknown":
+        return f"{name} is unknown ({why[1]})"
+    if kind == "no-pod-value":
+        return f"{name}: no pod reports a value"
+    if kind == "no-ready":
+        return f"{name} cannot be averaged: no ready replicas"
+    raise AssertionError(why)
+
+
+def _explain_pods(
+    name: str,
+    basis: str,
+    counts: tuple[int, int, int, int],
+    target: int,
+    ratio: float,
+    new_ratio: float | None,
+    current: int,
+    count: int,
+    *,
+    tol: Tolerances,
+) -> str:
+    total, count_, missing, unready = counts
+    if basis == "pods":
+        text = f"{name} averages {_fmt(total // count_)} over {_n(count_, 'pod')}"
+    elif basis == "perReplica":
+        text = f"{name} {_fmt(total // count_)} per ready replica over {count_} ready"
+    else:
+        text = f"{name} {_fmt(total)} over {_n(count_, 'ready replica')} = {_fmt(total // count_)} per replica"
+    text += f" vs target {_fmt(target)} ({tol.describe(ratio)})"
+    if new_ratio is not None:
+        adjusted = []
+        if missing:
+            adjusted.append(f"{_n(missing, 'pod')} without a value")
+        if unready and ratio > 1.0:
+            adjusted.append(f"{_n(unready, 'not-ready pod')} at 0")
+        text += f"; counting {' and '.join(adjusted) or 'pods as upstream'}: ratio {new_ratio:.3g}"
+    return f"{text}: {current} → {count}"
 
 
 def _per_pod_usage(
@@ -245,107 +319,111 @@ class HpaAlgorithm:
     def __init__(self, config: HpaPolicyConfig) -> None:
         self.config = config
         self.tolerances = tolerances(config)
+        #: Per metric, read once from the config: ``(signal, "Pods" | "Value" | "AverageValue", target in milli)``.
+        self.metrics: tuple[tuple[str, str, int], ...] = tuple(_metric_plan(m) for m in config.metrics)
 
     def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
         current = ctx.replicas.spec
-        outcomes = [self._metric(m, ctx, ctx.per_replica.get(m.signal)) for m in self.config.metrics]
-        valid = [o for o in outcomes if o.replicas is not None]
-        invalid = [o for o in outcomes if o.replicas is None]
-        unknown = tuple(o.signal for o in invalid)
-        if not valid:
-            why = "; ".join(o.explanation for o in invalid)
-            return Recommendation(None, Reason.METRICS_UNKNOWN, f"no metric can be computed: {why}", unknown), state
+        tol = self.tolerances
+        outcomes = [self._metric(metric, ctx) for metric in self.metrics]
         # The first metric with the highest count (upstream keeps the first on ties).
-        best = max(valid, key=lambda o: o.replicas or 0)
-        replicas = best.replicas or 0
+        best: MetricOutcome | None = None
+        replicas = 0
+        invalid: list[MetricOutcome] = []
+        all_within = True
+        for o in outcomes:
+            count = o[1]
+            if count is None:
+                invalid.append(o)
+                continue
+            if best is None or count > replicas:
+                best, replicas = o, count
+            all_within = all_within and o[2]
+        unknown = tuple(o[0] for o in invalid)
+        if best is None:
+            why = "; ".join(_explain(o[0], o[3], tol) for o in invalid)
+            return Recommendation(None, Reason.METRICS_UNKNOWN, f"no metric can be computed: {why}", unknown), state
         if invalid and replicas < current:
             # Upstream never scales down while a metric is invalid: it could be the one holding the count up.
-            why = "; ".join(o.explanation for o in invalid)
-            msg = f"the valid metrics would scale down to {replicas} but {why}; {best.explanation}"
+            why = "; ".join(_explain(o[0], o[3], tol) for o in invalid)
+            msg = f"the valid metrics would scale down to {replicas} but {why}; {_explain(best[0], best[3], tol)}"
             return Recommendation(None, Reason.METRICS_UNKNOWN, msg, unknown), state
-        message = best.explanation
-        others = [o for o in outcomes if o is not best]
-        if others:
-            parts = [f"{o.signal} → {o.replicas}" if o.replicas is not None else o.explanation for o in others]
+        message = _explain(best[0], best[3], tol)
+        if len(outcomes) > 1:
+            parts = [
+                f"{o[0]} → {o[1]}" if o[1] is not None else _explain(o[0], o[3], tol) for o in outcomes if o is not best
+            ]
             message = f"{message} (highest of {len(outcomes)} metrics; {', '.join(parts)})"
         if replicas > current:
             reason = Reason.SCALE_UP
         elif replicas < current:
             reason = Reason.SCALE_DOWN
         else:
-            reason = Reason.WITHIN_TOLERANCE if all(o.within for o in valid) else Reason.STEADY
+            reason = Reason.WITHIN_TOLERANCE if all_within else Reason.STEADY
         return Recommendation(replicas, reason, message, unknown), state
 
-    def _metric(self, metric: MetricSpec, ctx: Context, per_pod: Mapping[str, float] | None) -> MetricOutcome:
-        name = metric.signal
+    def _metric(self, metric: tuple[str, str, int], ctx: Context) -> MetricOutcome:
+        name, kind, target = metric
         sig = ctx.signals.get(name)
-        if sig is None or not sig.ok or sig.value is None:
-            reason = sig.reason if sig is not None else "missing"
-            return MetricOutcome(name, None, f"{name} is unknown ({reason})")
-        target = metric.target
-        if metric.type == "Pods":
-            assert target.average_value is not None
-            scope = _scope(ctx, name)
-            return self._pods(name, sig.value, scope, milli(target.average_value), ctx.replicas, per_pod)
-        current = ctx.replicas.spec
-        usage = milli(sig.value)
+        if sig is None or sig.value is None or sig.state is not SignalState.OK:
+            return name, None, False, ("unknown", sig.reason if sig is not None else "missing")
+        if kind == "Pods":
+            return self._pods(name, sig.value, ctx, target)
         tol = self.tolerances
-        if target.type == "Value":
-            assert target.value is not None
-            t = milli(target.value)
-            ready = ctx.replicas.ready
-            replicas, ratio = value_replicas(current=current, ready=ready, usage=usage, target=t, tol=tol)
-            how = f"from zero: ceil({ratio:.3g})" if current == 0 else f"{tol.describe(ratio)}, {ready} ready"
-            text = f"{name} {_fmt(usage)} vs target value {_fmt(t)} ({how}): {current} → {replicas}"
-            return MetricOutcome(name, replicas, text, current != 0 and tol.within(ratio))
-        assert target.average_value is not None
-        t = milli(target.average_value)
-        status = ctx.replicas.ready + ctx.replicas.starting
-        replicas, ratio = average_value_replicas(status_replicas=status, usage=usage, target=t, tol=tol)
-        text = (
-            f"{name} {_fmt(usage)} over {_n(status, 'replica')} vs target {_fmt(t)} per replica "
-            f"({tol.describe(ratio) if math.isfinite(ratio) else 'no replicas'}): {current} → {replicas}"
-        )
-        return MetricOutcome(name, replicas, text, tol.within(ratio))
+        status = ctx.replicas
+        current = status.spec
+        usage = milli(sig.value)
+        if kind == "Value":
+            ready = status.ready
+            replicas, ratio = value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
+            within = current != 0 and tol.within(ratio)
+            return name, replicas, within, ("value", usage, target, ratio, ready, current, replicas)
+        counted = status.ready + status.starting
+        replicas, ratio = average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
+        return name, replicas, tol.within(ratio), ("average", usage, target, ratio, counted, current, replicas)
 
-    def _pods(
-        self,
-        name: str,
-        value: float,
-        scope: str,
-        target: int,
-        replicas: ReplicaStatus,
-        per_pod: Mapping[str, float] | None,
-    ) -> MetricOutcome:
+    def _pods(self, name: str, value: float, ctx: Context, target: int) -> MetricOutcome:
+        tol = self.tolerances
+        replicas = ctx.replicas
         current = replicas.spec
+        per_pod = ctx.per_replica.get(name)
         if per_pod is not None and replicas.pods is not None:
             usage = _per_pod_usage(replicas.pods, per_pod)
             if usage.count == 0:
-                return MetricOutcome(name, None, f"{name}: no pod reports a value")
-            basis = f"{name} averages {_fmt(usage.total // usage.count)} over {_n(usage.count, 'pod')}"
+                return name, None, False, ("no-pod-value",)
+            basis = "pods"
         else:
             ready = replicas.ready
             if ready == 0:
-                return MetricOutcome(name, None, f"{name} cannot be averaged: no ready replicas")
-            if scope == "perReplica":
+                return name, None, False, ("no-ready",)
+            if _scope(ctx, name) == "perReplica":
                 total = milli(value) * ready
-                basis = f"{name} {_fmt(milli(value))} per ready replica over {ready} ready"
+                basis = "perReplica"
             else:
                 total = milli(value)
-                basis = f"{name} {_fmt(total)} over {_n(ready, 'ready replica')} = {_fmt(total // ready)} per replica"
+                basis = "total"
+            ratio = (total // ready) / target
+            if not (replicas.starting and ratio > 1.0):
+                # ``pods_replicas`` without pods to adjust for (none missing; none unready, or not scaling up):
+                # the ready count scaled by the ratio, or the current count within tolerance.
+                within = tol.within(ratio)
+                count = current if within else math.ceil(ratio * ready)
+                why = ("pods", basis, (total, ready, 0, 0), target, ratio, None, current, count)
+                return name, count, within, why
             usage = PodsUsage(total=total, count=ready, ready=ready, unready=replicas.starting)
-        tol = self.tolerances
         count, ratio, new_ratio = pods_replicas(current=current, usage=usage, target=target, tol=tol)
-        text = f"{basis} vs target {_fmt(target)} ({tol.describe(ratio)})"
-        if new_ratio is not None:
-            adjusted = []
-            if usage.missing:
-                adjusted.append(f"{_n(usage.missing, 'pod')} without a value")
-            if usage.unready and ratio > 1.0:
-                adjusted.append(f"{_n(usage.unready, 'not-ready pod')} at 0")
-            text += f"; counting {' and '.join(adjusted) or 'pods as upstream'}: ratio {new_ratio:.3g}"
         within = tol.within(ratio) or (new_ratio is not None and tol.within(new_ratio))
-        return MetricOutcome(name, count, f"{text}: {current} → {count}", within)
+        counts = (usage.total, usage.count, usage.missing, usage.unready)
+        return name, count, within, ("pods", basis, counts, target, ratio, new_ratio, current, count)
+
+
+def _metric_plan(metric: MetricSpec) -> tuple[str, str, int]:
+    target = metric.target
+    if metric.type == "Pods" or target.type == "AverageValue":
+        assert target.average_value is not None  # the config model requires it
+        return metric.signal, "Pods" if metric.type == "Pods" else "AverageValue", milli(target.average_value)
+    assert target.value is not None
+    return metric.signal, "Value", milli(target.value)
 
 
 def _scope(ctx: Context, name: str) -> Literal["total", "perReplica"]:

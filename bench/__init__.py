@@ -1,0 +1,1 @@
+"""Benchmarks: each module runs as ``python -m bench.<name>`` and prints its figure (see README)."""

@@ -1,0 +1,66 @@
+"""The shortcuts taken for replay speed give exactly what the plain definitions give."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.core import behavior
+from autoscaler.core.model import (
+    Observation,
+    PolicyState,
+    ReplicaStatus,
+    SignalState,
+    SignalValue,
+    TargetKind,
+    TargetRef,
+)
+from autoscaler.core.policies.hpa import milli
+
+history_st = st.lists(
+    st.tuples(st.floats(-1e4, 1e4, allow_nan=False) | st.just(math.nan), st.integers(0, 50)), max_size=30
+).map(tuple)
+
+
+@given(value=st.floats(0, 1e9, allow_nan=False) | st.integers(0, 10**6).map(lambda n: n / 1000))
+def test_milli_matches_its_definition(value: float) -> None:
+    assert milli(value) == math.ceil(round(value * 1000.0, 6))
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e-10, -1e-10, 3e-7, 4e-7, 4.5e-7, 5e-7, 5.5e-7, 1e-6, 1.1e-6])
+def test_milli_near_whole_millis(offset: float) -> None:
+    for n in range(0, 5000, 7):
+        value = n / 1000 + offset / 1000
+        assert milli(value) == math.ceil(round(value * 1000.0, 6))
+
+
+@given(history=history_st, cutoff=st.floats(-1e4, 1e4, allow_nan=False))
+def test_history_pruning_matches_the_filter_in_any_order(history: tuple[tuple[float, int], ...], cutoff: float) -> None:
+    assert behavior.since(history, cutoff) == tuple(e for e in history if e[0] >= cutoff)
+    assert behavior.newer_than(history, cutoff) == tuple(e for e in history if e[0] > cutoff)
+
+
+def test_with_scale_history_is_replace() -> None:
+    state = PolicyState(((1.0, 2),), ((2.0, 1),), (), 3, 4.0, 2.0, 1.0, object())
+    changed = state.with_scale_history(((5.0, 1),), ((6.0, 2),), 6.0)
+    expected = dataclasses.replace(
+        state, scale_up_events=((5.0, 1),), scale_down_events=((6.0, 2),), last_scale_time=6.0
+    )
+    assert changed == expected
+    assert changed.algorithm is state.algorithm
+
+
+def test_quick_init_keeps_dataclass_behaviour() -> None:
+    value = SignalValue("q", SignalState.OK, 1.0)
+    assert (value.reason, value.age_s, value.source) == ("", None, "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.name = "other"  # type: ignore[misc]
+    target = TargetRef(TargetKind.DEPLOYMENT, "llm")
+    first, second = Observation(target, ReplicaStatus(1, 1)), Observation(target, ReplicaStatus(1, 1))
+    assert first == second
+    assert first.signals is not second.signals  # default_factory: one dict each
+    assert SignalValue(name="q", state=SignalState.OK, value=1.0) == value
