@@ -22,7 +22,6 @@ periods do not (upstream compares with ``Before``/``After``).
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
@@ -38,9 +37,6 @@ SCALE_UP_LIMIT_FACTOR = 2.0
 SCALE_UP_LIMIT_MINIMUM = 4.0
 
 Select = Literal["Max", "Min", "Disabled"]
-
-#: The count of a ``(time, count)`` history entry.
-_COUNT = operator.itemgetter(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +205,23 @@ def _legacy(
     now: float,
 ) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
     # Upstream drops a recommendation only when it is *before* the cutoff: one stamped exactly 300 s ago counts.
-    kept = since(history, now - DEFAULT_DOWNSCALE_WINDOW_S)
-    stabilized = max(recommended, max(map(_COUNT, kept), default=recommended))
+    # One pass does ``since`` and the max of what it keeps: in time order (as the engine records them) the
+    # entries that go are a prefix, sliced off; an old entry after a kept one (or a NaN time) means filtering.
+    cutoff = now - DEFAULT_DOWNSCALE_WINDOW_S
+    stabilized = recommended
+    drop = 0  # the leading entries before the cutoff
+    kept_any = False
+    in_order = True
+    for t, count in history:
+        if t >= cutoff:
+            kept_any = True
+            if count > stabilized:  # noqa: PLR1730 (a max() call per entry costs more than the comparison)
+                stabilized = count
+        elif kept_any:
+            in_order = False
+        else:
+            drop += 1
+    kept = (history[drop:] if drop else history) if in_order else tuple(e for e in history if e[0] >= cutoff)
     history = (*kept, (now, recommended))
     notes: list[str] = []
     reason: Reason | None = None
@@ -220,20 +231,18 @@ def _legacy(
             f"held at {stabilized}, the highest recommendation of the last {DEFAULT_DOWNSCALE_WINDOW_S}s "
             f"(downscale stabilization without behavior)"
         )
-    scale_up_limit = int(max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM))
-    if max_replicas > scale_up_limit:
-        upper, upper_reason = scale_up_limit, Reason.RATE_LIMITED
-        upper_msg = f"scale-up limited to {upper}: at most max(2×{current}, 4) per evaluation without behavior"
-    else:
-        upper, upper_reason = max_replicas, Reason.LIMITED_BY_MAX
-        upper_msg = f"limited to maxReplicas {max_replicas}"
     desired = stabilized
+    scale_up_limit = int(max(SCALE_UP_LIMIT_FACTOR * current, SCALE_UP_LIMIT_MINIMUM))
     if stabilized < min_replicas:
         desired, reason = min_replicas, Reason.LIMITED_BY_MIN
         notes.append(f"raised to minReplicas {min_replicas}")
-    elif stabilized > upper:
-        desired, reason = upper, upper_reason
-        notes.append(upper_msg)
+    elif max_replicas > scale_up_limit:
+        if stabilized > scale_up_limit:
+            desired, reason = scale_up_limit, Reason.RATE_LIMITED
+            notes.append(f"scale-up limited to {desired}: at most max(2×{current}, 4) per evaluation without behavior")
+    elif stabilized > max_replicas:
+        desired, reason = max_replicas, Reason.LIMITED_BY_MAX
+        notes.append(f"limited to maxReplicas {max_replicas}")
     return desired, reason, "; ".join(notes), history
 
 

@@ -27,24 +27,25 @@ class _Factory:
 _NO_DEFAULT = _Factory()
 
 
-def _quick_init(cls: type[_T]) -> type[_T]:
+def quick_init(cls: type[_T]) -> type[_T]:
     """Give a frozen, slotted dataclass an ``__init__`` that fills its slots through their descriptors.
 
     The ``__init__`` ``dataclass`` generates for a frozen class calls ``object.__setattr__`` once per field,
     which makes building one of these small objects cost several times a mutable one; replay and simulation
     build hundreds of thousands. Setting the slots through their member descriptors does the same thing at
     about half the cost. Same signature, defaults and default factories, same object: only for classes without
-    ``__post_init__``, ``InitVar`` or keyword-only fields (checked here).
+    ``__post_init__``, ``InitVar`` or keyword-only fields (checked here). Public: the policy types' ``Context`` and
+    ``Recommendation`` and the replay's ``Step``, also built once per evaluation, use it too.
     """
     params = getattr(cls, "__dataclass_params__", None)
     if params is None or not params.frozen or not hasattr(cls, "__slots__") or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__}: _quick_init is for frozen, slotted dataclasses without __post_init__")
+        raise TypeError(f"{cls.__name__}: quick_init is for frozen, slotted dataclasses without __post_init__")
     namespace: dict[str, Any] = {"_NO_DEFAULT": _NO_DEFAULT}
     args: list[str] = []
     body: list[str] = []
     for f in dataclasses.fields(cls):
         if not f.init or f.kw_only:
-            raise TypeError(f"{cls.__name__}.{f.name}: _quick_init supports plain positional fields only")
+            raise TypeError(f"{cls.__name__}.{f.name}: quick_init supports plain positional fields only")
         namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
         if f.default is not dataclasses.MISSING:
             namespace[f"_default_{f.name}"] = f.default
@@ -85,7 +86,7 @@ class TargetRef:
         return f"{self.kind.value}/{self.namespace}/{self.name}"
 
 
-@_quick_init
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SignalReading:
     """One signal's raw value as a source returned it, before the core judges it.
@@ -107,7 +108,7 @@ class SignalState(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-@_quick_init
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SignalValue:
     """A signal as the core judged it: a usable value, or unknown with the reason why."""
@@ -136,7 +137,7 @@ class PodStatus:
     deleting: bool = False
 
 
-@_quick_init
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReplicaStatus:
     """Replica counts of the target (groups for a LeaderWorkerSet).
@@ -187,7 +188,7 @@ class QuotaStatus:
         return self.nominal + self.borrowable - self.reserved
 
 
-@_quick_init
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Observation:
     """Everything the core may know at one evaluation: a snapshot, nothing live."""
@@ -222,7 +223,7 @@ class Reason(enum.StrEnum):
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # serving wants more than quota can give
 
 
-@_quick_init
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ScaleDecision:
     """The desired replica count for one target, with why, in one sentence with the numbers."""
@@ -257,7 +258,7 @@ class TrainingDecision:
 Decision = ScaleDecision | TrainingDecision
 
 
-@_quick_init
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PolicyState:
     """Everything one policy remembers between evaluations, passed in and returned explicitly.

@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autoscaler.core.engine import CompiledPolicy, decide
-from autoscaler.core.model import Observation, PolicyState, ReplicaStatus, ScaleDecision, SignalReading
+from autoscaler.core.model import (
+    Observation,
+    PolicyState,
+    ReplicaStatus,
+    ScaleDecision,
+    SignalReading,
+    quick_init,
+)
 from autoscaler.replay.traces import AGGREGATES, Series, Trace, TraceError, combine
 
 Mode = Literal["recorded", "whatif"]
@@ -57,6 +64,7 @@ class Options:
     initial_replicas: int | None = None
 
 
+@quick_init  # one per evaluation
 @dataclass(frozen=True, slots=True)
 class Step:
     """One evaluation: when, the replica status the core saw, what was recorded, and its decision."""
@@ -258,7 +266,17 @@ def run(
     # Each signal's reading at every evaluation; a row of them per evaluation. Before a signal's first sample
     # there is none (the core reports it missing): from `complete` on, every signal has one.
     names = [inp.name for inp in inputs]
-    columns = [latest(inp.series, inp.origin, times) for inp in inputs]
+    # Building them (one reading per sample) and the loop below make no reference cycles but hundreds of thousands
+    # of small objects the result keeps: the cyclic collector would traverse them again and again as they pile
+    # up (a quarter of the replay time). It is off from here to the end of the loop.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        columns = [latest(inp.series, inp.origin, times) for inp in inputs]
+    except BaseException:
+        if collecting:
+            gc.enable()
+        raise
     complete = max(_first_present(column) for column in columns)
     # whatif: perReplica signals are rescaled when our ready count differs from the recorded one.
     rescaled = [j for j, inp in enumerate(inputs) if inp.per_replica] if whatif else []
@@ -271,11 +289,7 @@ def run(
     last: float | None = None
     status: ReplicaStatus | None = None
 
-    # The loop makes no reference cycles but hundreds of thousands of small objects the result keeps: the cyclic
-    # collector would traverse them again and again as they pile up (a quarter of the replay time).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    try:  # the collector is off (see above) until the loop ends
         for k, (now, row, rec_now) in enumerate(zip(times, zip(*columns, strict=True), rec_counts, strict=True)):
             if whatif:
                 status = fleet.status(now)

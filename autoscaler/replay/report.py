@@ -22,6 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import orjson
+
+from autoscaler.core.model import Reason, SignalState
 from autoscaler.replay.engine import Replay, Step
 
 DEFAULT_FLAP_WINDOW_S = 300.0
@@ -32,20 +35,25 @@ TABLE_EVENTS = 40
 def rfc3339(t: float) -> str:
     """Unix seconds as RFC 3339 in UTC, with milliseconds only when the time has a fraction."""
     day, secs = divmod(t, 86400.0)
-    date = _date(int(day))
     whole = int(secs)
-    hh, rest = divmod(whole, 3600)
-    mm, ss = divmod(rest, 60)
     frac = secs - whole
     if frac == 0:
-        return f"{date}T{hh:02d}:{mm:02d}:{ss:02d}Z"
-    return f"{date}T{hh:02d}:{mm:02d}:{ss:02d}.{min(int(frac * 1000 + 0.5), 999):03d}Z"
+        return f"{_date(int(day))}T{_clock(whole)}Z"
+    return f"{_date(int(day))}T{_clock(whole)}.{min(int(frac * 1000 + 0.5), 999):03d}Z"
 
 
 @functools.lru_cache(maxsize=64)
 def _date(day: int) -> str:
     # One datetime per day instead of per line: a week of 15 s evaluations formats 40,320 times.
     return datetime.fromtimestamp(day * 86400.0, UTC).strftime("%Y-%m-%d")
+
+
+@functools.cache
+def _clock(second_of_day: int) -> str:
+    # At most 86,400 of them; a week of evaluations every 15 s repeats each of its 5,760 seven times.
+    hh, rest = divmod(second_of_day, 3600)
+    mm, ss = divmod(rest, 60)
+    return f"{hh:02d}:{mm:02d}:{ss:02d}"
 
 
 def duration(seconds: float) -> str:
@@ -102,21 +110,25 @@ def summarize(
     period = replay.period_s
     events = scale_events(steps, flap_window_s)
     at_count: Counter[int] = Counter()
-    reasons: Counter[str] = Counter()
+    by_reason: Counter[Reason] = Counter()
     unknown = 0
     recorded_seconds = 0.0
     recorded_known = True
+    ok = SignalState.OK
     for step in steps:
         d = step.decision
         at_count[d.desired] += 1
-        reasons[d.reason.value] += 1
-        if any(not v.ok for v in d.signals.values()):
-            unknown += 1
+        by_reason[d.reason] += 1
+        for v in d.signals.values():
+            if v.state is not ok:
+                unknown += 1
+                break
         if step.recorded is None:
             recorded_known = False
         else:
             recorded_seconds += step.recorded * period
     desired = [s.decision.desired for s in steps]
+    reasons = {reason.value: n for reason, n in by_reason.items()}
     return {
         "policy": replay.policy,
         "target": replay.target,
@@ -141,73 +153,83 @@ def summarize(
     }
 
 
-#: JSON string escaping (non-ASCII kept as is: messages use → and ≤); the same function
-#: ``json.JSONEncoder(ensure_ascii=False).encode`` calls for a string.
-_escape = json.encoder.encode_basestring
-
-
-def _json_number(value: float | None) -> str:
+def _json_value(value: float | None) -> float | str | None:
+    """A number as ``decisions.jsonl`` holds it: finite as a float, None as null, and (JSON has no NaN or
+    Infinity) non-finite values spelled as Prometheus does, so the file stays strict JSON."""
     if value is None:
-        return "null"
+        return None
     if math.isfinite(value):
-        return repr(float(value))
-    # JSON has no NaN/Infinity; spell them as Prometheus does so the file stays strict JSON.
-    return '"NaN"' if math.isnan(value) else ('"+Inf"' if value > 0 else '"-Inf"')
+        return float(value)
+    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
 
 
-def _age(age: float) -> str:
-    """``repr(round(age, 3))``; a whole number of seconds (the usual age) is its own rounding."""
+def _age(age: float) -> float:
+    """``round(age, 3)``; a whole number of seconds (the usual age) is its own rounding."""
     if age.__class__ is float and age.is_integer():
-        return repr(age)
-    return repr(round(age, 3))
+        return age
+    return round(age, 3)
 
 
-def decision_line(step: Step, target: str) -> str:
-    """One evaluation as a JSON object on one line.
-
-    Assembled by hand rather than with ``json.dumps`` of a dict: a week at 15 s is 40,320 lines and this is
-    several times faster. Strings go through the json module's escaping; signal names need none (the
-    spec restricts them to ``[A-Za-z_][A-Za-z0-9_]*``).
-    """
+def decision_record(step: Step, target: str) -> dict[str, Any]:
+    """One evaluation as the JSON object of its ``decisions.jsonl`` line (every value JSON-ready)."""
     d = step.decision
     r = step.replicas
     readings = step.readings
-    parts = []
+    signals: dict[str, dict[str, Any]] = {}
     for name, v in d.signals.items():
         value = v.value
-        # A finite float (the usual value) is its repr; anything else as _json_number spells it.
-        number = repr(value) if value.__class__ is float and value - value == 0.0 else _json_number(value)
-        entry = f'"{name}":{{"value":{number},"state":"{v.state}"'
+        # A finite float (the usual value) as is; anything else as _json_value spells it.
+        entry: dict[str, Any] = {
+            "value": value if value.__class__ is float and value - value == 0.0 else _json_value(value),
+            "state": v.state._value_,  # the enum's value without the ``value`` property's cost
+        }
         if v.reason:
-            entry += f',"reason":{_escape(v.reason)}'
+            entry["reason"] = v.reason
         if v.age_s is not None:
-            entry += f',"age_s":{_age(v.age_s)}'
+            entry["age_s"] = _age(v.age_s)
         reading = readings.get(name)
         if reading is not None and reading.value is not None and value != reading.value:
             # What was read, when the core did not take it as is (stale, NaN, negative...).
-            entry += f',"input":{_json_number(reading.value)}'
-        parts.append(entry + "}")
-    recorded = "null" if step.recorded is None else str(step.recorded)
-    return (
-        f'{{"time":"{rfc3339(step.time)}","unix_time":{step.time!r},"target":{target},'
-        f'"current":{d.current},"desired":{d.desired},"reason":"{d.reason}","message":{_escape(d.message)},'
-        f'"replicas":{{"spec":{r.spec},"ready":{r.ready},"starting":{r.starting}}},"recorded":{recorded},'
-        f'"signals":{{{",".join(parts)}}}}}'
-    )
+            entry["input"] = _json_value(reading.value)
+        signals[name] = entry
+    return {
+        "time": rfc3339(step.time),
+        "unix_time": step.time,
+        "target": target,
+        "current": d.current,
+        "desired": d.desired,
+        "reason": d.reason._value_,
+        "message": d.message,
+        "replicas": {"spec": r.spec, "ready": r.ready, "starting": r.starting},
+        "recorded": step.recorded,
+        "signals": signals,
+    }
+
+
+def decision_line(step: Step, target: str) -> str:
+    """One evaluation as a JSON object on one line (strict JSON, non-ASCII kept as is)."""
+    return orjson.dumps(decision_record(step, target)).decode()
 
 
 def write_decisions(replay: Replay, path: Path) -> None:
-    """One JSON object per evaluation, in time order."""
-    target = _escape(replay.target)
-    with path.open("w", encoding="utf-8") as out:
-        lines: list[str] = []
+    """One JSON object per evaluation, in time order.
+
+    Serialized with ``orjson``: a week at 15 s is 40,320 lines, and it is several times faster than the json
+    module or assembling the text by hand. Every value is made JSON-ready first (``decision_record``): orjson
+    would write NaN and infinities as null, and ``decisions.jsonl`` spells them ``"NaN"``, ``"+Inf"``, ``"-Inf"``.
+    """
+    target = replay.target
+    dumps = orjson.dumps
+    newline = orjson.OPT_APPEND_NEWLINE
+    with path.open("wb") as out:
+        lines: list[bytes] = []
         for step in replay.steps:
-            lines.append(decision_line(step, target))
+            lines.append(dumps(decision_record(step, target), option=newline))
             if len(lines) >= 4096:
-                out.write("\n".join(lines) + "\n")
+                out.write(b"".join(lines))
                 lines.clear()
         if lines:
-            out.write("\n".join(lines) + "\n")
+            out.write(b"".join(lines))
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef
+from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef, quick_init
 
 if TYPE_CHECKING:
     from autoscaler.core.spec import Spec
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Context:
     """What a policy type sees at one evaluation."""
@@ -32,6 +33,7 @@ class Context:
     per_replica: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     """A raw recommendation before behavior and clamping.

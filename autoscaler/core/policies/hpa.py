@@ -231,7 +231,8 @@ def average_value_replicas(*, status_replicas: int, usage: int, target: int, tol
 
 #: One metric's proposal: ``(signal, replicas or None when it cannot be computed, within tolerance, why)``.
 #: ``why`` holds the numbers behind it rather than a sentence: only the explanations a message shows (the chosen
-#: metric's and the unknown ones') are formatted, by ``_explain``.
+#: metric's and the unknown ones') are formatted, by ``_explain``. Its target is the text ``_fmt`` gives for the
+#: target, formatted once when the policy is built.
 MetricOutcome = tuple[str, int | None, bool, tuple[Any, ...]]
 
 
@@ -243,13 +244,13 @@ def _explain(name: str, why: tuple[Any, ...], tol: Tolerances) -> str:
     if kind == "average":
         usage, target, ratio, status, current, replicas = why[1:]
         return (
-            f"{name} {_fmt(usage)} over {_n(status, 'replica')} vs target {_fmt(target)} per replica "
+            f"{name} {_fmt(usage)} over {_n(status, 'replica')} vs target {target} per replica "
             f"({tol.describe(ratio) if math.isfinite(ratio) else 'no replicas'}): {current} → {replicas}"
         )
     if kind == "value":
         usage, target, ratio, ready, current, replicas = why[1:]
         how = f"from zero: ceil({ratio:.3g})" if current == 0 else f"{tol.describe(ratio)}, {ready} ready"
-        return f"{name} {_fmt(usage)} vs target value {_fmt(target)} ({how}): {current} → {replicas}"
+        return f"{name} {_fmt(usage)} vs target value {target} ({how}): {current} → {replicas}"
     if kind == "unknown":
         return f"{name} is unknown ({why[1]})"
     if kind == "no-pod-value":
@@ -263,7 +264,7 @@ def _explain_pods(
     name: str,
     basis: str,
     counts: tuple[int, int, int, int],
-    target: int,
+    target: str,
     ratio: float,
     new_ratio: float | None,
     current: int,
@@ -278,7 +279,7 @@ def _explain_pods(
         text = f"{name} {_fmt(total // count_)} per ready replica over {count_} ready"
     else:
         text = f"{name} {_fmt(total)} over {_n(count_, 'ready replica')} = {_fmt(total // count_)} per replica"
-    text += f" vs target {_fmt(target)} ({tol.describe(ratio)})"
+    text += f" vs target {target} ({tol.describe(ratio)})"
     if new_ratio is not None:
         adjusted = []
         if missing:
@@ -319,8 +320,9 @@ class HpaAlgorithm:
     def __init__(self, config: HpaPolicyConfig) -> None:
         self.config = config
         self.tolerances = tolerances(config)
-        #: Per metric, read once from the config: ``(signal, "Pods" | "Value" | "AverageValue", target in milli)``.
-        self.metrics: tuple[tuple[str, str, int], ...] = tuple(_metric_plan(m) for m in config.metrics)
+        #: Per metric, read once from the config: ``(signal, "Pods" | "Value" | "AverageValue", target in milli,
+        #: the target as explanations show it)``.
+        self.metrics: tuple[tuple[str, str, int, str], ...] = tuple(_metric_plan(m) for m in config.metrics)
 
     def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
         current = ctx.replicas.spec
@@ -362,13 +364,13 @@ class HpaAlgorithm:
             reason = Reason.WITHIN_TOLERANCE if all_within else Reason.STEADY
         return Recommendation(replicas, reason, message, unknown), state
 
-    def _metric(self, metric: tuple[str, str, int], ctx: Context) -> MetricOutcome:
-        name, kind, target = metric
+    def _metric(self, metric: tuple[str, str, int, str], ctx: Context) -> MetricOutcome:
+        name, kind, target, target_text = metric
         sig = ctx.signals.get(name)
         if sig is None or sig.value is None or sig.state is not SignalState.OK:
             return name, None, False, ("unknown", sig.reason if sig is not None else "missing")
         if kind == "Pods":
-            return self._pods(name, sig.value, ctx, target)
+            return self._pods(name, sig.value, ctx, target, target_text)
         tol = self.tolerances
         status = ctx.replicas
         current = status.spec
@@ -377,12 +379,12 @@ class HpaAlgorithm:
             ready = status.ready
             replicas, ratio = value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
             within = current != 0 and tol.within(ratio)
-            return name, replicas, within, ("value", usage, target, ratio, ready, current, replicas)
+            return name, replicas, within, ("value", usage, target_text, ratio, ready, current, replicas)
         counted = status.ready + status.starting
         replicas, ratio = average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
-        return name, replicas, tol.within(ratio), ("average", usage, target, ratio, counted, current, replicas)
+        return name, replicas, tol.within(ratio), ("average", usage, target_text, ratio, counted, current, replicas)
 
-    def _pods(self, name: str, value: float, ctx: Context, target: int) -> MetricOutcome:
+    def _pods(self, name: str, value: float, ctx: Context, target: int, target_text: str) -> MetricOutcome:
         tol = self.tolerances
         replicas = ctx.replicas
         current = replicas.spec
@@ -408,22 +410,24 @@ class HpaAlgorithm:
                 # the ready count scaled by the ratio, or the current count within tolerance.
                 within = tol.within(ratio)
                 count = current if within else math.ceil(ratio * ready)
-                why = ("pods", basis, (total, ready, 0, 0), target, ratio, None, current, count)
+                why = ("pods", basis, (total, ready, 0, 0), target_text, ratio, None, current, count)
                 return name, count, within, why
             usage = PodsUsage(total=total, count=ready, ready=ready, unready=replicas.starting)
         count, ratio, new_ratio = pods_replicas(current=current, usage=usage, target=target, tol=tol)
         within = tol.within(ratio) or (new_ratio is not None and tol.within(new_ratio))
         counts = (usage.total, usage.count, usage.missing, usage.unready)
-        return name, count, within, ("pods", basis, counts, target, ratio, new_ratio, current, count)
+        return name, count, within, ("pods", basis, counts, target_text, ratio, new_ratio, current, count)
 
 
-def _metric_plan(metric: MetricSpec) -> tuple[str, str, int]:
+def _metric_plan(metric: MetricSpec) -> tuple[str, str, int, str]:
     target = metric.target
     if metric.type == "Pods" or target.type == "AverageValue":
         assert target.average_value is not None  # the config model requires it
-        return metric.signal, "Pods" if metric.type == "Pods" else "AverageValue", milli(target.average_value)
-    assert target.value is not None
-    return metric.signal, "Value", milli(target.value)
+        kind, value = "Pods" if metric.type == "Pods" else "AverageValue", milli(target.average_value)
+    else:
+        assert target.value is not None
+        kind, value = "Value", milli(target.value)
+    return metric.signal, kind, value, _fmt(value)
 
 
 def _scope(ctx: Context, name: str) -> Literal["total", "perReplica"]:
