@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.core.engine import CompiledPolicy, compile_policy
+from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile.loader import PolicyFileError, load_file
 from autoscaler.replay import engine, report, traces
@@ -143,14 +143,6 @@ def load_policy(path: str, name: str | None) -> ScalingPolicy:
     return found[0]
 
 
-def compile_for_replay(policy: ScalingPolicy) -> CompiledPolicy:
-    """Build the policy's algorithm; a type still being written is a clear error, not a traceback."""
-    try:
-        return compile_policy(policy)
-    except NotImplementedError as exc:
-        raise UsageError(f"policy type {policy.spec.policy.type!r} cannot run yet: {exc}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
@@ -170,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
     if policy_path is None or metrics is None:
         raise UsageError("needs --policy FILE and --metrics PATH (or --example for the bundled trace)", 2)
     policy = load_policy(policy_path, args.name)
-    compiled = compile_for_replay(policy)
+    compiled = compile_policy(policy)
     trace = traces.load(metrics)
     options = engine.Options(
         mode=args.mode, actuation_delay_s=args.actuation_delay, initial_replicas=args.initial_replicas
@@ -196,8 +188,6 @@ def _run(args: argparse.Namespace) -> int:
             result = engine.run(compiled, trace, options)
     except engine.EvaluationError as exc:
         when = report.rfc3339(exc.time)
-        if isinstance(exc.error, NotImplementedError):
-            raise UsageError(f"evaluation at {when}: not implemented yet: {exc.error}") from None
         raise UsageError(
             f"evaluation at {when} failed inside the decision core ({exc}); this is a bug, not your input: "
             "please report it with the policy and trace"
