@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 
 from autoscaler import __version__
 from autoscaler.controller import command as run_command
-from autoscaler.controller.lookups import cluster_lookups
 from autoscaler.policyfile import command as validate_command
 from autoscaler.replay import command as replay_command
 from autoscaler.sim import command as simulate_command
 from autoscaler.sources import command as sources_command
+from autoscaler.sources.command import PodLookup, ReplicaLookup
+
+
+def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]:
+    """``observe``'s replica and pod lookups against a cluster, with the controller's target classes."""
+    # Imported here: it pulls in the Kubernetes client (~0.5 s), which observe needs only against a cluster.
+    from autoscaler.controller import lookups  # noqa: PLC0415
+
+    return lookups.cluster_lookups(kubeconfig)
 
 
 def build_parser() -> argparse.ArgumentParser:

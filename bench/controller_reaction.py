@@ -37,9 +37,9 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from autoscaler.controller import logs
-from autoscaler.controller.command import Runtime
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
+from autoscaler.controller.runtime import Runtime
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pods import PodsSource

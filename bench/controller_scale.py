@@ -31,9 +31,9 @@ from pathlib import Path
 from kubernetes_asyncio import client
 
 from autoscaler.controller import logs
-from autoscaler.controller.command import Runtime
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
+from autoscaler.controller.runtime import Runtime
 from autoscaler.core.model import SignalReading
 from autoscaler.sources.base import Readings, SignalRequest
 from tests.kube import objects

@@ -9,8 +9,8 @@ from typing import Any
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from autoscaler.controller.command import Runtime
 from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.runtime import Runtime
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pods import PodsSource

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from autoscaler.controller.command import Runtime
 from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.runtime import Runtime
 from autoscaler.core.model import ScaleDecision
 from autoscaler.sources.base import Readings, SignalRequest
 from autoscaler.sources.pool import SourcePool

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from autoscaler.controller.command import Runtime
+from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import ManualClock, TgiMetrics, runtime
 from tests.kube import objects
 from tests.kube.emulator import Emulator

@@ -18,9 +18,9 @@ from kubernetes_asyncio import client
 
 from autoscaler.cli import main
 from autoscaler.controller import logs
-from autoscaler.controller.command import Runtime
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
+from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, runtime, settle_serving
 from tests.controller.policies import tgi_policy
 from tests.kube import objects

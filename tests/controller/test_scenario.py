@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from autoscaler.controller.command import Runtime
+from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.workloads import DEACTIVATED_BY
 from tests.controller.helpers import ManualClock, TgiMetrics, runtime, settle_serving, tutorial_cluster
 from tests.kube.emulator import Emulator

@@ -1,0 +1,307 @@
+"""The controller process behind ``autoscaler run``: the ``Runtime`` that wires logs, telemetry, the policy
+store, watches, leader election and the loop, and the command's body.
+
+Kept apart from ``command`` so that every other sub-command starts without importing the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from autoscaler.controller import kube, logs
+from autoscaler.controller.actuator import KubeActuator
+from autoscaler.controller.config import ConfigError, ControllerConfig, default_identity, default_namespace, load_config
+from autoscaler.controller.events import EventRecorder, ObjectRef
+from autoscaler.controller.leader import AlwaysLeader, LeaderElector
+from autoscaler.controller.loop import Clock, Controller, Leadership, LoopClock
+from autoscaler.controller.observer import PolicyObserver, SharedTraining, Watcher, WatchSpec
+from autoscaler.controller.reload import PolicyStore, ReloadResult
+from autoscaler.controller.telemetry import Servers, Telemetry, serve
+from autoscaler.core.engine import CompiledPolicy
+from autoscaler.core.model import ScaleDecision, TargetKind, TrainingDecision
+from autoscaler.sources.base import MetricSource
+from autoscaler.sources.pool import SourcePool
+
+PROG = "autoscaler run"
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The body of ``autoscaler run`` (see ``command``)."""
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{PROG}: invalid config: {exc}\n{PROG}: fix the config file (see docs: controller config)")
+        return 1
+    policies = Path(args.policies)
+    if not policies.is_dir():
+        print(f"{PROG}: {policies} is not a directory; pass the directory holding the policy files")
+        return 1
+    dry_run = bool(args.dry_run) or cfg.mode == "dryRun"
+    logs.configure(cfg.log_level)
+    try:
+        return asyncio.run(_main(cfg, policies, kubeconfig=args.kubeconfig, once=args.once, dry_run=dry_run))
+    except kube.KubeConfigError as exc:
+        print(f"{PROG}: {exc}")
+        return 1
+
+
+async def _main(cfg: ControllerConfig, policies: Path, *, kubeconfig: str | None, once: bool, dry_run: bool) -> int:
+    api = await kube.connect(kubeconfig)
+    try:
+        runtime = Runtime(api=api, config=cfg, policies_dir=policies, dry_run=dry_run, clock=LoopClock())
+        if once:
+            return await runtime.once()
+        await runtime.serve_until_signalled()
+        return 0
+    finally:
+        await api.close()
+
+
+@dataclass
+class Runtime:
+    """Everything ``autoscaler run`` wires together; tests build it against the HTTP emulator."""
+
+    api: client.ApiClient
+    config: ControllerConfig
+    policies_dir: Path
+    clock: Clock
+    dry_run: bool = False
+    identity: str = field(default_factory=default_identity)
+    namespace: str = field(default_factory=default_namespace)
+    source: MetricSource | None = None  # default: a SourcePool of the real sources
+    leader_factory: Callable[[Runtime], Leadership] | None = None
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        self.log = logs.get_logger(component="run", identity=self.identity)
+        self.telemetry = Telemetry(now=self.clock.monotonic)
+        self.store = PolicyStore(self.policies_dir)
+        self.events = EventRecorder(
+            self.api, config=cfg.events, instance=self.identity, wall=self.clock.wall,
+            on_error=lambda: self.telemetry.errors.labels("events").inc(),
+        )
+        kube_actuator = KubeActuator(self.api, now=self.clock.wall)
+        self.training = SharedTraining(kube_actuator.gate, now=self.clock.monotonic)
+        self.actuator = InvalidatingActuator(kube_actuator, self.training)
+        self.observer = PolicyObserver(
+            targets=kube_actuator.targets,
+            training=self.training,
+            source=self.source or SourcePool(),
+            default_source=cfg.default_source,
+            deadline_s=cfg.signal_deadline_seconds,
+        )
+        self.elector: LeaderElector | None = None
+        leader: Leadership
+        if self.leader_factory is not None:
+            leader = self.leader_factory(self)
+        elif cfg.leader_election.enabled:
+            le = cfg.leader_election
+            self.elector = LeaderElector(
+                self.api, config=le, identity=le.identity or self.identity,
+                namespace=le.lease_namespace or self.namespace, wall=self.clock.wall,
+                on_change=self._leadership_changed,
+            )
+            leader = self.elector
+        else:
+            leader = AlwaysLeader()
+            self.telemetry.leader.set(1)
+        self.controller = Controller(
+            store=self.store, observer=self.observer, actuator=self.actuator, telemetry=self.telemetry,
+            clock=self.clock, leader=leader, events=self.events, dry_run=self.dry_run,
+            fast_poll_s=cfg.fast_poll_seconds,
+        )
+        self.watchers: dict[WatchSpec, tuple[Watcher, asyncio.Task[None]]] = {}
+
+    def _leadership_changed(self, leading: bool) -> None:
+        self.telemetry.leader.set(1 if leading else 0)
+        if not leading:
+            # A later term starts from the cluster's state, not from what this replica remembered before
+            # another leader acted in between.
+            self.controller.states.clear()
+
+    # --once ------------------------------------------------------------------------------------------
+    async def once(self) -> int:
+        """One pass without leader election; 0 only if every file loaded and every policy went through."""
+        self.controller.leader = AlwaysLeader()
+        result = self.store.reload()
+        await self.report_reload(result, leading=True)
+        ok = await self.controller.run_once()
+        await self.observer.aclose()
+        return 0 if ok and not result.rejected else 1
+
+    # long-running --------------------------------------------------------------------------------------
+    async def serve_until_signalled(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        ports = self.config.ports
+        servers = await serve(self.telemetry, host=ports.bind_address, metrics_port=ports.metrics,
+                              health_port=ports.health)
+        try:
+            await self.serve(stop)
+        finally:
+            await servers.stop()
+
+    async def serve(self, stop: asyncio.Event, servers: Servers | None = None) -> None:
+        """Run until ``stop`` is set: reload, watches, election, loop. Cancels in reverse order."""
+        self.telemetry.set_ready("policies", False)
+        self.telemetry.set_ready("watches", False)
+        result = self.store.reload()
+        self.telemetry.set_ready("policies", True)
+        self.telemetry.tick()
+        tasks: list[asyncio.Task[None]] = []
+        if self.elector is not None:
+            tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
+        await self.report_reload(result, leading=self.controller.leader.holds())
+        self.sync_watches()
+        tasks.append(asyncio.create_task(self._reload_forever(), name="reload"))
+        tasks.append(asyncio.create_task(self._ready_when_synced(), name="ready"))
+        loop_task = asyncio.create_task(self.controller.run(), name="loop")
+        try:
+            await stop.wait()
+        finally:
+            # The loop first: nothing new starts once stopping. Then watches, then the election (which
+            # releases the Lease on cancellation).
+            for t in [loop_task, *tasks[::-1], *[w for _, w in self.watchers.values()]]:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            self.watchers.clear()
+            await self.observer.aclose()
+
+    async def _reload_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reload_poll_seconds)
+            self.telemetry.tick()
+            before = {n: cp.policy.spec.target.ref().key for n, cp in self.store.policies.items()}
+            result = self.store.reload()
+            if result.changed:
+                for name, cp in self.store.policies.items():
+                    if before.get(name) not in (None, cp.policy.spec.target.ref().key):
+                        # Stabilization history of another target says nothing about this one.
+                        self.controller.states.pop(name, None)
+                await self.report_reload(result, leading=self.controller.leader.holds())
+                self.sync_watches()
+                self.controller.trigger(self.store.policies, "reload")
+
+    async def _ready_when_synced(self) -> None:
+        await asyncio.gather(*(w.synced.wait() for w, _ in self.watchers.values()))
+        self.telemetry.set_ready("watches", True)
+
+    async def report_reload(self, result: ReloadResult, *, leading: bool) -> None:
+        """Log, count and (when leading, so two replicas do not both write) emit an Event per rejection."""
+        self.telemetry.policies.set(len(self.store.policies))
+        for f in result.loaded:
+            self.telemetry.reloads.labels("ok").inc()
+            self.telemetry.invalid.labels(Path(f).name).set(0)
+            self.log.info("policy_file_loaded", file=f)
+        for f in result.removed:
+            if _has_label(self.telemetry, Path(f).name):
+                self.telemetry.invalid.remove(Path(f).name)
+            self.log.info("policy_file_removed", file=f)
+        for rej in result.rejected:
+            self.telemetry.reloads.labels("invalid").inc()
+            self.telemetry.invalid.labels(Path(rej.file).name).set(1)
+            self.log.error("policy_file_rejected", file=rej.file, problems=list(rej.problems),
+                           kept=[cp.name for cp in rej.kept])
+            if not leading:
+                continue
+            regarding = [_target_ref(cp.policy.spec) for cp in rej.kept] or self._own_pod()
+            for obj in regarding:
+                await self.events.record(obj, type_="Warning", reason="InvalidPolicy", message=rej.message,
+                                         action="Reload")
+
+    def _own_pod(self) -> list[ObjectRef]:
+        name, ns = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+        return [ObjectRef("v1", "Pod", ns, name)] if name and ns else []
+
+    # watches -------------------------------------------------------------------------------------------
+    def watch_specs(self) -> set[WatchSpec]:
+        """Targets' kinds in their namespaces, and Workloads where preemptible training lives."""
+        specs: set[WatchSpec] = set()
+        namespaces = set(self.config.namespaces)
+        for cp in self.store.policies.values():
+            spec = cp.policy.spec
+            t = spec.target
+            if namespaces and t.namespace not in namespaces:
+                continue
+            if t.kind is TargetKind.DEPLOYMENT:
+                specs.add(WatchSpec("apps", "v1", "deployments", t.namespace))
+            else:
+                specs.add(WatchSpec("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", t.namespace))
+            if spec.capacity is not None:
+                for p in spec.preemptible or []:
+                    specs.add(WatchSpec("kueue.x-k8s.io", "v1beta2", "workloads", p.namespace))
+        return specs
+
+    def sync_watches(self) -> None:
+        wanted = self.watch_specs()
+        for spec in set(self.watchers) - wanted:
+            _, task = self.watchers.pop(spec)
+            task.cancel()
+        for spec in wanted - set(self.watchers):
+            w = Watcher(self.api, spec, self._on_watch_event, on_error=self._on_watch_error)
+            self.watchers[spec] = (w, asyncio.create_task(w.run(), name=f"watch {spec.path}"))
+
+    def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        if spec.plural == "workloads":
+            # The change may be the very quota release the policies wait for: no cached picture predates it.
+            self.training.invalidate()
+            names = self.controller.policies_for_training(spec.namespace)
+        else:
+            kind = TargetKind.DEPLOYMENT if spec.plural == "deployments" else TargetKind.LEADER_WORKER_SET
+            names = self.controller.policies_for_target(f"{kind.value}/{spec.namespace}/{name}")
+        if names:
+            self.controller.trigger(names, "watch")
+
+    def _on_watch_error(self, what: str) -> None:
+        self.telemetry.errors.labels("watch").inc()
+        self.log.warning("watch_error", error=what)
+
+
+class InvalidatingActuator:
+    """The cluster actuator, dropping the shared training picture after every write: a scale changes
+    serving's reservation, a (de)activation the Workloads; no policy should decide on the picture before."""
+
+    def __init__(self, inner: KubeActuator, shared: SharedTraining) -> None:
+        self.inner = inner
+        self.shared = shared
+        self.refusals = inner.refusals
+
+    async def scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> object:
+        try:
+            return await self.inner.scale(policy, decision)
+        finally:
+            self.shared.invalidate()
+
+    async def training(self, policy: CompiledPolicy, decision: TrainingDecision) -> object:
+        try:
+            return await self.inner.training(policy, decision)
+        finally:
+            self.shared.invalidate()
+
+
+def _target_ref(spec: Any) -> ObjectRef:
+    t = spec.target
+    if t.kind is TargetKind.LEADER_WORKER_SET:
+        return ObjectRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", t.namespace, t.name)
+    return ObjectRef("apps/v1", "Deployment", t.namespace, t.name)
+
+
+def _has_label(telemetry: Telemetry, file: str) -> bool:
+    return any(
+        s.labels.get("file") == file for m in telemetry.invalid.collect() for s in m.samples
+    )
