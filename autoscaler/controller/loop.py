@@ -343,8 +343,11 @@ class Controller:
                     continue
                 next_due = min(self._due.values(), default=now + 1.0)
                 timeout = max(0.0, min(next_due - self.clock.monotonic(), 1.0))
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+                # arrives as the wake-up fires, and the loop would then never stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
         finally:
             if probe_task is not None:
                 probe_task.cancel()

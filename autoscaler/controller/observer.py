@@ -215,9 +215,8 @@ class PolicyObserver:
             return {}
         try:
             # Sources enforce the deadline themselves; the extra second guards against one that does not.
-            readings = await asyncio.wait_for(
-                self.source.read(requests, deadline_s=self.deadline_s), self.deadline_s + 1.0
-            )
+            async with asyncio.timeout(self.deadline_s + 1.0):  # not wait_for: it can swallow a cancel on 3.11
+                readings = await self.source.read(requests, deadline_s=self.deadline_s)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             readings = {r.key: SignalReading(None, None, error=error) for r in requests}

@@ -112,7 +112,7 @@ async def test_leader_handover_only_the_leader_acts(
     assert b.controller.states == {}, "the standby has not evaluated anything"
     # a shuts down (releases the Lease); b takes over and acts on the next change.
     stop_a.set()
-    await task_a
+    await asyncio.wait_for(task_a, 30)  # a clean shutdown is part of the handover: never wait forever
     await until(b.controller.leader.holds)
     tgi.queue = 25
     await until(lambda: replicas(kube) == 3)
@@ -120,7 +120,7 @@ async def test_leader_handover_only_the_leader_acts(
     assert lease["holderIdentity"] == "b"
     assert lease["leaseTransitions"] == 1
     stop_b.set()
-    await task_b
+    await asyncio.wait_for(task_b, 30)
 
 
 async def test_readiness_waits_for_policies_and_watches(
