@@ -266,15 +266,21 @@ def _changed_in_period(events: Sequence[tuple[float, int]], period_s: int, now: 
     return sum(change for t, change in events if t > cutoff)
 
 
+def _count_at_period_start(state: PolicyState, current: int, period_s: int, now: float) -> int:
+    """The replica count at the start of the period: the scale events inside it undone (upstream's
+    period-start accounting, the same for both directions)."""
+    added = _changed_in_period(state.scale_up_events, period_s, now)
+    deleted = _changed_in_period(state.scale_down_events, period_s, now)
+    return current - added + deleted
+
+
 def scale_up_limit(*, rules: Rules, current: int, state: PolicyState, now: float) -> int:
     """Upstream ``calculateScaleUpLimitWithScalingRules``: the highest count the policies allow now."""
     if rules.select == "Disabled":
         return current
     proposals = []
     for policy in rules.policies:
-        added = _changed_in_period(state.scale_up_events, policy.period_s, now)
-        deleted = _changed_in_period(state.scale_down_events, policy.period_s, now)
-        start = current - added + deleted
+        start = _count_at_period_start(state, current, policy.period_s, now)
         if policy.kind == "Pods":
             proposals.append(start + policy.value)
         else:
@@ -291,9 +297,7 @@ def scale_down_limit(*, rules: Rules, current: int, state: PolicyState, now: flo
         return current
     proposals = []
     for policy in rules.policies:
-        added = _changed_in_period(state.scale_up_events, policy.period_s, now)
-        deleted = _changed_in_period(state.scale_down_events, policy.period_s, now)
-        start = current - added + deleted
+        start = _count_at_period_start(state, current, policy.period_s, now)
         if policy.kind == "Pods":
             proposals.append(start - policy.value)
         else:
