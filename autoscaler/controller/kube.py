@@ -8,8 +8,9 @@
   conflicts and server errors only; a 403 or 404 is never retried.
 - ``Refusal``: "this is not ours to change" (another autoscaler owns the target, a Workload we could not
   find again); the loop reports it as a Warning Event and does not retry.
-- ``get_json``: a read answered as plain JSON (dicts), skipping the client's typed models: their
-  deserialisation (dateutil timestamps, one object per field) cost more CPU than everything else a tick does.
+- ``request_json`` / ``get_json``: a call answered as plain JSON (dicts), skipping the client's typed models:
+  their deserialisation (dateutil timestamps, one object per field) cost more CPU than everything else a tick
+  does.
 - ``parse_quantity``: Kubernetes quantities ("6", "6000m", "1Gi") as numbers.
 """
 
@@ -156,22 +157,40 @@ async def retrying(policy: RetryPolicy, attempt: Callable[[], Awaitable[T]]) -> 
 JsonObj = dict[str, Any]
 
 
-async def get_json(
-    api: client.ApiClient, path: str, *, query: Mapping[str, str | int] | None = None
+async def request_json(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    body: object = None,
+    content_type: str | None = None,
+    query: Mapping[str, str | int] | None = None,
 ) -> JsonObj:
-    """GET ``path`` (``/api/v1/...`` or ``/apis/...``) through ``api`` (its auth, host and connection pool) and
-    return the body as JSON, untyped; a Status error raises the typed ``KubeError`` (as ``call`` does)."""
+    """One API call answered as plain JSON (dicts), untyped: ``path`` is ``/api/v1/...`` or ``/apis/...``, sent
+    through ``api`` (its auth, host and connection pool); a Status error raises the typed ``KubeError`` (as
+    ``call`` does). Every read and every scale write goes through here, so a per-call deadline has one home."""
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
     result: JsonObj = await call(
         api.call_api(
-            path, "GET",
+            path, method,
             query_params=[(k, v) for k, v in (query or {}).items() if v not in (None, "")],
-            header_params={"Accept": "application/json"},
-            response_types_map={200: "object"},
+            header_params=headers,
+            body=body,
+            response_types_map={200: "object", 201: "object"},
             auth_settings=["BearerToken"],
             _return_http_data_only=True,
         )
     )
     return result
+
+
+async def get_json(
+    api: client.ApiClient, path: str, *, query: Mapping[str, str | int] | None = None
+) -> JsonObj:
+    """GET ``path`` as plain JSON (see ``request_json``)."""
+    return await request_json(api, "GET", path, query=query)
 
 
 _SUFFIXES = {

@@ -2,7 +2,7 @@
 
 ``observe`` lives with the sources, a layer below the controller; the command line passes ``cluster_lookups``
 in, so ``observe`` run against a cluster sees the replicas and pods exactly as ``autoscaler run`` reads them
-(the same ``ScaleTarget`` classes), and writes nothing.
+(the same ``ScaleTarget``), and writes nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from autoscaler.controller import kube
-from autoscaler.controller.targets import DeploymentTarget, LeaderWorkerSetTarget, ScaleTarget
-from autoscaler.core.model import ReplicaStatus, TargetKind, TargetRef
+from autoscaler.controller.targets import ScaleTarget
+from autoscaler.core.model import ReplicaStatus, TargetRef
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import ClusterUnavailable, LookupFailed, PodLookup, ReplicaLookup
 
@@ -33,8 +33,7 @@ async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[tuple[Replica
 
     def target(ref: TargetRef) -> ScaleTarget:
         if ref.key not in targets:
-            cls = DeploymentTarget if ref.kind is TargetKind.DEPLOYMENT else LeaderWorkerSetTarget
-            targets[ref.key] = cls(api, ref, owner=_OBSERVER)
+            targets[ref.key] = ScaleTarget(api, ref, owner=_OBSERVER)
         return targets[ref.key]
 
     async def read(ref: TargetRef) -> tuple[ReplicaStatus, tuple[PodRef, ...]] | kube.KubeError:

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autoscaler.controller import kinds
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
 from autoscaler.controller.logs import get_logger
 from autoscaler.controller.observer import Prepared
@@ -49,7 +50,6 @@ from autoscaler.core.model import (
     PolicyState,
     Reason,
     ScaleDecision,
-    TargetKind,
     TrainingDecision,
 )
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
@@ -415,9 +415,7 @@ def _regarding(cp: CompiledPolicy, d: Decision) -> ObjectRef:
     t = spec.target
     if spec.actuation.mode == "hpaFloor" and spec.actuation.hpa_name:
         return ObjectRef("autoscaling/v2", "HorizontalPodAutoscaler", t.namespace, spec.actuation.hpa_name)
-    if t.kind is TargetKind.LEADER_WORKER_SET:
-        return ObjectRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", t.namespace, t.name)
-    return ObjectRef("apps/v1", "Deployment", t.namespace, t.name)
+    return kinds.of(t.kind).object_ref(t.ref())
 
 
 def _one_line(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from autoscaler.controller import kube, logs
+from autoscaler.controller import kinds, kube, logs
 from autoscaler.controller.actuator import KubeActuator
 from autoscaler.controller.config import ConfigError, ControllerConfig, default_identity, default_namespace, load_config
 from autoscaler.controller.events import EventRecorder, ObjectRef
@@ -28,7 +28,7 @@ from autoscaler.controller.observer import PolicyObserver, SharedTraining, Watch
 from autoscaler.controller.reload import PolicyStore, ReloadResult
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import ScaleDecision, TargetKind, TrainingDecision
+from autoscaler.core.model import ScaleDecision, TargetRef, TrainingDecision
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pool import SourcePool
 
@@ -237,10 +237,8 @@ class Runtime:
             t = spec.target
             if namespaces and t.namespace not in namespaces:
                 continue
-            if t.kind is TargetKind.DEPLOYMENT:
-                specs.add(WatchSpec("apps", "v1", "deployments", t.namespace))
-            else:
-                specs.add(WatchSpec("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", t.namespace))
+            kind = kinds.of(t.kind)
+            specs.add(WatchSpec(kind.group, kind.version, kind.plural, t.namespace))
             if spec.capacity is not None:
                 for p in spec.preemptible or []:
                     specs.add(WatchSpec("kueue.x-k8s.io", "v1beta2", "workloads", p.namespace))
@@ -261,9 +259,10 @@ class Runtime:
             # The change may be the very quota release the policies wait for: no cached picture predates it.
             self.training.invalidate()
             names = self.controller.policies_for_training(spec.namespace)
+        elif (kind := kinds.by_resource(spec.group, spec.plural)) is not None:
+            names = self.controller.policies_for_target(TargetRef(kind.kind, name, spec.namespace).key)
         else:
-            kind = TargetKind.DEPLOYMENT if spec.plural == "deployments" else TargetKind.LEADER_WORKER_SET
-            names = self.controller.policies_for_target(f"{kind.value}/{spec.namespace}/{name}")
+            names = []
         if names:
             self.controller.trigger(names, "watch")
 
@@ -295,10 +294,8 @@ class InvalidatingActuator:
 
 
 def _target_ref(spec: Any) -> ObjectRef:
-    t = spec.target
-    if t.kind is TargetKind.LEADER_WORKER_SET:
-        return ObjectRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", t.namespace, t.name)
-    return ObjectRef("apps/v1", "Deployment", t.namespace, t.name)
+    ref: TargetRef = spec.target.ref()
+    return kinds.of(ref.kind).object_ref(ref)
 
 
 def _has_label(telemetry: Telemetry, file: str) -> bool:

@@ -1,9 +1,11 @@
-"""Serving targets: read their replicas and pods, and change their size, one class per kind of target.
+"""Serving targets: read their replicas and pods, and change their size, for every kind of target alike.
 
-``ScaleTarget`` is the interface; ``DeploymentTarget`` and ``LeaderWorkerSetTarget`` scale directly through
-the ``scale`` subresource; ``HpaFloorTarget`` (``actuation.mode: hpaFloor``) instead raises or lowers an
-existing HPA's ``spec.minReplicas`` and leaves the scaling to that HPA. ``KubeTargets`` picks the right one
-for a policy and serves the loop as its ``TargetReader`` and as the scale half of its actuator.
+``ScaleTarget`` is one policy's target. What differs between kinds (paths, the pods of a target, what one
+replica is) comes from its kind's strategy in ``kinds``; how its size changes from its ``Actuation``:
+``DirectScale`` writes the ``/scale`` subresource through the one ``scale.ScaleClient``; ``HpaFloor``
+(``actuation.mode: hpaFloor``) instead raises or lowers an existing HPA's ``spec.minReplicas`` and leaves the
+scaling to that HPA. ``KubeTargets`` serves the loop as its ``TargetReader`` and as the scale half of its
+actuator.
 
 Reading: one read of the target and one list of its pods give both the replica status and the pods the
 metric sources read (``ScaleTarget.observe``). Every read is plain JSON (``kube.get_json``), never the
@@ -19,21 +21,22 @@ Every write:
    owner makes a direct scale raise ``OwnershipConflict`` rather than fight over the replica count;
 3. sends the resourceVersion it read (optimistic concurrency), so a concurrent change answers 409;
 4. is retried with jittered backoff on 409 (re-reading first) and on 5xx/429, a bounded number of times;
-   a 403 is reported at once (``Forbidden``), never retried.
+   a 403 is reported at once (``Forbidden``), never retried;
+5. can be a server-side dry run (``scale(..., dry_run=True)``): checked by the server, stored nowhere.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import datetime
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubernetes_asyncio import client
 
+from autoscaler.controller import kinds
 from autoscaler.controller.kube import (
     DEFAULT_RETRY,
     MERGE_PATCH,
@@ -41,12 +44,13 @@ from autoscaler.controller.kube import (
     NotFound,
     Refusal,
     RetryPolicy,
-    call,
     get_json,
+    request_json,
     retrying,
 )
+from autoscaler.controller.scale import ScaleClient
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import PodStatus, ReplicaStatus, ScaleDecision, TargetKind, TargetRef
+from autoscaler.core.model import ReplicaStatus, ScaleDecision, TargetKind, TargetRef
 from autoscaler.core.spec import Spec
 from autoscaler.sources.base import PodRef
 
@@ -57,18 +61,15 @@ MANAGED_BY_ANNOTATION = "autoscaler.dev/managed-by"
 #: On an HPA advised in hpaFloor mode: its own minReplicas before we first raised it (we never go below it).
 ORIGINAL_MIN_ANNOTATION = "autoscaler.dev/original-min-replicas"
 FLOOR_BY_ANNOTATION = "autoscaler.dev/floor-by"
-LWS_GROUP = "leaderworkerset.x-k8s.io"
-LWS_VERSION = "v1"
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-METRICS_PORT_ANNOTATION = "prometheus.io/port"
-METRICS_PATH_ANNOTATION = "prometheus.io/path"
 #: At most this many label values in one batched pod list (``key in (...)``), to keep URLs short.
 POD_LIST_VALUES = 100
 
-#: What reading a target gives the loop: its replica status and the serving pods metric sources read.
-TargetView = tuple[ReplicaStatus, tuple[PodRef, ...]]
+
+class TargetView(NamedTuple):
+    """What reading a target gives the loop: its replica status and the serving pods metric sources read."""
+
+    replicas: ReplicaStatus
+    pods: tuple[PodRef, ...]
 
 
 class OwnershipConflict(Refusal):
@@ -84,24 +85,6 @@ class ScaleResult:
     desired: int
     written: bool
     field: str = "replicas"
-
-
-def _parse_time(value: object) -> float | None:
-    if not value:
-        return None
-    if isinstance(value, datetime.datetime):
-        return value.timestamp()
-    try:
-        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _pod_ready(pod: JsonObj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 def selector_matches(selector: JsonObj | None, labels: dict[str, str]) -> bool:
@@ -143,8 +126,9 @@ def _pivot_keys(selector: JsonObj) -> list[str]:
     return [k for k, v in (selector.get("matchLabels") or {}).items() if v]
 
 
-class ScaleTarget(abc.ABC):
-    """One serving target: what it runs now, and how to change its size (replicas; groups for an LWS)."""
+class ScaleTarget:
+    """One policy's serving target: read through its kind's strategy (``kinds``), written through its
+    actuation (``DirectScale`` on the ``/scale`` subresource, or ``HpaFloor``)."""
 
     def __init__(
         self,
@@ -152,53 +136,44 @@ class ScaleTarget(abc.ABC):
         ref: TargetRef,
         *,
         owner: str,
+        actuation: Actuation | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         now: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
         self.ref = ref
+        self.kind = kinds.of(ref.kind)
         #: Who we are, for ownership checks and annotations: the policy name.
         self.owner = owner
+        self.actuation: Actuation = actuation or DirectScale()
         self.retry = retry
         self.now = now
-        self._hpas: Any = client.AutoscalingV2Api(api)
-        self._custom: Any = client.CustomObjectsApi(api)
+        self.scales = ScaleClient(api)
 
     # --- reading -------------------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     async def read(self) -> JsonObj:
         """The target object as JSON (camelCase keys)."""
+        return await get_json(self.api, self.kind.object_path(self.ref))
 
-    @property
-    def reader(self) -> ScaleTarget:
-        """The target whose object and pods are read (an ``HpaFloorTarget`` reads its inner target)."""
-        return self
-
-    @abc.abstractmethod
     def pod_selector(self, obj: JsonObj) -> JsonObj:
-        """The ``LabelSelector`` of the target's pods, from the target object."""
+        return self.kind.pod_selector(self.ref, obj)
 
-    @abc.abstractmethod
-    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
-        """Spec, ready and starting replicas (groups for an LWS), with the pods HPA's rules need."""
+    def view(self, obj: JsonObj, pods: Sequence[JsonObj]) -> TargetView:
+        """Replica status (groups for an LWS) and serving pods, from the target object and its pods."""
+        return TargetView(self.kind.replica_status(obj, pods, self.now()), self.kind.pod_refs(pods))
 
-    @abc.abstractmethod
-    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
-        """The serving pods metric sources read: ready, with an IP, not terminating (LWS: leaders are
-        ``leader=True``)."""
-
-    async def observe(self) -> tuple[ReplicaStatus, tuple[PodRef, ...]]:
+    async def observe(self) -> TargetView:
         """Replica status and serving pods from one read of the target and one list of its pods."""
         obj = await self.read()
         pods = await self._list_pods(label_selector(self.pod_selector(obj)))
-        return self.replica_status(obj, pods), self.pod_refs(pods)
+        return self.view(obj, pods)
 
     async def replicas(self) -> ReplicaStatus:
-        return (await self.observe())[0]
+        return (await self.observe()).replicas
 
     async def pods(self) -> tuple[PodRef, ...]:
-        return (await self.observe())[1]
+        return (await self.observe()).pods
 
     async def _list_pods(self, selector: str) -> list[JsonObj]:
         result = await get_json(
@@ -206,34 +181,6 @@ class ScaleTarget(abc.ABC):
         )
         pods: list[JsonObj] = result.get("items") or []
         return pods
-
-    def _pod_status(self, pod: JsonObj) -> PodStatus:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        started = _parse_time(status.get("startTime")) or _parse_time(meta.get("creationTimestamp"))
-        return PodStatus(
-            name=meta.get("name", ""),
-            ready=_pod_ready(pod),
-            age_s=max(0.0, self.now() - started) if started is not None else 0.0,
-            failed=status.get("phase") == "Failed",
-            deleting=bool(meta.get("deletionTimestamp")),
-        )
-
-    @staticmethod
-    def _pod_ref(pod: JsonObj, leader: bool = True) -> PodRef:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        annotations = meta.get("annotations") or {}
-        url = None
-        if status.get("podIP") and annotations.get(METRICS_PORT_ANNOTATION):
-            path = annotations.get(METRICS_PATH_ANNOTATION, "/metrics")
-            url = f"http://{status['podIP']}:{annotations[METRICS_PORT_ANNOTATION]}{path}"
-        return PodRef(name=meta.get("name", ""), url=url, leader=leader, ip=status.get("podIP") or None)
-
-    @staticmethod
-    def _serving(pod: JsonObj) -> bool:
-        """A pod a Service sends traffic to: ready, with an IP, not terminating. Only these carry load, and a
-        pending pod (no IP yet, e.g. gated by Kueue) must not turn the pods source's reading unknown."""
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        return _pod_ready(pod) and bool(status.get("podIP")) and not meta.get("deletionTimestamp")
 
     # --- ownership -----------------------------------------------------------------------------------------
 
@@ -251,9 +198,7 @@ class ScaleTarget(abc.ABC):
     async def scaled_objects_for_target(self) -> list[JsonObj]:
         """KEDA ScaledObjects naming this target (none when KEDA is not installed or not readable)."""
         try:
-            result = await call(
-                self._custom.list_namespaced_custom_object("keda.sh", "v1alpha1", self.ref.namespace, "scaledobjects")
-            )
+            result = await get_json(self.api, f"/apis/keda.sh/v1alpha1/namespaces/{self.ref.namespace}/scaledobjects")
         except (NotFound, Forbidden):
             return []
         return [
@@ -285,181 +230,76 @@ class ScaleTarget(abc.ABC):
 
     # --- writing -------------------------------------------------------------------------------------------
 
-    async def scale(self, desired: int) -> ScaleResult:
-        """Set the replica count (idempotent, guarded, retried; see the module docstring)."""
+    async def scale(self, desired: int, *, dry_run: bool = False) -> ScaleResult:
+        """Set the replica count (idempotent, guarded, retried; see the module docstring). With ``dry_run``
+        the server checks the write (``dryRun=All``) and stores nothing; ``written`` then means "would write"."""
         if desired < 0:
             raise ValueError(f"cannot scale {self.ref.key} to {desired} replicas")
-        return await retrying(self.retry, lambda: self._scale_once(desired))
+        return await retrying(self.retry, lambda: self.actuation.scale_once(self, desired, dry_run=dry_run))
+
+
+class Actuation(abc.ABC):
+    """How a target's size is changed: one read-check-write attempt, which ``ScaleTarget.scale`` retries."""
 
     @abc.abstractmethod
-    async def _scale_once(self, desired: int) -> ScaleResult: ...
+    async def scale_once(self, target: ScaleTarget, desired: int, *, dry_run: bool) -> ScaleResult: ...
 
 
-class DeploymentTarget(ScaleTarget):
-    """An ``apps/v1`` Deployment, scaled through its ``scale`` subresource with a replace carrying the
-    Scale's resourceVersion."""
+class DirectScale(Actuation):
+    """Write the target's ``/scale`` subresource (``scale.ScaleClient``), for every kind alike."""
 
-    def __init__(self, api: client.ApiClient, ref: TargetRef, **kwargs: Any) -> None:
-        super().__init__(api, ref, **kwargs)
-        self._apps: Any = client.AppsV1Api(api)
-
-    async def read(self) -> JsonObj:
-        return await get_json(self.api, f"/apis/apps/v1/namespaces/{self.ref.namespace}/deployments/{self.ref.name}")
-
-    def pod_selector(self, obj: JsonObj) -> JsonObj:
-        selector: JsonObj = (obj.get("spec") or {}).get("selector") or {}
-        return selector
-
-    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
-        spec = int((obj.get("spec") or {}).get("replicas", 1))
-        ready = int((obj.get("status") or {}).get("readyReplicas") or 0)
-        statuses = tuple(self._pod_status(p) for p in pods if (p.get("status") or {}).get("phase") != "Succeeded")
-        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=statuses)
-
-    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
-        return tuple(self._pod_ref(p) for p in pods if self._serving(p))
-
-    async def _scale_once(self, desired: int) -> ScaleResult:
-        scale = await call(self._apps.read_namespaced_deployment_scale(self.ref.name, self.ref.namespace))
-        current = int(scale.spec.replicas or 0)
-        if current == desired:
-            return ScaleResult(self.ref.key, current, desired, written=False)
-        await self.check_ownership(await self.read())
-        scale.spec.replicas = desired
-        # A replace of the Scale carries its resourceVersion: a concurrent change answers 409, then we re-read.
-        await call(self._apps.replace_namespaced_deployment_scale(self.ref.name, self.ref.namespace, scale))
-        return ScaleResult(self.ref.key, current, desired, written=True)
+    async def scale_once(self, target: ScaleTarget, desired: int, *, dry_run: bool) -> ScaleResult:
+        ref, unit = target.ref, target.kind.unit
+        scale = await target.scales.read(ref)
+        if scale.replicas == desired:
+            return ScaleResult(ref.key, scale.replicas, desired, written=False, field=unit)
+        await target.check_ownership(await target.read())
+        # The write carries the Scale's resourceVersion: a concurrent change answers 409, then we re-read.
+        await target.scales.write(ref, desired, read=scale, dry_run=dry_run)
+        return ScaleResult(ref.key, scale.replicas, desired, written=True, field=unit)
 
 
-class LeaderWorkerSetTarget(ScaleTarget):
-    """A LeaderWorkerSet: one replica is one group (``spec.leaderWorkerTemplate.size`` pods, a slice).
-
-    Scaled through its scale subresource with a JSON merge patch carrying the resourceVersion (a dict sent
-    without ``_content_type`` would go out as json-patch, which the server rejects)."""
-
-    async def read(self) -> JsonObj:
-        ns, name = self.ref.namespace, self.ref.name
-        return await get_json(self.api, f"/apis/{LWS_GROUP}/{LWS_VERSION}/namespaces/{ns}/leaderworkersets/{name}")
-
-    @staticmethod
-    def group_size(obj: JsonObj) -> int:
-        return int(((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
-
-    def pod_selector(self, obj: JsonObj) -> JsonObj:
-        # Every pod of every group (leaders and workers), not the scale subresource's leaders-only selector.
-        return {"matchLabels": {LWS_NAME_LABEL: self.ref.name}}
-
-    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
-        spec = int((obj.get("spec") or {}).get("replicas", 1))
-        ready = int((obj.get("status") or {}).get("readyReplicas") or 0)
-        size = self.group_size(obj)
-        groups: dict[str, list[JsonObj]] = {}
-        for pod in pods:
-            index = ((pod.get("metadata") or {}).get("labels") or {}).get(LWS_GROUP_INDEX_LABEL, "")
-            groups.setdefault(index, []).append(pod)
-        statuses = []
-        for _, members in sorted(groups.items()):
-            leader = next(
-                (p for p in members if (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "0"),
-                members[0],
-            )
-            status = self._pod_status(leader)
-            # A group serves only when all its hosts are up: one slice is one replica.
-            whole = len(members) >= size and all(_pod_ready(p) for p in members)
-            statuses.append(PodStatus(status.name, whole, status.age_s, status.failed, status.deleting))
-        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=tuple(statuses))
-
-    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
-        return tuple(
-            self._pod_ref(p, leader=((p.get("metadata") or {}).get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "0")
-            for p in pods
-            if self._serving(p)
-        )
-
-    async def _scale_once(self, desired: int) -> ScaleResult:
-        scale = await call(
-            self._custom.get_namespaced_custom_object_scale(
-                LWS_GROUP, LWS_VERSION, self.ref.namespace, "leaderworkersets", self.ref.name
-            )
-        )
-        current = int((scale.get("spec") or {}).get("replicas") or 0)
-        if current == desired:
-            return ScaleResult(self.ref.key, current, desired, written=False, field="groups")
-        await self.check_ownership(await self.read())
-        body = {"metadata": {"resourceVersion": scale["metadata"]["resourceVersion"]}, "spec": {"replicas": desired}}
-        await call(
-            self._custom.patch_namespaced_custom_object_scale(
-                LWS_GROUP, LWS_VERSION, self.ref.namespace, "leaderworkersets", self.ref.name, body,
-                _content_type=MERGE_PATCH,
-            )
-        )
-        return ScaleResult(self.ref.key, current, desired, written=True, field="groups")
-
-
-class HpaFloorTarget(ScaleTarget):
+@dataclass(frozen=True, slots=True)
+class HpaFloor(Actuation):
     """Advisory mode: the named HPA keeps scaling the target; we only move its ``spec.minReplicas`` floor.
 
     The floor never exceeds the HPA's ``maxReplicas`` and never drops below the HPA's own minReplicas from
     before we first raised it (kept in an annotation on the HPA), nor below 1."""
 
-    def __init__(self, api: client.ApiClient, ref: TargetRef, hpa_name: str, inner: ScaleTarget, **kwargs: Any):
-        super().__init__(api, ref, **kwargs)
-        self.hpa_name = hpa_name
-        self.inner = inner
+    hpa_name: str
 
-    async def read(self) -> JsonObj:
-        return await self.inner.read()
+    def path(self, ref: TargetRef) -> str:
+        return f"/apis/autoscaling/v2/namespaces/{ref.namespace}/horizontalpodautoscalers/{self.hpa_name}"
 
-    @property
-    def reader(self) -> ScaleTarget:
-        return self.inner
-
-    def pod_selector(self, obj: JsonObj) -> JsonObj:
-        return self.inner.pod_selector(obj)
-
-    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj]) -> ReplicaStatus:
-        return self.inner.replica_status(obj, pods)
-
-    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
-        return self.inner.pod_refs(pods)
-
-    async def observe(self) -> tuple[ReplicaStatus, tuple[PodRef, ...]]:
-        return await self.inner.observe()
-
-    async def read_hpa(self) -> JsonObj:
-        return await get_json(
-            self.api, f"/apis/autoscaling/v2/namespaces/{self.ref.namespace}/horizontalpodautoscalers/{self.hpa_name}"
-        )
-
-    async def _scale_once(self, desired: int) -> ScaleResult:
-        hpa = await self.read_hpa()
+    async def scale_once(self, target: ScaleTarget, desired: int, *, dry_run: bool) -> ScaleResult:
+        ref, owner = target.ref, target.owner
+        hpa = await get_json(target.api, self.path(ref))
         spec, meta = hpa.get("spec") or {}, hpa.get("metadata") or {}
-        target = spec.get("scaleTargetRef") or {}
-        if target.get("kind") != self.ref.kind.value or target.get("name") != self.ref.name:
+        scaled = spec.get("scaleTargetRef") or {}
+        if scaled.get("kind") != ref.kind.value or scaled.get("name") != ref.name:
             raise OwnershipConflict(
-                f"HorizontalPodAutoscaler {self.ref.namespace}/{self.hpa_name} scales {target.get('kind')}/"
-                f"{target.get('name')}, not {self.ref.key}; policy {self.owner} will not move its floor"
+                f"HorizontalPodAutoscaler {ref.namespace}/{self.hpa_name} scales {scaled.get('kind')}/"
+                f"{scaled.get('name')}, not {ref.key}; policy {owner} will not move its floor"
             )
         annotations = meta.get("annotations") or {}
         current = int(spec.get("minReplicas") or 1)
         original = int(annotations.get(ORIGINAL_MIN_ANNOTATION, current))
         floor = max(1, original, min(desired, int(spec["maxReplicas"])))
         if floor == current:
-            return ScaleResult(self.ref.key, current, floor, written=False, field="hpa.minReplicas")
-        await self.check_ownership(await self.inner.read(), allowed_hpa=self.hpa_name)
+            return ScaleResult(ref.key, current, floor, written=False, field="hpa.minReplicas")
+        await target.check_ownership(await target.read(), allowed_hpa=self.hpa_name)
         body = {
             "metadata": {
                 "resourceVersion": meta["resourceVersion"],
-                "annotations": {ORIGINAL_MIN_ANNOTATION: str(original), FLOOR_BY_ANNOTATION: self.owner},
+                "annotations": {ORIGINAL_MIN_ANNOTATION: str(original), FLOOR_BY_ANNOTATION: owner},
             },
             "spec": {"minReplicas": floor},
         }
-        await call(
-            self._hpas.patch_namespaced_horizontal_pod_autoscaler(
-                self.hpa_name, self.ref.namespace, body, _content_type=MERGE_PATCH
-            )
+        await request_json(
+            target.api, "PATCH", self.path(ref), body=body, content_type=MERGE_PATCH,
+            query={"dryRun": "All"} if dry_run else None,
         )
-        return ScaleResult(self.ref.key, current, floor, written=True, field="hpa.minReplicas")
+        return ScaleResult(ref.key, current, floor, written=True, field="hpa.minReplicas")
 
 
 def build_target(
@@ -467,16 +307,11 @@ def build_target(
     now: Callable[[], float] = time.time,
 ) -> ScaleTarget:
     """The ``ScaleTarget`` for a policy's ``target`` and ``actuation``."""
-    ref = spec.target.ref()
-    inner: ScaleTarget
-    if ref.kind is TargetKind.DEPLOYMENT:
-        inner = DeploymentTarget(api, ref, owner=owner, retry=retry, now=now)
-    else:
-        inner = LeaderWorkerSetTarget(api, ref, owner=owner, retry=retry, now=now)
+    actuation: Actuation = DirectScale()
     if spec.actuation.mode == "hpaFloor":
         assert spec.actuation.hpa_name is not None  # the spec requires it
-        return HpaFloorTarget(api, ref, spec.actuation.hpa_name, inner, owner=owner, retry=retry, now=now)
-    return inner
+        actuation = HpaFloor(spec.actuation.hpa_name)
+    return ScaleTarget(api, spec.target.ref(), owner=owner, actuation=actuation, retry=retry, now=now)
 
 
 class KubeTargets:
@@ -499,14 +334,14 @@ class KubeTargets:
     async def pods(self, policy: CompiledPolicy) -> tuple[PodRef, ...]:
         return await self.target(policy).pods()
 
-    async def observe(self, policy: CompiledPolicy) -> tuple[ReplicaStatus, tuple[PodRef, ...]]:
+    async def observe(self, policy: CompiledPolicy) -> TargetView:
         """Replica status and serving pods of one policy's target: one read, one list of pods."""
         return await self.target(policy).observe()
 
     async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
         """``observe`` for many policies at once, batched per namespace (see the module docstring); a failed
         read fails only the policies whose targets it was for. Keys are policy names."""
-        readers = {cp.name: self.target(cp).reader for cp in policies}
+        readers = {cp.name: self.target(cp) for cp in policies}
         objects = await self._read_objects(list(readers.values()))
         out: dict[str, TargetView | Exception] = {}
         wanted: list[tuple[str, ScaleTarget, JsonObj]] = []
@@ -519,9 +354,7 @@ class KubeTargets:
         pods = await self._list_pods_many([(r, r.pod_selector(obj)) for _, r, obj in wanted])
         for name, reader, obj in wanted:
             found = pods[reader.ref.key]
-            out[name] = found if isinstance(found, Exception) else (
-                reader.replica_status(obj, found), reader.pod_refs(found)
-            )
+            out[name] = found if isinstance(found, Exception) else reader.view(obj, found)
         return out
 
     async def _read_objects(self, readers: Sequence[ScaleTarget]) -> dict[str, JsonObj | Exception]:
@@ -539,19 +372,15 @@ class KubeTargets:
         async def listed(
             namespace: str, kind: TargetKind, members: list[ScaleTarget]
         ) -> dict[str, JsonObj | Exception]:
-            path = (
-                f"/apis/apps/v1/namespaces/{namespace}/deployments" if kind is TargetKind.DEPLOYMENT
-                else f"/apis/{LWS_GROUP}/{LWS_VERSION}/namespaces/{namespace}/leaderworkersets"
-            )
+            info = kinds.of(kind)
             try:
-                items = (await get_json(self.api, path)).get("items") or []
+                items = (await get_json(self.api, info.collection_path(namespace))).get("items") or []
             except Exception as exc:
                 return {r.ref.key: exc for r in members}
             by_name = {(i.get("metadata") or {}).get("name"): i for i in items}
-            plural = "deployments.apps" if kind is TargetKind.DEPLOYMENT else f"leaderworkersets.{LWS_GROUP}"
             return {
                 r.ref.key: by_name[r.ref.name] if r.ref.name in by_name
-                else NotFound(404, "NotFound", f'{plural} "{r.ref.name}" not found')
+                else NotFound(404, "NotFound", f'{info.resource} "{r.ref.name}" not found')
                 for r in members
             }
 
@@ -614,5 +443,5 @@ class KubeTargets:
             for r, sel in members
         }
 
-    async def scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> ScaleResult:
-        return await self.target(policy).scale(decision.desired)
+    async def scale(self, policy: CompiledPolicy, decision: ScaleDecision, *, dry_run: bool = False) -> ScaleResult:
+        return await self.target(policy).scale(decision.desired, dry_run=dry_run)

@@ -9,11 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio import client
 
+from autoscaler.controller.kinds import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
 from autoscaler.controller.kube import Forbidden, NotFound, ServerError
 from autoscaler.controller.targets import (
-    LWS_GROUP_INDEX_LABEL,
-    LWS_NAME_LABEL,
-    LWS_WORKER_INDEX_LABEL,
     MANAGED_BY_ANNOTATION,
     ORIGINAL_MIN_ANNOTATION,
     KubeTargets,
@@ -66,7 +64,7 @@ def _stored_count(kube: Emulator, kind: str) -> int:
 
 SETUPS = {"deployment": _deployment_setup, "lws": _lws_setup, "hpa-floor": _hpa_floor_setup}
 WRITES = {
-    "deployment": ("PUT", DEPLOY_SCALE, "application/json"),
+    "deployment": ("PATCH", DEPLOY_SCALE, "application/merge-patch+json"),
     "lws": ("PATCH", LWS_SCALE, "application/merge-patch+json"),
     "hpa-floor": ("PATCH", HPA_PATH, "application/merge-patch+json"),
 }
@@ -86,6 +84,19 @@ async def test_a_scale_is_one_guarded_write_of_the_right_shape(
     # Optimistic concurrency: the write carries the resourceVersion it read.
     assert writes[0].body["metadata"]["resourceVersion"] == str(rv_before)
     assert _stored_count(kube, kind) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_dry_run_is_the_same_write_checked_by_the_server_and_stored_nowhere(
+    kube: Emulator, kube_client: client.ApiClient, kind: str
+) -> None:
+    cp = SETUPS[kind](kube)
+    result = await _target(kube_client, cp).scale(2, dry_run=True)
+    assert (result.previous, result.desired, result.written) == (1, 2, True)
+    (write,) = kube.writes()
+    assert (write.method, write.path, write.content_type) == WRITES[kind]
+    assert write.query.get("dryRun") == "All"
+    assert _stored_count(kube, kind) == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -137,8 +148,7 @@ async def test_forbidden_is_reported_at_once(kube: Emulator, kube_client: client
     resource = {
         "deployment": "deployments/scale", "lws": "leaderworkersets/scale", "hpa-floor": "horizontalpodautoscalers",
     }
-    verb = {"deployment": "update", "lws": "patch", "hpa-floor": "patch"}
-    kube.deny(verb[kind], resource[kind], namespace="llm")
+    kube.deny("patch", resource[kind], namespace="llm")
     with pytest.raises(Forbidden, match=r"403 Forbidden: .* is forbidden: User .* cannot"):
         await _target(kube_client, cp).scale(2)
     assert len(kube.writes()) == 1  # never retried
@@ -155,7 +165,7 @@ async def test_server_errors_are_retried_within_a_bound(
     kube: Emulator, kube_client: client.ApiClient, failures: int, succeeds: bool
 ) -> None:
     cp = _deployment_setup(kube)
-    kube.inject(503, DEPLOY_SCALE, method="PUT", times=failures)
+    kube.inject(503, DEPLOY_SCALE, method="PATCH", times=failures)
     target = _target(kube_client, cp)
     if succeeds:
         assert (await target.scale(2)).written

@@ -51,21 +51,21 @@ def notes(kube: Emulator, reason: str) -> list[str]:
     return [e["note"] for e in kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == reason]
 
 
-async def test_scale_up_is_one_replace_of_the_scale_subresource(kube: Emulator, rt: Runtime, tgi: TgiMetrics) -> None:
+async def test_scale_up_is_one_patch_of_the_scale_subresource(kube: Emulator, rt: Runtime, tgi: TgiMetrics) -> None:
     kube.strict = True
-    kube.expect_write("PUT", SCALE, times=1)
+    kube.expect_write("PATCH", SCALE, times=1)
     kube.expect_write("POST", EVENTS)
     tgi.queue = 25
     assert await rt.controller.run_once()
     assert replicas(kube) == 3
-    assert scale_writes(kube) == [("PUT", "application/json", 3, 200)]
+    assert scale_writes(kube) == [("PATCH", "application/merge-patch+json", 3, 200)]
     # The Scale carried the resourceVersion it was read with (optimistic concurrency).
     assert next(r for r in kube.writes() if r.path == SCALE).body["metadata"]["resourceVersion"]
     assert notes(kube, "ScaleUp")
 
 
 async def test_a_conflict_is_retried_after_a_fresh_read(kube: Emulator, rt: Runtime, tgi: TgiMetrics) -> None:
-    kube.inject(409, SCALE, method="PUT", times=1)
+    kube.inject(409, SCALE, method="PATCH", times=1)
     tgi.queue = 25
     assert await rt.controller.run_once()
     assert [w[3] for w in scale_writes(kube)] == [409, 200]
@@ -75,8 +75,8 @@ async def test_a_conflict_is_retried_after_a_fresh_read(kube: Emulator, rt: Runt
 @pytest.mark.parametrize(
     ("setup", "expected"),
     [
-        pytest.param(lambda k: k.deny("update", "deployments/scale"), "Forbidden", id="rbac-403"),
-        pytest.param(lambda k: k.inject(503, SCALE, method="PUT", times=100), "ServerError", id="server-5xx"),
+        pytest.param(lambda k: k.deny("patch", "deployments/scale"), "Forbidden", id="rbac-403"),
+        pytest.param(lambda k: k.inject(503, SCALE, method="PATCH", times=100), "ServerError", id="server-5xx"),
     ],
 )
 async def test_a_failed_write_keeps_the_old_state_and_warns(

@@ -185,7 +185,7 @@ async def test_run_once_fails_on_an_invalid_policy_file(kube: Emulator, tgi: Tgi
 
 async def test_run_once_fails_when_a_write_fails(kube: Emulator, tgi: TgiMetrics, tmp_path: Path) -> None:
     kube.add(objects.deployment(replicas=1))
-    kube.deny("update", "deployments/scale")
+    kube.deny("patch", "deployments/scale")
     (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
     tgi.queue = 25
     got = await asyncio.to_thread(

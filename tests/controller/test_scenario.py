@@ -67,7 +67,7 @@ async def passes(rt: Runtime, kube: Emulator, kueue: Kueue, clock: ManualClock, 
 
 def strict(kube: Emulator) -> None:
     kube.strict = True
-    kube.expect_write("PUT", SCALE)
+    kube.expect_write("PATCH", SCALE)
     kube.expect_write("PATCH", WORKLOAD)
     kube.expect_write("POST", EVENTS)
     kube.expect_write("PATCH", EVENTS)
@@ -97,7 +97,7 @@ async def test_tutorial_timeline(
     # Deactivate first (merge patch on Workload.spec.active), then scale once the quota has room.
     assert actions(kube) == [
         ("PATCH", "application/merge-patch+json", ("active", False)),
-        ("PUT", "application/json", ("replicas", 2)),
+        ("PATCH", "application/merge-patch+json", ("replicas", 2)),
     ]
     kube.clear_log()
 
@@ -110,7 +110,7 @@ async def test_tutorial_timeline(
     assert training(kube) == {"active": True, "by": None, "admitted": True}
     # Scale down first, then reactivate.
     assert actions(kube) == [
-        ("PUT", "application/json", ("replicas", 1)),
+        ("PATCH", "application/merge-patch+json", ("replicas", 1)),
         ("PATCH", "application/merge-patch+json", ("active", True)),
     ]
     await rt.observer.aclose()
@@ -175,7 +175,7 @@ async def test_restart_between_deactivating_training_and_scaling_serving(
     first = runtime(kube_client, tmp_path, clock, endpoint=tgi.url)
     first.store.reload()
     kube.clear_log()
-    kube.inject(503, SCALE, method="PUT", times=1000)  # every scale write fails from now on
+    kube.inject(503, SCALE, method="PATCH", times=1000)  # every scale write fails from now on
     tgi.queue = 15
     for _ in range(2):
         # The first pass deactivates; Kueue evicts the training; the second pass's scale write fails.
@@ -195,5 +195,5 @@ async def test_restart_between_deactivating_training_and_scaling_serving(
     assert training(kube)["active"] is False
     workload_writes = [a for a in actions(kube) if a[2][0] == "active"]
     assert workload_writes == [("PATCH", "application/merge-patch+json", ("active", False))], "stopped once"
-    assert actions(kube)[-1] == ("PUT", "application/json", ("replicas", 2))
+    assert actions(kube)[-1] == ("PATCH", "application/merge-patch+json", ("replicas", 2))
     await second.observer.aclose()

@@ -1,0 +1,204 @@
+"""What the controller knows about each kind of serving target: one small strategy object per kind.
+
+Everything generic (reading a target, its ``/scale`` subresource, writing a replica count, ownership checks,
+watches, Events) is written once against ``TargetKindInfo``; what differs between kinds lives here and nowhere
+else:
+
+- where the kind is served (group, version, plural) and how it is named in Events;
+- which pods belong to a target (``pod_selector``): a Deployment's or StatefulSet's ``spec.selector``; every
+  pod of every group of a LeaderWorkerSet (not its scale subresource's leaders-only ``hpaPodSelector``);
+- what one replica is (``unit``): a pod, or a group of ``spec.leaderWorkerTemplate.size`` pods (a multi-host
+  slice, which serves only when all its hosts are ready);
+- which pods a metric source reads (``pod_refs``): LeaderWorkerSet workers are marked ``leader=False``.
+
+Adding a kind with a ``/scale`` subresource is one entry in ``KINDS`` (and one ``TargetKind`` value).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.controller.events import ObjectRef
+from autoscaler.core.model import PodStatus, ReplicaStatus, TargetKind, TargetRef
+from autoscaler.sources.base import PodRef
+
+JsonObj = dict[str, Any]
+
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_VERSION = "v1"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+METRICS_PORT_ANNOTATION = "prometheus.io/port"
+METRICS_PATH_ANNOTATION = "prometheus.io/path"
+
+
+# --- pods, the same for every kind -------------------------------------------------------------------------
+
+
+def parse_time(value: object) -> float | None:
+    """An RFC 3339 timestamp (as the API server writes them) in epoch seconds; None when absent or malformed."""
+    if not value:
+        return None
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    try:
+        return datetime.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def pod_ready(pod: JsonObj) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def serving(pod: JsonObj) -> bool:
+    """A pod a Service sends traffic to: ready, with an IP, not terminating. Only these carry load, and a
+    pending pod (no IP yet, e.g. gated by Kueue) must not turn the pods source's reading unknown."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return pod_ready(pod) and bool(status.get("podIP")) and not meta.get("deletionTimestamp")
+
+
+def pod_status(pod: JsonObj, now: float) -> PodStatus:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    started = parse_time(status.get("startTime")) or parse_time(meta.get("creationTimestamp"))
+    return PodStatus(
+        name=meta.get("name", ""),
+        ready=pod_ready(pod),
+        age_s=max(0.0, now - started) if started is not None else 0.0,
+        failed=status.get("phase") == "Failed",
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def pod_ref(pod: JsonObj, *, leader: bool = True) -> PodRef:
+    """The pod as metric sources see it; its metrics URL comes from the ``prometheus.io/*`` annotations."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    url = None
+    if status.get("podIP") and annotations.get(METRICS_PORT_ANNOTATION):
+        path = annotations.get(METRICS_PATH_ANNOTATION, "/metrics")
+        url = f"http://{status['podIP']}:{annotations[METRICS_PORT_ANNOTATION]}{path}"
+    return PodRef(name=meta.get("name", ""), url=url, leader=leader, ip=status.get("podIP") or None)
+
+
+def _counts(obj: JsonObj) -> tuple[int, int]:
+    """``spec.replicas`` (1 when unset, as the API server defaults it) and ``status.readyReplicas``."""
+    spec = int((obj.get("spec") or {}).get("replicas", 1))
+    ready = int((obj.get("status") or {}).get("readyReplicas") or 0)
+    return spec, ready
+
+
+# --- the strategies ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TargetKindInfo:
+    """A kind whose replica count is its ``/scale`` subresource's ``spec.replicas``, one pod per replica."""
+
+    kind: TargetKind
+    group: str
+    version: str
+    plural: str
+    #: What one replica is, as a scale result names the field it changed.
+    unit: str = "replicas"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def resource(self) -> str:
+        """``plural.group``, as the API server names the resource in its messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def collection_path(self, namespace: str) -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{root}/namespaces/{namespace}/{self.plural}"
+
+    def object_path(self, ref: TargetRef) -> str:
+        return f"{self.collection_path(ref.namespace)}/{ref.name}"
+
+    def scale_path(self, ref: TargetRef) -> str:
+        return f"{self.object_path(ref)}/scale"
+
+    def object_ref(self, ref: TargetRef) -> ObjectRef:
+        """The target as an Event's ``regarding``."""
+        return ObjectRef(self.api_version, self.kind.value, ref.namespace, ref.name)
+
+    def pod_selector(self, ref: TargetRef, obj: JsonObj) -> JsonObj:
+        """The ``LabelSelector`` of the target's pods, from the target object."""
+        selector: JsonObj = (obj.get("spec") or {}).get("selector") or {}
+        return selector
+
+    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj], now: float) -> ReplicaStatus:
+        """Spec, ready and starting replicas, with the pods HPA's rules need (completed pods left out)."""
+        spec, ready = _counts(obj)
+        statuses = tuple(pod_status(p, now) for p in pods if (p.get("status") or {}).get("phase") != "Succeeded")
+        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=statuses)
+
+    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
+        """The serving pods metric sources read."""
+        return tuple(pod_ref(p) for p in pods if serving(p))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupedKindInfo(TargetKindInfo):
+    """A LeaderWorkerSet: one replica is one group of ``spec.leaderWorkerTemplate.size`` pods (a slice)."""
+
+    unit: str = "groups"
+
+    @staticmethod
+    def group_size(obj: JsonObj) -> int:
+        return int(((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
+
+    def pod_selector(self, ref: TargetRef, obj: JsonObj) -> JsonObj:
+        # Every pod of every group (leaders and workers), not the scale subresource's leaders-only selector.
+        return {"matchLabels": {LWS_NAME_LABEL: ref.name}}
+
+    def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj], now: float) -> ReplicaStatus:
+        spec, ready = _counts(obj)
+        size = self.group_size(obj)
+        groups: dict[str, list[JsonObj]] = {}
+        for pod in pods:
+            index = ((pod.get("metadata") or {}).get("labels") or {}).get(LWS_GROUP_INDEX_LABEL, "")
+            groups.setdefault(index, []).append(pod)
+        statuses = []
+        for _, members in sorted(groups.items()):
+            leader = next((p for p in members if _is_leader(p)), members[0])
+            status = pod_status(leader, now)
+            # A group serves only when all its hosts are up: one slice is one replica.
+            whole = len(members) >= size and all(pod_ready(p) for p in members)
+            statuses.append(PodStatus(status.name, whole, status.age_s, status.failed, status.deleting))
+        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=tuple(statuses))
+
+    def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
+        return tuple(pod_ref(p, leader=_is_leader(p)) for p in pods if serving(p))
+
+
+def _is_leader(pod: JsonObj) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LWS_WORKER_INDEX_LABEL) == "0"
+
+
+KINDS: dict[TargetKind, TargetKindInfo] = {
+    TargetKind.DEPLOYMENT: TargetKindInfo(TargetKind.DEPLOYMENT, "apps", "v1", "deployments"),
+    TargetKind.LEADER_WORKER_SET: GroupedKindInfo(
+        TargetKind.LEADER_WORKER_SET, LWS_GROUP, LWS_VERSION, "leaderworkersets"
+    ),
+}
+
+
+def of(kind: TargetKind) -> TargetKindInfo:
+    """The strategy of a target kind."""
+    return KINDS[kind]
+
+
+def by_resource(group: str, plural: str) -> TargetKindInfo | None:
+    """The strategy serving ``plural`` in ``group`` (for watch events), None for a resource not a target."""
+    return next((k for k in KINDS.values() if (k.group, k.plural) == (group, plural)), None)
