@@ -1,6 +1,6 @@
 """Quality of our recommended policies on both shared traces, against HPA, static-peak and the oracle.
 
-Run: ``python -m bench.sim_quality`` from the project root (needs ``../shared/traces``). Prints the table of
+Run: ``python -m bench.sim_quality`` from the project root (both traces are bundled). Prints the table of
 each trace and, per goal, whether it is met: ≥ 99 % SLO attainment at ≤ 1.15× the oracle's
 accelerator-hours, better than ``hpa`` on attainment and cost at once, training goodput ≥ 0.9.
 """
@@ -15,10 +15,9 @@ from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import report, runner
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
 SCENARIOS = (
-    ("conv", TRACES / "AzureLLMInferenceTrace_conv.csv", None, ROOT / "policies" / "recommended.yaml"),
-    ("code", TRACES / "AzureLLMInferenceTrace_code.csv", cluster_mod.bundled("cluster-tpu.yaml"),
+    ("conv", cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv"), None, ROOT / "policies" / "recommended.yaml"),
+    ("code", cluster_mod.bundled("AzureLLMInferenceTrace_code.csv"), cluster_mod.bundled("cluster-tpu.yaml"),
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
 
@@ -26,8 +25,8 @@ SCENARIOS = (
 def main() -> int:
     for name, trace, cluster, policy in SCENARIOS:
         if not trace.is_file():
-            print(f"{name}: {trace} is absent; skipped")
-            continue
+            print(f"{name}: {trace} is missing (a broken install?)", file=sys.stderr)
+            return 1
         pols = [(p.metadata.name, p) for p in load_file(policy)]
         out = runner.run(runner.Options(requests=trace, cluster=cluster, policies=pols))
         rows = {**out.summary["policies"], "oracle": out.summary["oracle"]}

@@ -1,24 +1,49 @@
 #!/usr/bin/env bash
-# Installs everything the tests need (Python packages, Debian's prometheus) and runs every check CI runs.
+# Every check CI runs, in a virtual environment inside the checkout (.venv, created when missing): installs
+# the package with its test extras (and Debian's prometheus: the tests start a real server), then runs ruff,
+# mypy --strict, import-linter, the schema and CRD drift checks, `autoscaler validate policies/` and pytest.
+# Needs Python >= 3.11 (Debian 12's python3). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_install() {
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "scripts/test.sh: Python >= 3.11 is needed; $PYTHON is $("$PYTHON" -V 2>&1)" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating the virtual environment .venv"
+  if ! "$PYTHON" -m venv .venv >/dev/null 2>&1; then
+    # Debian ships venv's pip bootstrap (ensurepip) in a separate package.
+    rm -rf .venv
+    echo "== installing Debian's python3-venv"
+    apt_install python3-venv
+    "$PYTHON" -m venv .venv
+  fi
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
 if ! command -v prometheus >/dev/null 2>&1; then
   echo "== installing Debian's prometheus (the tests start a real server)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  apt_install prometheus
 fi
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "note: kubectl not found; the kustomize rendering tests will be skipped" >&2
 fi
 
-echo "== installing the package and its test dependencies"
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "== installing the package and its test dependencies into .venv"
+python -m pip install -q --disable-pip-version-check -e '.[test]'
 
-echo "== ruff";          python3 -m ruff check autoscaler tests bench
-echo "== mypy --strict"; python3 -m mypy
+echo "== ruff";          python -m ruff check autoscaler tests bench
+echo "== mypy --strict"; python -m mypy
 echo "== import-linter"; lint-imports
-echo "== schema drift";  python3 -m autoscaler.policyfile.schema --check policies/schema.json
-echo "== validate the shipped policies"; python3 -m autoscaler.cli validate policies/
-echo "== pytest";        python3 -m pytest -q -p no:cacheprovider "$@"
+echo "== schema drift";  python -m autoscaler.policyfile.schema --check policies/schema.json
+echo "== validate the shipped policies"; python -m autoscaler.cli validate policies/
+echo "== pytest";        python -m pytest -q -p no:cacheprovider "$@"

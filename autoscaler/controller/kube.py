@@ -218,9 +218,12 @@ async def configuration(
     context: str | None = None,
     environ: Mapping[str, str] | None = None,
     service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+    home_fallback: bool = True,
 ) -> client.Configuration:
     """Where to reach the API server and how to authenticate, in the order ``kubectl`` users expect:
-    ``kubeconfig`` (``--kubeconfig``), ``$KUBECONFIG``, the in-cluster service account, ``~/.kube/config``."""
+    ``kubeconfig`` (``--kubeconfig``), ``$KUBECONFIG``, the in-cluster service account, then ``~/.kube/config``
+    unless ``home_fallback`` is false (the controller: a process that writes must never act on whatever
+    cluster the home kubeconfig happens to point at)."""
     env = dict(os.environ if environ is None else environ)
     conf = client.Configuration()
     explicit = kubeconfig or env.get("KUBECONFIG")
@@ -238,7 +241,7 @@ async def configuration(
             loader.load_and_set(conf)
             return conf
         home = Path(env.get("HOME", "~")).expanduser() / ".kube" / "config"
-        if home.is_file():
+        if home_fallback and home.is_file():
             await config.load_kube_config(config_file=str(home), context=context, client_configuration=conf)
             return conf
     except (ConfigException, OSError, ValueError) as exc:
@@ -256,7 +259,11 @@ async def connect(
     context: str | None = None,
     environ: Mapping[str, str] | None = None,
     service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+    home_fallback: bool = True,
 ) -> client.ApiClient:
     """An ``ApiClient`` for the cluster (see ``configuration``); close it with ``await api.close()``."""
-    conf = await configuration(kubeconfig, context=context, environ=environ, service_account_dir=service_account_dir)
+    conf = await configuration(
+        kubeconfig, context=context, environ=environ, service_account_dir=service_account_dir,
+        home_fallback=home_fallback,
+    )
     return client.ApiClient(conf)

@@ -56,7 +56,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 async def _main(cfg: ControllerConfig, policies: Path, *, kubeconfig: str | None, once: bool, dry_run: bool) -> int:
-    api = await kube.connect(kubeconfig)
+    # --help promises $KUBECONFIG, else the in-cluster account: never the home kubeconfig for a writer.
+    api = await kube.connect(kubeconfig, home_fallback=False)
     try:
         runtime = Runtime(api=api, config=cfg, policies_dir=policies, dry_run=dry_run, clock=LoopClock())
         if once:

@@ -4,7 +4,7 @@ A preset is a name (``vllm.waiting``) that stands for a server metric, the spell
 per-pod values combine into one value per target. It is pure data plus small translators:
 
 - ``selector``: PromQL selecting every spelling (vLLM's ``vllm:`` names turn into ``vllm_`` when
-  prometheus-client serves OpenMetrics to Prometheus 2.42, see FACTS.md), always with the target's
+  prometheus-client serves OpenMetrics to Prometheus 2.42; tests/sources shows it), always with the target's
   ``namespace`` and, when known, ``cluster`` matcher, so two applications with the same metric never mix;
 - ``matches``: whether a scraped exposition sample is one of the preset's metrics (pods source);
 - ``cloud_monitoring``: the Cloud Monitoring metric types that serve it, when any.

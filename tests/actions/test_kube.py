@@ -8,6 +8,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from autoscaler import cli
 from autoscaler.controller import kube as kubemod
 from autoscaler.controller.kube import (
     BadRequest,
@@ -26,6 +27,7 @@ from tests.kube.emulator import Emulator
 
 
 def _kubeconfig(path: Path, server: str, token: str = "t0ken") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "emu",
         "clusters": [{"name": "emu", "cluster": {"server": server}}],
@@ -131,3 +133,26 @@ def test_parse_quantity(text: object, value: float) -> None:
 def test_parse_quantity_rejects(text: object) -> None:
     with pytest.raises(ValueError, match="quantity"):
         parse_quantity(text)
+
+
+async def test_the_controller_never_falls_back_to_the_home_kubeconfig(kube: Emulator, tmp_path: Path) -> None:
+    """``run --help`` says: --kubeconfig, else $KUBECONFIG, else the in-cluster account. A writer acting on
+    whatever cluster ~/.kube/config points at would be a surprise; observe (read-only) may use it."""
+    _kubeconfig(tmp_path / ".kube" / "config", kube.url)
+    env = {"HOME": str(tmp_path)}
+    with pytest.raises(KubeConfigError, match="no Kubernetes credentials"):
+        await kubemod.configuration(environ=env, service_account_dir=tmp_path / "none", home_fallback=False)
+    conf = await kubemod.configuration(environ=env, service_account_dir=tmp_path / "none")
+    assert conf.host == kube.url
+
+
+def test_run_refuses_the_home_kubeconfig(kube: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    _kubeconfig(tmp_path / ".kube" / "config", kube.url)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    (tmp_path / "policies").mkdir()
+    assert cli.main(["run", "--policies", str(tmp_path / "policies"), "--once"]) == 1
+    assert "no Kubernetes credentials" in capsys.readouterr().out
+    assert kube.requests == []

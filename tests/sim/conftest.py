@@ -1,4 +1,4 @@
-"""Fixtures of the simulator tests: the shared traces (skipped when ../shared is absent) and small clusters."""
+"""Fixtures of the simulator tests: the two Azure traces (bundled with the package) and small clusters."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 from autoscaler.sim import cluster as cluster_mod
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "traces"
-CONV = SHARED / "AzureLLMInferenceTrace_conv.csv"
-CODE = SHARED / "AzureLLMInferenceTrace_code.csv"
+# Bundled byte-identical copies of the shared traces (autoscaler/data/sim/ATTRIBUTION.md): a plain clone runs them.
+CONV = cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv")
+CODE = cluster_mod.bundled("AzureLLMInferenceTrace_code.csv")
 TPU_CLUSTER = cluster_mod.bundled("cluster-tpu.yaml")
 
 
 def shared_trace(path: Path) -> Path:
     if not path.is_file():
-        pytest.skip(f"shared trace {path} is absent (it exists in CI at ../shared/traces from the project root)")
+        pytest.fail(f"bundled trace {path} is missing: reinstall the package or restore autoscaler/data/sim")
     return path
 
 
