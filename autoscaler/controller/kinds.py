@@ -85,7 +85,8 @@ def pod_ref(pod: JsonObj, *, leader: bool = True) -> PodRef:
     if status.get("podIP") and annotations.get(METRICS_PORT_ANNOTATION):
         path = annotations.get(METRICS_PATH_ANNOTATION, "/metrics")
         url = f"http://{status['podIP']}:{annotations[METRICS_PORT_ANNOTATION]}{path}"
-    return PodRef(name=meta.get("name", ""), url=url, leader=leader, ip=status.get("podIP") or None)
+    node = (pod.get("spec") or {}).get("nodeName") or None  # node-level Cloud Monitoring metrics are read by node
+    return PodRef(name=meta.get("name", ""), url=url, leader=leader, ip=status.get("podIP") or None, node=node)
 
 
 def _counts(obj: JsonObj) -> tuple[int, int]:

@@ -20,17 +20,44 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from simpleeval import InvalidExpression, SimpleEval
 
+from autoscaler.core import catalog
 from autoscaler.core.model import SignalReading, SignalState, SignalValue
-from autoscaler.core.spec import Spec
+from autoscaler.core.spec import SignalSpec, Spec
 
 #: Samples stamped slightly in the future (clock skew between hosts) still count as fresh.
 FUTURE_SKEW_S = 5.0
+
+
+def aggregate_of(signal: SignalSpec) -> catalog.Combine:
+    """How a signal's per-pod values combine into the target's value, the one rule every command uses.
+
+    The signal's ``aggregate``, else ``avg`` for a ``perReplica`` signal (its value is an average per replica by
+    definition), else its preset's (queues sum, ratios average: ``core.catalog``), else ``sum``.
+    """
+    if signal.aggregate is not None:
+        return signal.aggregate
+    if signal.scope == "perReplica":
+        return "avg"
+    if signal.preset is not None:
+        return catalog.get(signal.preset).combine
+    return "sum"
+
+
+def combine(values: Sequence[float], how: catalog.Combine) -> float:
+    """Combine per-pod values; NaN propagates (the core then says "invalid: NaN", never a number)."""
+    if how == "sum":
+        return math.fsum(values)
+    if how == "avg":
+        return math.fsum(values) / len(values)
+    if how == "max":
+        return max(values)
+    return min(values)
 
 
 def _clamp(value: float, low: float, high: float) -> float:

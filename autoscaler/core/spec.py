@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from autoscaler.core import catalog
 from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.policies.hpa import HpaPolicyConfig
 from autoscaler.core.policies.kpa import KpaPolicyConfig
@@ -29,17 +30,9 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 #: Functions a composite signal expression may call (besides arithmetic).
 EXPRESSION_FUNCTIONS = ("max", "min", "abs", "ceil", "floor", "sqrt", "clamp")
 
-#: Signal presets ``autoscaler.sources`` implements. The spec stores only the name; listing them here lets
-#: ``autoscaler validate`` reject a misspelt preset before a controller ever starts.
-KNOWN_PRESETS = (
-    "jetstream.prefill_backlog",
-    "jetstream.slots_used",
-    "tgi.queue_size",
-    "tpu.memory_used_ratio",
-    "vllm.kv_cache_usage",
-    "vllm.running",
-    "vllm.waiting",
-)
+#: Signal presets, from the one catalog (``core.catalog``). The spec stores only the name; listing them lets
+#: ``autoscaler validate`` (and the JSON Schema) reject a misspelt preset before a controller ever starts.
+KNOWN_PRESETS = catalog.NAMES
 
 
 class Metadata(SpecModel):
@@ -66,7 +59,11 @@ class SignalSpec(SpecModel):
 
     name: str = Field(pattern=SIGNAL_NAME_PATTERN, description="Referenced by policies and expressions.")
     query: str | None = Field(default=None, description="A PromQL query returning one value per target.")
-    preset: str | None = Field(default=None, description="A signal preset, e.g. vllm.waiting.")
+    preset: str | None = Field(
+        default=None,
+        description="A signal preset, e.g. vllm.waiting (the catalog: docs/policies.md).",
+        json_schema_extra={"enum": [*catalog.NAMES, None]},
+    )
     metric: str | None = Field(default=None, description="A raw metric name (pods) or metric type.")
     expr: str | None = Field(default=None, description="An arithmetic expression over other signals.")
     labels: dict[str, str] = Field(default_factory=dict, description="Label matchers for a preset.")
@@ -290,6 +287,15 @@ class Spec(SpecModel):
                     "signals", i, "expr",
                 )
         _check_no_cycles(self.signals)
+        for i, sig in enumerate(self.signals):
+            source = sig.source or self.source
+            if sig.preset is not None and source is not None:
+                why = catalog.get(sig.preset).why_unavailable(source.type)
+                if why is not None:
+                    raise FieldError(
+                        f"signal {sig.name!r}: preset {sig.preset} cannot be read from a {source.type} source: {why}",
+                        "signals", i, "preset",
+                    )
         for ref in self.policy.signal_refs():
             if ref not in known:
                 raise FieldError(

@@ -36,6 +36,8 @@ from autoscaler.core.model import (
     SignalReading,
     quick_init,
 )
+from autoscaler.core.signals import aggregate_of
+from autoscaler.core.spec import SignalSpec
 from autoscaler.replay.traces import AGGREGATES, Series, Trace, TraceError, combine
 
 Mode = Literal["recorded", "whatif"]
@@ -180,12 +182,12 @@ def prepare(compiled: CompiledPolicy, trace: Trace) -> tuple[list[_Input], list[
     notes: list[str] = []
     for sig in needed:
         raw = trace.signals[sig.name]
-        how = sig.aggregate or ("avg" if sig.scope == "perReplica" else "sum")
+        how = aggregate_of(sig)  # the controller's rule: the catalog's per preset, avg for perReplica
         assert how in AGGREGATES
         if len(raw.series) > 1:
             notes.append(
                 f"signal {sig.name}: {len(raw.series)} series in {raw.origin} combined by {how} "
-                f"({'aggregate' if sig.aggregate else 'scope ' + sig.scope})"
+                f"({_why_aggregate(sig)})"
             )
         series = combine(raw, how)
         if not series.times:
@@ -195,6 +197,14 @@ def prepare(compiled: CompiledPolicy, trace: Trace) -> tuple[list[_Input], list[
     if unused:
         notes.append(f"not used by the policy: {', '.join(unused)}")
     return inputs, notes
+
+
+def _why_aggregate(sig: SignalSpec) -> str:
+    if sig.aggregate is not None:
+        return "aggregate"
+    if sig.scope == "perReplica":
+        return "scope perReplica"
+    return f"preset {sig.preset}" if sig.preset is not None else "scope total"
 
 
 def run(

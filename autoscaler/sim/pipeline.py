@@ -12,102 +12,82 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from autoscaler.core import catalog
 from autoscaler.core.model import SignalReading
+from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.spec import SignalSpec, Spec
 from autoscaler.sim.cluster import PipelineSpec
 from autoscaler.sim.model import ReplicaGauges
 
 Quantity = Callable[[ReplicaGauges], float]
 
-
-def _backlog(g: ReplicaGauges) -> float:
-    return float(g.queued + g.prefill_pending)
-
-
-def _queued(g: ReplicaGauges) -> float:
-    return float(g.queued)
-
-
-def _running(g: ReplicaGauges) -> float:
-    return float(g.running)
-
-
-def _slots(g: ReplicaGauges) -> float:
-    return g.slots_used
-
-
-def _kv(g: ReplicaGauges) -> float:
-    return g.kv_usage
-
-
-#: Real metric name -> (server, what it measures on a simulated replica, default per-target aggregate).
-METRICS: dict[str, tuple[str, Quantity, str]] = {
-    "jetstream_prefill_backlog_size": ("jetstream", _backlog, "sum"),
-    "jetstream_slots_used_percentage": ("jetstream", _slots, "avg"),
-    "num_requests_waiting": ("jetstream", _queued, "sum"),
-    "kv_cache_utilization_perc": ("jetstream", _kv, "avg"),
-    "vllm:num_requests_waiting": ("vllm", _queued, "sum"),
-    "vllm:num_requests_running": ("vllm", _running, "sum"),
-    "vllm:kv_cache_usage_perc": ("vllm", _kv, "avg"),
-    "vllm:gpu_cache_usage_perc": ("vllm", _kv, "avg"),
-    "tgi_queue_size": ("tgi", _backlog, "sum"),
-    "tgi_batch_current_size": ("tgi", _running, "sum"),
+#: What a simulated replica exports for each of the catalog's simulated quantities (``catalog.SIMULATED``).
+QUANTITIES: dict[str, Quantity] = {
+    "backlog": lambda g: float(g.queued + g.prefill_pending),
+    "queued": lambda g: float(g.queued),
+    "running": lambda g: float(g.running),
+    "slots_used": lambda g: g.slots_used,
+    "kv_usage": lambda g: g.kv_usage,
 }
 
-#: Preset names (``signals[].preset``) -> metric name.
-PRESETS: dict[str, str] = {
-    "jetstream.prefill_backlog": "jetstream_prefill_backlog_size",
-    "jetstream.slots_used": "jetstream_slots_used_percentage",
-    "jetstream.requests_waiting": "num_requests_waiting",
-    "jetstream.waiting": "num_requests_waiting",
-    "jetstream.kv_cache_usage": "kv_cache_utilization_perc",
-    "vllm.waiting": "vllm:num_requests_waiting",
-    "vllm.running": "vllm:num_requests_running",
-    "vllm.kv_cache_usage": "vllm:kv_cache_usage_perc",
-    "vllm.gpu_cache_usage": "vllm:gpu_cache_usage_perc",
-    "tgi.queue_size": "tgi_queue_size",
-    "tgi.batch_size": "tgi_batch_current_size",
-    "tgi.batch_current_size": "tgi_batch_current_size",
-}
-
+#: Every exposition name of every preset the simulator serves, current spellings first (the catalog's order).
+_SERVED = [
+    (name, p)
+    for p in catalog.PRESETS.values()
+    if p.why_unavailable(catalog.SIMULATOR) is None and p.simulated in QUANTITIES
+    for name in p.metrics
+]
 # Longest first, so ``vllm:num_requests_waiting`` wins over ``num_requests_waiting``.
-_BY_LENGTH = sorted(METRICS, key=len, reverse=True)
+_BY_LENGTH = sorted(_SERVED, key=lambda np: len(np[0]), reverse=True)
 
 
 class BindingError(ValueError):
     """A policy signal the simulator cannot map to a simulated series."""
 
 
-def metric_for(sig: SignalSpec) -> str:
-    """The real metric name a raw signal reads, from its preset, metric or query."""
+def _served_presets() -> str:
+    return ", ".join(sorted({p.name for _, p in _SERVED}))
+
+
+def preset_for(sig: SignalSpec) -> catalog.Preset:
+    """The catalog preset a raw signal reads: its ``preset``, or the one whose metric its ``metric``/``query``
+    names (either vLLM spelling)."""
     if sig.preset is not None:
-        if sig.preset in PRESETS:
-            return PRESETS[sig.preset]
-        raise BindingError(
-            f"signal {sig.name!r}: preset {sig.preset!r} has no simulated series; simulated presets: "
-            f"{', '.join(sorted(PRESETS))}"
-        )
+        preset = catalog.get(sig.preset)
+        why = preset.why_unavailable(catalog.SIMULATOR)
+        if why is None and preset.simulated not in QUANTITIES:
+            why = f"the simulated servers do not export {preset.kind}s yet"
+        if why is not None:
+            raise BindingError(
+                f"signal {sig.name!r}: preset {sig.preset} has no simulated series: {why}; simulated presets: "
+                f"{_served_presets()}"
+            )
+        return preset
     text = sig.metric if sig.metric is not None else (sig.query or "")
     # A selector on the name itself, e.g. {__name__=~"vllm[:_](kv|gpu)_cache_usage_perc"}: try it on every
-    # exported name in both spellings (Prometheus may store vllm:x as vllm_x).
+    # exported name (the catalog lists both vLLM spellings).
     for pattern in re.findall(r'__name__\s*=~?\s*"([^"]+)"', text):
-        for name in METRICS:  # in declaration order: the current spelling before the older one
+        for name, preset in _SERVED:  # in catalog order: the current spelling before the older one
             try:
-                if re.fullmatch(pattern, name) or re.fullmatch(pattern, name.replace(":", "_")):
-                    return name
+                if re.fullmatch(pattern, name):
+                    return preset
             except re.error:
                 break
     # Prometheus stores vllm:x as vllm_x behind some exporters; queries match both with vllm[:_]x.
-    norm = re.sub(r"vllm(\[:_\]|_)", "vllm:", text)
-    for name in _BY_LENGTH:
+    norm = re.sub(r"vllm\[:_\]", "vllm:", text)
+    for name, preset in _BY_LENGTH:
         if re.search(rf"(?<![A-Za-z0-9_:]){re.escape(name)}(?![A-Za-z0-9_])", norm):
-            return name
+            return preset
     raise BindingError(
-        f"signal {sig.name!r}: no simulated metric in {text!r}; the simulator exports {', '.join(sorted(METRICS))}"
+        f"signal {sig.name!r}: no simulated metric in {text!r}; the simulator exports the presets "
+        f"{_served_presets()} under their real metric names"
     )
+
+
+_QUERY_AGGREGATES: dict[str, catalog.Combine] = {"sum": "sum", "avg": "avg", "max": "max", "min": "min"}
 
 
 @dataclass(frozen=True)
@@ -115,40 +95,36 @@ class Binding:
     """One raw signal of a policy bound to a simulated series."""
 
     signal: str
-    metric: str
-    server: str
+    preset: catalog.Preset
     quantity: Quantity
-    aggregate: str  # sum | avg | max | min
+    aggregate: catalog.Combine
+
+    @property
+    def server(self) -> str:
+        return self.preset.server
+
+    @property
+    def metric(self) -> str:
+        return self.preset.metrics[0]
 
 
 def bind(spec: Spec) -> list[Binding]:
-    """Bind every raw (non-``expr``) signal of a policy; raise ``BindingError`` if one cannot be."""
+    """Bind every raw (non-``expr``) signal of a policy; raise ``BindingError`` if one cannot be.
+
+    Pods combine by the core's one rule (``core.signals.aggregate_of``), except that a raw ``query`` starting
+    with ``sum``/``avg``/``max``/``min`` combines as the query would in Prometheus.
+    """
     out = []
     for sig in spec.signals:
         if sig.expr is not None:
             continue
-        metric = metric_for(sig)
-        server, quantity, default_agg = METRICS[metric]
-        if sig.scope == "perReplica":
-            agg = "avg"
-        elif sig.aggregate is not None:
-            agg = sig.aggregate
-        elif sig.query is not None and (m := re.match(r"\s*(sum|avg|max|min)\b", sig.query)):
-            agg = m.group(1)
-        else:
-            agg = default_agg
-        out.append(Binding(sig.name, metric, server, quantity, agg))
+        preset = preset_for(sig)
+        agg: catalog.Combine = aggregate_of(sig)
+        if sig.query is not None and sig.aggregate is None and (m := re.match(r"\s*(sum|avg|max|min)\b", sig.query)):
+            agg = _QUERY_AGGREGATES[m.group(1)]
+        assert preset.simulated is not None
+        out.append(Binding(sig.name, preset, QUANTITIES[preset.simulated], agg))
     return out
-
-
-def _aggregate(values: Sequence[float], how: str) -> float:
-    if how == "sum":
-        return float(sum(values))
-    if how == "avg":
-        return float(sum(values) / len(values))
-    if how == "max":
-        return float(max(values))
-    return float(min(values))
 
 
 class MetricPipeline:
@@ -164,7 +140,7 @@ class MetricPipeline:
         readings: dict[str, SignalReading] = {}
         for b in self.bindings:
             per = {pod: b.quantity(g) for pod, g in gauges.items()}
-            value = _aggregate(list(per.values()), b.aggregate) if per else None
+            value = combine(list(per.values()), b.aggregate) if per else None
             readings[b.signal] = SignalReading(value=value, timestamp=now, source=f"{self.source}:{b.metric}",
                                                per_replica=per)
         self._samples.append((now, readings))

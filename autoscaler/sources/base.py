@@ -5,19 +5,22 @@ the sample's own timestamp (unix seconds) or an error. It never invents a zero: 
 with an error, or with neither (the core reads that as "missing: empty result"). Sources batch: one query
 per signal per tick for all targets, not one per target.
 
-Also here: which pods belong to a target (``PodRef``, ``pod_pattern``), how per-pod values combine
-(``combine``) and the short label a reading carries to say where it came from (``describe``).
+Also here: which pods belong to a target (``PodRef``, ``pod_pattern``) and the short label a reading carries
+to say where it came from (``describe``). How per-pod values combine is the core's one rule
+(``core.signals.aggregate_of`` and ``combine``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from autoscaler.core import catalog
+from autoscaler.core.catalog import DEVICE_PLUGIN_LABELS, SERVER_LABELS, LabelLayout
 from autoscaler.core.model import SignalReading, TargetKind, TargetRef
+from autoscaler.core.signals import combine
 from autoscaler.core.sourcespec import (
     CloudMonitoringSourceSpec,
     GmpSourceSpec,
@@ -26,7 +29,7 @@ from autoscaler.core.sourcespec import (
     SourceSpec,
 )
 from autoscaler.core.spec import SignalSpec
-from autoscaler.sources.presets import Aggregate, get
+from autoscaler.sources.presets import Aggregate
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class PodRef:
     leader: bool = True
     #: The pod IP: with ``port`` set in the pods source block, the URL is built from it (scheme, port, path).
     ip: str | None = None
+    #: The node it runs on (``spec.nodeName``): node-level Cloud Monitoring metrics are read by node.
+    node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,13 @@ class SignalRequest:
     @property
     def key(self) -> tuple[str, str]:
         return (self.target.key, self.signal.name)
+
+    def node_names(self) -> tuple[str, ...]:
+        """The nodes whose node-level metrics belong to this target: given, else those of its pods (every
+        host of an LWS group: a slice spans them all)."""
+        if self.nodes:
+            return self.nodes
+        return tuple(sorted({p.node for p in self.pods if p.node}))
 
     def endpoints(self, *, workers: bool) -> tuple[PodRef, ...]:
         """Pods to scrape: leaders (and workers when asked), or the plain ``pod_urls``."""
@@ -96,28 +108,17 @@ def describe(spec: SourceSpec) -> str:
     return "pods (static endpoints)" if spec.endpoints else "pods"
 
 
+def label_layout(signal: SignalSpec) -> LabelLayout:
+    """Which labels of stored series hold the workload's namespace and pod: the preset's (the catalog's), or
+    for a ``metric:`` signal pinned by ``exported_namespace`` (the JetStream guide's device-plugin form) the
+    device plugin's."""
+    if signal.preset is not None:
+        return catalog.get(signal.preset).labels
+    return DEVICE_PLUGIN_LABELS if "exported_namespace" in signal.labels else SERVER_LABELS
+
+
 def failed(request: SignalRequest, source: str, error: str) -> SignalReading:
     return SignalReading(value=None, timestamp=None, source=source, error=error)
-
-
-def aggregate_of(signal: SignalSpec) -> Aggregate:
-    """The signal's ``aggregate``, else its preset's default (queues sum, ratios average), else sum."""
-    if signal.aggregate is not None:
-        return signal.aggregate
-    if signal.preset is not None:
-        return get(signal.preset).default_aggregate
-    return "sum"
-
-
-def combine(values: Sequence[float], how: Aggregate) -> float:
-    """Combine per-pod values; NaN propagates (the core then says "invalid: NaN", never a number)."""
-    if how == "sum":
-        return math.fsum(values)
-    if how == "avg":
-        return math.fsum(values) / len(values)
-    if how == "max":
-        return max(values)
-    return min(values)
 
 
 # Deployment pods: <name>-<pod-template-hash (≤10)>-<5 random>; LWS leaders <name>-<group>, workers

@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from autoscaler.core.model import SignalReading
+from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
 from autoscaler.sources import presets
 from autoscaler.sources.base import (
     PodMatcher,
     Readings,
     SignalRequest,
-    aggregate_of,
-    combine,
     describe,
+    label_layout,
     per_target,
 )
 from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
@@ -41,17 +41,17 @@ _Points = dict[tuple[str, str], list[tuple[float, float]]]
 
 
 def metric_types(request: SignalRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(numerator types, denominator types) a request needs."""
+    """(numerator types, denominator types) a request needs (the catalog's, for a preset)."""
     sig = request.signal
     if sig.metric is not None:
         return (sig.metric,), ()
     if sig.preset is None:
         raise PermanentError("the cloud-monitoring source reads 'preset' or 'metric' signals, not PromQL")
     preset = presets.get(sig.preset)
-    if preset.cloud_monitoring:
-        return preset.cloud_monitoring[:1], preset.cloud_monitoring[1:]
-    # A serving metric that Managed Prometheus stored: every spelling, as a gauge.
-    return tuple(f"prometheus.googleapis.com/{name}/gauge" for name in preset.metrics), ()
+    why = preset.why_unavailable("cloud-monitoring")
+    if why is not None:
+        raise PermanentError(f"preset {preset.name} is not served by Cloud Monitoring: {why}")
+    return preset.cloud_monitoring_types()
 
 
 def _node_level(metric_type: str) -> bool:
@@ -71,10 +71,17 @@ def build_filter(metric_type: str, requests: Sequence[SignalRequest], *, cluster
     (or nodes for node-level metrics), plus the signal's labels as metric labels."""
     parts = [f"metric.type = {_quote(metric_type)}"]
     prom = metric_type.startswith("prometheus.googleapis.com/")
+    labels = label_layout(requests[0].signal)
     if _node_level(metric_type):
-        parts.append(f"resource.labels.node_name = {_one_of([n for r in requests for n in r.nodes])}")
+        parts.append(f"resource.labels.node_name = {_one_of([n for r in requests for n in r.node_names()])}")
+    elif prom and labels.namespace != "namespace":
+        # Series scraped in another namespace (the TPU device plugin in kube-system): the workload's
+        # namespace is a metric label; the resource's namespace is kube-system.
+        pinned = requests[0].signal.labels.get(labels.namespace)
+        if pinned is None:
+            parts.append(f"metric.labels.{labels.namespace} = {_one_of([r.target.namespace for r in requests])}")
     else:
-        key = "namespace" if prom else "namespace_name"
+        key = "namespace" if prom else "namespace_name"  # prometheus_target vs k8s_container/k8s_pod
         parts.append(f"resource.labels.{key} = {_one_of([r.target.namespace for r in requests])}")
     if cluster is not None:
         parts.append(f"resource.labels.{'cluster' if prom else 'cluster_name'} = {_quote(cluster)}")
@@ -96,8 +103,13 @@ def _point_value(point: Any) -> float:
 
 
 def _where(series: Any) -> tuple[str, str]:
-    """(namespace, pod or node) of a time series, whatever its monitored resource."""
+    """(namespace, pod or node) of a time series, whatever its monitored resource.
+
+    A series scraped from another namespace's exporter (the TPU device plugin in kube-system) names the
+    workload in ``exported_namespace``/``exported_pod``: those win over the scrape's own."""
     res, met = series.resource.labels, series.metric.labels
+    if met.get("exported_namespace"):
+        return (met["exported_namespace"], met.get("exported_pod", ""))
     namespace = res.get("namespace_name") or res.get("namespace") or met.get("namespace") or ""
     if "node_name" in res and "pod_name" not in res:
         return ("", res["node_name"])
@@ -203,9 +215,13 @@ class CloudMonitoringSource:
             except (PermanentError, presets.PresetError) as exc:
                 out[r.key] = SignalReading(None, None, self.label, str(exc))
                 continue
-            if any(_node_level(t) for t in types[0] + types[1]) and not r.nodes:
+            if any(_node_level(t) for t in types[0] + types[1]) and not r.node_names():
                 out[r.key] = SignalReading(
-                    None, None, self.label, "a node-level metric needs the target's node names (known in a cluster)"
+                    None,
+                    None,
+                    self.label,
+                    "a node-level metric needs the nodes of the target's pods (read from the cluster; "
+                    "none known: no pods, or outside a cluster)",
                 )
                 continue
             key = (types, tuple(sorted(r.signal.labels.items())), aggregate_of(r.signal))
@@ -266,7 +282,7 @@ class CloudMonitoringSource:
         workers = group[0].signal.preset is not None and presets.get(group[0].signal.preset).workers
         matcher = PodMatcher(group, workers=workers)
         samples: dict[str, dict[str, tuple[float, float]]] = {}
-        node_owner = {node: r for r in group for node in r.nodes}
+        node_owner = {node: r for r in group for node in r.node_names()}
         for (namespace, unit), sample in per_unit.items():
             if not namespace and unit in node_owner:
                 samples.setdefault(node_owner[unit].target.key, {})[unit] = sample

@@ -26,9 +26,10 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from autoscaler.core.model import SignalReading
+from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import PodsSourceSpec
 from autoscaler.sources import presets
-from autoscaler.sources.base import PodRef, Readings, SignalRequest, aggregate_of, combine, describe
+from autoscaler.sources.base import PodRef, Readings, SignalRequest, describe
 from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
 
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"

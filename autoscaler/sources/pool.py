@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
+from autoscaler.core import catalog
 from autoscaler.core.model import SignalReading
 from autoscaler.core.sourcespec import (
     CloudMonitoringSourceSpec,
@@ -43,6 +44,15 @@ def requests_for(
             )
         out.append(SignalRequest(spec.target.ref(), sig, source, pods=pods, nodes=nodes))
     return out
+
+
+def unavailable(request: SignalRequest) -> str | None:
+    """Why the request's source cannot serve its preset (the catalog's reason, as ``validate`` prints it)."""
+    preset = request.signal.preset
+    if preset is None:
+        return None
+    why = catalog.get(preset).why_unavailable(request.source.type)
+    return None if why is None else f"preset {preset} cannot be read from a {request.source.type} source: {why}"
 
 
 def _backend_key(spec: SourceSpec) -> str:
@@ -101,14 +111,18 @@ class SourcePool:
 
     async def _read_now(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
         groups: dict[str, list[SignalRequest]] = {}
+        out: Readings = {}
         for r in requests:
+            why = unavailable(r)
+            if why is not None:
+                out[r.key] = SignalReading(None, None, describe(r.source), why)
+                continue
             groups.setdefault(_backend_key(r.source), []).append(r)
         keys = list(groups)
         results = await asyncio.gather(
             *(self.backend(groups[k][0].source).read(groups[k], deadline_s=deadline_s) for k in keys),
             return_exceptions=True,
         )
-        out: Readings = {}
         for key, result in zip(keys, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):

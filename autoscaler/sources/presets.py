@@ -1,132 +1,25 @@
-"""Signal presets: the real metric names of LLM servers, with their quirks, for every source that can serve them.
+"""Translating catalog presets into what each source sends: PromQL selectors and label matchers.
 
-A preset is a name (``vllm.waiting``) that stands for a server metric, the spellings it goes by and how
-per-pod values combine into one value per target. It is pure data plus small translators:
+The presets themselves (names, spellings, kinds, how pods combine, label layouts, where each is
+unavailable) are the one catalog, ``autoscaler.core.catalog``; this module re-exports its lookups for the
+sources and adds the PromQL pieces:
 
-- ``selector``: PromQL selecting every spelling (vLLM's ``vllm:`` names turn into ``vllm_`` when
-  prometheus-client serves OpenMetrics to Prometheus 2.42; tests/sources shows it), always with the target's
-  ``namespace`` and, when known, ``cluster`` matcher, so two applications with the same metric never mix;
-- ``matches``: whether a scraped exposition sample is one of the preset's metrics (pods source);
-- ``cloud_monitoring``: the Cloud Monitoring metric types that serve it, when any.
-
-Queue-like presets sum over a target's pods, ratio-like presets average them, unless the signal says
-``aggregate:``. For a LeaderWorkerSet, presets read the leader of each group unless ``workers`` is set
-(per-host metrics such as TPU memory live on every host of the slice).
+- ``selector``: every spelling as its own exact-name selector joined with ``or`` (Google Managed Prometheus
+  matches metric names exactly), always with the target's namespace (in the label the preset's layout names:
+  ``exported_namespace`` for the TPU device plugin) and, when known, ``cluster`` matcher, so two applications
+  with the same metric never mix;
+- ``matchers``: those label matchers, with the signal's own labels.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
 
-Aggregate = Literal["sum", "avg", "max", "min"]
+from autoscaler.core.catalog import PRESETS, Combine, Preset, PresetError, get
 
+__all__ = ["PRESETS", "Aggregate", "Preset", "PresetError", "get", "matchers", "quote", "selector"]
 
-@dataclass(frozen=True)
-class Preset:
-    """One known server metric (or ratio of two)."""
-
-    name: str
-    description: str
-    #: Exposition names, in every spelling a server or a pipeline produces.
-    metrics: tuple[str, ...]
-    kind: Literal["queue", "ratio"]
-    #: For ratio presets computed from two metrics (used / total): the denominator's spellings.
-    denominator: tuple[str, ...] = ()
-    #: LeaderWorkerSet: read every host of a group, not only its leader.
-    workers: bool = False
-    #: Cloud Monitoring metric types (numerator, optional denominator) serving this preset, if any.
-    cloud_monitoring: tuple[str, ...] = ()
-
-    @property
-    def default_aggregate(self) -> Aggregate:
-        return "sum" if self.kind == "queue" else "avg"
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        """Source types that can serve this preset."""
-        base = ("prometheus", "gmp", "pods")
-        return (*base, "cloud-monitoring") if self.cloud_monitoring else base
-
-    def matches(self, name: str) -> bool:
-        """Whether an exposition sample name is this preset's numerator metric."""
-        return name in self.metrics
-
-    def matches_denominator(self, name: str) -> bool:
-        return name in self.denominator
-
-
-def _vllm(suffix: str) -> tuple[str, str]:
-    # vLLM registers `vllm:<x>`; OpenMetrics negotiation with Prometheus 2.42 stores it as `vllm_<x>`.
-    return (f"vllm:{suffix}", f"vllm_{suffix}")
-
-
-#: Every preset, by name. Must equal ``autoscaler.core.spec.KNOWN_PRESETS`` (a test checks it).
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset(
-            "jetstream.prefill_backlog",
-            "JetStream prefill queue length (latency-oriented scaling on TPU).",
-            ("jetstream_prefill_backlog_size",),
-            "queue",
-        ),
-        Preset(
-            "jetstream.slots_used",
-            "JetStream share of decode slots in use, a 0-1 fraction despite the name (throughput).",
-            ("jetstream_slots_used_percentage",),
-            "ratio",
-        ),
-        Preset(
-            "vllm.waiting",
-            "vLLM requests waiting to be scheduled.",
-            _vllm("num_requests_waiting"),
-            "queue",
-        ),
-        Preset(
-            "vllm.running",
-            "vLLM requests being processed.",
-            _vllm("num_requests_running"),
-            "queue",
-        ),
-        Preset(
-            "vllm.kv_cache_usage",
-            "vLLM KV-cache usage, 0-1 (V1 kv_cache_usage_perc, older gpu_cache_usage_perc).",
-            (*_vllm("kv_cache_usage_perc"), *_vllm("gpu_cache_usage_perc")),
-            "ratio",
-        ),
-        Preset(
-            "tgi.queue_size",
-            "Text Generation Inference requests waiting in the queue.",
-            ("tgi_queue_size",),
-            "queue",
-        ),
-        Preset(
-            "tpu.memory_used_ratio",
-            "TPU high-bandwidth memory used / total per host (Google's JetStream guide); every host of a slice.",
-            ("memory_used", "kubernetes_io:container_accelerator_memory_used"),
-            "ratio",
-            denominator=("memory_total", "kubernetes_io:container_accelerator_memory_total"),
-            workers=True,
-            cloud_monitoring=(
-                "kubernetes.io/container/accelerator/memory_used",
-                "kubernetes.io/container/accelerator/memory_total",
-            ),
-        ),
-    )
-}
-
-
-class PresetError(ValueError):
-    """An unknown preset, or a preset asked of a source that cannot serve it."""
-
-
-def get(name: str) -> Preset:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise PresetError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+Aggregate = Combine
 
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -138,17 +31,24 @@ def quote(value: str) -> str:
 
 
 def matchers(
-    labels: dict[str, str], *, namespace: str | None, cluster: str | None, regex: dict[str, str] | None = None
+    labels: dict[str, str],
+    *,
+    namespace: str | None,
+    cluster: str | None,
+    regex: dict[str, str] | None = None,
+    namespace_label: str = "namespace",
 ) -> list[str]:
     """Label matchers: the signal's labels plus the mandatory namespace/cluster scoping.
 
-    A value given in ``labels`` wins over the defaults (a user may pin another namespace on purpose).
+    ``namespace_label`` is the label holding the workload's namespace (``exported_namespace`` for series the
+    TPU device plugin exports from ``kube-system``). A value given in ``labels`` wins over the defaults (a
+    user may pin another namespace on purpose).
     """
     merged: dict[str, str] = {}
     if cluster is not None:
         merged["cluster"] = cluster
     if namespace is not None:
-        merged["namespace"] = namespace
+        merged[namespace_label] = namespace
     merged.update(labels)
     out = []
     for key, value in sorted(merged.items()):

@@ -30,16 +30,17 @@ from typing import Any
 
 import aiohttp
 
+from autoscaler.core.catalog import SERVER_LABELS, LabelLayout
 from autoscaler.core.model import SignalReading
+from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec
 from autoscaler.sources import presets
 from autoscaler.sources.base import (
     PodMatcher,
     Readings,
     SignalRequest,
-    aggregate_of,
-    combine,
     describe,
+    label_layout,
     per_target,
     pod_pattern,
 )
@@ -67,15 +68,21 @@ class _Selection:
     names: tuple[str, ...]
     denominator: tuple[str, ...]
     workers: bool
+    #: The labels holding the workload's namespace and pod (the catalog's layout for the preset).
+    labels: LabelLayout = SERVER_LABELS
+
+    @property
+    def by(self) -> str:
+        return f"{self.labels.namespace}, {self.labels.pod}"
 
 
 def selection(request: SignalRequest) -> _Selection | None:
     sig = request.signal
     if sig.preset is not None:
         p = presets.get(sig.preset)
-        return _Selection(p.metrics, p.denominator, p.workers)
+        return _Selection(p.metrics, p.denominator, p.workers, p.labels)
     if sig.metric is not None:
-        return _Selection((sig.metric,), (), False)
+        return _Selection((sig.metric,), (), False, label_layout(sig))
     return None
 
 
@@ -92,16 +99,22 @@ def target_query(request: SignalRequest, *, cluster: str | None) -> str:
         pods = "|".join(re.escape(p.name) for p in request.pods if p.leader or sel.workers)
     else:
         pods = pod_pattern(request.target, workers=sel.workers)
-    m = presets.matchers(sig.labels, namespace=request.target.namespace, cluster=cluster, regex={"pod": pods})
+    m = presets.matchers(
+        sig.labels,
+        namespace=request.target.namespace,
+        cluster=cluster,
+        regex={sel.labels.pod: pods},
+        namespace_label=sel.labels.namespace,
+    )
     return f"{how}({_per_pod(sel, how, m)})"
 
 
 def _per_pod(sel: _Selection, how: presets.Aggregate, m: list[str]) -> str:
-    num = f"{how} by (namespace, pod) ({presets.selector(sel.names, m)})"
+    num = f"{how} by ({sel.by}) ({presets.selector(sel.names, m)})"
     if not sel.denominator:
         return num
-    used = f"sum by (namespace, pod) ({presets.selector(sel.names, m)})"
-    total = f"sum by (namespace, pod) ({presets.selector(sel.denominator, m)})"
+    used = f"sum by ({sel.by}) ({presets.selector(sel.names, m)})"
+    total = f"sum by ({sel.by}) ({presets.selector(sel.denominator, m)})"
     return f"({used}) / ({total})"
 
 
@@ -116,7 +129,7 @@ def batch_query(requests: Sequence[SignalRequest], *, cluster: str | None) -> st
     assert sel is not None
     how = aggregate_of(first.signal)
     namespaces = sorted({r.target.namespace for r in requests})
-    regex = {"namespace": "|".join(re.escape(n) for n in namespaces)}
+    regex = {sel.labels.namespace: "|".join(re.escape(n) for n in namespaces)}
     if len(requests) <= POD_REGEX_MAX_TARGETS:
         pods: set[str] = set()
         for r in requests:
@@ -124,12 +137,12 @@ def batch_query(requests: Sequence[SignalRequest], *, cluster: str | None) -> st
                 pods.update(re.escape(p.name) for p in r.pods if p.leader or sel.workers)
             else:
                 pods.add(pod_pattern(r.target, workers=sel.workers))
-        regex["pod"] = "|".join(sorted(pods))
+        regex[sel.labels.pod] = "|".join(sorted(pods))
     else:
-        regex["pod"] = ".+"  # attribution happens client-side; a huge alternation costs Prometheus seconds
+        regex[sel.labels.pod] = ".+"  # attribution happens client-side; a huge alternation costs Prometheus seconds
     m = presets.matchers(first.signal.labels, namespace=None, cluster=cluster, regex=regex)
     value = _per_pod(sel, how, m)
-    stamp = f"min by (namespace, pod) ({presets.selector(sel.names + sel.denominator, m, wrap='timestamp')})"
+    stamp = f"min by ({sel.by}) ({presets.selector(sel.names + sel.denominator, m, wrap='timestamp')})"
     return f'label_replace({value}, "{_PART}", "value", "", "") or label_replace({stamp}, "{_PART}", "time", "", "")'
 
 
@@ -249,7 +262,7 @@ class PrometheusSource:
         stamps: dict[tuple[str, str], float] = {}
         for series in data["result"]:
             labels = series["metric"]
-            pod_key = (labels.get("namespace", ""), labels.get("pod", ""))
+            pod_key = (labels.get(sel.labels.namespace, ""), labels.get(sel.labels.pod, ""))
             at, number = float(series["value"][0]), _number(series["value"][1])
             if labels.get(_PART) == "time":
                 stamps[pod_key] = number

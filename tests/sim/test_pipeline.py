@@ -11,27 +11,27 @@ from autoscaler.sim.model import ReplicaGauges
 
 
 @pytest.mark.parametrize(
-    ("signal", "metric"),
+    ("signal", "preset"),
     [
-        pytest.param({"preset": "jetstream.prefill_backlog"}, "jetstream_prefill_backlog_size", id="preset-backlog"),
-        pytest.param({"preset": "vllm.kv_cache_usage"}, "vllm:kv_cache_usage_perc", id="preset-kv"),
-        pytest.param({"preset": "tgi.queue_size"}, "tgi_queue_size", id="preset-tgi"),
-        pytest.param({"query": 'sum(vllm[:_]num_requests_waiting{namespace="x"})'}, "vllm:num_requests_waiting",
+        pytest.param({"preset": "jetstream.prefill_backlog"}, "jetstream.prefill_backlog", id="preset-backlog"),
+        pytest.param({"preset": "vllm.kv_cache_usage"}, "vllm.kv_cache_usage", id="preset-kv"),
+        pytest.param({"preset": "tgi.queue_size"}, "tgi.queue_size", id="preset-tgi"),
+        pytest.param({"query": 'sum(vllm[:_]num_requests_waiting{namespace="x"})'}, "vllm.waiting",
                      id="query-colon-regex"),
-        pytest.param({"query": "sum(vllm_num_requests_running)"}, "vllm:num_requests_running", id="query-underscore"),
-        pytest.param({"query": "avg(num_requests_waiting)"}, "num_requests_waiting", id="jetstream-waiting"),
-        pytest.param({"metric": "tgi_batch_current_size"}, "tgi_batch_current_size", id="metric"),
+        pytest.param({"query": "sum(vllm_num_requests_running)"}, "vllm.running", id="query-underscore"),
+        pytest.param({"query": "avg(num_requests_waiting)"}, "jetstream.waiting", id="jetstream-waiting"),
+        pytest.param({"metric": "tgi_batch_current_size"}, "tgi.batch_size", id="metric"),
         pytest.param({"query": 'max({__name__=~"vllm[:_](kv|gpu)_cache_usage_perc", namespace="v"})'},
-                     "vllm:kv_cache_usage_perc", id="name-regex"),
+                     "vllm.kv_cache_usage", id="name-regex"),
     ],
 )
-def test_metric_for(signal: dict[str, str], metric: str) -> None:
-    assert pipeline.metric_for(SignalSpec.model_validate({"name": "s", **signal})) == metric
+def test_preset_for(signal: dict[str, str], preset: str) -> None:
+    assert pipeline.preset_for(SignalSpec.model_validate({"name": "s", **signal})).name == preset
 
 
 def test_unknown_metric_is_a_clear_error() -> None:
     with pytest.raises(pipeline.BindingError, match="no simulated metric"):
-        pipeline.metric_for(SignalSpec.model_validate({"name": "s", "query": "up"}))
+        pipeline.preset_for(SignalSpec.model_validate({"name": "s", "query": "up"}))
 
 
 def _spec(signals: list[dict[str, object]]) -> Spec:
@@ -54,6 +54,7 @@ def _g(queued: int, running: int) -> ReplicaGauges:
         pytest.param({}, 5.0, id="queue-preset-sums"),
         pytest.param({"aggregate": "max"}, 4.0, id="aggregate-max"),
         pytest.param({"scope": "perReplica"}, 2.5, id="per-replica-average"),
+        pytest.param({"scope": "perReplica", "aggregate": "max"}, 4.0, id="per-replica-explicit-max-wins"),
     ],
 )
 def test_aggregation(extra: dict[str, str], expected: float) -> None:

@@ -45,7 +45,7 @@ def test_presets_are_exactly_the_known_presets() -> None:
 def test_names_and_default_aggregation(preset: str, names: set[str], aggregate: str) -> None:
     p = presets.get(preset)
     assert set(p.metrics) == names
-    assert p.default_aggregate == aggregate
+    assert p.combine == aggregate
     # Every spelling as an exact-name selector (GMP matches metric names exactly, never by regex).
     promql = presets.selector(p.metrics, ['namespace="llm"'])
     assert "__name__" not in promql
@@ -78,9 +78,12 @@ def test_every_query_carries_namespace_and_cluster() -> None:
 def test_ratio_of_two_metrics_divides_per_pod() -> None:
     req = request("LeaderWorkerSet/tpu/jet", PROM, {"preset": "tpu.memory_used_ratio"})
     q = target_query(req, cluster=None)
-    assert q.startswith("avg((sum by (namespace, pod) (")
-    assert ") / (sum by (namespace, pod) (" in q
-    assert 'pod=~"jet-[0-9]+(-[0-9]+)?"' in q  # every host of the slice
+    # The device plugin is scraped in kube-system: the workload's namespace and pod are the exported_ labels.
+    assert q.startswith("avg((sum by (exported_namespace, exported_pod) (")
+    assert ") / (sum by (exported_namespace, exported_pod) (" in q
+    assert 'exported_pod=~"jet-[0-9]+(-[0-9]+)?"' in q  # every host of the slice
+    assert 'exported_namespace="tpu"' in q
+    assert 'namespace="tpu"' not in q.replace("exported_namespace", "")
 
 
 def test_bad_label_name_is_rejected() -> None:

@@ -1,0 +1,220 @@
+"""The one catalog of signal presets: what each known server metric is, and who can serve it.
+
+A preset (``vllm.waiting``) names a metric a real server exports. For each the catalog says, as plain data:
+
+- ``metrics``: the exposition names in every spelling a server or a pipeline produces (vLLM registers
+  ``vllm:x``; prometheus-client >= 0.23 serving OpenMetrics to Prometheus 2.42 stores it as ``vllm_x``;
+  older vLLM exports ``gpu_cache_usage_perc`` where V1 exports ``kv_cache_usage_perc``);
+- ``kind``: ``gauge``, ``counter`` or ``histogram`` (histograms by their base name, without ``_bucket``);
+- ``combine``: how the values of a target's pods combine into the target's value (queues ``sum``, ratios
+  ``avg``), unless the signal says ``aggregate:``; a histogram's buckets are summed over the pods before
+  its quantile is taken (the target's quantile, not a mean of per-pod quantiles);
+- ``labels``: which labels of a stored series hold the workload's namespace and pod (a server's own series
+  carry ``namespace``/``pod``; the TPU device plugin is scraped in ``kube-system``, so Prometheus renames
+  the workload's labels to ``exported_namespace``/``exported_pod``);
+- ``cloud_monitoring``: the Cloud Monitoring metric types serving it when they are not the series Managed
+  Prometheus stored (``prometheus.googleapis.com/<name>/<kind>``);
+- ``simulated``: the quantity a simulated server exports for it (``autoscaler.sim``);
+- ``unavailable``: where it cannot be served, with the reason ``autoscaler validate`` and ``simulate`` print.
+
+Pure data: ``autoscaler.sources`` turns it into queries, ``autoscaler.sim`` into simulated series, and the
+policy language (``core.spec``) into validation and the JSON Schema's list of presets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+Kind = Literal["gauge", "counter", "histogram"]
+Combine = Literal["sum", "avg", "max", "min"]
+
+#: Every place a preset may be read: the source types, and the simulator.
+SOURCES = ("prometheus", "gmp", "cloud-monitoring", "pods")
+SIMULATOR = "simulator"
+PLACES = (*SOURCES, SIMULATOR)
+
+#: Quantities a simulated replica exports (``autoscaler.sim.pipeline`` computes each).
+SIMULATED = (
+    "backlog",  # waiting for a slot + holding a slot with the prefill not started
+    "queued",  # waiting for a slot
+    "running",  # holding a slot
+    "slots_used",  # running / slots, 0-1
+    "kv_usage",  # KV cache in use / capacity, 0-1
+    "prompt_tokens",  # counter: prompt tokens of the requests whose prefill finished
+    "generation_tokens",  # counter: tokens generated
+    "ttft",  # histogram: arrival to first token, seconds
+    "queue_time",  # histogram: arrival to taking a slot, seconds
+)
+
+
+@dataclass(frozen=True)
+class LabelLayout:
+    """The labels of a stored series that hold the workload's namespace and pod."""
+
+    namespace: str = "namespace"
+    pod: str = "pod"
+
+
+#: A server's own series, scraped in the workload's namespace.
+SERVER_LABELS = LabelLayout()
+#: The TPU device plugin (port 2112 in ``kube-system``): it labels each series with the workload's
+#: ``namespace``, ``pod`` and ``container``; the scrape's own ``namespace``/``pod`` target labels win, so
+#: Prometheus (and Managed Prometheus) keep the workload's as ``exported_namespace``/``exported_pod``.
+DEVICE_PLUGIN_LABELS = LabelLayout("exported_namespace", "exported_pod")
+
+_NOT_SIMULATED_MEMORY = (
+    "the simulator does not model accelerator memory (JetStream and vLLM allocate it at start-up, so it "
+    "would be a constant); use a serving preset"
+)
+_DEVICE_PLUGIN = (
+    "served by the TPU device plugin (kube-system, port 2112), not by the serving pods; read it through "
+    "Prometheus/GMP or Cloud Monitoring"
+)
+_NODE_ONLY = "a node-level Cloud Monitoring system metric: read it with a cloud-monitoring source"
+_DISTRIBUTION_SUM = (
+    "Managed Prometheus stores this histogram as one distribution in Cloud Monitoring, whose running sum "
+    "ALIGN_RATE cannot read; use a prometheus or gmp source"
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One known server metric (or a ratio of two)."""
+
+    name: str
+    description: str
+    #: The server (or platform part) exporting it: jetstream, vllm, tgi, tpu.
+    server: str
+    kind: Kind
+    metrics: tuple[str, ...]
+    combine: Combine
+    #: Ratio presets computed from two metrics (used / total): the denominator's spellings.
+    denominator: tuple[str, ...] = ()
+    #: LeaderWorkerSet: read every host of a group, not only its leader (per-host metrics).
+    workers: bool = False
+    labels: LabelLayout = SERVER_LABELS
+    #: Cloud Monitoring types (numerator, optional denominator); empty: what Managed Prometheus stored.
+    cloud_monitoring: tuple[str, ...] = ()
+    #: The quantity a simulated server exports for it (one of ``SIMULATED``), or None.
+    simulated: str | None = None
+    #: Place (a source type or ``simulator``) -> why it cannot serve this preset.
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    def why_unavailable(self, place: str) -> str | None:
+        """None when ``place`` serves this preset, else the reason it does not."""
+        return self.unavailable.get(place)
+
+    def cloud_monitoring_types(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(numerator types, denominator types) in Cloud Monitoring."""
+        if self.cloud_monitoring:
+            return self.cloud_monitoring[:1], self.cloud_monitoring[1:]
+        suffix = {"gauge": "gauge", "counter": "counter", "histogram": "histogram"}[self.kind]
+        num = tuple(f"prometheus.googleapis.com/{m}/{suffix}" for m in self.metrics)
+        den = tuple(f"prometheus.googleapis.com/{m}/{suffix}" for m in self.denominator)
+        return num, den
+
+
+def _vllm(*suffixes: str) -> tuple[str, ...]:
+    # vLLM registers `vllm:<x>`; OpenMetrics negotiation with Prometheus 2.42 stores it as `vllm_<x>`.
+    return tuple(name for s in suffixes for name in (f"vllm:{s}", f"vllm_{s}"))
+
+
+_PRESETS = (
+    # ---------------------------------------------------------------- JetStream (jetstream/core/metrics)
+    Preset(
+        "jetstream.prefill_backlog", "JetStream prefill queue length (Google's latency signal on TPU).",
+        "jetstream", "gauge", ("jetstream_prefill_backlog_size",), "sum", simulated="backlog",
+    ),
+    Preset(
+        "jetstream.slots_used",
+        "JetStream share of decode slots in use, a 0-1 fraction despite the name (throughput signal).",
+        "jetstream", "gauge", ("jetstream_slots_used_percentage",), "avg", simulated="slots_used",
+    ),
+    Preset(
+        "jetstream.waiting", "JetStream requests waiting (num_requests_waiting, no prefix).",
+        "jetstream", "gauge", ("num_requests_waiting",), "sum", simulated="queued",
+    ),
+    Preset(
+        "jetstream.kv_cache_usage", "JetStream KV-cache utilization, 0-1 (kv_cache_utilization_perc, no prefix).",
+        "jetstream", "gauge", ("kv_cache_utilization_perc",), "avg", simulated="kv_usage",
+    ),
+    # ---------------------------------------------------------------- vLLM V1 (vllm/v1/metrics/loggers.py)
+    Preset(
+        "vllm.waiting", "vLLM requests waiting to be scheduled.",
+        "vllm", "gauge", _vllm("num_requests_waiting"), "sum", simulated="queued",
+    ),
+    Preset(
+        "vllm.running", "vLLM requests being processed.",
+        "vllm", "gauge", _vllm("num_requests_running"), "sum", simulated="running",
+    ),
+    Preset(
+        "vllm.kv_cache_usage", "vLLM KV-cache usage, 0-1 (V1 kv_cache_usage_perc, older gpu_cache_usage_perc).",
+        "vllm", "gauge", _vllm("kv_cache_usage_perc", "gpu_cache_usage_perc"), "avg", simulated="kv_usage",
+    ),
+    # ---------------------------------------------------------------- Text Generation Inference
+    Preset(
+        "tgi.queue_size", "Text Generation Inference requests waiting in the queue.",
+        "tgi", "gauge", ("tgi_queue_size",), "sum", simulated="backlog",
+    ),
+    Preset(
+        "tgi.batch_size", "Text Generation Inference requests in the current batch.",
+        "tgi", "gauge", ("tgi_batch_current_size",), "sum", simulated="running",
+    ),
+    # ---------------------------------------------------------------- TPU (device plugin, GKE system metrics)
+    Preset(
+        "tpu.memory_used_ratio",
+        "TPU high-bandwidth memory used / total per host, from the TPU device plugin (the JetStream guide's "
+        "memory_used); every host of a slice. Cloud Monitoring: the container accelerator metrics.",
+        "tpu", "gauge", ("memory_used",), "avg",
+        denominator=("memory_total",), workers=True, labels=DEVICE_PLUGIN_LABELS,
+        cloud_monitoring=(
+            "kubernetes.io/container/accelerator/memory_used",
+            "kubernetes.io/container/accelerator/memory_total",
+        ),
+        unavailable={"pods": _DEVICE_PLUGIN, SIMULATOR: _NOT_SIMULATED_MEMORY},
+    ),
+    Preset(
+        "tpu.node_memory_used_ratio",
+        "Accelerator memory used / total on the target's nodes (kubernetes.io/node/accelerator/memory_*, the "
+        "guide's recommended TPU metric for Cloud Monitoring); node names from the target's pods.",
+        "tpu", "gauge", ("kubernetes_io:node_accelerator_memory_used",), "avg",
+        denominator=("kubernetes_io:node_accelerator_memory_total",), workers=True,
+        cloud_monitoring=(
+            "kubernetes.io/node/accelerator/memory_used",
+            "kubernetes.io/node/accelerator/memory_total",
+        ),
+        unavailable={
+            "prometheus": _NODE_ONLY, "gmp": _NODE_ONLY, "pods": _NODE_ONLY, SIMULATOR: _NOT_SIMULATED_MEMORY,
+        },
+    ),
+)
+
+#: Every preset, by name.
+PRESETS: Mapping[str, Preset] = MappingProxyType({p.name: p for p in _PRESETS})
+#: Preset names, sorted (the policy language's list).
+NAMES: tuple[str, ...] = tuple(sorted(PRESETS))
+
+
+class PresetError(ValueError):
+    """An unknown preset, or a preset asked of a place that cannot serve it."""
+
+
+def get(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise PresetError(f"unknown preset {name!r}; known: {', '.join(NAMES)}") from None
+
+
+def by_metric(name: str) -> Preset | None:
+    """The preset one of whose spellings is ``name`` (an exposition name), if any."""
+    return _BY_METRIC.get(name)
+
+
+_BY_METRIC: dict[str, Preset] = {}
+for _p in _PRESETS:
+    for _m in _p.metrics:
+        _BY_METRIC.setdefault(_m, _p)

@@ -1,0 +1,194 @@
+"""Walking the one preset catalog: every preset is served by every source and by the simulator, or is marked
+unavailable there, and then ``validate``, the source and ``simulate`` all say the catalog's reason.
+
+"Served" is checked at the wire: Prometheus and GMP answer an HTTP fake with the series laid out as the
+platform stores them (the preset's namespace/pod labels), the pods source scrapes an exposition naming the
+metric, Cloud Monitoring answers the real async client from the in-process gRPC fake, and the simulator
+exports the preset's quantity from a simulated replica.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from autoscaler.core import catalog
+from autoscaler.core.catalog import Preset
+from autoscaler.core.sourcespec import (
+    CloudMonitoringSourceSpec,
+    GmpSourceSpec,
+    PodsSourceSpec,
+    PrometheusSourceSpec,
+    SourceSpec,
+)
+from autoscaler.core.spec import ScalingPolicy, Spec
+from autoscaler.sim import pipeline
+from autoscaler.sim.model import ReplicaGauges
+from autoscaler.sources.base import PodRef
+from autoscaler.sources.cloud_monitoring import CloudMonitoringSource
+from autoscaler.sources.pods import PodsSource
+from autoscaler.sources.pool import SourcePool
+from autoscaler.sources.prometheus import PrometheusSource
+from tests.sources.helpers import request
+from tests.sources.realprom import TextServer
+from tests.sources.test_cloud_monitoring import NOW, FakeMetricService, fake, series, source
+
+__all__ = ["fake", "source"]  # the Cloud Monitoring fixtures, used below
+
+NS = "llm"
+POD = "srv-6b7c8d9f4-x2x7q"
+NODE = "gke-pool-a"
+
+
+def doc(preset: str, source: dict[str, Any] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "target": {"kind": "Deployment", "name": "srv", "namespace": NS},
+        "maxReplicas": 4,
+        "signals": [{"name": "s", "preset": preset}],
+        "policy": {"type": "queue", "work": ["s"], "capacityPerReplica": 10},
+    }
+    if source is not None:
+        spec["source"] = source
+    return {"apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "p"}, "spec": spec}
+
+
+SPECS: dict[str, SourceSpec] = {
+    "prometheus": PrometheusSourceSpec(type="prometheus", url="http://unused", timeout_seconds=1),
+    "gmp": GmpSourceSpec(type="gmp", project="proj", cluster="c1", timeout_seconds=1),
+    "cloud-monitoring": CloudMonitoringSourceSpec(type="cloud-monitoring", project="proj", cluster="c1"),
+    "pods": PodsSourceSpec(type="pods", timeout_seconds=1),
+}
+
+CASES = [
+    pytest.param(p, place, id=f"{p.name}@{place}") for p in catalog.PRESETS.values() for place in catalog.PLACES
+]
+
+
+def test_the_policy_language_knows_exactly_the_catalog() -> None:
+    from autoscaler.core.spec import KNOWN_PRESETS
+    from autoscaler.policyfile import schema
+
+    assert KNOWN_PRESETS == catalog.NAMES
+    enum = schema.generate()["$defs"]["SignalSpec"]["properties"]["preset"]["enum"]
+    assert [e for e in enum if e is not None] == list(catalog.NAMES)
+    for p in catalog.PRESETS.values():
+        assert set(p.unavailable) <= set(catalog.PLACES), p.name
+        assert p.simulated is None or p.simulated in catalog.SIMULATED, p.name
+
+
+def _vector(series: list[tuple[dict[str, str], float, float]]) -> str:
+    result = []
+    for labels, value, stamp in series:
+        result.append({"metric": {**labels, "autoscaler_part": "value"}, "value": [stamp + 1, str(value)]})
+        result.append({"metric": {**labels, "autoscaler_part": "time"}, "value": [stamp + 1, str(stamp)]})
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+async def _prometheus(preset: Preset, place: str) -> None:
+    server = TextServer(content_type="application/json")
+    layout = preset.labels
+    server.body = _vector([({layout.namespace: NS, layout.pod: POD}, 0.25, 1000.0)])
+
+    async def token() -> str:
+        return "t"
+
+    spec = SPECS[place]
+    source = PrometheusSource(
+        spec, base_url=server.base, token=token if place == "gmp" else None  # type: ignore[arg-type]
+    )
+    req = request(f"Deployment/{NS}/srv", spec, {"preset": preset.name})
+    try:
+        reading = (await source.read([req], deadline_s=2))[req.key]
+    finally:
+        await source.aclose()
+        server.close()
+    assert reading.error is None, reading.error
+    assert (reading.value, reading.timestamp) == (0.25, 1000.0)
+    query = urllib.parse.parse_qs(server.seen[0][3])["query"][0]
+    for name in preset.metrics + preset.denominator:
+        assert f"{name}{{" in query  # every spelling, by exact name
+    assert f'{layout.namespace}=~"{NS}"' in query
+    if place == "gmp":
+        assert 'cluster="c1"' in query
+
+
+async def _pods(preset: Preset) -> None:
+    lines = [f'{preset.metrics[0]}{{model_name="m"}} 3']
+    lines += [f"{name} 4" for name in preset.denominator[:1]]
+    server = TextServer("\n".join(lines) + "\n")
+    source = PodsSource()
+    req = request(f"Deployment/{NS}/srv", SPECS["pods"], {"preset": preset.name}, pods=(PodRef(POD, url=server.url),))
+    try:
+        reading = (await source.read([req], deadline_s=2))[req.key]
+    finally:
+        await source.aclose()
+        server.close()
+    assert reading.error is None, reading.error
+    assert reading.value == (0.75 if preset.denominator else 3.0)
+
+
+async def _cloud_monitoring(preset: Preset, service: FakeMetricService, source: CloudMonitoringSource) -> None:
+    num, den = preset.cloud_monitoring_types()
+    node_level = num[0].startswith("kubernetes.io/node/")
+    if node_level:
+        where = {"cluster_name": "c1", "node_name": NODE}
+    elif num[0].startswith("prometheus.googleapis.com/"):
+        where = {"cluster": "c1", "namespace": NS, "pod": POD, "instance": f"{POD}:9090"}
+    else:
+        where = {"cluster_name": "c1", "namespace_name": NS, "pod_name": POD, "container_name": "srv"}
+    service.by_type = {num[0]: [series(num[0], where, [(NOW - 20, 3.0)])]}
+    if den:
+        service.by_type[den[0]] = [series(den[0], where, [(NOW - 20, 4.0)])]
+    pods = (PodRef(POD, node=NODE),)
+    req = request(f"Deployment/{NS}/srv", SPECS["cloud-monitoring"], {"preset": preset.name}, pods=pods)
+    reading = (await source.read([req], deadline_s=2))[req.key]
+    assert reading.error is None, reading.error
+    assert reading.value == (0.75 if den else 3.0)
+    assert reading.timestamp == NOW - 20
+
+
+def _simulated(preset: Preset) -> None:
+    spec = Spec.model_validate(doc(preset.name, None)["spec"])
+    (binding,) = pipeline.bind(spec)
+    assert binding.preset is preset
+    gauges = ReplicaGauges(queued=2, prefill_pending=1, running=3, decoding=3, slots_used=0.375, kv_usage=0.5)
+    assert binding.quantity(gauges) >= 0.0
+
+
+@pytest.mark.parametrize(("preset", "place"), CASES)
+async def test_every_preset_is_served_everywhere_or_says_why(
+    preset: Preset, place: str, fake: tuple[FakeMetricService, str], source: CloudMonitoringSource
+) -> None:
+    why = preset.why_unavailable(place)
+    if place == catalog.SIMULATOR:
+        if why is None:
+            _simulated(preset)
+        else:
+            with pytest.raises(pipeline.BindingError) as err:
+                pipeline.bind(Spec.model_validate(doc(preset.name, None)["spec"]))
+            assert why in str(err.value)
+        return
+    source_block = SPECS[place].model_dump(by_alias=True, exclude_none=True)
+    if why is not None:
+        # validate refuses it with the catalog's reason, and a source asked anyway says the same.
+        with pytest.raises(ValidationError) as err:
+            ScalingPolicy.model_validate(doc(preset.name, source_block))
+        assert why in str(err.value)
+        pool = SourcePool()
+        req = request(f"Deployment/{NS}/srv", SPECS[place], {"preset": preset.name})
+        reading = (await pool.read([req], deadline_s=1))[req.key]
+        await pool.aclose()
+        assert reading.value is None
+        assert why in (reading.error or "")
+        return
+    ScalingPolicy.model_validate(doc(preset.name, source_block))
+    if place in ("prometheus", "gmp"):
+        await _prometheus(preset, place)
+    elif place == "pods":
+        await _pods(preset)
+    else:
+        await _cloud_monitoring(preset, fake[0], source)
