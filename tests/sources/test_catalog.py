@@ -25,7 +25,8 @@ from autoscaler.core.sourcespec import (
     PrometheusSourceSpec,
     SourceSpec,
 )
-from autoscaler.core.spec import ScalingPolicy, Spec
+from autoscaler.core.spec import KNOWN_PRESETS, ScalingPolicy, Spec
+from autoscaler.policyfile import schema
 from autoscaler.sim import pipeline
 from autoscaler.sim.model import ReplicaGauges
 from autoscaler.sources.base import PodRef
@@ -69,9 +70,6 @@ CASES = [
 
 
 def test_the_policy_language_knows_exactly_the_catalog() -> None:
-    from autoscaler.core.spec import KNOWN_PRESETS
-    from autoscaler.policyfile import schema
-
     assert KNOWN_PRESETS == catalog.NAMES
     enum = schema.generate()["$defs"]["SignalSpec"]["properties"]["preset"]["enum"]
     assert [e for e in enum if e is not None] == list(catalog.NAMES)
@@ -80,9 +78,9 @@ def test_the_policy_language_knows_exactly_the_catalog() -> None:
         assert p.simulated is None or p.simulated in catalog.SIMULATED, p.name
 
 
-def _vector(series: list[tuple[dict[str, str], float, float]]) -> str:
-    result = []
-    for labels, value, stamp in series:
+def _vector(rows: list[tuple[dict[str, str], float, float]]) -> str:
+    result: list[dict[str, Any]] = []
+    for labels, value, stamp in rows:
         result.append({"metric": {**labels, "autoscaler_part": "value"}, "value": [stamp + 1, str(value)]})
         result.append({"metric": {**labels, "autoscaler_part": "time"}, "value": [stamp + 1, str(stamp)]})
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
@@ -175,9 +173,9 @@ async def test_every_preset_is_served_everywhere_or_says_why(
     source_block = SPECS[place].model_dump(by_alias=True, exclude_none=True)
     if why is not None:
         # validate refuses it with the catalog's reason, and a source asked anyway says the same.
-        with pytest.raises(ValidationError) as err:
+        with pytest.raises(ValidationError) as refused:
             ScalingPolicy.model_validate(doc(preset.name, source_block))
-        assert why in str(err.value)
+        assert why in str(refused.value)
         pool = SourcePool()
         req = request(f"Deployment/{NS}/srv", SPECS[place], {"preset": preset.name})
         reading = (await pool.read([req], deadline_s=1))[req.key]

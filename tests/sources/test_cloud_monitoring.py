@@ -154,7 +154,7 @@ async def test_node_metrics_need_and_use_the_targets_nodes(
     readings = await source.read([with_nodes, without], deadline_s=2)
 
     assert readings[with_nodes.key].value == 80.0
-    assert "node names" in (readings[without.key].error or "")
+    assert "needs the nodes of the target's pods" in (readings[without.key].error or "")
 
 
 async def test_serving_presets_read_managed_prometheus_series(
