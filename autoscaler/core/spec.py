@@ -20,6 +20,7 @@ from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.policies.hpa import HpaPolicyConfig
 from autoscaler.core.policies.kpa import KpaPolicyConfig
 from autoscaler.core.policies.queue import QueuePolicyConfig
+from autoscaler.core.policies.slo import SloPolicyConfig
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.core.specbase import FieldError, SpecModel
 
@@ -237,7 +238,7 @@ class ActuationSpec(SpecModel):
 
 
 PolicyConfig = Annotated[
-    HpaPolicyConfig | QueuePolicyConfig | KpaPolicyConfig,
+    HpaPolicyConfig | QueuePolicyConfig | KpaPolicyConfig | SloPolicyConfig,
     Field(discriminator="type"),
 ]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autoscaler.core.policies import hpa, kpa, queue
+from autoscaler.core.policies import hpa, kpa, queue, slo
 from autoscaler.core.policies.base import PolicyAlgorithm
 
 #: type name -> factory building the algorithm from its config model. Sorted by name.
@@ -17,6 +17,7 @@ REGISTRY: dict[str, Callable[[Any], PolicyAlgorithm]] = {
     "hpa": hpa.build,
     "kpa": kpa.build,
     "queue": queue.build,
+    "slo": slo.build,
 }
 
 

@@ -1,0 +1,609 @@
+"""Policy type ``slo``: replicas from the TTFT objective itself, with capacity learned online in tokens.
+
+The user states the objective (TTFT target and percentile, optionally time per output token) and the facts of
+one replica (an LWS group for a LeaderWorkerSet) that the serving config already states: its slots (TGI
+``--max-batch-size``, vLLM ``--max-num-seqs``, JetStream decode slots), its KV cache in tokens, its cold
+start, and a conservative prior for its throughput (prompt tokens/s while prefilling, generated tokens/s at
+a full batch; from a profile or declared). No capacity number tuned on a trace.
+
+Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
+
+1. **Load** in replica-equivalents (1.0 = one replica fully busy), the largest of what is known:
+   tokens ``prompt/(κ·P) + generation/(κ·G)`` (served tokens/s over the learned capacity: ``P``, ``G`` the
+   prior, ``κ`` the learned capacity scale), slots ``(running + waiting) / slots`` (``waiting`` is the
+   backlog the served rates do not show), KV cache ``kvUsage × R``.
+2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
+   every ready replica, ``R`` unchanged for a minute) the served tokens/s per replica *is* their capacity:
+   ``κ`` moves toward it (exponential average, time constant ``CAPACITY_TAU_S``). When they are not, what
+   they serve is a lower bound of their capacity: ``κ`` rises to it at once. So ``κ`` converges within
+   minutes of the first busy period; it is kept in ``SloState`` so replay and simulation reproduce it.
+3. **Utilization at the SLO** (``c``, starts at ``targetUtilization``): the fraction of capacity a replica
+   may run at and keep the objective. The measured latency quantiles (TTFT, queue time, TPOT) against the
+   objective close the loop: at risk (≥ ``RISK_FRACTION`` of the target) ``c`` drops in proportion to the
+   excess; comfortably met (≤ ``RELAX_FRACTION``) it recovers toward ``targetUtilization`` with time
+   constant ``RECOVER_TAU_S``. It never rises above ``targetUtilization``: the loop only adds capacity to
+   what the model says. Over the target with nothing starting, at least ``R + 1`` whatever the model says.
+4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
+   doubling the load), a burst flag (the last ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's),
+   and, when ``seasonality`` is set and a previous period was seen, the load of the same phase one period
+   ago at ``now + H``. The forecast is a floor: ``need = ceil(max(load, forecast) / c)``; it never lowers
+   what the current load needs.
+5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
+   them (no cascading over-scale during a cold start).
+6. **Scale down, cost-aware**: to ``ceil(max(peak, forecast) / (c·(1 − hysteresis)))``, where ``peak`` is
+   the highest load of the last ``holdSeconds`` (default the cold start; doubled after a burst): a replica
+   released now and needed again within its cold start costs more than keeping it. The band between the
+   scale-up count and this one is the hysteresis; at a steady load the count is a fixed point (no flap).
+7. **Unknown never shrinks.** With a configured signal unknown, the known load is a lower bound: the policy
+   scales up on it when it alone needs more than ``N`` and ``R + S``; otherwise it returns unknown and the
+   engine holds (or falls back). An unknown latency quantile allows no scale-down and no recovery of ``c``,
+   except while the known demand is exactly zero (an empty histogram has no quantile).
+
+Every message carries the numbers: load and its parts, learned capacity, utilization at the SLO, forecast,
+measured quantile vs objective, the hold window and the hysteresis. ``uses_behavior`` is false: the hold
+window and the hysteresis are this type's smoothing; the engine still applies min/max and arbitration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from autoscaler.core.model import Reason
+from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
+from autoscaler.core.specbase import FieldError, SpecModel
+
+#: A latency quantile at or above this fraction of its objective puts the SLO at risk. Design constant:
+#: the loop must act before the target is crossed, since the quantile is measured over a trailing window.
+RISK_FRACTION = 0.8
+#: At or below this fraction of the objective the SLO is comfortably met and ``c`` may recover.
+RELAX_FRACTION = 0.5
+#: Time constant (s) of the capacity average over saturated samples: converges within a few minutes.
+CAPACITY_TAU_S = 60.0
+#: Time constant (s) of ``c`` recovering toward ``targetUtilization`` once the SLO is comfortably met.
+RECOVER_TAU_S = 300.0
+#: Time constant (s) of ``c`` dropping while the SLO is at risk (at an excess of 1.0 over the risk line).
+DROP_TAU_S = 30.0
+#: The learned capacity scale stays within these bounds of the prior (a broken metric cannot run it away).
+CAPACITY_SCALE_BOUNDS = (0.2, 5.0)
+#: The utilization at the SLO never drops below this (a queue that never drains would otherwise ask for
+#: unbounded replicas; ``maxReplicas`` bounds it too).
+MIN_UTILIZATION = 0.2
+#: Slots this full count as all taken (a batch rarely sits at exactly its maximum).
+FULL_SLOTS = 0.9
+#: Saturated: at least this many requests waiting per ready replica.
+SATURATED_WAITING_PER_REPLICA = 1.0
+#: The ready count must have held this long before served rates count as a replica's capacity (rates are
+#: averaged over a trailing window; a fresh replica's share is not in it yet).
+SETTLE_S = 60.0
+#: The largest rise within a cold start is looked for over this many cold starts, and at least
+#: ``LOOKBACK_MIN_S``: long enough to have seen the traffic's usual swings, short enough to forget a day-old one.
+LOOKBACK_COLD_STARTS = 5.0
+LOOKBACK_MIN_S = 600.0
+#: The short window of burst detection.
+BURST_SHORT_S = 20.0
+#: Ratios this close to an integer count as that integer (float noise must not add a replica).
+_EPSILON = 1e-9
+
+
+class ObjectiveSpec(SpecModel):
+    """The service-level objective the policy holds."""
+
+    ttft_seconds: float = Field(gt=0, description="Time to first token the percentile must stay within.")
+    percentile: float = Field(default=0.99, gt=0, lt=1, description="e.g. 0.99 for p99 TTFT.")
+    time_per_output_token_seconds: float | None = Field(
+        default=None, gt=0, description="Optional inter-token latency objective at the same percentile."
+    )
+
+
+class PriorSpec(SpecModel):
+    """A conservative prior for one replica's throughput; the policy learns the real one online."""
+
+    prefill_tokens_per_second: float = Field(gt=0, description="Prompt tokens/s while prefilling.")
+    generation_tokens_per_second: float = Field(gt=0, description="Generated tokens/s at a full batch.")
+    source: str = Field(default="declared", description="Where the numbers come from (a profile, a benchmark).")
+
+
+class ReplicaFactsSpec(SpecModel):
+    """What one replica (one LWS group) is, as its serving config states it."""
+
+    slots: int = Field(
+        gt=0, description="Concurrent sequences: TGI --max-batch-size, vLLM --max-num-seqs, JetStream decode slots."
+    )
+    kv_cache_tokens: int | None = Field(default=None, gt=0, description="Tokens of KV cache (for the messages).")
+    cold_start_seconds: float = Field(
+        ge=0, description="Admission to serving: scheduling, image pull, model load (and compilation)."
+    )
+    prior: PriorSpec | None = Field(default=None, description="Needed when token-rate signals are given.")
+
+
+class SloSignalsSpec(SpecModel):
+    """Which policy signals mean what. Totals over the target unless the signal has scope perReplica;
+    ``slotsUsed`` and ``kvCacheUsage`` are fractions (0–1) averaged over the ready replicas."""
+
+    waiting: str | None = Field(default=None, description="Requests waiting for a slot (or for prefill).")
+    running: str | None = Field(default=None, description="Requests holding a slot (batch size).")
+    slots_used: str | None = Field(default=None, description="Fraction of slots in use, 0–1 (JetStream).")
+    kv_cache_usage: str | None = Field(default=None, description="Fraction of the KV cache in use, 0–1.")
+    prompt_tokens: str | None = Field(default=None, description="Prompt tokens/s served (a counter's rate).")
+    generation_tokens: str | None = Field(default=None, description="Generated tokens/s (a counter's rate).")
+    ttft: str | None = Field(default=None, description="TTFT at the objective's percentile, seconds.")
+    queue_time: str | None = Field(default=None, description="Queue time at the objective's percentile, seconds.")
+    time_per_output_token: str | None = Field(default=None, description="TPOT at the percentile, seconds.")
+
+    def names(self) -> list[str]:
+        return [v for v in self.model_dump().values() if isinstance(v, str)]
+
+
+class ForecastSpec(SpecModel):
+    """The short-horizon forecast over the cold start; it only ever adds capacity ahead of need."""
+
+    enabled: bool = True
+    burst_ratio: float = Field(
+        default=2.0, gt=1, description="A burst: the last 20 s average ≥ this × the cold-start window's."
+    )
+    seasonality_period_seconds: float | None = Field(
+        default=None, gt=0, description="e.g. 86400: the load one period ago at now + cold start is a floor."
+    )
+    seasonality_buckets: int = Field(default=96, ge=2, le=10080, description="Phases kept per period.")
+
+
+class ScaleDownSpec(SpecModel):
+    """Cost-aware scale-down."""
+
+    hysteresis: float = Field(
+        default=0.2, gt=0, lt=1, description="Scale down only to a count running at ≤ (1 − this) × the SLO utilization."
+    )
+    hold_seconds: float | None = Field(
+        default=None, ge=0, description="The peak of this window must fit after a scale-down; default the cold start."
+    )
+
+
+class SloPolicyConfig(SpecModel):
+    type: Literal["slo"]
+    objective: ObjectiveSpec
+    replica: ReplicaFactsSpec
+    signals: SloSignalsSpec
+    target_utilization: float = Field(
+        default=0.8, gt=0, le=1, description="Utilization at the SLO to start from; the latency loop only lowers it."
+    )
+    forecast: ForecastSpec = Field(default_factory=ForecastSpec)
+    scale_down: ScaleDownSpec = Field(default_factory=ScaleDownSpec)
+
+    @model_validator(mode="after")
+    def _usable(self) -> SloPolicyConfig:
+        s = self.signals
+        if (s.prompt_tokens is None) != (s.generation_tokens is None):
+            given = "promptTokens" if s.prompt_tokens is not None else "generationTokens"
+            raise FieldError(
+                "promptTokens and generationTokens come together (a replica's work is both)", "signals", given
+            )
+        if s.prompt_tokens is not None and self.replica.prior is None:
+            raise FieldError("token-rate signals need replica.prior (a conservative throughput)", "replica")
+        if not any((s.waiting, s.running, s.slots_used, s.kv_cache_usage, s.prompt_tokens)):
+            raise FieldError(
+                "needs at least one demand signal: promptTokens + generationTokens, running, slotsUsed, "
+                "kvCacheUsage or waiting",
+                "signals",
+            )
+        if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
+            raise FieldError(
+                "signals.timePerOutputToken needs objective.timePerOutputTokenSeconds", "objective"
+            )
+        names = s.names()
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise FieldError(f"one signal in two roles: {', '.join(dupes)}", "signals")
+        return self
+
+    @property
+    def hold_s(self) -> float:
+        hold = self.scale_down.hold_seconds
+        return self.replica.cold_start_seconds if hold is None else hold
+
+    def signal_refs(self) -> list[str]:
+        return self.signals.names()
+
+
+@dataclass(frozen=True, slots=True)
+class SloState:
+    """What the policy learns and remembers (``PolicyState.algorithm``): replay and simulation reproduce it."""
+
+    #: κ: learned capacity over the prior (1.0 = the prior).
+    capacity_scale: float = 1.0
+    #: Saturated samples κ has learned from.
+    capacity_samples: int = 0
+    #: c: utilization at the SLO (None until the first evaluation sets it from the config).
+    utilization: float | None = None
+    #: ``(time, load)`` over the longest window any estimate reads, oldest first.
+    history: tuple[tuple[float, float], ...] = ()
+    #: The ready count and since when it holds.
+    ready: int = -1
+    ready_since: float = 0.0
+    #: Seasonal profile: per phase bucket, ``(load, time last seen)``; empty without seasonality.
+    seasonal: tuple[tuple[float, float], ...] = ()
+    #: The last time a burst was detected.
+    burst_at: float | None = None
+    #: The time of the previous evaluation (the learning rates are per second, not per evaluation).
+    last_t: float | None = None
+    #: The first evaluation: nothing is released before a whole hold window has been observed.
+    since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """The signals of one evaluation, turned into the quantities the model needs."""
+
+    load: float
+    parts: tuple[str, ...]
+    served_prior: float | None  # served tokens/s per ready replica over the prior capacity
+    waiting: float | None
+    running: float | None
+    latency_ratio: float | None  # the worst measured quantile over its objective
+    latency_text: str
+    unknown: tuple[str, ...]
+    latency_unknown: bool
+    demand_zero: bool
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x - _EPSILON * max(1.0, x))) if x > 0 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class SloAlgorithm:
+    config: SloPolicyConfig
+    #: The hold window and the hysteresis band are this type's smoothing.
+    uses_behavior = False
+
+    def _read(self, ctx: Context, kappa: float) -> _Reading:
+        cfg, roles = self.config, self.config.signals
+        ready = ctx.replicas.ready
+        unknown: list[str] = []
+
+        def total(name: str | None) -> float | None:
+            if name is None:
+                return None
+            sig = ctx.signals[name]
+            per_replica = ctx.spec.signal(name).scope == "perReplica"
+            if not sig.ok or sig.value is None or (per_replica and ready == 0):
+                unknown.append(name)
+                return None
+            return sig.value * ready if per_replica else sig.value
+
+        def fraction(name: str | None) -> float | None:
+            if name is None:
+                return None
+            sig = ctx.signals[name]
+            if not sig.ok or sig.value is None or ready == 0:
+                unknown.append(name)
+                return None
+            return min(1.0, sig.value)
+
+        slots = cfg.replica.slots
+        waiting = total(roles.waiting)
+        running = total(roles.running)
+        used = fraction(roles.slots_used)
+        if running is None and used is not None:
+            running = used * slots * ready
+        kv = fraction(roles.kv_cache_usage)
+        prompt, gen = total(roles.prompt_tokens), total(roles.generation_tokens)
+
+        parts: list[str] = []
+        load = 0.0
+        served_prior: float | None = None
+        prior = cfg.replica.prior
+        if prompt is not None and gen is not None and prior is not None:
+            busy_prior = prompt / prior.prefill_tokens_per_second + gen / prior.generation_tokens_per_second
+            if ready > 0:
+                served_prior = busy_prior / ready
+            tok = busy_prior / kappa
+            load = max(load, tok)
+            parts.append(f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s)")
+        if running is not None or waiting is not None:
+            conc = (running or 0.0) + (waiting or 0.0)
+            load = max(load, conc / slots)
+            parts.append(
+                f"slots {conc / slots:.2f} ({running or 0:.0f} running + {waiting or 0:.0f} waiting of {slots}/replica)"
+            )
+        if kv is not None:
+            load = max(load, kv * ready)
+            parts.append(f"KV {kv * ready:.2f} ({kv:.0%} of {ready})")
+
+        obj = cfg.objective
+        ratios: list[tuple[float, str]] = []
+        latency_unknown = False
+        pct = f"p{obj.percentile * 100:g}"
+        for name, target, label in (
+            (roles.ttft, obj.ttft_seconds, "TTFT"),
+            (roles.queue_time, obj.ttft_seconds, "queue time"),
+            (roles.time_per_output_token, obj.time_per_output_token_seconds, "TPOT"),
+        ):
+            if name is None or target is None:
+                continue
+            sig = ctx.signals[name]
+            if not sig.ok or sig.value is None:
+                latency_unknown = True
+                unknown.append(name)
+                continue
+            ratios.append((sig.value / target, f"{label} {pct} {sig.value:.3g}s vs {target:g}s"))
+        worst = max(ratios) if ratios else None
+        known_demand = [v for v in (prompt, gen, running, waiting) if v is not None]
+        demand_zero = bool(known_demand) and all(v == 0 for v in known_demand)
+        return _Reading(
+            load=load,
+            parts=tuple(parts),
+            served_prior=served_prior,
+            waiting=waiting,
+            running=running,
+            latency_ratio=worst[0] if worst else None,
+            latency_text="; ".join(t for _, t in ratios),
+            unknown=tuple(unknown),
+            latency_unknown=latency_unknown,
+            demand_zero=demand_zero,
+        )
+
+    def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
+        cfg = self.config
+        prev = state if isinstance(state, SloState) else SloState()
+        now = ctx.now
+        ready, starting, current = ctx.replicas.ready, ctx.replicas.starting, ctx.replicas.spec
+        dt = 0.0 if prev.last_t is None else max(0.0, now - prev.last_t)
+        ready_since = prev.ready_since if prev.ready == ready else now
+
+        # 2. Learned capacity, from what the replicas served (before the load is computed with it).
+        kappa, samples = prev.capacity_scale, prev.capacity_samples
+        probe = self._read(ctx, kappa)
+        low, high = CAPACITY_SCALE_BOUNDS
+        if probe.served_prior is not None and not probe.unknown:
+            settled = now - ready_since >= SETTLE_S and ready > 0
+            # Saturated: requests wait on every replica *and* the replicas are busy in a way that shows: slots
+            # (nearly) all taken, or the latency at risk. A queue with free slots and good latency is a moment's
+            # queue; learning a low capacity from it would be wrong (and would flap).
+            busy = (probe.running is not None and probe.running >= FULL_SLOTS * cfg.replica.slots * ready) or (
+                probe.latency_ratio is not None and probe.latency_ratio >= RISK_FRACTION
+            )
+            saturated = (
+                settled
+                and busy
+                and probe.waiting is not None
+                and probe.waiting >= SATURATED_WAITING_PER_REPLICA * ready
+                and starting == 0
+            )
+            if not settled:
+                pass  # the rates' window still holds replicas that came or went: not per-replica capacity
+            elif saturated and probe.served_prior > 0:
+                alpha = 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
+                kappa = kappa + alpha * (probe.served_prior - kappa)
+                samples += 1
+            elif probe.served_prior > kappa:
+                kappa = probe.served_prior  # serving that much without a queue: it can do at least that
+            kappa = min(high, max(low, kappa))
+        reading = self._read(ctx, kappa) if kappa != prev.capacity_scale else probe
+
+        # 3. Utilization at the SLO, corrected by the measured latency.
+        u_max = cfg.target_utilization
+        c = prev.utilization if prev.utilization is not None else u_max
+        ratio = reading.latency_ratio
+        at_risk = ratio is not None and ratio >= RISK_FRACTION
+        if at_risk and starting == 0 and ratio is not None:
+            # In proportion to the excess over the risk line and to the time elapsed (the quantile lags by
+            # its window: a per-evaluation step would crash c before new capacity could show in it).
+            c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
+        elif not reading.latency_unknown and (
+            (ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and reading.demand_zero)
+        ):
+            c = u_max - (u_max - c) * math.exp(-dt / RECOVER_TAU_S)
+        c = min(u_max, max(MIN_UTILIZATION, c))
+
+        # 4. History, burst, trend, seasonality.
+        load = reading.load
+        fc = cfg.forecast
+        horizon = cfg.replica.cold_start_seconds
+        hold = cfg.hold_s
+        keep = max(hold, lookback(horizon), BURST_SHORT_S)
+        history = tuple((t, v) for t, v in prev.history if t > now - keep)
+        if not reading.unknown:
+            history = (*history, (now, load))
+        forecast, ftext, burst_at, seasonal = load, "", prev.burst_at, prev.seasonal
+        if fc.enabled and history:
+            forecast, ftext, burst_at = _trend_and_burst(history, now, load, horizon, fc.burst_ratio, burst_at)
+            if fc.seasonality_period_seconds is not None:
+                seasonal, season_load = _seasonal(
+                    prev.seasonal, fc.seasonality_period_seconds, fc.seasonality_buckets, now, horizon,
+                    None if reading.unknown else load,
+                )
+                if season_load is not None and season_load > forecast:
+                    forecast = season_load
+                    ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
+        peak = max([v for t, v in history if t > now - hold] or [load])
+        rise = _largest_rise(history, horizon)
+        observed = now - (prev.since if prev.since is not None else now)
+
+        need_now = _ceil(load / c)
+        need = max(need_now, _ceil(forecast / c))
+        breach_floor = 0
+        if ratio is not None and ratio > 1.0 and starting == 0 and ready > 0:
+            breach_floor = ready + 1  # the SLO is missed now: more capacity whatever the model says
+            need = max(need, breach_floor)
+
+        new_state = SloState(
+            capacity_scale=kappa,
+            capacity_samples=samples,
+            utilization=c,
+            history=history,
+            ready=ready,
+            ready_since=ready_since,
+            seasonal=seasonal,
+            burst_at=burst_at,
+            last_t=now,
+            since=prev.since if prev.since is not None else now,
+        )
+
+        prior = cfg.replica.prior
+        cap_text = (
+            f"capacity {kappa * prior.prefill_tokens_per_second:.0f} prompt / "
+            f"{kappa * prior.generation_tokens_per_second:.0f} generated tok/s per replica "
+            f"({kappa:.2f}× prior, {samples} saturated samples)"
+            if prior is not None
+            else f"{cfg.replica.slots} slots per replica"
+        )
+        load_text = f"load {load:.2f} replica-equivalents ({', '.join(reading.parts) or 'nothing known'})"
+        slo_text = (
+            f"{reading.latency_text} ⇒ utilization {c:.2f} at the SLO"
+            if reading.latency_text
+            else f"utilization {c:.2f} at the SLO (no latency measured)"
+        )
+        fc_text = f"forecast {forecast:.2f} over the {horizon:g}s cold start{ftext}"
+        need_text = f"{load_text}; {cap_text}; {slo_text}; {fc_text} ⇒ needs {need}"
+        if breach_floor:
+            need_text += f" (SLO missed with {ready} ready: at least {breach_floor})"
+        have_text = f"{ready} ready + {starting} starting, spec {current}"
+
+        no_down = ""
+        if reading.unknown:
+            names = ", ".join(reading.unknown)
+            latency = self._latency_names()
+            if need > current and need > ready + starting:
+                # What is known is a lower bound of the load (every part is ≥ 0): scaling up on it is safe.
+                return Recommendation(
+                    need, Reason.SCALE_UP,
+                    f"scaling up to at least {need} on known signals: {need_text}; {have_text}; unknown: {names}",
+                ), new_state
+            if any(n not in latency for n in reading.unknown):
+                return Recommendation(
+                    None, Reason.METRICS_UNKNOWN,
+                    f"cannot size on partial data ({need_text}); unknown: {names}", reading.unknown,
+                ), new_state
+            # Only a latency quantile is unknown. Of an idle target that is expected (an empty histogram has
+            # no quantile); otherwise the model may still add capacity, but nothing may be released.
+            no_down = "" if reading.demand_zero else f"no scale-down while {names} is unknown"
+
+        if need > current:
+            return Recommendation(need, Reason.SCALE_UP, f"{need_text}; {have_text}: scaling to {need}"), new_state
+        if starting > 0 and need > ready:
+            return Recommendation(
+                current, Reason.WAITING_FOR_STARTING,
+                f"{need_text}; {have_text}: the starting replicas cover it, not scaling again",
+            ), new_state
+        down_u = c * (1.0 - cfg.scale_down.hysteresis)
+        keep_for = max(peak, forecast, load + rise)
+        down = max(need, _ceil(keep_for / down_u))
+        band = (
+            f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast, load + the largest rise "
+            f"within a cold start seen in {lookback(horizon):g}s {rise:.2f}) at ≤ {down_u:.2f} utilization "
+            f"(hysteresis {cfg.scale_down.hysteresis:g})"
+        )
+        if down < current and observed < hold:
+            no_down = no_down or f"observed {observed:g}s < the {hold:g}s hold window"
+        if down < current and not at_risk and not no_down:
+            return Recommendation(
+                down, Reason.SCALE_DOWN, f"{need_text}; {band} ⇒ {down}; {have_text}: scaling down to {down}"
+            ), new_state
+        why = no_down or ("the SLO is at risk" if at_risk else f"{band} ⇒ {down}")
+        unknown_hold = bool(reading.unknown) and down < current
+        return Recommendation(
+            current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
+            f"{need_text}; {have_text}: holding {current} ({why})",
+        ), new_state
+
+    def _latency_names(self) -> tuple[str, ...]:
+        s = self.config.signals
+        return tuple(n for n in (s.ttft, s.queue_time, s.time_per_output_token) if n is not None)
+
+
+def lookback(horizon: float) -> float:
+    """How far back the largest rise within one cold start is looked for: several cold starts, 10 min at least."""
+    return max(LOOKBACK_MIN_S, LOOKBACK_COLD_STARTS * horizon)
+
+
+def _largest_rise(history: tuple[tuple[float, float], ...], horizon: float) -> float:
+    """The largest increase of the load within ``horizon`` seconds anywhere in ``history`` (≥ 0).
+
+    What the load did within one cold start before is what it may do again: a replica released now would
+    be missing for that long. One pass from the newest sample back, with a monotonic deque of the running
+    maximum of the following ``horizon`` seconds.
+    """
+    best = 0.0
+    ahead: deque[tuple[float, float]] = deque()  # (t, v) after the current sample, values decreasing
+    for t, v in reversed(history):
+        while ahead and ahead[0][0] > t + horizon:
+            ahead.popleft()
+        if ahead and ahead[0][1] - v > best:
+            best = ahead[0][1] - v
+        while ahead and ahead[-1][1] <= v:
+            ahead.pop()
+        ahead.append((t, v))
+    return best
+
+
+def _trend_and_burst(
+    history: tuple[tuple[float, float], ...],
+    now: float,
+    load: float,
+    horizon: float,
+    burst_ratio: float,
+    burst_at: float | None,
+) -> tuple[float, str, float | None]:
+    """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection."""
+    # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
+    # Only its lower confidence bound counts (slope − 2 standard errors): noise alone must not add replicas.
+    window = [(t, v) for t, v in history if t > now - 2 * max(horizon, 30.0)]
+    forecast, text = load, ""
+    mv = sum(v for _, v in window) / len(window) if window else load
+    if len(window) >= 4:
+        n = len(window)
+        mt = sum(t for t, _ in window) / n
+        var = sum((t - mt) ** 2 for t, _ in window)
+        if var > 0:
+            slope = sum((t - mt) * (v - mv) for t, v in window) / var
+            resid = sum((v - (mv + slope * (t - mt))) ** 2 for t, v in window) / (n - 2)
+            low = slope - 2.0 * math.sqrt(resid / var)
+            if low > 0:
+                ahead = min(2.0 * max(load, mv), mv + slope * (now - mt) + low * horizon)
+                if ahead > forecast:
+                    forecast = ahead
+                    text = f" (trend ≥ +{low * 60:.2f}/min)"
+    if len(window) >= 4:
+        short = [v for t, v in window if t > now - BURST_SHORT_S]
+        mean_long = mv
+        if short and mean_long > 0 and sum(short) / len(short) >= burst_ratio * mean_long:
+            # In a burst the load swings within seconds: its highest point of the short window is the floor.
+            burst_at = now
+            forecast = max(forecast, *short)
+            text += f" (burst: {sum(short) / len(short):.2f} ≥ {burst_ratio:g}× the {mean_long:.2f} average)"
+    return forecast, text, burst_at
+
+
+def _seasonal(
+    profile: tuple[tuple[float, float], ...],
+    period: float,
+    buckets: int,
+    now: float,
+    horizon: float,
+    load: float | None,
+) -> tuple[tuple[tuple[float, float], ...], float | None]:
+    """Update the per-phase profile with ``load`` and read the phase at ``now + horizon`` seen a period ago."""
+    slots = list(profile) if len(profile) == buckets else [(0.0, -math.inf)] * buckets
+    width = period / buckets
+    here = int((now % period) // width)
+    if load is not None:
+        old, seen = slots[here]
+        # Within the same phase of the same period, keep the maximum (a floor should hold the phase's peak).
+        slots[here] = (max(old, load) if now - seen < width else load, now)
+    ahead = int(((now + horizon) % period) // width)
+    value, seen = slots[ahead]
+    # Only a phase seen in an earlier period forecasts: the current one is already in the load.
+    usable = seen > -math.inf and now + horizon - seen >= period - width
+    return tuple(slots), (value if usable else None)
+
+
+def build(config: SloPolicyConfig) -> PolicyAlgorithm:
+    return SloAlgorithm(config)
+
+
+__all__ = ["SloAlgorithm", "SloPolicyConfig", "SloState", "build"]
