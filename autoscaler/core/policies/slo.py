@@ -123,12 +123,12 @@ class ReplicaFactsSpec(SpecModel):
 
 class SloSignalsSpec(SpecModel):
     """Which policy signals mean what. Totals over the target unless the signal has scope perReplica;
-    ``slotsUsed`` and ``kvCacheUsage`` are fractions (0–1) averaged over the ready replicas."""
+    ``slotsUsed`` and ``kvCacheUsage`` are fractions (0-1) averaged over the ready replicas."""
 
     waiting: str | None = Field(default=None, description="Requests waiting for a slot (or for prefill).")
     running: str | None = Field(default=None, description="Requests holding a slot (batch size).")
-    slots_used: str | None = Field(default=None, description="Fraction of slots in use, 0–1 (JetStream).")
-    kv_cache_usage: str | None = Field(default=None, description="Fraction of the KV cache in use, 0–1.")
+    slots_used: str | None = Field(default=None, description="Fraction of slots in use, 0-1 (JetStream).")
+    kv_cache_usage: str | None = Field(default=None, description="Fraction of the KV cache in use, 0-1.")
     prompt_tokens: str | None = Field(default=None, description="Prompt tokens/s served (a counter's rate).")
     generation_tokens: str | None = Field(default=None, description="Generated tokens/s (a counter's rate).")
     ttft: str | None = Field(default=None, description="TTFT at the objective's percentile, seconds.")
@@ -144,7 +144,7 @@ class ForecastSpec(SpecModel):
 
     enabled: bool = True
     burst_ratio: float = Field(
-        default=2.0, gt=1, description="A burst: the last 20 s average ≥ this × the cold-start window's."
+        default=2.0, gt=1, description="A burst: the last 20 s average is at least this times the cold-start window's."
     )
     seasonality_period_seconds: float | None = Field(
         default=None, gt=0, description="e.g. 86400: the load one period ago at now + cold start is a floor."
@@ -156,7 +156,7 @@ class ScaleDownSpec(SpecModel):
     """Cost-aware scale-down."""
 
     hysteresis: float = Field(
-        default=0.2, gt=0, lt=1, description="Scale down only to a count running at ≤ (1 − this) × the SLO utilization."
+        default=0.2, gt=0, lt=1, description="Scale down only to a count running at most (1 - this) x the SLO utilization."
     )
     hold_seconds: float | None = Field(
         default=None, ge=0, description="The peak of this window must fit after a scale-down; default the cold start."
