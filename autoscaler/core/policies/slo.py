@@ -156,7 +156,10 @@ class ScaleDownSpec(SpecModel):
     """Cost-aware scale-down."""
 
     hysteresis: float = Field(
-        default=0.2, gt=0, lt=1, description="Scale down only to a count running at most (1 - this) x the SLO utilization."
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="Scale down only to a count running at most (1 - this) x the SLO utilization.",
     )
     hold_seconds: float | None = Field(
         default=None, ge=0, description="The peak of this window must fit after a scale-down; default the cold start."
