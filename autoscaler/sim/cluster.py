@@ -53,7 +53,11 @@ class PoolSpec(SpecModel):
     group_size: int = Field(default=1, ge=1, description="Pods per LWS group (informational).")
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(ge=1)
-    initial_replicas: int = Field(default=1, ge=0, description="Replicas ready at time 0.")
+    initial_replicas: int | None = Field(
+        default=None, ge=0,
+        description="Replicas ready at time 0; default: the warm start (the fleet the oracle's schedule family "
+                    "holds at the start of the simulated window, docs/simulate.md).",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolSpec:

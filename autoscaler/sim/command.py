@@ -45,6 +45,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--duration", type=float, metavar="S", help="simulate only the first S seconds")
     parser.add_argument("--start", type=float, default=0.0, metavar="S", help="skip the first S seconds of the trace")
     parser.add_argument("--pool", metavar="NAME", help="the cluster's serving pool the trace drives (default: first)")
+    parser.add_argument("--initial-replicas", type=int, metavar="N",
+                        help="replicas ready at the start (default: the cluster's initialReplicas, else the warm "
+                             "start: the fleet the oracle's schedule family holds at the start of the window)")
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip malformed trace rows (counted)")
     parser.add_argument("--no-plot", action="store_true", help="do not write timeline.png")
     parser.set_defaults(func=run)
@@ -84,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
                         ("--time-scale", args.time_scale), ("--duration", args.duration)):
         if value is not None and not value > 0:
             return _fail(f"{flag} must be a positive number, got {value:g}", 2)
+    if args.initial_replicas is not None and args.initial_replicas < 0:
+        return _fail(f"--initial-replicas must be ≥ 0, got {args.initial_replicas}", 2)
     if args.start < 0:
         return _fail(f"--start must be ≥ 0, got {args.start:g}", 2)
 
@@ -106,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         requests=args.requests, cluster=args.cluster, policies=policies, baselines=wanted,
         slo_ttft_s=args.slo_ttft, seed=args.seed, rate_scale=args.rate_scale, time_scale=args.time_scale,
         duration_s=args.duration, start_s=args.start, skip_bad_rows=args.skip_bad_rows, pool=args.pool,
+        initial_replicas=args.initial_replicas,
     )
     progress = _Progress()
     try:

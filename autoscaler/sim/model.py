@@ -131,6 +131,9 @@ class ServingPool:
         self.gateway: deque[int] = deque()  # arrived while no replica was ready
         self.seq = 0
         self.completed = 0
+        #: Requests known to have missed the TTFT SLO so far (first token late); a run may stop early on it.
+        self.late = 0
+        self.slo_s = float("inf")
         self._slots = profile.slots
         self._kv_cap = profile.kv_cache_tokens
         self._prefill_tps = profile.prefill_tokens_per_second
@@ -268,6 +271,8 @@ class ServingPool:
         req = self.req
         rid = rep.prefill_fifo.popleft()
         req.first_token[rid] = now
+        if now - req.arrival[rid] > self.slo_s:
+            self.late += 1
         rep.prefilling = False
         rep.V_t = now
         remaining = req.outputs[rid] - 1  # the prefill produced the first token

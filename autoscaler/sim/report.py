@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from autoscaler.sim.oracle import OracleResult
 from autoscaler.sim.simulation import RunResult
 
 
@@ -30,7 +31,10 @@ def _finite(x: float, digits: int = 4) -> float | None:
     return round(x, digits) if math.isfinite(x) else None
 
 
-def score(result: RunResult, *, slo_ttft_s: float, oracle_chip_s: float | None) -> dict[str, Any]:
+def score(
+    result: RunResult, *, slo_ttft_s: float, oracle: OracleResult | None, lower_bound_chip_s: float | None = None
+) -> dict[str, Any]:
+    """One run's row. ``oracle`` is the oracle re-solved at this run's own attainment (None: not computed)."""
     req = result.requests
     ttft = [f - a if not math.isnan(f) else math.inf for f, a in zip(req.first_token, req.arrival, strict=True)]
     e2e = [d - a if not math.isnan(d) else math.inf for d, a in zip(req.done, req.arrival, strict=True)]
@@ -52,7 +56,7 @@ def score(result: RunResult, *, slo_ttft_s: float, oracle_chip_s: float | None) 
         "e2e_p99_s": _finite(percentile(e2e, 99)),
         "serving_accelerator_hours": round(hours, 4),
         "mean_serving_chips": round(result.serving_chip_s / result.horizon_s, 3) if result.horizon_s else 0.0,
-        "cost_vs_oracle": round(result.serving_chip_s / oracle_chip_s, 4) if oracle_chip_s else None,
+        **_versus_oracle(result, oracle, lower_bound_chip_s),
         "training_useful_chip_hours": round(useful, 4),
         "training_lost_chip_hours": round(result.training_lost_chip_s / 3600, 4),
         "training_free_chip_hours": round(free, 4),
@@ -63,12 +67,36 @@ def score(result: RunResult, *, slo_ttft_s: float, oracle_chip_s: float | None) 
     }
 
 
+def _versus_oracle(
+    result: RunResult, oracle: OracleResult | None, lower_bound_chip_s: float | None
+) -> dict[str, Any]:
+    """The oracle at this run's attainment: its hours and the ratio, or, where no schedule of the search
+    reaches that attainment, None and the gap (how far below it the best schedule stays)."""
+    out: dict[str, Any] = {
+        "lower_bound_hours_at_equal_slo": round(lower_bound_chip_s / 3600, 4) if lower_bound_chip_s is not None
+        else None,
+    }
+    if oracle is None:
+        return {"oracle_hours_at_equal_slo": None, "cost_vs_oracle": None, "oracle_attainment_gap": None, **out}
+    if not oracle.met_target:
+        gap = round(oracle.target - oracle.candidate.attainment, 6)
+        return {"oracle_hours_at_equal_slo": None, "cost_vs_oracle": None, "oracle_attainment_gap": gap, **out}
+    chip_s = oracle.candidate.chip_s
+    return {
+        "oracle_hours_at_equal_slo": round(chip_s / 3600, 4),
+        "cost_vs_oracle": round(result.serving_chip_s / chip_s, 4) if chip_s > 0 else None,
+        "oracle_attainment_gap": None,
+        **out,
+    }
+
+
 COLUMNS = (
     ("policy", "{}", 14),
     ("SLO att.", "{:.2%}", 9),
     ("TTFT p50", "{:.2f}s", 9),
     ("TTFT p99", "{:.2f}s", 9),
     ("accel-h", "{:.2f}", 8),
+    ("oracle-h", "{:.2f}", 8),
     ("×oracle", "{:.3f}", 8),
     ("train h", "{:.2f}", 8),
     ("lost h", "{:.2f}", 7),
@@ -85,7 +113,8 @@ def _cell(fmt: str, value: Any) -> str:
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
-    keys = ("slo_attainment", "ttft_p50_s", "ttft_p99_s", "serving_accelerator_hours", "cost_vs_oracle",
+    keys = ("slo_attainment", "ttft_p50_s", "ttft_p99_s", "serving_accelerator_hours", "oracle_hours_at_equal_slo",
+            "cost_vs_oracle",
             "training_useful_chip_hours", "training_lost_chip_hours", "training_goodput", "scale_actions",
             "preemptions")
     first = max([COLUMNS[0][2], *(len(n) for n in rows)])

@@ -64,6 +64,10 @@ class RunResult:
     pipeline: str = ""
     #: Every change of the desired count: (time, from, to, reason, message).
     scale_events: list[tuple[float, int, int, str, str]] = field(default_factory=list)
+    #: The run stopped once ``late`` exceeded ``stop_after_misses``: its figures are partial, and all that
+    #: is known of its attainment is that it stays below 1 − late / requests.
+    stopped_early: bool = False
+    late: int = 0
 
 
 class Controller(Protocol):
@@ -87,6 +91,8 @@ class Simulation:
         record_every_s: float = 10.0,
         pool: PoolSpec | None = None,
         initial_replicas: int | None = None,
+        slo_ttft_s: float | None = None,
+        stop_after_misses: int | None = None,
     ) -> None:
         self.cluster = cluster
         self.pool_spec = pool or cluster.spec.pools[0]
@@ -104,6 +110,11 @@ class Simulation:
             events=self.events,
             on_chips_released=self._chips_released,
         )
+        if slo_ttft_s is not None:
+            self.pool.slo_s = slo_ttft_s
+        #: Stop as soon as more requests than this have missed the SLO (the oracle's search only needs to
+        #: know that a schedule fails); the result is then marked ``stopped_early``.
+        self.stop_after_misses = stop_after_misses
         self.quota = cluster.spec.quota.nominal
         self.serving_priority = cluster.spec.serving_priority
         self.jobs: list[kueue.TrainingJob] = [
@@ -134,7 +145,16 @@ class Simulation:
         self.deactivations = 0
         self.reactivations = 0
         self.now = 0.0
-        n0 = self.pool_spec.initial_replicas if initial_replicas is None else initial_replicas
+        if initial_replicas is not None:
+            n0 = initial_replicas
+        elif self.pool_spec.initial_replicas is not None:
+            n0 = self.pool_spec.initial_replicas
+        else:
+            # Imported here: the oracle module imports this one.
+            from autoscaler.sim.oracle import warm_fleet  # noqa: PLC0415
+
+            n0 = warm_fleet(trace, cluster, self.pool_spec)
+        self.initial_replicas = n0
         for _ in range(n0):
             rep = self.pool.add_replica(0.0, ready=True)
             self.serving_chips += rep.chips
@@ -307,6 +327,8 @@ class Simulation:
         inf = math.inf
         heappop = heapq.heappop
         route = pool.route
+        stop_limit = self.stop_after_misses
+        stopped_early = False
         while True:
             # Tickers are few; the earliest is found again only after one fires or one is added.
             tick = min(tickers, key=_tick_time) if tickers else None
@@ -335,6 +357,9 @@ class Simulation:
                 else:
                     break
             if tick is None or t_tick > end_limit or (i >= n and pool.completed >= n and t_tick > self.horizon):
+                break
+            if stop_limit is not None and pool.late > stop_limit:
+                stopped_early = True
                 break
             t = t_tick
             self.now = t
@@ -368,6 +393,8 @@ class Simulation:
             notes=self.notes,
             pipeline=getattr(self.controller, "pipeline_name", ""),
             scale_events=self.scale_events,
+            stopped_early=stopped_early,
+            late=pool.late,
         )
 
 
