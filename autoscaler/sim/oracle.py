@@ -37,8 +37,9 @@ so it is loose; what it guarantees is that nothing (the oracle included) can be 
    ``U_RANGE`` until the bracket is narrower than ``U_RESOLUTION`` (attainment falls as ``u`` grows).
    Every schedule is simulated in the very same model as the policies (same Kueue, servers, routing, warm
    start), and cached by its replica counts (many ``u`` give the same schedule), so re-solving at another
-   attainment mostly reuses simulations. The answer for an attainment ``A`` is the cheapest schedule ever
-   simulated whose attainment is ``≥ A``, whichever window or step found it.
+   attainment mostly reuses simulations. Constant fleets (the family's degenerate member) are searched too,
+   by bisection on the count. The answer for an attainment ``A`` is the cheapest schedule ever simulated
+   whose attainment is ``≥ A``, whichever window or step found it.
 
 The oracle is not a proof of optimality (a schedule outside the family may be cheaper); the lower bound is.
 The tests check on both bundled traces that no simple competitor is cheaper than the oracle at equal or
@@ -350,12 +351,40 @@ class Search:
             return min(costs) if costs else math.inf
         return sorted(self.windows, key=key)
 
+    def _constant(self, n: int, target: float | None) -> Candidate:
+        """A constant fleet of ``n`` (the family's degenerate member: no window follows the load)."""
+        sched = [(0.0, n)]
+        key = tuple(sched)
+        cand = self._by_schedule.get(key)
+        if cand is None or (not cand.exact and (target is None or cand.attainment >= target)):
+            self.evaluated += 1
+            size = len(self.trace.arrivals)
+            res = self._simulation(sched, misses_allowed(size, target) if target is not None else None).run()
+            att = (1.0 - res.late / max(size, 1)) if res.stopped_early else attainment(res, self.slo)
+            cand = Candidate(0.0, 0.0, sched, att, res.serving_chip_s, res, exact=not res.stopped_early)
+            self._by_schedule[key] = cand
+        return cand
+
+    def _bisect_constant(self, target: float) -> None:
+        """The smallest constant fleet reaching ``target`` (attainment grows with the fleet)."""
+        lo, hi = self.lo - 1, self.hi  # lo fails (or is below the pool's minimum), hi is the largest allowed
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            c = self._constant(mid, target)
+            if c.exact and c.attainment >= target:
+                hi = mid
+            else:
+                lo = mid
+        self._constant(hi, target)
+
     def solve(self, target: float, *, windows: int | None = None) -> OracleResult:
         """The cheapest simulated schedule with attainment ≥ ``target``.
 
-        Bisects in every window length, or, with ``windows``, in the ``windows`` lengths whose schedules
-        have been cheapest so far at ``target`` (re-solving at another attainment after a full solve).
+        Bisects the constant fleet, and ``u`` in every window length or, with ``windows``, in the
+        ``windows`` lengths whose schedules have been cheapest so far at ``target`` (re-solving at another
+        attainment after a full solve).
         """
+        self._bisect_constant(target)
         order = self.window_order(target) if windows is not None else list(self.windows)
         for w in order[: windows if windows is not None else len(order)]:
             self._bisect(w, target)
