@@ -25,7 +25,11 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    compaction point gets an ``ERROR`` event carrying ``410 Expired`` "too old resource version", as the watch
    cache does. Tests can close every stream (``drop_watches``) to force a reconnect.
 8. ``?dryRun=All`` writes are answered but not stored; ``DELETE`` honours ``preconditions`` (409).
-9. RBAC denials (``deny``) answer ``403`` with the authorizer's message shape; injected faults (``inject``)
+9. RBAC: ``enforce_rbac(manifests)`` authorizes every request as Kubernetes' RBAC authorizer does, from the
+   Roles, ClusterRoles and their bindings in ``manifests`` (by namespace, verb, resource/subresource, API group
+   and ``resourceNames``; a RoleBinding grants only in its own namespace), and answers ``403`` to the rest,
+   recording each in ``rbac_denied``; single denials (``deny``) answer ``403`` with the authorizer's message
+   shape; injected faults (``inject``)
    answer the next N requests to a path with a Status of the given code (``clear_faults`` ends them early);
    every request is logged (``requests``); ``after`` runs a test's change right after a matching request was
    answered (a race); ``strict`` mode rejects and records any write not declared with ``expect_write``, and the
@@ -469,6 +473,78 @@ class Denial:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class PolicyRule:
+    """One ``rules[]`` entry of a Role or ClusterRole."""
+
+    api_groups: frozenset[str]
+    resources: frozenset[str]
+    verbs: frozenset[str]
+    resource_names: frozenset[str]
+
+    def allows(self, verb: str, group: str, resource: str, name: str | None) -> bool:
+        _, _, sub = resource.partition("/")
+        return (
+            bool(self.api_groups & {"*", group})
+            and bool(self.verbs & {"*", verb})
+            and bool(self.resources & {"*", resource, f"*/{sub}" if sub else "*"})
+            # resourceNames restrict to named requests: a list, a watch or a create never matches them.
+            and (not self.resource_names or (name is not None and name in self.resource_names))
+        )
+
+
+class Rbac:
+    """Kubernetes' RBAC authorizer over a set of manifests: a request is allowed when a rule of a role bound
+    to the user allows it. ClusterRoleBindings grant everywhere; a RoleBinding grants its role's rules (a Role
+    of its namespace or a ClusterRole) in its own namespace only. No aggregation, no nonResourceURLs."""
+
+    def __init__(self, manifests: Iterable[JsonObj], user: str) -> None:
+        self.user = user
+        groups = {"system:authenticated"}
+        if user.startswith("system:serviceaccount:"):
+            groups |= {"system:serviceaccounts", f"system:serviceaccounts:{user.split(':')[2]}"}
+        self.groups = groups
+        docs = [d for d in manifests if isinstance(d, dict)]
+        roles: dict[tuple[str, str | None, str], list[PolicyRule]] = {}
+        for d in docs:
+            if d.get("kind") in ("Role", "ClusterRole"):
+                ns = d["metadata"].get("namespace") if d["kind"] == "Role" else None
+                roles[(d["kind"], ns, d["metadata"]["name"])] = [
+                    PolicyRule(frozenset(r.get("apiGroups") or ()), frozenset(r.get("resources") or ()),
+                               frozenset(r.get("verbs") or ()), frozenset(r.get("resourceNames") or ()))
+                    for r in d.get("rules") or []
+                ]
+        #: (namespace the grant holds in, None = everywhere, rules)
+        self.grants: list[tuple[str | None, list[PolicyRule]]] = []
+        for d in docs:
+            if d.get("kind") not in ("RoleBinding", "ClusterRoleBinding") or not self._binds_me(d):
+                continue
+            ref = d["roleRef"]
+            ns = d["metadata"].get("namespace") if d["kind"] == "RoleBinding" else None
+            role_ns = ns if ref["kind"] == "Role" else None
+            rules = roles.get((ref["kind"], role_ns, ref["name"]), [])  # a missing role grants nothing
+            self.grants.append((ns, rules))
+
+    def _binds_me(self, binding: JsonObj) -> bool:
+        for subject in binding.get("subjects") or []:
+            kind = subject.get("kind")
+            if kind == "ServiceAccount":
+                ns = subject.get("namespace") or binding["metadata"].get("namespace")
+                if self.user == f"system:serviceaccount:{ns}:{subject.get('name')}":
+                    return True
+            elif (kind == "User" and subject.get("name") == self.user) or (
+                kind == "Group" and subject.get("name") in self.groups
+            ):
+                return True
+        return False
+
+    def allows(self, verb: str, group: str, resource: str, namespace: str | None, name: str | None) -> bool:
+        return any(
+            (where is None or where == namespace) and any(r.allows(verb, group, resource, name) for r in rules)
+            for where, rules in self.grants
+        )
+
+
 @dataclass(slots=True)
 class Expectation:
     method: str
@@ -523,6 +599,9 @@ class Emulator:
         self.violations: list[str] = []
         self._expectations: list[Expectation] = []
         self._denials: list[Denial] = []
+        self._rbac: Rbac | None = None
+        #: Requests ``enforce_rbac`` refused: "verb group/resource namespace/name".
+        self.rbac_denied: list[str] = []
         self._faults: list[Fault] = []
         self._hooks: list[Hook] = []
         self._dry_run = False
@@ -605,6 +684,14 @@ class Emulator:
     def deny(self, verb: str, resource: str, namespace: str | None = None, group: str | None = None) -> None:
         """RBAC: ``verb`` on ``resource`` (``plural`` or ``plural/subresource``) answers 403."""
         self._denials.append(Denial(verb, resource, namespace, group))
+
+    def enforce_rbac(self, manifests: Iterable[JsonObj], *, user: str | None = None) -> Rbac:
+        """Authorize every request from now on by the RBAC objects in ``manifests`` (rendered YAML documents),
+        as ``user`` (default: the emulator's user); refusals answer 403 and are listed in ``rbac_denied``."""
+        if user is not None:
+            self.user = user
+        self._rbac = Rbac(manifests, self.user)
+        return self._rbac
 
     def inject(
         self,
@@ -894,6 +981,12 @@ class Emulator:
         for denial in self._denials:
             if denial.matches(entry.verb, rt.group, entry.resource, target.namespace):
                 raise self._forbidden(entry, target)
+        if self._rbac is not None and not self._rbac.allows(
+            entry.verb, rt.group, entry.resource, target.namespace, target.name
+        ):
+            where = f"{target.namespace or '(cluster)'}/{target.name or '*'}"
+            self.rbac_denied.append(f"{entry.verb} {rt.group or 'core'}/{entry.resource} {where}")
+            raise self._forbidden(entry, target)
 
         for fault in self._faults:
             if fault.remaining > 0 and fault.matches(entry.method, entry.path):

@@ -12,7 +12,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.kube import objects
-from tests.kube.emulator import Emulator, label_selector_matches
+from tests.kube.emulator import Emulator, Rbac, label_selector_matches
 from tests.kube.kueue import Kueue
 
 LWS = ("leaderworkerset.x-k8s.io", "v1", "llm", "leaderworkersets")
@@ -452,3 +452,68 @@ async def test_compaction_point_is_configurable(kube: Emulator, kube_client: cli
             pass
     await w.close()
     assert err.value.status == 410
+
+
+_SA = "system:serviceaccount:autoscaler-system:accel-autoscaler"
+_RBAC_DOCS: list[dict[str, Any]] = [
+    {"kind": "ClusterRole", "metadata": {"name": "work"}, "rules": [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list"]},
+        {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["patch"]},
+    ]},
+    {"kind": "RoleBinding", "metadata": {"name": "work", "namespace": "llm"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "work"},
+     "subjects": [{"kind": "ServiceAccount", "name": "accel-autoscaler", "namespace": "autoscaler-system"}]},
+    {"kind": "Role", "metadata": {"name": "lease", "namespace": "autoscaler-system"}, "rules": [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+         "resourceNames": ["accel-autoscaler"]},
+    ]},
+    {"kind": "RoleBinding", "metadata": {"name": "lease", "namespace": "autoscaler-system"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
+     "subjects": [{"kind": "ServiceAccount", "name": "accel-autoscaler"}]},
+    {"kind": "ClusterRole", "metadata": {"name": "quota"}, "rules": [
+        {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"], "verbs": ["get"]}]},
+    {"kind": "ClusterRoleBinding", "metadata": {"name": "quota"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "quota"},
+     "subjects": [{"kind": "ServiceAccount", "name": "accel-autoscaler", "namespace": "autoscaler-system"}]},
+    {"kind": "ClusterRoleBinding", "metadata": {"name": "someone-else"},
+     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "work"},
+     "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": "autoscaler-system"}]},
+]
+
+
+@pytest.mark.parametrize(
+    ("verb", "group", "resource", "namespace", "name", "allowed"),
+    [
+        pytest.param("get", "apps", "deployments", "llm", "d", True, id="rolebinding-namespace"),
+        pytest.param("get", "apps", "deployments", "other", "d", False, id="rolebinding-other-namespace"),
+        pytest.param("watch", "apps", "deployments", "llm", None, False, id="verb-not-granted"),
+        pytest.param("patch", "apps", "deployments/scale", "llm", "d", True, id="subresource"),
+        pytest.param("patch", "apps", "deployments", "llm", "d", False, id="subresource-is-not-the-resource"),
+        pytest.param("get", "", "deployments", "llm", "d", False, id="api-group"),
+        pytest.param("get", "coordination.k8s.io", "leases", "autoscaler-system", "accel-autoscaler", True,
+                     id="resource-name"),
+        pytest.param("get", "coordination.k8s.io", "leases", "autoscaler-system", "other", False,
+                     id="other-resource-name"),
+        pytest.param("list", "coordination.k8s.io", "leases", "autoscaler-system", None, False,
+                     id="resource-names-never-allow-list"),
+        pytest.param("get", "kueue.x-k8s.io", "clusterqueues", None, "cq", True, id="clusterrolebinding"),
+        pytest.param("list", "apps", "deployments", None, None, False, id="binding-of-another-subject"),
+    ],
+)
+def test_rbac_authorizes_like_kubernetes(
+    verb: str, group: str, resource: str, namespace: str | None, name: str | None, allowed: bool
+) -> None:
+    assert Rbac(_RBAC_DOCS, _SA).allows(verb, group, resource, namespace, name) is allowed
+
+
+async def test_enforced_rbac_answers_403_over_http(kube: Emulator, kube_client: client.ApiClient) -> None:
+    kube.add(objects.deployment())
+    kube.add(objects.deployment(namespace="other"))
+    kube.enforce_rbac(_RBAC_DOCS, user=_SA)
+    apps = client.AppsV1Api(kube_client)
+    assert (await apps.read_namespaced_deployment("tgi-gemma-deployment", "llm")).metadata.name
+    with pytest.raises(ApiException) as err:
+        await apps.read_namespaced_deployment("tgi-gemma-deployment", "other")
+    assert err.value.status == 403
+    assert f'User "{_SA}" cannot get resource "deployments"' in _status(err.value)["message"]
+    assert kube.rbac_denied == ["get apps/deployments other/tgi-gemma-deployment"]
