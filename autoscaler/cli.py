@@ -9,6 +9,7 @@ from contextlib import AbstractAsyncContextManager
 
 from autoscaler import __version__
 from autoscaler.controller import command as run_command
+from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.policyfile import command as validate_command
 from autoscaler.replay import command as replay_command
 from autoscaler.sim import command as simulate_command
@@ -24,6 +25,16 @@ def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[tuple
     return lookups.cluster_lookups(kubeconfig)
 
 
+def config_default_source(path: str) -> SourceSpec | None:
+    """``observe --config`` / ``record --config``: the controller config's ``defaultSource``, as ``run`` reads it."""
+    from autoscaler.controller import config  # noqa: PLC0415 - light (YAML and models), only with --config
+
+    try:
+        return config.load_config(path).default_source
+    except config.ConfigError as exc:
+        raise sources_command.UsageError(f"--config {exc}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autoscaler",
@@ -32,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autoscaler {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Explicit and sorted: the order `autoscaler --help` lists them in.
-    sources_command.register(sub, cluster=cluster_lookups)  # observe (replicas from the cluster), record
+    # observe (replicas from the cluster, defaultSource from --config), record
+    sources_command.register(sub, cluster=cluster_lookups, config=config_default_source)
     replay_command.register(sub)
     run_command.register(sub)
     simulate_command.register(sub)

@@ -1,7 +1,9 @@
 """``decide``: one evaluation of one policy, the same in the cluster, in replay and in simulation.
 
 Steps, in order:
-  1. judge every signal (``signals``): usable, or unknown with a reason;
+  1. combine per-pod readings into the target's (only fresh samples of ready pods, unknown when some ready pods
+     did not report: ``signals.combine_pods``), then judge every signal (``signals``): usable, or unknown with a
+     reason;
   2. the policy type recommends a raw replica count (``policies``);
   3. a current count out of range wins over any recommendation, as in HPA: 0 replicas without scale-to-zero
      means scaling is disabled (someone scaled the target to zero by hand); above ``maxReplicas`` → max;
@@ -131,10 +133,11 @@ def decide(
     """Evaluate ``compiled`` on ``observation`` at time ``now``; return the decisions and the new state."""
     spec = compiled.policy.spec
     current = observation.replicas.spec
-    signals = compiled.judge.judge_all(observation.signals, now)
+    readings = compiled.judge.combine(observation.signals, observation.replicas, now)
+    signals = compiled.judge.judge_all(readings, now)
     per_replica = {
         name: reading.per_replica
-        for name, reading in observation.signals.items()
+        for name, reading in readings.items()
         if reading.per_replica is not None and name in signals and signals[name].ok
     }
     ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica)

@@ -93,7 +93,9 @@ class SignalReading:
 
     ``timestamp`` is the sample's own time (seconds, same clock as ``now``); ``error`` is set when the
     source failed, in which case ``value`` is None. ``per_replica`` optionally carries one value per
-    pod/group (HPA's Pods metrics use it for the missing/unready-pod rules).
+    pod/group (HPA's Pods metrics use it for the missing/unready-pod rules) and ``pod_times`` each pod's own
+    sample time: with them the core combines the pods into the target's value itself
+    (``signals.SignalJudge.combine``: only fresh samples of ready pods, and only when enough of them reported).
     """
 
     value: float | None
@@ -101,6 +103,7 @@ class SignalReading:
     source: str = ""
     error: str | None = None
     per_replica: Mapping[str, float] | None = None
+    pod_times: Mapping[str, float] | None = None
 
 
 class SignalState(enum.StrEnum):

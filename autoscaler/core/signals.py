@@ -27,11 +27,13 @@ from typing import Any
 from simpleeval import InvalidExpression, SimpleEval
 
 from autoscaler.core import catalog
-from autoscaler.core.model import SignalReading, SignalState, SignalValue
+from autoscaler.core.model import ReplicaStatus, SignalReading, SignalState, SignalValue
 from autoscaler.core.spec import SignalSpec, Spec
 
 #: Samples stamped slightly in the future (clock skew between hosts) still count as fresh.
 FUTURE_SKEW_S = 5.0
+#: Reasons the core gives itself (not a source's error): shown as they are, without "source error:".
+PARTIAL = "partial: "
 
 
 def aggregate_of(signal: SignalSpec) -> catalog.Combine:
@@ -105,7 +107,8 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
         return SignalValue(name, SignalState.UNKNOWN, None, "missing: no reading for this signal")
     source = reading.source
     if reading.error is not None:
-        return SignalValue(name, SignalState.UNKNOWN, None, f"source error: {reading.error}", source=source)
+        why = reading.error if reading.error.startswith(PARTIAL) else f"source error: {reading.error}"
+        return SignalValue(name, SignalState.UNKNOWN, None, why, source=source)
     value = reading.value
     if value is None:
         return SignalValue(name, SignalState.UNKNOWN, None, "missing: empty result", source=source)
@@ -131,6 +134,83 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
     return SignalValue(name, SignalState.OK, float(value), "", max(age, 0.0), source)
 
 
+@dataclass(frozen=True, slots=True)
+class PodRule:
+    """How one per-pod signal becomes the target's reading (``combine_pods``), read once from the spec."""
+
+    max_age_s: float
+    how: catalog.Combine
+    #: None: every ready pod must report; else at least this fraction of them (``minReportingFraction``).
+    min_fraction: float | None
+    #: LeaderWorkerSet per-host presets: the pods reporting are hosts, ``<leader>-<index>`` of a group.
+    workers: bool
+
+
+def combine_pods(rule: PodRule, reading: SignalReading, replicas: ReplicaStatus | None, now: float) -> SignalReading:
+    """The one rule from per-pod samples to a target's reading, the same in every command.
+
+    1. a pod's sample counts when it is fresh (no older than the signal's ``maxAgeSeconds``) and finite;
+    2. a reading is known only when every ready pod (LWS: every ready group) reported a fresh sample, or at least
+       ``minReportingFraction`` of them: by name when the replica status lists the pods (a cluster, the
+       simulator), else by count against the ready count (outside a cluster);
+    3. the fresh samples combine by the signal's rule (``aggregate_of``); the timestamp is the oldest of them.
+
+    Partial data is unknown, never a smaller number: the pods whose scrapes fail are often the overloaded ones,
+    and summing the others would read as less load than there is.
+    """
+    per = reading.per_replica
+    if per is None or reading.error is not None:
+        return reading
+    times = reading.pod_times or {}
+    fresh: dict[str, tuple[float, float]] = {}
+    for pod, value in per.items():
+        stamp = times.get(pod, reading.timestamp)
+        # A NaN or infinite sample is not a report (HPA counts such a pod as missing).
+        if stamp is not None and now - stamp <= rule.max_age_s and math.isfinite(value):
+            fresh[pod] = (value, stamp)
+    pods = replicas.pods if replicas is not None else None
+    expected: int | None = None
+    reporting = len(fresh)
+    if pods is not None and any(_owner(name, {p.name for p in pods}, rule.workers) for name in per):
+        ready = {p.name for p in pods if p.ready and not p.deleting and not p.failed}
+        reporting = len({o for pod in fresh if (o := _owner(pod, ready, rule.workers)) is not None})
+        expected = len(ready)
+    elif replicas is not None:
+        expected = replicas.ready
+    # Every fresh sample is passed on (an unready pod's too, as HPA's custom-metrics path counts it); the
+    # count above only decides whether enough of the ready ones are among them.
+    used = fresh
+    if expected is not None and expected > 0:
+        needed = expected if rule.min_fraction is None else max(1, math.ceil(rule.min_fraction * expected - 1e-9))
+        if reporting < needed:
+            unit = "groups" if rule.workers and pods is not None else "pods"
+            why = f"{PARTIAL}{reporting} of {expected} ready {unit} reported a sample within {rule.max_age_s:g}s"
+            if rule.min_fraction is not None:
+                why += f" (minReportingFraction {rule.min_fraction:g} needs {needed})"
+            return SignalReading(None, None, reading.source, why)
+    if not used:
+        return SignalReading(None, None, reading.source)  # missing: no fresh sample, never zero
+    return SignalReading(
+        combine([v for v, _ in used.values()], rule.how),
+        min(t for _, t in used.values()),
+        reading.source,
+        None,
+        {pod: v for pod, (v, _) in used.items()},
+        {pod: t for pod, (_, t) in used.items()},
+    )
+
+
+def _owner(pod: str, names: set[str], workers: bool) -> str | None:
+    """The replica (pod, or LWS group leader) a reporting pod belongs to, among ``names``."""
+    if pod in names:
+        return pod
+    if workers:
+        leader = pod.rsplit("-", 1)[0]
+        if leader in names:
+            return leader
+    return None
+
+
 #: A composite signal as ``SignalJudge`` evaluates it: expression, parsed tree, names used, explicit max age.
 _Composite = tuple[str, ast.expr, set[str], float | None]
 
@@ -149,6 +229,7 @@ class SignalJudge:
     _uses: dict[str, set[str]] = field(init=False, repr=False, compare=False)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _plan: tuple[tuple[str, float, _Composite | None], ...] = field(init=False, repr=False, compare=False)
+    _pods: tuple[tuple[str, PodRule], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         composites = [s for s in self.spec.signals if s.expr is not None]
@@ -167,6 +248,31 @@ class SignalJudge:
             )
             plan.append((name, sig.max_age_seconds or default_age, composite))
         object.__setattr__(self, "_plan", tuple(plan))
+        rules = []
+        for sig in self.spec.signals:
+            if sig.expr is None:
+                workers = sig.preset is not None and catalog.get(sig.preset).workers
+                age = sig.max_age_seconds or default_age
+                rule = PodRule(age, aggregate_of(sig), sig.min_reporting_fraction, workers)
+                rules.append((sig.name, rule))
+        object.__setattr__(self, "_pods", tuple(rules))
+
+    def combine(
+        self, readings: Mapping[str, SignalReading], replicas: ReplicaStatus | None, now: float
+    ) -> Mapping[str, SignalReading]:
+        """Readings with per-pod samples combined into the target's (``combine_pods``); others as they are.
+
+        ``decide`` calls it on every observation, and ``observe`` on what it shows, so every command combines
+        pods by the same rule whatever its source did."""
+        out: dict[str, SignalReading] | None = None
+        for name, rule in self._pods:
+            reading = readings.get(name)
+            if reading is None or reading.per_replica is None:
+                continue
+            if out is None:
+                out = dict(readings)
+            out[name] = combine_pods(rule, reading, replicas, now)
+        return readings if out is None else out
 
     def judge_all(self, readings: Mapping[str, SignalReading], now: float) -> dict[str, SignalValue]:
         """Judge every signal of the policy (composites after their inputs); readings for composites are ignored."""

@@ -79,6 +79,14 @@ class SignalSpec(SpecModel):
     max_age_seconds: float | None = Field(
         default=None, gt=0, description="Older samples are unknown. Default spec.metricSafety."
     )
+    min_reporting_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Per-pod signals: known when at least this fraction of the ready pods reported a fresh sample "
+        "(default: every ready pod; partial data is unknown, since the pods whose scrapes fail are often the "
+        "overloaded ones).",
+    )
 
     @field_validator("name")
     @classmethod

@@ -155,16 +155,58 @@ def latest(series: Series, origin: str, times: list[float]) -> list[SignalReadin
     return out
 
 
+def latest_pods(
+    pods: dict[str, Series], origin: str, times: list[float], max_age_s: float
+) -> list[SignalReading | None]:
+    """At each of ``times``, every pod's latest sample at or before it (no older than ``max_age_s``), as one
+    per-pod reading that the core combines by its one rule (``core.signals.combine_pods``), exactly as it does
+    the controller's; None before any pod has a sample. Its value is the pods' sum, for display only."""
+    indexes = {pod: latest_index(series.times, times) for pod, series in pods.items()}
+    out: list[SignalReading | None] = []
+    for k, now in enumerate(times):
+        values: dict[str, float] = {}
+        stamps: dict[str, float] = {}
+        for pod, series in pods.items():
+            i = indexes[pod][k]
+            if i >= 0 and now - series.times[i] <= max_age_s:
+                values[pod] = series.values[i]
+                stamps[pod] = series.times[i]
+        if not values:
+            seen = any(indexes[pod][k] >= 0 for pod in pods)
+            out.append(SignalReading(None, None, origin, None, {}, {}) if seen else None)
+            continue
+        out.append(SignalReading(math.fsum(values.values()), min(stamps.values()), origin, None, values, stamps))
+    return out
+
+
+#: Labels naming the pod of a recorded per-pod series (``autoscaler record``): a server's own, or the TPU
+#: device plugin's (scraped in kube-system, the workload's pod is ``exported_pod``).
+POD_LABELS = ("pod", "exported_pod")
+
+
+def _pod_of(series: Series) -> str | None:
+    labels = dict(series.labels)
+    return next((labels[k] for k in POD_LABELS if labels.get(k)), None)
+
+
 @dataclass(frozen=True, slots=True)
 class _Input:
     name: str
     series: Series
     origin: str
     per_replica: bool
+    #: Per-pod series (one per pod, as ``record`` saves them), combined by the core at each evaluation.
+    pods: dict[str, Series] | None = None
+    max_age_s: float = 0.0
 
 
-def prepare(compiled: CompiledPolicy, trace: Trace) -> tuple[list[_Input], list[str]]:
+def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> tuple[list[_Input], list[str]]:
     """The raw signals the policy reads, each as one series, and notes on how they were combined.
+
+    A ``preset``/``metric`` signal recorded as one series per pod (what ``autoscaler record`` saves) is kept per
+    pod in ``recorded`` mode: the core combines the pods at each evaluation by its one rule and counts them
+    against the recorded replica count, as the controller does. In ``whatif`` mode (the policy's own replica
+    count, which the trace has no pods for) and for a raw ``query`` the series are combined up front.
 
     Raises ``TraceError`` naming every signal the policy needs and the trace lacks (composite ``expr``
     signals are computed by the core, never read).
@@ -182,6 +224,23 @@ def prepare(compiled: CompiledPolicy, trace: Trace) -> tuple[list[_Input], list[
     notes: list[str] = []
     for sig in needed:
         raw = trace.signals[sig.name]
+        max_age = sig.max_age_seconds or spec.metric_safety.max_age_seconds
+        pod_names = [_pod_of(one) for one in raw.series]
+        per_pod = (sig.preset is not None or sig.metric is not None) and mode == "recorded"
+        if per_pod and all(pod_names) and len(set(pod_names)) == len(pod_names):
+            # One series per pod: the core combines them at each evaluation, judging each pod's age and
+            # counting the pods that report against the recorded replica count, as in the cluster.
+            by_pod = {name: one for name, one in zip(pod_names, raw.series, strict=True) if name and one.times}
+            if not by_pod:
+                raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+            notes.append(
+                f"signal {sig.name}: {len(by_pod)} pod series in {raw.origin}, combined by the core "
+                f"({_why_aggregate(sig)} → {aggregate_of(sig)}); a reading is known when as many pods report as "
+                "replicas were recorded"
+            )
+            merged = combine(raw, "sum")
+            inputs.append(_Input(sig.name, merged, raw.origin, sig.scope == "perReplica", by_pod, max_age))
+            continue
         how = aggregate_of(sig)  # the controller's rule: the catalog's per preset, avg for perReplica
         assert how in AGGREGATES
         if len(raw.series) > 1:
@@ -218,7 +277,7 @@ def run(
     """Replay ``trace`` through ``compiled``. ``total(n)`` is told the evaluation count once, ``progress(k)``
     the number of evaluations done since its last call (for a progress bar)."""
     spec = compiled.policy.spec
-    inputs, notes = prepare(compiled, trace)
+    inputs, notes = prepare(compiled, trace, options.mode)
     recorded = trace.replicas
     if recorded is not None and not recorded.times:
         recorded = None
@@ -282,7 +341,12 @@ def run(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        columns = [latest(inp.series, inp.origin, times) for inp in inputs]
+        columns = [
+            latest(inp.series, inp.origin, times)
+            if inp.pods is None
+            else latest_pods(inp.pods, inp.origin, times, inp.max_age_s)
+            for inp in inputs
+        ]
     except BaseException:
         if collecting:
             gc.enable()

@@ -141,8 +141,10 @@ class MetricPipeline:
         for b in self.bindings:
             per = {pod: b.quantity(g) for pod, g in gauges.items()}
             value = combine(list(per.values()), b.aggregate) if per else None
-            readings[b.signal] = SignalReading(value=value, timestamp=now, source=f"{self.source}:{b.metric}",
-                                               per_replica=per)
+            # Per pod, with the scrape time: the core combines them by the one rule (``combine_pods``), so a
+            # replica that became ready after this scrape makes the reading partial, as in a cluster.
+            readings[b.signal] = SignalReading(value, now, f"{self.source}:{b.metric}", None, per,
+                                               dict.fromkeys(per, now))
         self._samples.append((now, readings))
 
     def visible(self, now: float) -> dict[str, SignalReading]:

@@ -204,5 +204,6 @@ def per_target(
             timestamp=min(t for _, t in pods.values()),
             source=source,
             per_replica={p: v for p, (v, _) in sorted(pods.items())},
+            pod_times={p: t for p, (_, t) in sorted(pods.items())},
         )
     return out

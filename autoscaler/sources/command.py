@@ -41,7 +41,7 @@ from autoscaler.core.model import (
     TargetRef,
 )
 from autoscaler.core.signals import SignalJudge
-from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec
+from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec, SourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile import loader
 from autoscaler.sources.base import MetricSource, PodRef
@@ -55,6 +55,10 @@ PodLookup = Callable[[TargetRef], Awaitable[tuple[PodRef, ...]]]
 
 #: Opens lookups against a cluster from an optional kubeconfig path; raises ``ClusterUnavailable``.
 ClusterLookups = Callable[[str | None], AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]]
+
+#: The controller config's ``defaultSource`` from a config file (``--config``), as ``run`` reads it; raises
+#: ``UsageError``. The command-line layer passes the controller's loader in (this layer may not import it).
+ConfigSource = Callable[[str], SourceSpec | None]
 
 #: Prometheus refuses range queries over 11,000 points per series.
 MAX_POINTS = 11_000
@@ -72,7 +76,7 @@ class LookupFailed(Exception):
     """The replica count of one target could not be read; the message says why."""
 
 
-def register(sub: Any, *, cluster: ClusterLookups | None = None) -> None:
+def register(sub: Any, *, cluster: ClusterLookups | None = None, config: ConfigSource | None = None) -> None:
     observe = sub.add_parser(
         "observe",
         help="Show what the controller would see now: signal values, ages, sources and the decision.",
@@ -80,6 +84,11 @@ def register(sub: Any, *, cluster: ClusterLookups | None = None) -> None:
         "and print per target each value, its age, its source and the decision (nothing is changed).",
     )
     observe.add_argument("--policy", required=True, help="Policy file (YAML, one or more ScalingPolicy documents).")
+    observe.add_argument(
+        "--config",
+        metavar="FILE",
+        help="Controller config (YAML), as for `autoscaler run`: its defaultSource serves signals naming none.",
+    )
     observe.add_argument("--once", action="store_true", help="Read once and exit (default: every evaluation period).")
     observe.add_argument("--json", action="store_true", help="Print JSON (one document per refresh).")
     observe.add_argument(
@@ -98,7 +107,7 @@ def register(sub: Any, *, cluster: ClusterLookups | None = None) -> None:
             help="Read replicas and pods from this cluster (default: $KUBECONFIG, the in-cluster service "
             "account or ~/.kube/config when present).",
         )
-    observe.set_defaults(cluster=cluster)
+    observe.set_defaults(cluster=cluster, config_source=config)
     observe.add_argument(
         "--deadline", type=float, default=5.0, metavar="S", help="Per-tick deadline for all sources (default 5 s)."
     )
@@ -111,6 +120,8 @@ def register(sub: Any, *, cluster: ClusterLookups | None = None) -> None:
         "one query_range response body per signal as <signal>.json in --out.",
     )
     record.add_argument("--policy", required=True, help="Policy file.")
+    record.add_argument("--config", metavar="FILE", help="Controller config (YAML): its defaultSource, as for run.")
+    record.set_defaults(config_source=config)
     record.add_argument("--start", required=True, help="RFC 3339, unix seconds, 'now' or relative like -1h.")
     record.add_argument("--end", default="now", help="Same forms as --start (default now).")
     record.add_argument("--step", default=None, help="Resolution, seconds or 15s/1m (default: evaluation period).")
@@ -182,13 +193,14 @@ async def observe_once(
     replicas: ReplicaLookup = _unknown_replicas,
     pods: PodLookup = _no_pods,
     clock: Callable[[], float] = time.time,
+    default_source: SourceSpec | None = None,
 ) -> dict[str, Any]:
     """One observation of every policy: ``{"targets": [...]}`` as ``observe --json`` prints it."""
     targets = [p.spec.target.ref() for p in policies]
     found_pods = await asyncio.gather(*(pods(t) for t in targets))
     requests = []
     for policy, target_pods in zip(policies, found_pods, strict=True):
-        requests.extend(requests_for(policy, pods=target_pods))
+        requests.extend(requests_for(policy, pods=target_pods, default=default_source))
     readings = await source.read(requests, deadline_s=deadline_s)
     now = clock()
     counts = await asyncio.gather(*(replicas(t) for t in targets), return_exceptions=True)
@@ -197,7 +209,10 @@ async def observe_once(
         if isinstance(count, BaseException) and not isinstance(count, LookupFailed):
             raise count
         mine = {name: r for (key, name), r in readings.items() if key == target.key}
-        judged = SignalJudge(policy.spec).judge_all(mine, now)
+        known = None if isinstance(count, BaseException) else count
+        # The core's one rule: per-pod readings combined against the ready pods, then judged (as decide does).
+        judge = SignalJudge(policy.spec)
+        judged = judge.judge_all(judge.combine(mine, known, now), now)
         if isinstance(count, LookupFailed):
             decision = {"state": "unknown", "reason": f"current replica count unknown: {count}"}
         else:
@@ -238,6 +253,15 @@ def render(view: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _default_source(args: argparse.Namespace) -> SourceSpec | None:
+    """The config's ``defaultSource`` when ``--config`` is given (None without it)."""
+    path: str | None = getattr(args, "config", None)
+    loader_: ConfigSource | None = getattr(args, "config_source", None)
+    if path is None or loader_ is None:
+        return None
+    return loader_(path)
+
+
 def _load(path: str) -> list[ScalingPolicy]:
     try:
         policies = loader.load_file(path)
@@ -271,7 +295,8 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
                 # Outside a cluster without credentials: show the signals; the decision says what is missing.
         while True:
             view = await observe_once(
-                policies, source=pool, deadline_s=args.deadline, replicas=replicas, pods=pods
+                policies, source=pool, deadline_s=args.deadline, replicas=replicas, pods=pods,
+                default_source=args.default_source,
             )
             print(json.dumps(view) if args.json else render(view), flush=True)
             if args.once:
@@ -284,8 +309,9 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
 def run_observe(args: argparse.Namespace) -> int:
     try:
         policies = _load(args.policy)
+        args.default_source = _default_source(args)
         for p in policies:
-            requests_for(p)  # every signal has a source: fail before reading anything
+            requests_for(p, default=args.default_source)  # every signal has a source: fail before reading anything
         if args.replicas is not None and args.replicas < 0:
             raise UsageError("--replicas must be 0 or more")
         asyncio.run(_observe(args, policies))
@@ -352,7 +378,15 @@ def _connect(spec: PrometheusSourceSpec | GmpSourceSpec) -> PrometheusConnect:
     return PrometheusConnect(url=url, headers={"Authorization": f"Bearer {creds.token}"}, timeout=spec.timeout_seconds)
 
 
-def record(policies: Sequence[ScalingPolicy], *, start: float, end: float, step: float | None, out: Path) -> list[str]:
+def record(
+    policies: Sequence[ScalingPolicy],
+    *,
+    start: float,
+    end: float,
+    step: float | None,
+    out: Path,
+    default_source: SourceSpec | None = None,
+) -> list[str]:
     """Write ``<signal>.json`` per recordable signal (per policy subdirectory when there are several);
     return one line per signal saying what happened."""
     report = []
@@ -366,13 +400,15 @@ def record(policies: Sequence[ScalingPolicy], *, start: float, end: float, step:
                 f"{points:.0f} points per series over the range at step {width:g}s; Prometheus allows "
                 f"{MAX_POINTS}: use --step {math.ceil((end - start) / MAX_POINTS)} or a shorter range"
             )
-        for req in requests_for(policy):
+        for req in requests_for(policy, default=default_source):
             src = req.source
             name = req.signal.name
             if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
                 report.append(f"{name}: skipped (source {src.type} keeps no history; only prometheus/gmp record)")
                 continue
-            query = target_query(req, cluster=src.cluster)
+            # One series per pod (a raw query as written): replay combines them by the core's one rule and
+            # judges each pod's age, as the controller does.
+            query = target_query(req, cluster=src.cluster, combined=False)
             client = _connect(src)
             try:
                 result = client.custom_query_range(
@@ -403,7 +439,9 @@ def run_record(args: argparse.Namespace) -> int:
         step = None if args.step is None else parse_duration(args.step)
         if step is not None and step <= 0:
             raise UsageError("--step must be positive")
-        lines = record(policies, start=start, end=end, step=step, out=Path(args.out))
+        lines = record(
+            policies, start=start, end=end, step=step, out=Path(args.out), default_source=_default_source(args)
+        )
     except (UsageError, MissingSource) as exc:
         print(f"autoscaler record: {exc}", file=sys.stderr)
         return 1

@@ -248,7 +248,7 @@ def _reading(req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[
     errors: list[str] = []
     lacking: list[str] = []
     per_pod: dict[str, float] = {}
-    stamps: list[float] = []
+    stamps: dict[str, float] = {}
     for pod, url in endpoints:
         scrape = by_url[url]
         if scrape.samples is None:
@@ -259,20 +259,24 @@ def _reading(req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[
             lacking.append(pod)
             continue
         per_pod[pod] = got[0]
-        stamps.append(got[1] if got[1] is not None else scrape.received_at)
-    if errors:
+        stamps[pod] = got[1] if got[1] is not None else scrape.received_at
+    # A signal accepting partial data (minReportingFraction) passes on the pods that answered; the core then
+    # counts them against the ready pods. Otherwise the first failure is the most useful reason to show.
+    partial_ok = req.signal.min_reporting_fraction is not None
+    if errors and not partial_ok:
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
         return SignalReading(None, None, label, f"{len(errors)}/{len(endpoints)} pods failed: {errors[0]}{more}")
     wanted = req.signal.preset or req.signal.metric
     if not per_pod:
         return SignalReading(None, None, label)  # no pod serves it: missing, never zero
-    if lacking:
+    if lacking and not partial_ok:
         return SignalReading(
             None, None, label, f"{len(lacking)}/{len(endpoints)} pods serve no {wanted}: {', '.join(lacking[:3])}"
         )
     return SignalReading(
         value=combine(list(per_pod.values()), how),
-        timestamp=min(stamps),
+        timestamp=min(stamps.values()),
         source=label,
         per_replica=per_pod,
+        pod_times=stamps,
     )

@@ -29,18 +29,26 @@ class MissingSource(ValueError):
 
 
 def requests_for(
-    policy: ScalingPolicy, *, pods: tuple[PodRef, ...] = (), nodes: tuple[str, ...] = ()
+    policy: ScalingPolicy,
+    *,
+    pods: tuple[PodRef, ...] = (),
+    nodes: tuple[str, ...] = (),
+    default: SourceSpec | None = None,
 ) -> list[SignalRequest]:
-    """The requests for every signal of ``policy`` that a source reads (composites are the core's)."""
+    """The requests for every signal of ``policy`` that a source reads (composites are the core's).
+
+    A signal's source is its own ``source``, else the policy's ``spec.source``, else ``default`` (the
+    controller config's ``defaultSource``), as the controller resolves it."""
     spec = policy.spec
     out = []
     for sig in spec.signals:
         if sig.expr is not None:
             continue
-        source = sig.source or spec.source
+        source = sig.source or spec.source or default
         if source is None:
             raise MissingSource(
-                f"policy {policy.metadata.name!r}: signal {sig.name!r} has no source and spec.source is not set"
+                f"policy {policy.metadata.name!r}: signal {sig.name!r} has no source, spec.source is not set "
+                "and no controller config (--config) gives a defaultSource"
             )
         out.append(SignalRequest(spec.target.ref(), sig, source, pods=pods, nodes=nodes))
     return out

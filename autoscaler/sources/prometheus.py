@@ -86,8 +86,9 @@ def selection(request: SignalRequest) -> _Selection | None:
     return None
 
 
-def target_query(request: SignalRequest, *, cluster: str | None) -> str:
-    """One series for one target over time (``autoscaler record``): the per-pod query combined server-side."""
+def target_query(request: SignalRequest, *, cluster: str | None, combined: bool = True) -> str:
+    """The query for one target over time: combined server-side into one series, or (``combined=False``, what
+    ``autoscaler record`` saves) one series per pod, so that ``replay`` combines them by the core's one rule."""
     sig = request.signal
     if sig.query is not None:
         return sig.query
@@ -106,7 +107,8 @@ def target_query(request: SignalRequest, *, cluster: str | None) -> str:
         regex={sel.labels.pod: pods},
         namespace_label=sel.labels.namespace,
     )
-    return f"{how}({_per_pod(sel, how, m)})"
+    per_pod = _per_pod(sel, how, m)
+    return f"{how}({per_pod})" if combined else per_pod
 
 
 def _per_pod(sel: _Selection, how: presets.Aggregate, m: list[str]) -> str:

@@ -63,12 +63,19 @@ def hpa_policy(
     min_replicas: int = 1,
     max_replicas: int = 100,
     scopes: dict[str, str] | None = None,
+    min_reporting_fraction: float | None = None,
 ) -> CompiledPolicy:
     config: dict[str, Any] = {"type": "hpa", "metrics": metrics, "behavior": behavior or NEUTRAL_BEHAVIOR}
     if tolerance is not None:
         config["tolerance"] = tolerance
     names = sorted({m["signal"] for m in metrics})
-    signals = [{"name": n, "query": f"q_{n}", "scope": (scopes or {}).get(n, "total")} for n in names]
+    signals: list[dict[str, Any]] = [
+        {"name": n, "query": f"q_{n}", "scope": (scopes or {}).get(n, "total")} for n in names
+    ]
+    if min_reporting_fraction is not None:
+        # HPA's own missing-pod rules only see partial data when the signal accepts it (else it is unknown).
+        for sig in signals:
+            sig["minReportingFraction"] = min_reporting_fraction
     doc = {
         "apiVersion": "autoscaler.dev/v1alpha1",
         "kind": "ScalingPolicy",
@@ -191,15 +198,48 @@ def test_pods_metric_per_pod(
 ) -> None:
     current = len(pod_statuses)
     replicas = ReplicaStatus(spec=current, ready=sum(p.ready for p in pod_statuses), pods=pod_statuses)
-    decision = evaluate(hpa_policy([pods(10)]), replicas, {"backlog": reading(1.0, values)})
+    policy = hpa_policy([pods(10)], min_reporting_fraction=0.01)  # HPA's own missing-pod rules
+    decision = evaluate(policy, replicas, {"backlog": reading(1.0, values)})
     assert (decision.desired, decision.reason) == (desired, reason)
+
+
+@pytest.mark.parametrize(
+    ("pod_statuses", "values", "fraction", "reason"),
+    [
+        pytest.param(pod_list("a", "b", "c"), {"a": 2}, None, "partial: 1 of 3 ready pods reported", id="1-of-3"),
+        pytest.param(pod_list("a", "b", "c"), {"a": 2, "b": 2}, 0.9, "partial: 2 of 3 ready pods reported",
+                     id="2-of-3-below-fraction"),
+        pytest.param(pod_list("a", "b", "c"), {"a": 2, "b": 2, "c": math.nan}, None, "partial: 2 of 3",
+                     id="nan-is-no-report"),
+        pytest.param(pod_list("a", "b", "c-"), {"a": 2, "c": 1}, None, "partial: 1 of 2 ready pods",
+                     id="an-unready-pod-does-not-stand-in-for-a-ready-one"),
+    ],
+)
+def test_partial_data_is_unknown_and_never_scales_down(
+    pod_statuses: tuple[PodStatus, ...], values: dict[str, float], fraction: float | None, reason: str
+) -> None:
+    # Three pods at 2 against a target of 10 per pod would scale 3 -> 1; with pods missing it must hold.
+    current = len(pod_statuses)
+    replicas = ReplicaStatus(spec=current, ready=sum(p.ready for p in pod_statuses), pods=pod_statuses)
+    policy = hpa_policy([pods(10)], min_reporting_fraction=fraction)
+    decision = evaluate(policy, replicas, {"backlog": reading(1.0, values)})
+    assert (decision.desired, decision.reason) == (current, Reason.METRICS_UNKNOWN)
+    assert reason in decision.message
+
+
+def test_enough_pods_reporting_under_min_reporting_fraction_decides() -> None:
+    replicas = ReplicaStatus(spec=3, ready=3, pods=pod_list("a", "b", "c"))
+    policy = hpa_policy([pods(10)], min_reporting_fraction=0.6)
+    decision = evaluate(policy, replicas, {"backlog": reading(1.0, {"a": 30, "b": 30})})
+    assert decision.desired > 3
 
 
 def test_per_pod_without_any_value_is_unknown() -> None:
     replicas = ReplicaStatus(spec=2, ready=1, pods=pod_list("a", "b-"))
-    decision = evaluate(hpa_policy([pods(10)]), replicas, {"backlog": reading(5.0, {"c!": math.inf})})
+    policy = hpa_policy([pods(10)], min_reporting_fraction=0.01)
+    decision = evaluate(policy, replicas, {"backlog": reading(5.0, {"c!": math.inf})})
     assert (decision.desired, decision.reason) == (2, Reason.METRICS_UNKNOWN)
-    assert "no pod reports a value" in decision.message
+    assert "partial: 0 of 1 ready pods reported" in decision.message
 
 
 def test_per_pod_values_of_a_stale_signal_are_not_used() -> None:

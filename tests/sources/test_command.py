@@ -169,8 +169,9 @@ def test_record_saves_query_range_bodies(fleet: Fleet, tmp_path: Path, capsys: p
     body = json.loads((out / "waiting.json").read_text())
     assert body["status"] == "success"
     assert body["data"]["resultType"] == "matrix"
-    [series] = body["data"]["result"]
-    assert series["values"][-1][1] == "9"
+    # One series per pod (labelled by pod): replay combines them by the core's one rule, as the controller does.
+    last = {s["metric"]["pod"]: s["values"][-1][1] for s in body["data"]["result"]}
+    assert last == {"vllm-6b7c8d-aaaaa": "4", "vllm-6b7c8d-bbbbb": "5"}
     assert json.loads((out / "tgi.json").read_text())["data"]["result"] == []
     printed = capsys.readouterr().out
     assert "direct: skipped (source pods keeps no history" in printed

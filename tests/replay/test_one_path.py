@@ -1,0 +1,180 @@
+"""One path from readings to decisions: the same per-pod data through ``run`` (the controller's observer over the
+Prometheus source), ``observe``, ``replay`` (a per-pod ``record`` dump) and ``simulate`` (the metric pipeline)
+gives the same combined reading and the same decision.
+
+The cases are the issue's: an hpa policy on ``vllm.kv_cache_usage`` (target 0.5) with two pods at 0.4 each,
+which replay used to sum to 0.8 (2 → 4) while the controller averaged it (hold 2); the same with an explicit
+``aggregate: max`` on a ``perReplica`` signal, which simulate ignored; and one pod of three reporting, which
+must never scale down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.controller.observer import NoTraining, PolicyObserver
+from autoscaler.controller.targets import TargetView
+from autoscaler.core.engine import CompiledPolicy, compile_policy, decide
+from autoscaler.core.model import Observation, PodStatus, PolicyState, ReplicaStatus, ScaleDecision
+from autoscaler.core.sourcespec import PrometheusSourceSpec
+from autoscaler.core.spec import ScalingPolicy
+from autoscaler.replay import engine as replay_engine
+from autoscaler.replay.traces import load
+from autoscaler.sim import pipeline
+from autoscaler.sim.cluster import PipelineSpec
+from autoscaler.sim.model import ReplicaGauges
+from autoscaler.sources.base import PodRef
+from autoscaler.sources.command import observe_once
+from autoscaler.sources.prometheus import PrometheusSource
+from tests.sources.realprom import TextServer
+
+NOW = 1_800_000_000.0
+PODS = ("srv-6b7c8d9f4-aaaaa", "srv-6b7c8d9f4-bbbbb", "srv-6b7c8d9f4-ccccc")
+
+
+def policy(signal: dict[str, Any], url: str) -> ScalingPolicy:
+    return ScalingPolicy.model_validate({
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "kv"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "srv", "namespace": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "source": {"type": "prometheus", "url": url},
+            "signals": [{"name": "kv", "preset": "vllm.kv_cache_usage", **signal}],
+            "policy": {
+                "type": "hpa",
+                "metrics": [{"signal": "kv", "type": "External", "target": {"type": "Value", "value": 0.5}}],
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+            },
+        },
+    })
+
+
+def status(n: int) -> ReplicaStatus:
+    return ReplicaStatus(spec=n, ready=n, pods=tuple(PodStatus(p, True, 600.0) for p in PODS[:n]))
+
+
+class Targets:
+    def __init__(self, view: TargetView) -> None:
+        self.view = view
+
+    async def observe(self, policy: CompiledPolicy) -> TargetView:
+        return self.view
+
+    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+        return {cp.name: self.view for cp in policies}
+
+
+def _vector(values: dict[str, float]) -> str:
+    result = []
+    for pod, value in values.items():
+        labels = {"namespace": "llm", "pod": pod}
+        result.append({"metric": {**labels, "autoscaler_part": "value"}, "value": [NOW, str(value)]})
+        result.append({"metric": {**labels, "autoscaler_part": "time"}, "value": [NOW, str(NOW - 5)]})
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+async def run_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, ScaleDecision]:
+    """The controller: its observer reads Prometheus (an HTTP fake answering as Prometheus would)."""
+    server = TextServer(_vector(values), content_type="application/json")
+    assert isinstance(p.spec.source, PrometheusSourceSpec)
+    src = PrometheusSource(p.spec.source.model_copy(update={"url": server.base}))
+    view = TargetView(status(replicas), tuple(PodRef(pod) for pod in PODS[:replicas]))
+    observer = PolicyObserver(targets=Targets(view), training=NoTraining(), source=src)
+    cp = compile_policy(p)
+    try:
+        obs = await observer.observe(cp)
+    finally:
+        await src.aclose()
+        server.close()
+    return _decide(cp, obs)
+
+
+async def observe_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, str]:
+    """``autoscaler observe``: its own read and judgement, with the replica status a cluster gives."""
+    server = TextServer(_vector(values), content_type="application/json")
+    assert isinstance(p.spec.source, PrometheusSourceSpec)
+    moved = p.model_copy(deep=True)
+    object.__setattr__(moved.spec, "source", p.spec.source.model_copy(update={"url": server.base}))
+    src = PrometheusSource(moved.spec.source)  # type: ignore[arg-type]
+
+    async def count(target: object) -> ReplicaStatus:
+        return status(replicas)
+
+    try:
+        view = await observe_once([moved], source=src, deadline_s=2, replicas=count, clock=lambda: NOW)
+    finally:
+        await src.aclose()
+        server.close()
+    (target,) = view["targets"]
+    return target["signals"]["kv"]["value"], target["decision"]["reason"]
+
+
+def replay_path(p: ScalingPolicy, values: dict[str, float], replicas: int, tmp: Path) -> tuple[float | None, ScaleDecision]:
+    """``autoscaler replay`` of what ``record`` saves: one series per pod, and the recorded replica count."""
+    times = [NOW - 30, NOW - 15, NOW]
+    series = [
+        {"metric": {"namespace": "llm", "pod": pod}, "values": [[t, str(v)] for t in times]} for pod, v in values.items()
+    ]
+    body = {"status": "success", "data": {"resultType": "matrix", "result": series}}
+    (tmp / "kv.json").write_text(json.dumps(body))
+    reps = {"metric": {}, "values": [[t, str(replicas)] for t in times]}
+    (tmp / "replicas.json").write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [reps]}}))
+    cp = compile_policy(p)
+    result = replay_engine.run(cp, load([tmp]), replay_engine.Options())
+    step = result.steps[-1]
+    combined = cp.judge.combine(step.readings, step.replicas, step.time)["kv"]
+    return combined.value, step.decision
+
+
+def simulate_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, ScaleDecision]:
+    """``autoscaler simulate``: simulated replicas export the gauge; the pipeline scrapes them."""
+    pipe = pipeline.MetricPipeline(PipelineSpec(scrape_interval_seconds=15), pipeline.bind(p.spec))
+    gauges = {pod: ReplicaGauges(0, 0, 1, 1, 0.1, kv) for pod, kv in values.items()}
+    pipe.scrape(NOW - 5, gauges)
+    obs = Observation(p.spec.target.ref(), status(replicas), pipe.visible(NOW))
+    return _decide(compile_policy(p), obs)
+
+
+def _decide(cp: CompiledPolicy, obs: Observation) -> tuple[float | None, ScaleDecision]:
+    decisions, _ = decide(cp, obs, PolicyState(), NOW)
+    combined = cp.judge.combine(obs.signals, obs.replicas, NOW)["kv"]
+    (decision,) = (d for d in decisions if isinstance(d, ScaleDecision))
+    return combined.value, decision
+
+
+CASES = [
+    pytest.param({}, {PODS[0]: 0.4, PODS[1]: 0.4}, 2, pytest.approx(0.4), 2, "Steady", id="kv-averaged"),
+    pytest.param({"scope": "perReplica", "aggregate": "max"}, {PODS[0]: 0.2, PODS[1]: 0.9}, 2, pytest.approx(0.9),
+                 4, "ScaleUp", id="explicit-max-on-per-replica"),
+    pytest.param({}, {PODS[0]: 0.1}, 3, None, 3, "MetricsUnknown", id="1-of-3-pods-never-scales-down"),
+]
+
+
+@pytest.mark.parametrize(("signal", "values", "replicas", "value", "desired", "reason"), CASES)
+async def test_every_command_sees_and_decides_the_same(
+    signal: dict[str, Any], values: dict[str, float], replicas: int, value: Any, desired: int, reason: str,
+    tmp_path: Path,
+) -> None:
+    p = policy(signal, "http://unused")
+    outcomes = {
+        "run": await run_path(p, values, replicas),
+        "replay": replay_path(p, values, replicas, tmp_path),
+        "simulate": simulate_path(p, values, replicas),
+    }
+    for path, (seen, decision) in outcomes.items():
+        assert seen == value, path
+        assert (decision.desired, decision.reason.value) == (desired, reason), (path, decision.message)
+    messages = {d.message for _, d in outcomes.values()}
+    if reason == "MetricsUnknown":
+        assert all("1 of 3 ready pods reported" in m for m in messages), messages
+    shown, shown_reason = await observe_path(p, values, replicas)
+    assert shown == value
+    assert shown_reason == reason
