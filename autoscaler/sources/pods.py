@@ -273,6 +273,9 @@ def _reading(req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[
         return SignalReading(
             None, None, label, f"{len(lacking)}/{len(endpoints)} pods serve no {wanted}: {', '.join(lacking[:3])}"
         )
+    if isinstance(req.source, PodsSourceSpec) and req.source.endpoints:
+        # Static endpoints are what the user says the target is: combined here, not counted against its pods.
+        return SignalReading(combine(list(per_pod.values()), how), min(stamps.values()), label)
     return SignalReading(
         value=combine(list(per_pod.values()), how),
         timestamp=min(stamps.values()),

@@ -117,16 +117,20 @@ async def observe_path(p: ScalingPolicy, values: dict[str, float], replicas: int
     return target["signals"]["kv"]["value"], target["decision"]["reason"]
 
 
-def replay_path(p: ScalingPolicy, values: dict[str, float], replicas: int, tmp: Path) -> tuple[float | None, ScaleDecision]:
+def replay_path(
+    p: ScalingPolicy, values: dict[str, float], replicas: int, tmp: Path
+) -> tuple[float | None, ScaleDecision]:
     """``autoscaler replay`` of what ``record`` saves: one series per pod, and the recorded replica count."""
     times = [NOW - 30, NOW - 15, NOW]
     series = [
-        {"metric": {"namespace": "llm", "pod": pod}, "values": [[t, str(v)] for t in times]} for pod, v in values.items()
+        {"metric": {"namespace": "llm", "pod": pod}, "values": [[t, str(v)] for t in times]}
+        for pod, v in values.items()
     ]
     body = {"status": "success", "data": {"resultType": "matrix", "result": series}}
     (tmp / "kv.json").write_text(json.dumps(body))
     reps = {"metric": {}, "values": [[t, str(replicas)] for t in times]}
-    (tmp / "replicas.json").write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [reps]}}))
+    recorded = {"status": "success", "data": {"resultType": "matrix", "result": [reps]}}
+    (tmp / "replicas.json").write_text(json.dumps(recorded))
     cp = compile_policy(p)
     result = replay_engine.run(cp, load([tmp]), replay_engine.Options())
     step = result.steps[-1]
