@@ -73,7 +73,7 @@ class Targets:
 
 
 def _vector(values: dict[str, float]) -> str:
-    result = []
+    result: list[dict[str, Any]] = []
     for pod, value in values.items():
         labels = {"namespace": "llm", "pod": pod}
         result.append({"metric": {**labels, "autoscaler_part": "value"}, "value": [NOW, str(value)]})
