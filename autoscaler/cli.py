@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
 
 from autoscaler import __version__
-from autoscaler.controller import command as run_command
-from autoscaler.core.sourcespec import SourceSpec
-from autoscaler.policyfile import command as validate_command
-from autoscaler.replay import command as replay_command
-from autoscaler.sim import command as simulate_command
-from autoscaler.sources import command as sources_command
-from autoscaler.sources.command import PodLookup, ReplicaLookup
+
+if TYPE_CHECKING:
+    from autoscaler.core.sourcespec import SourceSpec
+    from autoscaler.sources.command import PodLookup, ReplicaLookup
+
+#: Every sub-command and the module that defines it, in the order `autoscaler --help` lists them. A command's
+#: module is imported only when that command is named (or when none is, for the overall help): start-up then
+#: costs one command's imports, and `validate`, `replay` and `simulate` never load an HTTP or Kubernetes
+#: client (tests/test_startup.py checks it).
+COMMANDS: dict[str, str] = {
+    "observe": "autoscaler.sources.command",
+    "record": "autoscaler.sources.command",
+    "replay": "autoscaler.replay.command",
+    "run": "autoscaler.controller.command",
+    "simulate": "autoscaler.sim.command",
+    "validate": "autoscaler.policyfile.command",
+}
 
 
 def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]:
@@ -28,6 +40,7 @@ def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[tuple
 def config_default_source(path: str) -> SourceSpec | None:
     """``observe --config`` / ``record --config``: the controller config's ``defaultSource``, as ``run`` reads it."""
     from autoscaler.controller import config  # noqa: PLC0415 - light (YAML and models), only with --config
+    from autoscaler.sources import command as sources_command  # noqa: PLC0415 - observe and record only
 
     try:
         return config.load_config(path).default_source
@@ -35,25 +48,36 @@ def config_default_source(path: str) -> SourceSpec | None:
         raise sources_command.UsageError(f"--config {exc}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _named(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` names: its first word that is not an option (no top-level option takes a value)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autoscaler",
         description="Autoscaling and preemption for LLM serving and training on shared accelerators.",
     )
     parser.add_argument("--version", action="version", version=f"autoscaler {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # Explicit and sorted: the order `autoscaler --help` lists them in.
-    # observe (replicas from the cluster, defaultSource from --config), record
-    sources_command.register(sub, cluster=cluster_lookups, config=config_default_source)
-    replay_command.register(sub)
-    run_command.register(sub)
-    simulate_command.register(sub)
-    validate_command.register(sub)
+    named = _named(sys.argv[1:] if argv is None else argv)
+    done: set[str] = set()
+    for name, module_name in COMMANDS.items():
+        if (named is not None and name != named) or module_name in done:
+            continue
+        done.add(module_name)
+        module = importlib.import_module(module_name)
+        if module_name == "autoscaler.sources.command":
+            # observe (replicas from the cluster, defaultSource from --config), record
+            module.register(sub, cluster=cluster_lookups, config=config_default_source)
+        else:
+            module.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

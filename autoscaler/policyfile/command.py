@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from autoscaler.policyfile import loader
+if TYPE_CHECKING:
+    from autoscaler.policyfile import loader
 
 
 def register(sub: Any) -> None:
@@ -35,6 +36,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the policy models (pydantic) are most of start-up; `validate --help` does not need them.
+    from autoscaler.policyfile import loader  # noqa: PLC0415
+
     try:
         result = loader.collect(args.paths)
     except Exception as exc:  # the loader reports every known failure as a Problem; this is a last resort

@@ -10,14 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from autoscaler.core.engine import compile_policy
-from autoscaler.core.spec import ScalingPolicy
-from autoscaler.policyfile.loader import PolicyFileError, load_file
-from autoscaler.replay import engine, report, traces
+if TYPE_CHECKING:
+    from autoscaler.core.spec import ScalingPolicy
 
 PROG = "autoscaler replay"
 
@@ -79,7 +75,7 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--flap-window",
         type=_seconds,
-        default=report.DEFAULT_FLAP_WINDOW_S,
+        default=None,
         metavar="S",
         help="a scale event reversing the previous one within S seconds is a flap (default 300)",
     )
@@ -117,6 +113,10 @@ def _count(text: str) -> int:
 
 def load_policy(path: str, name: str | None) -> ScalingPolicy:
     """The one policy to replay; problems become a ``UsageError`` naming the first (file:line:col)."""
+    import yaml  # noqa: PLC0415 - see run
+
+    from autoscaler.policyfile.loader import PolicyFileError, load_file  # noqa: PLC0415 - see run
+
     try:
         found = load_file(path)
     except PolicyFileError as exc:
@@ -144,6 +144,10 @@ def load_policy(path: str, name: str | None) -> ScalingPolicy:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `autoscaler replay --help` then costs no policy models (pydantic) and no
+    # decision core, and the command line builds only the parser of the command it runs.
+    from autoscaler.replay import traces  # noqa: PLC0415
+
     try:
         return _run(args)
     except UsageError as exc:
@@ -155,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from autoscaler.core.engine import compile_policy  # noqa: PLC0415 - see run
+    from autoscaler.replay import engine, report, traces  # noqa: PLC0415 - see run
+
+    flap_window_s = report.DEFAULT_FLAP_WINDOW_S if args.flap_window is None else args.flap_window
     if args.actuation_delay and args.mode != "whatif":
         raise UsageError("--actuation-delay only applies to --mode whatif (recorded replays the real counts)", 2)
     policy_path = args.policy or (str(EXAMPLE_POLICY) if args.example else None)
@@ -196,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
 
-    summary = report.summarize(result, flap_window_s=args.flap_window, inputs=trace.files)
+    summary = report.summarize(result, flap_window_s=flap_window_s, inputs=trace.files)
     try:
         report.write_decisions(result, out / "decisions.jsonl")
         report.write_summary(summary, out / "summary.json")
@@ -207,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"{out}: cannot write the results: {exc.strerror or exc}") from None
     if not args.quiet:
-        report.print_table(result, summary, sys.stdout, flap_window_s=args.flap_window)
+        report.print_table(result, summary, sys.stdout, flap_window_s=flap_window_s)
         written = ["decisions.jsonl", "summary.json"] + ([] if args.no_plot else ["replay.png"])
         print(f"\nwritten to {out}/: {', '.join(written)}")
     return 0

@@ -20,8 +20,6 @@ from __future__ import annotations
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sim.cluster import Cluster, PoolSpec
 
-BASELINES = ("static-peak", "hpa", "kueue-only", "oracle")
-
 #: Google's latency signal per server, as a preset.
 HPA_SIGNAL = {
     "jetstream": "jetstream.prefill_backlog",

@@ -12,11 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autoscaler.policyfile.loader import PolicyFileError, load_file
-from autoscaler.sim import baselines, plot, report, runner
-from autoscaler.sim.pipeline import BindingError
-from autoscaler.sim.traces import TraceError
-from autoscaler.sim.yamldoc import SimFileError
+from autoscaler.sim import BASELINES
 
 PROG = "autoscaler simulate"
 
@@ -34,8 +30,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--cluster", type=Path, metavar="FILE", help="SimulatedCluster YAML (default: bundled)")
     parser.add_argument("--policy", type=Path, metavar="FILE", nargs="+", action="extend", dest="policies",
                         help="ScalingPolicy file(s) to score (default: policies/recommended.yaml)")
-    parser.add_argument("--baselines", default=",".join(baselines.BASELINES), metavar="LIST",
-                        help="comma-separated: " + ",".join(baselines.BASELINES) + ", or 'none' (default: all)")
+    parser.add_argument("--baselines", default=",".join(BASELINES), metavar="LIST",
+                        help="comma-separated: " + ",".join(BASELINES) + ", or 'none' (default: all)")
     parser.add_argument("--slo-ttft", type=float, metavar="S", help="TTFT SLO in seconds (default: the cluster's)")
     parser.add_argument("--out", type=Path, default=Path("out/simulate"), metavar="DIR",
                         help="where summary.json, scale_events.jsonl and timeline.png go (default: out/simulate)")
@@ -76,12 +72,20 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `autoscaler simulate --help` then costs no policy models (pydantic), no
+    # simulator and no plotting, and the command line builds only the parser of the command it runs.
+    from autoscaler.policyfile.loader import PolicyFileError, load_file  # noqa: PLC0415
+    from autoscaler.sim import plot, report, runner  # noqa: PLC0415
+    from autoscaler.sim.pipeline import BindingError  # noqa: PLC0415
+    from autoscaler.sim.traces import TraceError  # noqa: PLC0415
+    from autoscaler.sim.yamldoc import SimFileError  # noqa: PLC0415
+
     wanted = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
     if wanted == ("none",):
         wanted = ()
-    unknown = [b for b in wanted if b not in baselines.BASELINES]
+    unknown = [b for b in wanted if b not in BASELINES]
     if unknown:
-        choices = ",".join(baselines.BASELINES)
+        choices = ",".join(BASELINES)
         return _fail(f"unknown baseline(s) {', '.join(unknown)}; choose from {choices} or none", 2)
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--rate-scale", args.rate_scale),
                         ("--time-scale", args.time_scale), ("--duration", args.duration)):
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"cannot read policy file: {exc}")
     names = [n for n, _ in policies]
-    clash = sorted({n for n in names if names.count(n) > 1 or n in baselines.BASELINES or n == "static-peak"})
+    clash = sorted({n for n in names if names.count(n) > 1 or n in BASELINES or n == "static-peak"})
     if clash:
         return _fail(f"policy name(s) {', '.join(clash)} used twice or by a baseline; rename metadata.name")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
-from autoscaler.sim import baselines, oracle, report, traces
+from autoscaler.sim import BASELINES, baselines, oracle, report, traces
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim.simulation import Controller, FixedController, PolicyController, RunResult, Simulation
 
@@ -32,7 +32,7 @@ class Options:
     requests: Path | None = None
     cluster: Path | None = None
     policies: list[tuple[str, ScalingPolicy]] = field(default_factory=list)
-    baselines: tuple[str, ...] = baselines.BASELINES
+    baselines: tuple[str, ...] = BASELINES
     slo_ttft_s: float | None = None
     seed: int = 0
     rate_scale: float | None = None
