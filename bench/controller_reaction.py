@@ -12,7 +12,7 @@ real HTTP, the real kubernetes_asyncio client):
    added, so the real HPA is slower than this (FACTS.md: ≈85 s end to end measured with an adapter).
 
 Per trial: the queue sits at 5 (1 replica suffices), then at a random phase jumps to 25 (3 replicas needed);
-the time from the jump to the arrival of ``PUT .../deployments/tgi-gemma-deployment/scale`` at the server is
+the time from the jump to the arrival of ``PATCH .../deployments/tgi-gemma-deployment/scale`` at the server is
 recorded; the Deployment is then reset to 1 replica and the policy's state cleared (each trial is an
 independent crossing; otherwise the scale-up rate limit of the previous trials would hold it).
 
@@ -40,6 +40,8 @@ from autoscaler.controller import logs
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
 from autoscaler.controller.runtime import Runtime
+from autoscaler.controller.scale import ScaleClient
+from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pods import PodsSource
@@ -84,7 +86,7 @@ async def measure(kube: Emulator, tgi: TgiMetrics, policy: str, trials: int, rng
         tgi.queue = 5
         await asyncio.sleep(3)  # first evaluations, watches synced
         for _ in range(trials):
-            kube.after("PUT", SCALE, lambda: arrived.put_nowait(loop.time()))
+            kube.after("PATCH", SCALE, lambda: arrived.put_nowait(loop.time()))
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe
             t0 = loop.time()
             tgi.queue = 25
@@ -157,15 +159,15 @@ async def main_async(trials: int) -> dict[str, list[float]]:
             tmp = Path(d)
             direct = tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False)
             results["direct (pods source, 1 s probe)"] = await measure(kube, tgi, direct, trials, rng, tmp / "a")
-            # The API write alone: the scale PUT's round trip, for the HPA model.
+            # The API write alone: the scale write's round trip, for the HPA model.
             api = client.ApiClient(client.Configuration(host=kube.url))
-            apps = client.AppsV1Api(api)
+            scales = ScaleClient(api)
+            ref = TargetRef(TargetKind.DEPLOYMENT, "tgi-gemma-deployment", "llm")
             loop = asyncio.get_running_loop()
             for i in range(50):
-                scale = await apps.read_namespaced_deployment_scale("tgi-gemma-deployment", "llm")
-                scale.spec.replicas = 1 + i % 2
+                read = await scales.read(ref)
                 t0 = loop.time()
-                await apps.replace_namespaced_deployment_scale("tgi-gemma-deployment", "llm", scale)
+                await scales.write(ref, 1 + i % 2, read=read)
                 write_latency.append(loop.time() - t0)
             await api.close()
             kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
