@@ -5,64 +5,11 @@ All types are frozen dataclasses or enums so a snapshot can be shared, compared 
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-_T = TypeVar("_T", bound="DataclassInstance")
-
-
-class _Factory:
-    """The default of a parameter whose field has a ``default_factory`` (shown as dataclasses shows it)."""
-
-    def __repr__(self) -> str:
-        return "<factory>"
-
-
-_NO_DEFAULT = _Factory()
-
-
-def quick_init(cls: type[_T]) -> type[_T]:
-    """Give a frozen, slotted dataclass an ``__init__`` that fills its slots through their descriptors.
-
-    The ``__init__`` ``dataclass`` generates for a frozen class calls ``object.__setattr__`` once per field,
-    which makes building one of these small objects cost several times a mutable one; replay and simulation
-    build hundreds of thousands. Setting the slots through their member descriptors does the same thing at
-    about half the cost. Same signature, defaults and default factories, same object: only for classes without
-    ``__post_init__``, ``InitVar`` or keyword-only fields (checked here). Public: the policy types' ``Context`` and
-    ``Recommendation`` and the replay's ``Step``, also built once per evaluation, use it too.
-    """
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen or not hasattr(cls, "__slots__") or hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__}: quick_init is for frozen, slotted dataclasses without __post_init__")
-    namespace: dict[str, Any] = {"_NO_DEFAULT": _NO_DEFAULT}
-    args: list[str] = []
-    body: list[str] = []
-    for f in dataclasses.fields(cls):
-        if not f.init or f.kw_only:
-            raise TypeError(f"{cls.__name__}.{f.name}: quick_init supports plain positional fields only")
-        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
-        if f.default is not dataclasses.MISSING:
-            namespace[f"_default_{f.name}"] = f.default
-            args.append(f"{f.name}=_default_{f.name}")
-        elif f.default_factory is not dataclasses.MISSING:
-            namespace[f"_factory_{f.name}"] = f.default_factory
-            args.append(f"{f.name}=_NO_DEFAULT")
-            body.append(f"    if {f.name} is _NO_DEFAULT:\n        {f.name} = _factory_{f.name}()")
-        else:
-            args.append(f.name)
-        body.append(f"    _set_{f.name}(self, {f.name})")
-    exec(f"def __init__(self, {', '.join(args)}):\n" + "\n".join(body) + "\n", namespace)
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    setattr(cls, "__init__", init)  # noqa: B010 (mypy forbids assigning a method)
-    return cls
+from autoscaler.core.fast import quick_init
 
 
 class TargetKind(enum.StrEnum):

@@ -43,6 +43,7 @@ import pydantic
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from autoscaler.core.fast import collector_paused
 from autoscaler.core.spec import API_VERSION, ScalingPolicy
 from autoscaler.core.specbase import FieldError
 
@@ -138,8 +139,11 @@ def collect(paths: Sequence[str | Path]) -> LoadResult:
     problems: list[Problem] = []
     files = list(_expand(paths, problems))
     loaded: list[_Loaded] = []
-    for f in files:
-        loaded.extend(_load_one(f, problems))
+    # Thousands of policies are a great many objects kept (pydantic models, YAML nodes until each file is
+    # done): the cyclic collector would traverse them again and again as they pile up.
+    with collector_paused():
+        for f in files:
+            loaded.extend(_load_one(f, problems))
     problems.extend(_cross_file(loaded))
     problems.sort(key=lambda p: (p.file, p.line, p.column))
     bad_files = {p.file for p in problems}
@@ -188,7 +192,9 @@ class _Loaded:
     policy: ScalingPolicy
     file: str
     line: int
-    node: MappingNode
+    #: Where ``metadata.name`` and ``spec.target`` are (line, column), for problems across files. Kept instead
+    #: of the document's nodes: thousands of policies' nodes would be most of a load's memory.
+    spots: _Spots
 
 
 @dataclass
@@ -214,10 +220,9 @@ def _load_one(file: str, problems: list[Problem]) -> list[_Loaded]:
     text = _read_text(file, state)
     if text is None:
         return []
-    nodes = _compose(text, state)
     out: list[_Loaded] = []
-    for index, node in enumerate(nodes):
-        loaded = _document(node, index, state)
+    for index, (node, data) in enumerate(_compose(text, state)):
+        loaded = _document(node, index, state, data)
         if loaded is not None:
             out.append(loaded)
     if not out and len(problems) == before:
@@ -252,8 +257,86 @@ def _read_text(file: str, state: _FileState) -> str | None:
         return None
 
 
-def _compose(text: str, state: _FileState) -> list[Node]:
-    """Every document's node tree, up to the first YAML error (which is reported)."""
+#: ``_plain_data``'s answer for a document it leaves to the full checks and PyYAML's constructor.
+_UNUSUAL: Any = object()
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_NULL = "tag:yaml.org,2002:null"
+_SCALARS = {
+    "tag:yaml.org,2002:null": yaml.SafeLoader.construct_yaml_null,
+    "tag:yaml.org,2002:bool": yaml.SafeLoader.construct_yaml_bool,
+    "tag:yaml.org,2002:int": yaml.SafeLoader.construct_yaml_int,
+    "tag:yaml.org,2002:float": yaml.SafeLoader.construct_yaml_float,
+}
+_CONSTRUCTOR = yaml.SafeLoader("")
+
+
+def _compose(text: str, state: _FileState) -> list[tuple[Node, Any]]:
+    """Every document's node tree, up to the first YAML error (which is reported), each with its plain data
+    when the fast path built it (else ``_UNUSUAL``: ``_document`` then checks the graph and constructs).
+
+    The fast path: libyaml (``yaml.CSafeLoader``, ~20× faster than the pure-Python parser) composes, when it
+    is installed and the text cannot nest deeper than it can take; its nodes carry the same marks. It is kept
+    only when every document is plain (``_plain_data``); on any error or anything unusual the text is parsed
+    again by the pure-Python parser, so that every problem is worded and placed as that parser does (libyaml
+    words errors differently, and takes a few inputs PyYAML refuses; tests/policyfile/test_fast_yaml.py)."""
+    if _fast_yaml_ok(text):
+        fast = _compose_fast(text, state)
+        if fast is not None:
+            return fast
+    return [(node, _UNUSUAL) for node in _compose_slow(text, state)]
+
+
+def _compose_fast(text: str, state: _FileState) -> list[tuple[Node, Any]] | None:
+    try:
+        nodes = [n for n in yaml.compose_all(text, Loader=_FastLoader) if n is not None]
+    except yaml.YAMLError:
+        return None
+    out: list[tuple[Node, Any]] = []
+    budget = state.budget
+    for node in nodes:
+        if isinstance(node, ScalarNode) and node.tag == _NULL:
+            out.append((node, None))  # an empty document
+            continue
+        if not isinstance(node, MappingNode):
+            return None
+        data, count = _plain_data(node)
+        if data is _UNUSUAL or count > budget:
+            return None
+        budget -= count
+        out.append((node, data))
+    state.budget = budget
+    return out
+
+
+#: libyaml's composer recurses in C with no depth check: tens of thousands of nested ``[`` crash the
+#: process (measured: 10,000 levels parse, 100,000 segfault). It is used only below this bound.
+FAST_YAML_MAX_DEPTH = 1000
+try:
+    _FastLoader: Any = yaml.CSafeLoader
+    FAST_YAML = True
+except AttributeError:  # PyYAML built without libyaml
+    _FastLoader = None
+    FAST_YAML = False
+
+
+#: Where libyaml and PyYAML part ways: libyaml takes some tabs PyYAML refuses (``a: b\t``), reads a BOM inside
+#: the text as a document boundary, and treats control characters and the Unicode line breaks its own way.
+#: A policy has no business holding any of them; a text that does goes the pure-Python way.
+_ODD_CHARACTERS = re.compile("[\t\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff\u2028\u2029\ufffe\uffff]")
+
+
+def _fast_yaml_ok(text: str) -> bool:
+    """Whether libyaml may parse ``text``: installed, and the nesting is bounded. A flow collection nests one
+    level per ``[`` or ``{``; a block collection is indented deeper than its parent (``- - x`` moves right on
+    one line), so its depth is at most the longest line's length. Their sum bounds the depth."""
+    if not FAST_YAML or _ODD_CHARACTERS.search(text):
+        return False
+    flow = text.count("[") + text.count("{")
+    longest = max(map(len, text.splitlines()), default=0)
+    return flow + longest <= FAST_YAML_MAX_DEPTH
+
+
+def _compose_slow(text: str, state: _FileState) -> list[Node]:
     nodes: list[Node] = []
     try:
         for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
@@ -283,14 +366,14 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
     return text
 
 
-def _document(node: Node, index: int, state: _FileState) -> _Loaded | None:
+def _document(node: Node, index: int, state: _FileState, data: Any) -> _Loaded | None:
     if isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null":
         return None  # an empty document, e.g. a trailing '---'
     if not isinstance(node, MappingNode):
         what = "a list" if isinstance(node, SequenceNode) else f"a scalar ({node.value!r:.40})"
         state.add(node.start_mark, YAML_PATH, f"document {index + 1} is {what}, not a mapping")
         return None
-    if not _check_graph(node, state):
+    if data is _UNUSUAL and not _check_graph(node, state):
         return None
     kind = _scalar(node, "kind")
     api = _scalar(node, "apiVersion")
@@ -315,17 +398,21 @@ def _document(node: Node, index: int, state: _FileState) -> _Loaded | None:
             f"not a ScalingPolicy: kind {kind!r}{hint} (only well-known Kubernetes kinds may share a policy file)",
         )
         return None
-    policy = _validate(node, ScalingPolicy, state)
-    return None if policy is None else _Loaded(policy, state.file, node.start_mark.line + 1, node)
-
-
-def _validate(node: MappingNode, model: type[M], state: _FileState) -> M | None:
-    """Build the document (already graph-checked) and validate it as ``model``, reporting each error."""
-    try:
-        data = yaml.SafeLoader("").construct_document(node)
-    except yaml.MarkedYAMLError as exc:  # unknown tags such as !Ref, unhashable keys
-        state.add(exc.problem_mark or exc.context_mark, YAML_PATH, _yaml_message(exc))
+    policy = _validate(node, ScalingPolicy, state, data)
+    if policy is None:
         return None
+    return _Loaded(policy, state.file, node.start_mark.line + 1, _Spots(_at(node, NAME_LOC), _at(node, TARGET_LOC)))
+
+
+def _validate(node: MappingNode, model: type[M], state: _FileState, data: Any = _UNUSUAL) -> M | None:
+    """Build the document (already graph-checked; ``data`` when ``_plain_data`` built it) and validate it as
+    ``model``, reporting each error."""
+    if data is _UNUSUAL:
+        try:
+            data = yaml.SafeLoader("").construct_document(node)
+        except yaml.MarkedYAMLError as exc:  # unknown tags such as !Ref, unhashable keys
+            state.add(exc.problem_mark or exc.context_mark, YAML_PATH, _yaml_message(exc))
+            return None
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
@@ -340,8 +427,9 @@ def load_model(path: str | Path, model: type[M]) -> M:
     problems: list[Problem] = []
     state = _FileState(str(path), problems)
     text = _read_text(state.file, state)
-    nodes = _compose(text, state) if text is not None else []
-    documents = [n for n in nodes if not (isinstance(n, ScalarNode) and n.tag == "tag:yaml.org,2002:null")]
+    parsed = _compose(text, state) if text is not None else []
+    documents = [n for n, _ in parsed if not (isinstance(n, ScalarNode) and n.tag == _NULL)]
+    data = next((d for n, d in parsed if n is documents[0]), _UNUSUAL) if documents else _UNUSUAL
     result: M | None = None
     if problems:
         pass  # unreadable, or not YAML: already reported
@@ -350,14 +438,60 @@ def load_model(path: str | Path, model: type[M]) -> M:
         state.add(where, YAML_PATH, f"expected one document (a {model.__name__}), found {len(documents)}")
     elif not isinstance(documents[0], MappingNode):
         state.add(documents[0].start_mark, YAML_PATH, f"expected a mapping (a {model.__name__})")
-    elif _check_graph(documents[0], state):
-        result = _validate(documents[0], model, state)
+    elif data is not _UNUSUAL or _check_graph(documents[0], state):
+        result = _validate(documents[0], model, state, data)
     if result is None:
         raise PolicyFileError(problems)
     return result
 
 
 # --- the node graph ------------------------------------------------------------------------------------
+
+
+
+def _plain_data(root: MappingNode) -> tuple[Any, int]:
+    """The common case in one walk: a document with no alias, no merge key, no tag beyond str, int, float, bool,
+    null, map and seq, only scalar keys, no duplicate key, at most ``MAX_DEPTH`` deep and within the node
+    budget gives the value PyYAML's ``SafeConstructor`` builds (calling its own methods for the scalars) with
+    ``_check_graph``'s verdict (fine), at a fraction of their cost, and its node count. Anything else answers
+    ``_UNUSUAL``, and the caller runs those two, which report every problem exactly as they always did."""
+    seen: set[int] = set()
+    count = 0
+
+    class Unusual(Exception):
+        pass
+
+    def build(node: Node, depth: int) -> Any:
+        nonlocal count
+        if depth > MAX_DEPTH or id(node) in seen:  # too deep, or an alias (a node met twice)
+            raise Unusual
+        seen.add(id(node))
+        count += 1
+        tag = node.tag
+        if tag == _STR and isinstance(node, ScalarNode):
+            return node.value
+        if tag == _MAP and isinstance(node, MappingNode):
+            out: dict[Any, Any] = {}
+            for key, value in node.value:
+                if key.tag != _STR or not isinstance(key, ScalarNode) or key.value in out or id(key) in seen:
+                    raise Unusual  # merge keys, non-string or unhashable keys, duplicates
+                seen.add(id(key))
+                count += 1
+                out[key.value] = build(value, depth + 1)
+            return out
+        if tag == _SEQ and isinstance(node, SequenceNode):
+            return [build(child, depth + 1) for child in node.value]
+        construct = _SCALARS.get(tag)
+        if construct is None or not isinstance(node, ScalarNode):
+            raise Unusual
+        return construct(_CONSTRUCTOR, node)
+
+    try:
+        return build(root, 0), count
+    except (Unusual, RecursionError):
+        return _UNUSUAL, count
+
+
 
 
 def _check_graph(root: Node, state: _FileState) -> bool:
@@ -609,28 +743,37 @@ def owner_conflicts(policies: Sequence[LoadedPolicy]) -> list[Problem]:
     ``collect`` runs this over everything it loads; a caller that loads files one by one (the controller's
     reload) can run it over the union. Problems point at each later policy's first line.
     """
-    return list(_conflicts([(lp.policy, lp.file, lp.line, None) for lp in policies]))
+    return list(_conflicts([(lp.policy, lp.file, lp.line, _Spots((lp.line, 1), (lp.line, 1))) for lp in policies]))
 
 
 def _cross_file(loaded: list[_Loaded]) -> Iterator[Problem]:
-    return _conflicts([(lp.policy, lp.file, lp.line, lp.node) for lp in loaded])
+    return _conflicts([(lp.policy, lp.file, lp.line, lp.spots) for lp in loaded])
 
 
-def _conflicts(entries: list[tuple[ScalingPolicy, str, int, MappingNode | None]]) -> Iterator[Problem]:
+NAME_LOC: Loc = ("metadata", "name")
+TARGET_LOC: Loc = ("spec", "target")
+
+
+@dataclass(frozen=True, slots=True)
+class _Spots:
+    name: tuple[int, int]
+    target: tuple[int, int]
+
+
+def _at(node: MappingNode, loc: Loc) -> tuple[int, int]:
+    mark = _find(node, loc).start_mark
+    return mark.line + 1, mark.column + 1
+
+
+def _conflicts(entries: list[tuple[ScalingPolicy, str, int, _Spots]]) -> Iterator[Problem]:
     names: dict[str, tuple[str, int]] = {}
     targets: dict[str, tuple[str, str, int]] = {}
 
-    def at(node: MappingNode | None, line: int, loc: Loc) -> tuple[int, int]:
-        if node is None:
-            return line, 1
-        mark = _find(node, loc).start_mark
-        return mark.line + 1, mark.column + 1
-
-    for policy, file, line, node in entries:
+    for policy, file, line, spots in entries:
         name = policy.metadata.name
         if name in names:
             first_file, first_line = names[name]
-            row, col = at(node, line, ("metadata", "name"))
+            row, col = spots.name
             yield Problem(file, row, col, "metadata.name",
                           f"policy name {name!r} is already used at {first_file}:{first_line}")
         else:
@@ -638,7 +781,7 @@ def _conflicts(entries: list[tuple[ScalingPolicy, str, int, MappingNode | None]]
         key = policy.spec.target.ref().key
         if key in targets:
             owner, first_file, first_line = targets[key]
-            row, col = at(node, line, ("spec", "target"))
+            row, col = spots.target
             yield Problem(
                 file, row, col, "spec.target",
                 f"{key} is already scaled by policy {owner!r} ({first_file}:{first_line}); one policy per scale target",

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from autoscaler.core.engine import CompiledPolicy, decide
+from autoscaler.core.fast import quick_init
 from autoscaler.core.model import (
     Observation,
     PolicyState,
     ReplicaStatus,
     ScaleDecision,
     SignalReading,
-    quick_init,
 )
 from autoscaler.core.signals import aggregate_of
 from autoscaler.core.spec import SignalSpec

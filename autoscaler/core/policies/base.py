@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef, quick_init
+from autoscaler.core.fast import quick_init
+from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef
 
 if TYPE_CHECKING:
     from autoscaler.core.spec import Spec
