@@ -45,6 +45,7 @@ echo "== ruff";          python -m ruff check autoscaler tests bench
 echo "== mypy --strict"; python -m mypy
 echo "== import-linter"; lint-imports
 echo "== schema drift";  python -m autoscaler.policyfile.schema --check policies/schema.json
+echo "== CRD drift";     python -m autoscaler.policyfile.crd --check deploy/base/crd.yaml
 echo "== deploy/ policy copies drift"; python scripts/sync_deploy.py --check
 echo "== validate the shipped policies"; python -m autoscaler.cli validate policies/
 echo "== pytest";        python -m pytest -q -p no:cacheprovider "$@"

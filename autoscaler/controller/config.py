@@ -78,6 +78,11 @@ class ControllerConfig(SpecModel):
     namespaces: list[str] = Field(
         default_factory=list, description="Namespaces to watch; empty = those the policies name."
     )
+    watch_scaling_policies: bool = Field(
+        default=False,
+        description="Also run the ScalingPolicy objects of the namespaces above (all when empty), watched, and "
+        "write their status (needs the CRD, deploy/base/crd.yaml).",
+    )
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
     ports: PortsConfig = Field(default_factory=PortsConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)

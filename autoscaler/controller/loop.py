@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -114,6 +114,8 @@ class Outcome:
     acted: tuple[str, ...] = ()
     error: str | None = None
     committed: bool = False
+    observation: Observation | None = None  # what the decisions were made on (for the policy's status)
+    refused: bool = False  # the target is not ours (another autoscaler owns it)
 
     @property
     def ok(self) -> bool:
@@ -138,6 +140,10 @@ class Controller:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _runs: dict[str, int] = field(default_factory=dict)  # policy -> evaluations started
+    #: The last evaluation of each policy that counted (probes that changed nothing do not): status reads it.
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    #: Called after each pass with the policies it evaluated (the ScalingPolicy status writer).
+    after_pass: Callable[[list[str]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         self._log = get_logger(component="loop")
@@ -170,8 +176,18 @@ class Controller:
         outcomes = await asyncio.gather(
             *(self.evaluate(cp, "once", prepared=prepared.get(cp.name)) for cp in policies)
         )
+        await self._after_pass([cp.name for cp in policies])
         self.telemetry.tick()
         return all(o.ok for o in outcomes)
+
+    async def _after_pass(self, names: list[str]) -> None:
+        if self.after_pass is None or not names:
+            return
+        try:
+            await self.after_pass(names)
+        except Exception as exc:  # status is a report: failing to write it never stops scaling
+            self.telemetry.errors.labels("status").inc()
+            self._log.warning("status_failed", error=_one_line(exc))
 
     async def prepare(self, policies: Iterable[CompiledPolicy]) -> dict[str, tuple[int, Prepared | Exception]]:
         """Observe a pass in bulk; each part is stamped with its policy's evaluation count, so that it is
@@ -205,7 +221,10 @@ class Controller:
             runs = self._runs.get(cp.name, 0)
             self._runs[cp.name] = runs + 1
             part = prepared[1] if prepared is not None and prepared[0] == runs else None
-            return await self._evaluate(cp, trigger, probe=probe, prepared=part)
+            outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
+            if not probe or outcome.committed:
+                self.outcomes[cp.name] = outcome
+            return outcome
 
     async def _evaluate(
         self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None
@@ -230,7 +249,7 @@ class Controller:
         t2 = self.clock.monotonic()
         if probe and not _changes(decisions):
             log.debug("probe", reasons=[d.reason.value for d in decisions])
-            return Outcome(cp.name, tuple(decisions))
+            return Outcome(cp.name, tuple(decisions), observation=obs)
         if probe:
             self.telemetry.triggers.labels("signal").inc()
             log = log.bind(trigger="signal")
@@ -244,6 +263,7 @@ class Controller:
                     self.telemetry.actions.labels(cp.name, _action_name(d), "dry_run").inc()
         else:
             error = await self._act(cp, decisions, acted, log)
+        refused = error is not None and " refused: " in error  # _act's form for "this target is not ours"
         committed = error is None
         if committed:
             self.states[cp.name] = new_state
@@ -253,7 +273,7 @@ class Controller:
         t3 = self.clock.monotonic()
         self.telemetry.loop_latency.labels("act").observe(t3 - t2)
         self.telemetry.loop_latency.labels("total").observe(t3 - t0)
-        return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed)
+        return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed, obs, refused)
 
     async def _act(self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any) -> str | None:
         """Apply in the core's order (deactivations, the scale, reactivations); stop at the first failure."""
@@ -337,6 +357,7 @@ class Controller:
                     await asyncio.gather(
                         *(self._run_one(policies[n], why, prepared.get(n)) for n, why in batch.items())
                     )
+                    await self._after_pass(list(batch))
                 self.telemetry.tick()
                 self._wake.clear()
                 if self._pending:

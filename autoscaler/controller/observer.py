@@ -235,7 +235,8 @@ class PolicyObserver:
 
 @dataclass(frozen=True)
 class WatchSpec:
-    """One collection to watch: ``/apis/<group>/<version>/namespaces/<namespace>/<plural>``."""
+    """One collection to watch: ``/apis/<group>/<version>/namespaces/<namespace>/<plural>``, or every
+    namespace's when ``namespace`` is empty (``/apis/<group>/<version>/<plural>``)."""
 
     group: str
     version: str
@@ -244,6 +245,8 @@ class WatchSpec:
 
     @property
     def path(self) -> str:
+        if not self.namespace:
+            return f"/apis/{self.group}/{self.version}/{self.plural}"
         return f"/apis/{self.group}/{self.version}/namespaces/{self.namespace}/{self.plural}"
 
 
@@ -288,7 +291,7 @@ class Watcher:
         while True:
             try:
                 if rv is None:
-                    listing = await self._api.list_namespaced_custom_object(s.group, version, s.namespace, s.plural)
+                    listing = await self._list(s.group, version, s.plural)
                     self.relists += 1
                     rv = listing.get("metadata", {}).get("resourceVersion")
                     for obj in listing.get("items", []):
@@ -296,7 +299,7 @@ class Watcher:
                     self.synced.set()
                 w = watch.Watch()
                 async with w.stream(
-                    self._api.list_namespaced_custom_object, s.group, version, s.namespace, s.plural,
+                    self._list, s.group, version, s.plural,
                     resource_version=rv, timeout_seconds=self._timeout_s, allow_watch_bookmarks=True,
                 ) as stream:
                     async for event in stream:
@@ -322,12 +325,22 @@ class Watcher:
                 self._error(f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(self._backoff_s)
 
+    def _list(self, group: str, version: str, plural: str, **kwargs: Any) -> Any:
+        """List (or, with ``watch=True``, watch) the collection, namespaced or cluster-wide.
+
+        :return: object
+        """
+        if self.spec.namespace:
+            return self._api.list_namespaced_custom_object(group, version, self.spec.namespace, plural, **kwargs)
+        return self._api.list_cluster_custom_object(group, version, plural, **kwargs)
+
     def _error(self, what: str) -> None:
         if self._on_error:
             self._on_error(f"watch {self.spec.path}: {what}")
 
     def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name", "")
+        meta = obj.get("metadata") or {}
+        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"  # namespaced: a cluster-wide watch sees all
         if type_ == "DELETED":
             self._seen.pop(name, None)
             self._on_event(self.spec, type_, obj)

@@ -11,6 +11,9 @@ Per changed file:
 3. a rejected file keeps its **last good** policies in force; the rejection is reported (``Rejection``)
    so the caller emits a Warning Event, a log line and the ``autoscaler_policy_file_invalid`` metric;
 4. a removed file removes its policies.
+
+``ScalingPolicy`` objects the controller watches (``controller.objects``) go through the same steps: each is
+one more "file", named ``ScalingPolicy <namespace>/<name>``, whose text is the object as YAML (``objects``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ class PolicyStore:
     directory: Path
     _hashes: dict[str, str] = field(default_factory=dict)  # file -> hash of the content last looked at
     _good: dict[str, tuple[CompiledPolicy, ...]] = field(default_factory=dict)  # file -> last good
+    #: ScalingPolicy objects read from the API server: source name -> the object as YAML text.
+    objects: dict[str, str] = field(default_factory=dict)
+    #: Files and objects whose latest version was rejected -> the first problem (cleared when one loads).
+    rejections: dict[str, str] = field(default_factory=dict)
+
+    def good(self) -> dict[str, tuple[CompiledPolicy, ...]]:
+        """Per file or object, the policies of its last good version."""
+        return dict(self._good)
 
     @property
     def policies(self) -> dict[str, CompiledPolicy]:
@@ -88,20 +99,25 @@ class PolicyStore:
                 continue  # vanished between listing and reading (symlink swap); next poll sees it
             seen[str(p)] = hashlib.sha256(data).hexdigest()
             contents[str(p)] = data
+        for source, text in self.objects.items():
+            seen[source] = hashlib.sha256(text.encode()).hexdigest()
         removed = tuple(sorted(set(self._hashes) - set(seen)))
         for f in removed:
             self._hashes.pop(f, None)
             self._good.pop(f, None)
+            self.rejections.pop(f, None)
         changed = [f for f in sorted(seen) if self._hashes.get(f) != seen[f]]
         loaded: list[str] = []
         rejected: list[Rejection] = []
         for f in changed:
             self._hashes[f] = seen[f]
-            compiled, problems = self._load(f, others=self._names_except(f))
+            compiled, problems = self._load(f, others=self._names_except(f), text=self.objects.get(f))
             if problems:
                 rejected.append(Rejection(f, tuple(problems), self._good.get(f, ())))
+                self.rejections[f] = problems[0]
             else:
                 self._good[f] = compiled
+                self.rejections.pop(f, None)
                 loaded.append(f)
         return ReloadResult(bool(removed or changed), tuple(loaded), removed, tuple(rejected))
 
@@ -109,9 +125,11 @@ class PolicyStore:
         return {cp.name for f, cps in self._good.items() if f != file for cp in cps}
 
     @staticmethod
-    def _load(file: str, *, others: Iterable[str]) -> tuple[tuple[CompiledPolicy, ...], list[str]]:
+    def _load(
+        file: str, *, others: Iterable[str], text: str | None = None
+    ) -> tuple[tuple[CompiledPolicy, ...], list[str]]:
         try:
-            loaded = loader.load_paths([file])
+            loaded = loader.load_paths([file]) if text is None else loader.load_text(text, file)
         except loader.PolicyFileError as exc:
             return (), [str(p) for p in exc.problems] or [str(exc)]
         except (OSError, ValueError, yaml.YAMLError) as exc:  # pydantic's errors are ValueErrors

@@ -19,16 +19,19 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from autoscaler.controller import kinds, kube, logs
+from autoscaler.controller import objects as objects_mod
 from autoscaler.controller.actuator import KubeActuator
 from autoscaler.controller.config import ConfigError, ControllerConfig, default_identity, default_namespace, load_config
 from autoscaler.controller.events import EventRecorder, ObjectRef
 from autoscaler.controller.leader import AlwaysLeader, LeaderElector
 from autoscaler.controller.loop import Clock, Controller, Leadership, LoopClock
+from autoscaler.controller.objects import PolicyObjects, StatusWriter
 from autoscaler.controller.observer import PolicyObserver, SharedTraining, Watcher, WatchSpec
 from autoscaler.controller.reload import PolicyStore, ReloadResult
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import ScaleDecision, TargetRef, TrainingDecision
+from autoscaler.policyfile import crd
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pool import SourcePool
 
@@ -122,6 +125,16 @@ class Runtime:
             fast_poll_s=cfg.fast_poll_seconds,
         )
         self.watchers: dict[WatchSpec, tuple[Watcher, asyncio.Task[None]]] = {}
+        self._tasks: set[asyncio.Task[ReloadResult]] = set()
+        self.objects = PolicyObjects(self.store)
+        self.status = StatusWriter(self.api, self.objects, self.controller.outcomes, wall=self.clock.wall,
+                                   leading=self._leading)
+        if cfg.watch_scaling_policies:
+            self.controller.after_pass = self.status.write
+
+    def _leading(self) -> bool:
+        # Read at each call: --once swaps the elector for AlwaysLeader.
+        return self.controller.leader.holds()
 
     def _leadership_changed(self, leading: bool) -> None:
         self.telemetry.leader.set(1 if leading else 0)
@@ -134,6 +147,8 @@ class Runtime:
     async def once(self) -> int:
         """One pass without leader election; 0 only if every file loaded and every policy went through."""
         self.controller.leader = AlwaysLeader()
+        if self.config.watch_scaling_policies:
+            await self.list_policy_objects()
         result = self.store.reload()
         await self.report_reload(result, leading=True)
         ok = await self.controller.run_once()
@@ -186,16 +201,33 @@ class Runtime:
         while True:
             await asyncio.sleep(self.config.reload_poll_seconds)
             self.telemetry.tick()
-            before = {n: cp.policy.spec.target.ref().key for n, cp in self.store.policies.items()}
-            result = self.store.reload()
-            if result.changed:
-                for name, cp in self.store.policies.items():
-                    if before.get(name) not in (None, cp.policy.spec.target.ref().key):
-                        # Stabilization history of another target says nothing about this one.
-                        self.controller.states.pop(name, None)
-                await self.report_reload(result, leading=self.controller.leader.holds())
-                self.sync_watches()
-                self.controller.trigger(self.store.policies, "reload")
+            await self.reload()
+
+    async def reload(self) -> ReloadResult:
+        """Re-read the files and the watched objects; apply and report what changed."""
+        before = {n: cp.policy.spec.target.ref().key for n, cp in self.store.policies.items()}
+        result = self.store.reload()
+        if result.changed:
+            for name, cp in self.store.policies.items():
+                if before.get(name) not in (None, cp.policy.spec.target.ref().key):
+                    # Stabilization history of another target says nothing about this one.
+                    self.controller.states.pop(name, None)
+            await self.report_reload(result, leading=self.controller.leader.holds())
+            self.sync_watches()
+            self.controller.trigger(self.store.policies, "reload")
+        return result
+
+    async def list_policy_objects(self) -> None:
+        """``--once``: the ScalingPolicy objects as they are now (the long-running controller watches them)."""
+        custom: Any = client.CustomObjectsApi(self.api)
+        for spec in sorted(objects_mod.watch_specs(self.config.namespaces), key=lambda s: s.namespace):
+            if spec.namespace:
+                listing = await custom.list_namespaced_custom_object(spec.group, spec.version, spec.namespace,
+                                                                     spec.plural)
+            else:
+                listing = await custom.list_cluster_custom_object(spec.group, spec.version, spec.plural)
+            for obj in listing.get("items", []):
+                self.objects.on_event("SYNC", obj)
 
     async def _ready_when_synced(self) -> None:
         await asyncio.gather(*(w.synced.wait() for w, _ in self.watchers.values()))
@@ -232,6 +264,8 @@ class Runtime:
     def watch_specs(self) -> set[WatchSpec]:
         """Targets' kinds in their namespaces, and Workloads where preemptible training lives."""
         specs: set[WatchSpec] = set()
+        if self.config.watch_scaling_policies:
+            specs |= objects_mod.watch_specs(self.config.namespaces)
         namespaces = set(self.config.namespaces)
         for cp in self.store.policies.values():
             spec = cp.policy.spec
@@ -256,6 +290,13 @@ class Runtime:
 
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
+        if spec.group == crd.GROUP and spec.plural == crd.PLURAL:
+            # Hot reload is the watch: a changed object reloads now (a status-only change does nothing).
+            if self.objects.on_event(type_, obj):
+                task = asyncio.create_task(self.reload(), name="reload objects")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            return
         if spec.plural == "workloads":
             # The change may be the very quota release the policies wait for: no cached picture predates it.
             self.training.invalidate()

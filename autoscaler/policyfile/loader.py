@@ -152,6 +152,19 @@ def collect(paths: Sequence[str | Path]) -> LoadResult:
     return LoadResult(policies, problems, files)
 
 
+def load_text(text: str, source: str) -> list[LoadedPolicy]:
+    """Policies from text that is no file: a ``ScalingPolicy`` object read from the API server, rendered as
+    YAML. ``source`` names it in problems (``ScalingPolicy llm/tgi-gemma:7:3: spec.minReplicas: ...``)."""
+    problems: list[Problem] = []
+    state = _FileState(source, problems)
+    loaded = [lp for i, node in enumerate(_compose(text, state)) if (lp := _document(node, i, state)) is not None]
+    if not loaded and not problems:
+        state.add(None, FILE_PATH, "no ScalingPolicy document")
+    if problems:
+        raise PolicyFileError(problems)
+    return [LoadedPolicy(lp.policy, lp.file, lp.line) for lp in loaded]
+
+
 # --- finding files -------------------------------------------------------------------------------------
 
 

@@ -227,6 +227,9 @@ def test_namespaced_rights_only_where_the_policies_act(layout: str, tmp_path: Pa
     else:
         assert cluster_wide == []
         assert namespaced == _policy_namespaces(docs, tmp_path)
+        config = next(d for d in docs if d["kind"] == "ConfigMap" and "config" in d["metadata"]["name"])
+        cfg = ControllerConfig.model_validate(yaml.safe_load(config["data"]["controller.yaml"]))
+        assert set(cfg.namespaces) == namespaced, "the controller must watch exactly where it may act"
     others = [d["roleRef"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"
               and d["roleRef"]["name"] != "accel-autoscaler-workloads"]
     assert others == ["accel-autoscaler-quota"]
@@ -279,21 +282,27 @@ async def test_the_controller_runs_the_shipped_policies_under_the_shipped_rbac(
 
     tgi = TgiMetrics()
     await tgi.start()
-    policies = tmp_path / "policies"
-    policies.mkdir()
     cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "accel-autoscaler-policies")
-    for name, text in cm["data"].items():
-        # The one change: the pods source scrapes the test's exporter, not port 8000 of pod IPs.
+    for text in cm["data"].values():
+        # The shipped policy as a ScalingPolicy object (the same YAML) in its namespace, so that the watch and
+        # the status writes run too. The one change: the pods source scrapes the test's exporter, not port
+        # 8000 of pod IPs.
         assert "    port: 8000" in text
-        (policies / name).write_text(text.replace("    port: 8000", f"    endpoints: ['{tgi.url}']"))
+        obj = yaml.safe_load(text.replace("    port: 8000", f"    endpoints: ['{tgi.url}']"))
+        obj["metadata"]["namespace"] = obj["spec"]["target"]["namespace"]
+        kube.add(obj)
     clock = ManualClock()
+    assert cfg.watch_scaling_policies
     cfg = cfg.model_copy(update={"leader_election": cfg.leader_election.model_copy(update={"enabled": False}),
                                  "default_source": None})
-    rt = Runtime(api=kube_client, config=cfg, policies_dir=policies, clock=clock, identity="pod-a",
+    (tmp_path / "empty").mkdir()
+    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "empty", clock=clock, identity="pod-a",
                  namespace="autoscaler-system", source=pool_on(clock))
-    assert rt.store.reload().loaded
     rt.sync_watches()  # the long-running controller's watches: list, then watch
-    await kube.wait_for_watchers(2)
+    async with asyncio.timeout(10):
+        while not rt.store.policies:  # loaded from the watched object
+            await asyncio.sleep(0.02)
+    await kube.wait_for_watchers(3)
     for queue, n in ((15, 3), (3, 25)):  # scale up (deactivating the fine-tune), then back down (reactivating)
         tgi.queue = queue
         for _ in range(n):
@@ -310,5 +319,6 @@ async def test_the_controller_runs_the_shipped_policies_under_the_shipped_rbac(
     writes = {(r.resource, r.verb) for r in kube.writes() if r.status < 300}
     assert ("deployments/scale", "patch") in writes
     assert ("workloads", "patch") in writes
+    assert ("scalingpolicies/status", "patch") in writes
     unused = _rules(docs) - _used(kube.requests) - set(UNEXERCISED)
     assert unused == set(), "rules no request needed: remove them or say why in UNEXERCISED"

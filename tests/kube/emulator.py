@@ -170,6 +170,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         builtin=False, status=False,
     ),
     ResourceType("coordination.k8s.io", ("v1",), "leases", "Lease", status=False),
+    # Ours (deploy/base/crd.yaml): a namespaced custom resource with a status subresource.
+    ResourceType("autoscaler.dev", ("v1alpha1",), "scalingpolicies", "ScalingPolicy", builtin=False),
 )
 
 _WPC_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"

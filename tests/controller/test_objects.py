@@ -1,0 +1,185 @@
+"""ScalingPolicy objects against the emulated API server: the controller loads them like files, hot-reloads
+them through the watch, refuses cross-namespace ones, and writes their status once per pass (merge patch of
+the status subresource) with the decision, signals, held Workloads and conditions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.runtime import Runtime
+from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
+from tests.controller.policies import tgi_policy
+from tests.kube.emulator import Emulator
+from tests.kube.kueue import Kueue
+
+API = "autoscaler.dev/v1alpha1"
+
+
+@pytest.fixture
+async def tgi() -> AsyncIterator[TgiMetrics]:
+    server = TgiMetrics()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def policy_object(endpoint: str, *, namespace: str = "llm", **spec: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(tgi_policy(source=f"{{type: pods, endpoints: ['{endpoint}']}}"))
+    doc["metadata"]["namespace"] = namespace
+    del doc["spec"]["target"]["namespace"]  # an object's target defaults to the object's namespace
+    doc["spec"].update(spec)
+    return doc
+
+
+def make_runtime(kube_client: client.ApiClient, tmp_path: Path, clock: ManualClock, **config: Any) -> Runtime:
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "watchScalingPolicies": True,
+                                           **config})
+    (tmp_path / "files").mkdir(exist_ok=True)
+    return Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "files", clock=clock, identity="a",
+                   namespace="autoscaler", source=pool_on(clock))
+
+
+def status(kube: Emulator, name: str = "tgi-gemma", namespace: str = "llm") -> dict[str, Any]:
+    st: dict[str, Any] = kube.get(API, "ScalingPolicy", name, namespace).get("status") or {}
+    return st
+
+
+def conditions(st: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions", [])}
+
+
+async def test_an_object_scales_and_its_status_says_what_and_why(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    clock = ManualClock()
+    rt = make_runtime(kube_client, tmp_path, clock)
+    tgi.queue = 15
+    await rt.list_policy_objects()
+    assert rt.store.reload().loaded == ("ScalingPolicy llm/tgi-gemma",)
+    assert await rt.controller.run_once()
+    st = status(kube)
+    assert st["observedGeneration"] == 1
+    assert (st["currentReplicas"], st["desiredReplicas"], st["reason"]) == (1, 2, "ScaleUp")
+    assert "15" in st["message"]
+    assert st["lastScaleTime"].endswith("Z")
+    assert st["signals"] == [{"name": "queue", "value": 15.0, "ageSeconds": st["signals"][0]["ageSeconds"],
+                              "state": "ok"}]
+    assert st["heldWorkloads"] == [{"namespace": "llm", "name": "job-finetune-gemma-l4-3316f"}]
+    assert conditions(st) == {
+        "AbleToScale": ("True", "SucceededRescale"), "ScalingActive": ("True", "ValidMetricFound"),
+        "ScalingLimited": ("False", "DesiredWithinRange"), "MetricsKnown": ("True", "AllSignalsKnown"),
+        "OwnershipConflict": ("False", "NoConflict"), "TrainingHeldDown": ("True", "DeactivateTraining"),
+    }
+    status_writes = [r for r in kube.writes() if r.path.endswith("/status") and "scalingpolicies" in r.path]
+    assert len(status_writes) == 1
+    assert status_writes[0].content_type == "application/merge-patch+json"
+    assert status_writes[0].method == "PATCH"
+    # The deployment was scaled by the same pass; the object's spec is untouched by the status write.
+    assert kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"] == 2
+    assert kube.get(API, "ScalingPolicy", "tgi-gemma", "llm")["metadata"]["generation"] == 1
+
+
+async def test_status_is_written_only_when_it_changes(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    rt = make_runtime(kube_client, tmp_path, ManualClock())
+    tgi.queue = 5  # steady at 1 replica
+    await rt.list_policy_objects()
+    rt.store.reload()
+    await rt.controller.run_once()
+    await rt.controller.run_once()
+    assert rt.status.patches == 1
+    assert status(kube)["reason"] in ("Steady", "WithinTolerance")
+
+
+async def test_unknown_metrics_show_in_the_conditions(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path
+) -> None:
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(policy_object("http://127.0.0.1:9/metrics"))  # nothing listens: the signal is unknown
+    rt = make_runtime(kube_client, tmp_path, ManualClock())
+    await rt.list_policy_objects()
+    rt.store.reload()
+    await rt.controller.run_once()
+    st = status(kube)
+    assert conditions(st)["MetricsKnown"] == ("False", "MetricsUnknown")
+    assert st["reason"] == "MetricsUnknown"
+    assert st["desiredReplicas"] == st["currentReplicas"] == 1
+    assert st["signals"][0]["state"] != "ok"
+    assert "value" not in st["signals"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        pytest.param({"minReplicas": 5}, "minReplicas", id="invalid-spec"),
+        pytest.param({"target": {"kind": "Deployment", "name": "tgi-gemma-deployment", "namespace": "other"}},
+                     "acts only in its own namespace", id="other-namespace-target"),
+    ],
+)
+async def test_a_refused_object_does_not_act_and_its_status_says_why(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path,
+    change: dict[str, Any], message: str,
+) -> None:
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(policy_object(tgi.url, **change))
+    rt = make_runtime(kube_client, tmp_path, ManualClock())
+    tgi.queue = 50
+    await rt.list_policy_objects()
+    rt.store.reload()
+    assert rt.store.policies == {}
+    await rt.controller.run_once()
+    await rt.status.write()
+    st = status(kube)
+    assert st["reason"] == "InvalidPolicy"
+    assert message in st["message"]
+    assert conditions(st)["ScalingActive"] == ("False", "InvalidPolicy")
+    assert kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"] == 1
+
+
+async def test_hot_reload_is_the_watch(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    tutorial_cluster(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    rt = make_runtime(kube_client, tmp_path, ManualClock(), namespaces=["llm"])
+    rt.sync_watches()
+    try:
+        await _until(lambda: "tgi-gemma" in rt.store.policies)
+        assert rt.store.policies["tgi-gemma"].policy.spec.max_replicas == 3
+        kube.modify(API, "ScalingPolicy", "tgi-gemma", "llm", spec={"maxReplicas": 2})
+        await _until(lambda: rt.store.policies["tgi-gemma"].policy.spec.max_replicas == 2)
+        reloads = rt.telemetry.reloads.labels("ok")._value.get()
+        kube.modify(API, "ScalingPolicy", "tgi-gemma", "llm", status={"reason": "Somebody"})  # status only
+        kube.modify(API, "ScalingPolicy", "tgi-gemma", "llm", spec={"maxReplicas": 2})  # same spec
+        await asyncio.sleep(0.2)
+        assert rt.telemetry.reloads.labels("ok")._value.get() == reloads
+        kube.remove(API, "ScalingPolicy", "tgi-gemma", "llm")
+        await _until(lambda: rt.store.policies == {})
+    finally:
+        for _, task in rt.watchers.values():
+            task.cancel()
+        await asyncio.gather(*(t for _, t in rt.watchers.values()), return_exceptions=True)
+        await rt.observer.aclose()
+
+
+async def _until(predicate: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
