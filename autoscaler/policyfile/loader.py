@@ -157,7 +157,10 @@ def load_text(text: str, source: str) -> list[LoadedPolicy]:
     YAML. ``source`` names it in problems (``ScalingPolicy llm/tgi-gemma:7:3: spec.minReplicas: ...``)."""
     problems: list[Problem] = []
     state = _FileState(source, problems)
-    loaded = [lp for i, node in enumerate(_compose(text, state)) if (lp := _document(node, i, state)) is not None]
+    loaded = [
+        lp for i, (node, data) in enumerate(_compose(text, state))
+        if (lp := _document(node, i, state, data)) is not None
+    ]
     if not loaded and not problems:
         state.add(None, FILE_PATH, "no ScalingPolicy document")
     if problems:
