@@ -53,6 +53,17 @@ class PoolSpec(SpecModel):
     group_size: int = Field(default=1, ge=1, description="Pods per LWS group (informational).")
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(ge=1)
+    routing: Literal["service", "least-request"] = Field(
+        default="service",
+        description="How requests reach replicas: 'service' = a ClusterIP Service (kube-proxy picks a ready "
+                    "endpoint at random, blind to load; the TGI and vLLM tutorials' setup), 'least-request' = "
+                    "an inference gateway routing to the replica with the fewest outstanding requests.",
+    )
+    client_timeout_seconds: float | None = Field(
+        default=60.0, gt=0,
+        description="A client gives up on a request that has not started (no slot) this long after it was "
+                    "sent (estimate: a streaming client's read timeout); null = clients wait forever.",
+    )
     initial_replicas: int | None = Field(
         default=None, ge=0,
         description="Replicas ready at time 0; default: the warm start (the fleet the oracle's schedule family "
@@ -77,6 +88,21 @@ class TrainingSpec(SpecModel):
     checkpoint_interval_seconds: float = Field(gt=0, description="Training time between checkpoints.")
     checkpoint_save_seconds: float = Field(default=0.0, ge=0, description="Training pauses while it saves.")
     restore_seconds: float = Field(default=0.0, ge=0, description="Start-up + checkpoint load after resume.")
+    termination_grace_period_seconds: float = Field(
+        default=30.0, ge=0,
+        description="The pods' terminationGracePeriodSeconds (Kubernetes default 30; the fine-tuning Job of "
+                    "the mixed train/serve tutorial sets 60): a preempted job saves a checkpoint in it when "
+                    "checkpointSaveSeconds fits, and its chips are held until it exits.",
+    )
+    save_on_preemption: bool = Field(
+        default=True, description="The trainer saves a checkpoint on SIGTERM (within the grace period)."
+    )
+    staggered: bool = Field(
+        default=True,
+        description="The count identical jobs started at different times: at time 0, job i of n is i/n of a "
+                    "checkpoint interval past its last checkpoint (False: all just checkpointed).",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, description="Workload labels (preemptible selectors).")
 
 
 class PipelineSpec(SpecModel):
@@ -91,6 +117,16 @@ class PipelineSpec(SpecModel):
     @property
     def worst_case_s(self) -> float:
         return self.scrape_interval_seconds + self.ingestion_delay_seconds + (self.sync_period_seconds or 0.0)
+
+
+class KueueSpec(SpecModel):
+    """Latencies of Kueue itself (each an estimate; docs/simulate.md gives the reasoning)."""
+
+    admission_seconds: float = Field(
+        default=2.0, ge=0,
+        description="A pending Workload is admitted (or its preemption issued) this long after it could be: "
+                    "the Workload controller's reconcile and the scheduler's cycle (estimate).",
+    )
 
 
 class SloSpec(SpecModel):
@@ -116,6 +152,7 @@ class ClusterSpec(SpecModel):
     policy_pipelines: dict[str, str] = Field(
         default_factory=dict, description="Policy name -> pipeline name; others use pipeline 'default'."
     )
+    kueue: KueueSpec = Field(default_factory=KueueSpec)
     slo: SloSpec = Field(default_factory=SloSpec)
     scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)
 

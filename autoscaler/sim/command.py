@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--initial-replicas", type=int, metavar="N",
                         help="replicas ready at the start (default: the cluster's initialReplicas, else the warm "
                              "start: the fleet the oracle's schedule family holds at the start of the window)")
+    parser.add_argument("--routing", choices=("service", "least-request"),
+                        help="how requests reach replicas: service (a ClusterIP Service, random) or least-request "
+                             "(an inference gateway); default: the pool's routing (service)")
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip malformed trace rows (counted)")
     parser.add_argument("--no-plot", action="store_true", help="do not write timeline.png")
     parser.set_defaults(func=run)
@@ -64,6 +67,11 @@ class _Progress:
         if self.enabled:
             sys.stderr.write(f"\r\x1b[K{PROG}: {text}")
             sys.stderr.flush()
+
+    def announce(self, line: str) -> None:
+        """A line for stdout (the run's header) while the status line may be showing."""
+        self.done()
+        print(line, flush=True)
 
     def done(self) -> None:
         if self.enabled:
@@ -115,11 +123,11 @@ def run(args: argparse.Namespace) -> int:
         requests=args.requests, cluster=args.cluster, policies=policies, baselines=wanted,
         slo_ttft_s=args.slo_ttft, seed=args.seed, rate_scale=args.rate_scale, time_scale=args.time_scale,
         duration_s=args.duration, start_s=args.start, skip_bad_rows=args.skip_bad_rows, pool=args.pool,
-        initial_replicas=args.initial_replicas,
+        initial_replicas=args.initial_replicas, routing=args.routing,
     )
     progress = _Progress()
     try:
-        outcome = runner.run(opts, progress=progress)
+        outcome = runner.run(opts, progress=progress, announce=progress.announce)
     except (TraceError, SimFileError) as exc:
         progress.done()
         return _fail(f"{exc}")
@@ -136,19 +144,14 @@ def run(args: argparse.Namespace) -> int:
     if "oracle" in summary:
         rows["oracle"] = summary["oracle"]
     tr = summary["trace"]
-    print(
-        f"trace {tr['name']}: {tr['requests']} requests over {tr['duration_s']:.0f}s "
-        f"({tr['mean_rate_rps']:.2f} req/s; rate-scale {tr['rate_scale']:g}, time-scale {tr['time_scale']:g}"
-        + (f", {tr['skipped_rows']} bad rows skipped" if tr["skipped_rows"] else "")
-        + f"); cluster {summary['cluster']['name']}, pool {summary['cluster']['pool']}; "
-        f"SLO TTFT ≤ {outcome.slo_ttft_s:g}s"
-    )
     print(report.table(rows))
     for name, row in rows.items():
         for note in row.get("notes", []):
             print(f"note: {note}", file=sys.stderr)
         if row.get("unserved_requests"):
-            print(f"note: {name}: {row['unserved_requests']} requests never got a first token", file=sys.stderr)
+            print(f"note: {name}: {row['unserved_requests']} requests never got a first token "
+                  f"({row.get('rejected_requests', 0)} rejected by a server, {row.get('abandoned_requests', 0)} "
+                  "abandoned by their client)", file=sys.stderr)
     if "oracle" in summary and not summary["oracle"]["met_target"]:
         print(f"note: no oracle schedule met the {summary['slo']['attainment_target']:.0%} attainment target; "
               "the oracle row is the best attainment found", file=sys.stderr)

@@ -13,8 +13,15 @@ default). ``KueueArbiter`` does what Kueue alone does:
 
 A training job computes for ``checkpointIntervalSeconds``, saves for ``checkpointSaveSeconds``, and repeats;
 after each admission except the very first (jobs already running at time 0) it spends ``restoreSeconds``
-reloading before computing. Preemption discards the computation since the last completed checkpoint.
-Its accounting is exact and closed-form (``segment_work``), so it needs no events of its own.
+reloading before computing. Identical jobs are staggered: at time 0 job i of n is i/n of an interval past
+its last checkpoint (they were not all started at once). Its accounting is exact and closed-form
+(``segment_work``), so it needs no events of its own.
+
+Preemption and deactivation take time, as in a cluster: Kueue's reconcile (``kueue.admissionSeconds``), then
+the victim's pods get SIGTERM and ``terminationGracePeriodSeconds``. A trainer that saves on SIGTERM
+(``saveOnPreemption``) and whose save fits in the grace period keeps all its work and exits after the save;
+otherwise it loses the work since its last checkpoint and its chips are held for the whole grace period.
+The job is ``TERMINATING`` meanwhile: its chips are not free, and the serving pod waits for them.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from autoscaler.core.model import TrainingWorkload
 class JobState(enum.Enum):
     QUEUED = "queued"  # requeued after preemption, or never admitted: waits for quota
     RUNNING = "running"
+    TERMINATING = "terminating"  # preempted or deactivated, pods still in their grace period
     DEACTIVATED = "deactivated"  # Workload.spec.active=false: not requeued until reactivated
 
 
@@ -65,12 +73,14 @@ class TrainingJob:
     """One checkpointed training job (one Kueue Workload)."""
 
     __slots__ = (
-        "admitted_at", "chips", "evicted_at", "first_admission", "interval_s", "lost_s", "name",
-        "namespace", "preemptions", "priority", "restore_s", "save_s", "state", "useful_s",
+        "admitted_at", "after", "chips", "evicted_at", "first_admission", "grace_s", "interval_s", "labels",
+        "lost_s", "name", "namespace", "offset_s", "preemptions", "priority", "release_at", "restore_s",
+        "save_on_preemption", "save_s", "state", "useful_s",
     )
 
     def __init__(self, *, name: str, namespace: str, priority: int, chips: int, interval_s: float,
-                 save_s: float, restore_s: float) -> None:
+                 save_s: float, restore_s: float, grace_s: float = 0.0, save_on_preemption: bool = False,
+                 offset_s: float = 0.0, labels: dict[str, str] | None = None) -> None:
         self.name = name
         self.namespace = namespace
         self.priority = priority
@@ -78,7 +88,14 @@ class TrainingJob:
         self.interval_s = interval_s
         self.save_s = save_s
         self.restore_s = restore_s
+        self.grace_s = grace_s
+        self.save_on_preemption = save_on_preemption
+        #: At time 0 (first admission only): seconds computed since the last checkpoint (staggered phases).
+        self.offset_s = offset_s
+        self.labels = labels or {}
         self.state = JobState.QUEUED
+        self.release_at = 0.0
+        self.after = JobState.QUEUED
         self.admitted_at = 0.0
         self.evicted_at = 0.0
         #: True until the job has been admitted once in the simulation; jobs admitted at time 0 are taken
@@ -89,23 +106,41 @@ class TrainingJob:
         self.preemptions = 0
 
     def work(self, now: float) -> SegmentWork:
-        restore = 0.0 if self.first_admission and self.admitted_at == 0.0 else self.restore_s
-        return segment_work(now - self.admitted_at, restore_s=restore, interval_s=self.interval_s,
+        """This admission's work inside the simulated window (work before time 0 is not counted)."""
+        if self.first_admission and self.admitted_at == 0.0:
+            w = segment_work(now + self.offset_s, restore_s=0.0, interval_s=self.interval_s, save_s=self.save_s)
+            return SegmentWork(max(0.0, w.computed_s - self.offset_s), max(0.0, w.checkpointed_s - self.offset_s),
+                               w.since_checkpoint_s)
+        return segment_work(now - self.admitted_at, restore_s=self.restore_s, interval_s=self.interval_s,
                             save_s=self.save_s)
 
     def admit(self, now: float) -> None:
         self.state = JobState.RUNNING
         self.admitted_at = now
 
-    def evict(self, now: float, *, deactivate: bool) -> None:
-        """Stop the job now: keep the checkpointed work, lose the rest."""
+    def evict(self, now: float, *, deactivate: bool, reconcile_s: float = 0.0) -> float:
+        """Kueue evicts the job now (SIGTERM after ``reconcile_s``): keep the checkpointed work (all of it if
+        it saves within the grace period), lose the rest. Returns when its chips are free."""
         w = self.work(now)
-        self.useful_s += w.checkpointed_s
-        self.lost_s += w.computed_s - w.checkpointed_s
+        saves = self.save_on_preemption and self.save_s <= self.grace_s
+        if saves:
+            self.useful_s += w.computed_s
+            hold = self.save_s
+        else:
+            self.useful_s += w.checkpointed_s
+            self.lost_s += w.computed_s - w.checkpointed_s
+            hold = self.grace_s
         self.preemptions += 1
         self.first_admission = False
         self.evicted_at = now
-        self.state = JobState.DEACTIVATED if deactivate else JobState.QUEUED
+        self.after = JobState.DEACTIVATED if deactivate else JobState.QUEUED
+        self.state = JobState.TERMINATING
+        self.release_at = now + reconcile_s + hold
+        return self.release_at
+
+    def released(self) -> None:
+        """Its pods are gone: requeued (preempted) or inactive (deactivated) from now on."""
+        self.state = self.after
 
     def workload(self, now: float, *, deactivated_by_us: bool = False) -> TrainingWorkload:
         running = self.state is JobState.RUNNING
@@ -114,8 +149,9 @@ class TrainingJob:
             name=self.name,
             priority=self.priority,
             chips=self.chips,
-            active=self.state is not JobState.DEACTIVATED,
-            admitted=running,
+            active=not (self.state is JobState.DEACTIVATED
+                        or (self.state is JobState.TERMINATING and self.after is JobState.DEACTIVATED)),
+            admitted=running or self.state is JobState.TERMINATING,
             deactivated_by_us=deactivated_by_us,
             since_checkpoint_s=self.work(now).since_checkpoint_s if running else None,
         )

@@ -1,7 +1,14 @@
 """Serving replicas and their queues: the request-level model of one serving pool.
 
-Each request is routed on arrival to the ready replica with the fewest outstanding requests (a
-least-request gateway); it waits there for a slot, then for prefill, then decodes token by token.
+Each request is routed on arrival to a ready replica: at random, as a ClusterIP Service spreads
+connections (``routing: service``), or to the one with the fewest outstanding requests, as an inference
+gateway does (``routing: least-request``). It waits there for a slot, then for prefill, then decodes token
+by token. A server bounds what it accepts: a request longer than the profile's ``contextTokens`` is
+rejected at once, and a replica already holding ``maxConcurrentRequests`` (running + waiting) rejects the
+next (TGI's "Model is overloaded"); the client does not retry. A client gives up on a request still
+waiting for a slot ``clientTimeoutSeconds`` after sending it. Rejected and abandoned requests never get a
+first token: they are SLO misses. (Abandoned requests leave the queue when they reach its head, which is
+when the server would notice the closed connection; until then they count in the queue gauges.)
 
 Per replica (continuous batching, prefill first, as TGI and JetStream schedule):
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,7 +57,7 @@ _LIVE = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
 class Requests:
     """The trace as the pool sees it, and what happened to each request (parallel lists)."""
 
-    __slots__ = ("arrival", "done", "first_token", "inputs", "outputs")
+    __slots__ = ("arrival", "done", "first_token", "inputs", "outputs", "outcome")
 
     def __init__(self, arrival: list[float], inputs: list[int], outputs: list[int]) -> None:
         self.arrival = arrival
@@ -57,6 +65,13 @@ class Requests:
         self.outputs = outputs
         self.first_token = [float("nan")] * len(arrival)
         self.done = [float("nan")] * len(arrival)
+        #: SERVED (or still in flight), REJECTED (overload or too long) or ABANDONED (client timeout).
+        self.outcome = bytearray(len(arrival))
+
+
+SERVED = 0
+REJECTED = 1
+ABANDONED = 2
 
 
 class Replica:
@@ -120,6 +135,9 @@ class ServingPool:
         requests: Requests,
         events: list[tuple[float, int, int, int, int]],
         on_chips_released: Callable[[float], None],
+        routing: str = "least-request",
+        client_timeout_s: float | None = None,
+        seed: int = 0,
     ) -> None:
         self.name = name
         self.profile = profile
@@ -141,6 +159,14 @@ class ServingPool:
         self._per_seq_s = profile.decode_step.per_sequence_ms / 1000.0
         self.cold_start_s = profile.cold_start.total
         self._ready_cache: list[Replica] | None = None
+        self.routing = routing
+        #: Seeded: a run is a deterministic function of its inputs (the Service's random endpoint choice).
+        self._rng = random.Random(seed)
+        self._max_out = profile.max_concurrent_requests
+        self._context = profile.context_tokens
+        self._timeout = client_timeout_s if client_timeout_s is not None else float("inf")
+        self.rejected = 0
+        self.abandoned = 0
 
     # ----- events -------------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, rep: Replica, version: int = 0) -> None:
@@ -217,24 +243,56 @@ class ServingPool:
         return [*reversed(pending), *starting, *ready]
 
     # ----- requests -----------------------------------------------------------------------------------
+    def _reject(self, rid: int, outcome: int) -> None:
+        self.req.outcome[rid] = outcome
+        self.late += 1
+        if outcome == REJECTED:
+            self.rejected += 1
+        else:
+            self.abandoned += 1
+
     def route(self, rid: int, now: float) -> None:
+        req = self.req
+        if self._context is not None and req.inputs[rid] + req.outputs[rid] > self._context:
+            self._reject(rid, REJECTED)
+            return
         ready = self.ready()
         if not ready:
             self.gateway.append(rid)
             return
-        best = ready[0]
-        best_n = best.n_out
-        for rep in ready:
-            if rep.n_out < best_n:
-                best, best_n = rep, rep.n_out
+        if now - req.arrival[rid] > self._timeout:
+            self._reject(rid, ABANDONED)  # waited at the gateway longer than the client would
+            return
+        if self.routing == "service":
+            best = ready[self._rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
+        else:
+            best = ready[0]
+            best_n = best.n_out
+            for rep in ready:
+                if rep.n_out < best_n:
+                    best, best_n = rep, rep.n_out
+        if self._max_out is not None and best.n_out >= self._max_out:
+            self._reject(rid, REJECTED)
+            return
         best.queue.append(rid)
         best.n_out += 1
         if len(best.prefill_fifo) + best.n_dec < self._slots:
             self._admit(best, now)
 
+    def _drop_abandoned(self, rep: Replica, now: float) -> None:
+        """Requests at the head of the queue whose client has given up leave it."""
+        queue, arrival, timeout = rep.queue, self.req.arrival, self._timeout
+        while queue and now - arrival[queue[0]] > timeout:
+            self._reject(queue.popleft(), ABANDONED)
+            rep.n_out -= 1
+        if rep.state is ReplicaState.DRAINING:
+            self._maybe_gone(rep, now)
+
     def _admit(self, rep: Replica, now: float) -> None:
         req = self.req
         added = False
+        if rep.queue and now - req.arrival[rep.queue[0]] > self._timeout:
+            self._drop_abandoned(rep, now)
         while rep.queue and rep.active < self._slots:
             rid = rep.queue[0]
             need = req.inputs[rid] + req.outputs[rid]
@@ -323,6 +381,7 @@ class ServingPool:
     # ----- gauges -------------------------------------------------------------------------------------
     def gauges(self, rep: Replica, now: float) -> ReplicaGauges:
         self._advance(rep, now)
+        self._drop_abandoned(rep, now)
         running = rep.active
         pending = len(rep.prefill_fifo) - (1 if rep.prefilling else 0)
         kv = (rep.kv_base + rep.n_dec * rep.V) if rep.n_dec else 0.0

@@ -142,7 +142,8 @@ def warm_fleet(trace: Trace, cluster: Cluster, pool: PoolSpec) -> int:
     With the oracle, runs start with the fleet the oracle's schedule holds at time 0 instead."""
     hi = min(pool.max_replicas, cluster.spec.quota.nominal // cluster.chips_per_replica(pool))
     load = demand(trace, cluster, pool, WARM_WINDOW_S)
-    first = max(1, math.ceil(cluster.profile(pool).cold_start.total / WARM_WINDOW_S))
+    lead = cluster.profile(pool).cold_start.total + cluster.spec.kueue.admission_seconds
+    first = max(1, math.ceil(lead / WARM_WINDOW_S))
     need = max(*load[: first + 1], 0.0)
     return max(pool.min_replicas, min(hi, math.ceil(need - 1e-9)))
 
@@ -221,7 +222,7 @@ def lower_bound_chip_s(
         lam = step / LAMBDA_STEPS
         mix = lam * total + sum(min(0.0, (1 - lam) * w - lam * d) for w, d in zip(slack, decode, strict=True))
         busy = max(busy, mix)
-    cold = prof.cold_start.total
+    cold = prof.cold_start.total + cluster.spec.kueue.admission_seconds
     extra = 0
     if busy > initial_replicas * horizon and horizon > cold:
         extra = math.ceil((busy - initial_replicas * horizon) / (horizon - cold) - 1e-9)
@@ -244,6 +245,9 @@ class Search:
         u_resolution: float = U_RESOLUTION,
         simulate: Callable[[list[tuple[float, int]]], Simulation] | None = None,
         progress: Callable[[str], None] | None = None,
+        routing: str | None = None,
+        seed: int = 0,
+        constant_fleets: bool = True,
     ) -> None:
         self.cluster = cluster
         self.trace = trace
@@ -255,11 +259,15 @@ class Search:
         self.u_resolution = u_resolution
         self.progress = progress
         self._simulate = simulate
+        self.routing = routing
+        self.seed = seed
+        self.constant_fleets = constant_fleets
         prof = cluster.profile(pool)
         chips = cluster.chips_per_replica(pool)
         self.hi = min(pool.max_replicas, cluster.spec.quota.nominal // chips)
         self.lo = pool.min_replicas
-        self.lead_s = prof.cold_start.total
+        # A replica is ready a cold start plus Kueue's admission after it is asked for.
+        self.lead_s = prof.cold_start.total + cluster.spec.kueue.admission_seconds
         self._loads = {w: demand(trace, cluster, pool, w) for w in self.windows}
         self._by_schedule: dict[tuple[tuple[float, int], ...], Candidate] = {}
         #: Per window: (u, candidate) sorted by u.
@@ -282,7 +290,7 @@ class Search:
             return self._simulate(sched)
         return Simulation(cluster=self.cluster, trace=self.trace, pool=self.pool,
                           controller=ScheduleController("oracle", sched), initial_replicas=self.initial_for(sched),
-                          slo_ttft_s=self.slo, stop_after_misses=stop_after)
+                          slo_ttft_s=self.slo, stop_after_misses=stop_after, routing=self.routing, seed=self.seed)
 
     def evaluate(self, window_s: float, u: float, *, target: float | None = None) -> Candidate:
         """Simulate the schedule of ``(window_s, u)`` (once: cached by its replica counts).
@@ -384,7 +392,8 @@ class Search:
         ``windows`` lengths whose schedules have been cheapest so far at ``target`` (re-solving at another
         attainment after a full solve).
         """
-        self._bisect_constant(target)
+        if self.constant_fleets:
+            self._bisect_constant(target)
         order = self.window_order(target) if windows is not None else list(self.windows)
         for w in order[: windows if windows is not None else len(order)]:
             self._bisect(w, target)

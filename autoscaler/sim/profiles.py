@@ -8,7 +8,12 @@ A profile states the numbers the simulator needs and the assumptions behind them
 * ``decodeStep``: the time of one decode step for a batch of ``b`` sequences, ``baseMs + perSequenceMs × b``
   (memory-bound weight reads plus per-sequence attention/KV reads); every running sequence gains one token;
 * ``kvCacheTokens``: tokens of KV cache; a request is admitted only if its prompt and output fit;
-* ``coldStart``: scheduling + image pull + model load, from admission to serving.
+* ``coldStart``: scheduling + image pull + model load, from admission to serving;
+* ``maxConcurrentRequests``: requests one replica accepts (running + waiting) before it rejects the next
+  (TGI ``--max-concurrent-requests``, default 128, answers "Model is overloaded"); absent = an unbounded
+  waiting queue (vLLM queues beyond ``--max-num-seqs``; JetStream queues in its prefill backlog);
+* ``contextTokens``: the longest prompt + output the server accepts (TGI ``--max-total-tokens``, vLLM
+  ``--max-model-len``, JetStream ``max_target_length``); longer requests are rejected at once.
 
 ``docs/simulate.md`` explains how to calibrate each number from a real server's metrics.
 """
@@ -54,12 +59,26 @@ class Profile(SpecModel):
     decode_step: DecodeStepSpec
     kv_cache_tokens: int = Field(gt=0)
     cold_start: ColdStartSpec
+    max_concurrent_requests: int | None = Field(
+        default=None, gt=0, description="Running + waiting requests a replica accepts; more are rejected."
+    )
+    context_tokens: int | None = Field(default=None, gt=0, description="Longest prompt + output accepted.")
     source: str = Field(default="", description="Where the numbers come from.")
+    sources: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per parameter (slots, prefillTokensPerSecond, decodeStep, kvCacheTokens, coldStart, "
+                    "maxConcurrentRequests, contextTokens): a published source, or 'estimate: why'.",
+    )
     assumptions: list[str] = Field(default_factory=list)
 
     def max_decode_tokens_per_second(self) -> float:
         """Decode throughput of a full batch: the replica's ceiling on generated tokens per second."""
         return self.slots / self.decode_step.seconds(self.slots)
+
+
+#: The parameters every profile must give a source (or "estimate: …") for.
+SOURCED = ("slots", "prefillTokensPerSecond", "decodeStep", "kvCacheTokens", "coldStart",
+           "maxConcurrentRequests", "contextTokens")
 
 
 class ProfileFile(SpecModel):
@@ -71,4 +90,4 @@ def load(path: str | Path) -> dict[str, Profile]:
     return dict(load_model(path, ProfileFile).profiles)
 
 
-__all__ = ["ColdStartSpec", "DecodeStepSpec", "Profile", "ProfileFile", "SimFileError", "load"]
+__all__ = ["SOURCED", "ColdStartSpec", "DecodeStepSpec", "Profile", "ProfileFile", "SimFileError", "load"]

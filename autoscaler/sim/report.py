@@ -4,7 +4,9 @@ Per run: SLO attainment (the fraction of all requests whose TTFT is within the S
 served counts as a miss), TTFT and end-to-end percentiles, serving accelerator-hours (chips held by serving
 replicas from admission until gone, cold starts and draining included, over the trace's span), the ratio
 to the oracle, training chip-hours kept and lost, training goodput (kept chip-hours over the chip-hours
-serving left free in the quota), scale actions and preemptions.
+serving left free in the quota; checkpointed work only: what is computed but unsaved when the window ends is
+``training_unsaved_chip_hours``), requests rejected by the servers (overload, too long) and abandoned by
+clients (timeout), scale actions and preemptions.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def score(
         "pipeline": result.pipeline or None,
         "requests": n,
         "unserved_requests": sum(1 for x in ttft if not math.isfinite(x)),
+        "rejected_requests": result.rejected_requests,
+        "abandoned_requests": result.abandoned_requests,
         "slo_attainment": round(ok / n, 6) if n else 1.0,
         "ttft_p50_s": _finite(percentile(ttft, 50)),
         "ttft_p90_s": _finite(percentile(ttft, 90)),
@@ -59,6 +63,7 @@ def score(
         **_versus_oracle(result, oracle, lower_bound_chip_s),
         "training_useful_chip_hours": round(useful, 4),
         "training_lost_chip_hours": round(result.training_lost_chip_s / 3600, 4),
+        "training_unsaved_chip_hours": round(result.training_unsaved_chip_s / 3600, 4),
         "training_free_chip_hours": round(free, 4),
         "training_goodput": round(useful / free, 4) if free > 0 else None,
         "scale_actions": result.scale_actions,

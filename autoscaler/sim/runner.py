@@ -21,6 +21,34 @@ from autoscaler.sim.simulation import Controller, FixedController, PolicyControl
 RESOLVE_WINDOWS = 1
 
 
+#: A feasibility share above this prints a warning before the run.
+FEASIBILITY_WARN = 0.01
+
+
+def feasibility(trace: traces.Trace, cluster: cluster_mod.Cluster, pool: cluster_mod.PoolSpec,
+                slo_ttft_s: float) -> dict[str, float]:
+    """What no autoscaler can fix on this profile: requests whose prefill alone exceeds the SLO, and
+    requests longer than the server's context (rejected)."""
+    prof = cluster.profile(pool)
+    n = max(1, len(trace.arrivals))
+    slow = sum(1 for i in trace.inputs if i / prof.prefill_tokens_per_second > slo_ttft_s)
+    ctx = prof.context_tokens
+    long = 0 if ctx is None else sum(1 for i, o in zip(trace.inputs, trace.outputs, strict=True) if i + o > ctx)
+    return {"prefill_over_slo_fraction": round(slow / n, 6), "over_context_fraction": round(long / n, 6)}
+
+
+def feasibility_warnings(feas: dict[str, float], profile: str, slo_ttft_s: float) -> list[str]:
+    out = []
+    if feas["prefill_over_slo_fraction"] > FEASIBILITY_WARN:
+        out.append(f"warning: {feas['prefill_over_slo_fraction']:.1%} of requests need more than the "
+                   f"{slo_ttft_s:g}s SLO for their prefill alone on profile {profile}: no fleet meets the SLO "
+                   "for them")
+    if feas["over_context_fraction"] > FEASIBILITY_WARN:
+        out.append(f"warning: {feas['over_context_fraction']:.1%} of requests exceed the context of profile "
+                   f"{profile} (contextTokens): the server rejects them")
+    return out
+
+
 def default_policy_path() -> Path:
     """``policies/recommended.yaml`` of the checkout, else the copy bundled in the package."""
     repo = Path(__file__).resolve().parents[2] / "policies" / "recommended.yaml"
@@ -43,6 +71,8 @@ class Options:
     pool: str | None = None
     #: Replicas ready at the start; None = the cluster's ``initialReplicas``, else the warm start.
     initial_replicas: int | None = None
+    #: ``service`` or ``least-request``; None = the pool's ``routing``.
+    routing: str | None = None
 
 
 @dataclass
@@ -54,8 +84,27 @@ class Outcome:
     slo_ttft_s: float
 
 
-def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outcome:
-    """Load everything, run every controller, score. Raises the loaders' errors on bad input."""
+def header(trace: traces.Trace, cluster: cluster_mod.Cluster, pool: cluster_mod.PoolSpec, slo_ttft_s: float,
+           routing: str) -> list[str]:
+    """What the run is about and what no autoscaler can fix on it, printed before the run."""
+    tr = trace.describe()
+    feas = feasibility(trace, cluster, pool, slo_ttft_s)
+    lines = [
+        f"trace {tr['name']}: {tr['requests']} requests over {tr['duration_s']:.0f}s "
+        f"({tr['mean_rate_rps']:.2f} req/s; rate-scale {tr['rate_scale']:g}, time-scale {tr['time_scale']:g}"
+        + (f", {tr['skipped_rows']} bad rows skipped" if tr["skipped_rows"] else "")
+        + f"); cluster {cluster.name}, pool {pool.name}, routing {routing}; SLO TTFT ≤ {slo_ttft_s:g}s",
+        f"feasibility on {pool.profile}: prefill alone over the SLO {feas['prefill_over_slo_fraction']:.2%}, "
+        f"over the context {feas['over_context_fraction']:.2%} of requests",
+    ]
+    return lines + feasibility_warnings(feas, pool.profile, slo_ttft_s)
+
+
+def run(opts: Options, *, progress: Callable[[str], None] | None = None,
+        announce: Callable[[str], None] | None = None) -> Outcome:
+    """Load everything, run every controller, score. Raises the loaders' errors on bad input.
+
+    ``announce`` receives the header lines (trace, feasibility and its warnings) before any simulation."""
     cluster = cluster_mod.load(opts.cluster)
     scen = cluster.spec.scenario
     requests = opts.requests or cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv")
@@ -78,6 +127,10 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outc
         pool = match[0]
     slo = opts.slo_ttft_s if opts.slo_ttft_s is not None else cluster.spec.slo.ttft_seconds
     target = cluster.spec.slo.attainment
+    routing = opts.routing or pool.routing
+    if announce is not None:
+        for line in header(trace, cluster, pool, slo, routing):
+            announce(line)
 
     controllers: list[Controller] = []
     for name, pol in opts.policies:
@@ -100,7 +153,7 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outc
     # target) holds at time 0, and each oracle schedule with its own.
     fixed_n0 = opts.initial_replicas if opts.initial_replicas is not None else pool.initial_replicas
     search = oracle.Search(cluster=cluster, trace=trace, pool=pool, slo_ttft_s=slo, initial_replicas=fixed_n0,
-                           progress=progress)
+                           progress=progress, routing=routing, seed=opts.seed)
     orc: oracle.OracleResult | None = None
     # The oracle also sizes static-peak, so it is computed whenever either is asked for.
     if "oracle" in opts.baselines or "static-peak" in opts.baselines:
@@ -118,7 +171,8 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outc
     for ctl in controllers:
         if progress is not None:
             progress(f"{ctl.name}: simulating")
-        sim = Simulation(cluster=cluster, trace=trace, controller=ctl, pool=pool, initial_replicas=n0)
+        sim = Simulation(cluster=cluster, trace=trace, controller=ctl, pool=pool, initial_replicas=n0,
+                         routing=routing, seed=opts.seed)
         tick = None
         if progress is not None:
             def tick(t: float, _name: str = ctl.name, _h: float = sim.horizon) -> None:
@@ -159,6 +213,8 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None) -> Outc
         summary["oracle"] = o
         results.append(orc.result)
     summary["lower_bound_accelerator_hours"] = round(bound(target) / 3600, 4)
+    summary["feasibility"] = feasibility(trace, cluster, pool, slo)
+    summary["routing"] = routing
     summary["initial_replicas"] = n0
     summary["trace"] = trace.describe()
     summary["cluster"] = {

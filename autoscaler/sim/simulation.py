@@ -68,6 +68,13 @@ class RunResult:
     #: is known of its attainment is that it stays below 1 − late / requests.
     stopped_early: bool = False
     late: int = 0
+    #: Computed but not checkpointed when the window ends (not counted as kept).
+    training_unsaved_chip_s: float = 0.0
+    rejected_requests: int = 0
+    abandoned_requests: int = 0
+    routing: str = ""
+    preemption_times: list[float] = field(default_factory=list)
+    quota: int = 0
 
 
 class Controller(Protocol):
@@ -93,6 +100,8 @@ class Simulation:
         initial_replicas: int | None = None,
         slo_ttft_s: float | None = None,
         stop_after_misses: int | None = None,
+        routing: str | None = None,
+        seed: int = 0,
     ) -> None:
         self.cluster = cluster
         self.pool_spec = pool or cluster.spec.pools[0]
@@ -102,6 +111,7 @@ class Simulation:
         self.horizon = horizon_s if horizon_s is not None else trace.duration_s
         self.events: list[tuple[float, int, int, int, int]] = []
         self.requests = Requests(trace.arrivals, trace.inputs, trace.outputs)
+        self.routing = routing if routing is not None else self.pool_spec.routing
         self.pool = ServingPool(
             name=self.pool_spec.name,
             profile=cluster.profile(self.pool_spec),
@@ -109,7 +119,13 @@ class Simulation:
             requests=self.requests,
             events=self.events,
             on_chips_released=self._chips_released,
+            routing=self.routing,
+            client_timeout_s=self.pool_spec.client_timeout_seconds,
+            seed=seed,
         )
+        #: Kueue's reconcile delays every admission (added to the cold start) and every eviction.
+        self.reconcile_s = cluster.spec.kueue.admission_seconds
+        self.pool.cold_start_s += self.reconcile_s
         if slo_ttft_s is not None:
             self.pool.slo_s = slo_ttft_s
         #: Stop as soon as more requests than this have missed the SLO (the oracle's search only needs to
@@ -122,7 +138,9 @@ class Simulation:
                 name=t.name if t.count == 1 else f"{t.name}-{i}",
                 namespace=t.namespace, priority=t.priority, chips=t.chips,
                 interval_s=t.checkpoint_interval_seconds, save_s=t.checkpoint_save_seconds,
-                restore_s=t.restore_seconds,
+                restore_s=t.restore_seconds, grace_s=t.termination_grace_period_seconds,
+                save_on_preemption=t.save_on_preemption, labels=dict(t.labels),
+                offset_s=(i / t.count) * t.checkpoint_interval_seconds if t.staggered else 0.0,
             )
             for t in cluster.spec.training
             for i in range(t.count)
@@ -138,8 +156,12 @@ class Simulation:
         self.notes: list[str] = []
         self.timeline: list[TimelinePoint] = []
         self._tickers: list[list[object]] = []  # [next_time, callback]
+        #: Set when a ticker is added, so the event loop looks for the earliest ticker again.
+        self._tickers_changed = False
         self._record_every = record_every_s
-        self._training_totals: tuple[float, float] | None = None
+        self._training_totals: tuple[float, float, float] | None = None
+        #: When each preemption or deactivation was issued (the timeline marks them).
+        self.preemption_times: list[float] = []
         self.scale_events: list[tuple[float, int, int, str, str]] = []
         #: Training decisions a policy returned and the simulator applied (deactivations, reactivations).
         self.deactivations = 0
@@ -168,6 +190,7 @@ class Simulation:
     def every(self, first: float, fn: Callable[[float], float | None]) -> None:
         """Call ``fn(now)`` at ``first``; it returns the next time (or None to stop)."""
         self._tickers.append([first, fn])
+        self._tickers_changed = True
 
     # ----- accounting ---------------------------------------------------------------------------------
     def _account(self, now: float) -> None:
@@ -186,30 +209,51 @@ class Simulation:
         return self.quota - self.serving_chips - self.training_chips
 
     def _evict(self, job: kueue.TrainingJob, now: float, *, deactivate: bool) -> None:
-        self._account(now)
-        job.evict(now, deactivate=deactivate)
-        self.training_chips -= job.chips
+        """Kueue evicts ``job``: its chips stay held through reconcile and its grace period."""
+        release_at = job.evict(now, deactivate=deactivate, reconcile_s=self.reconcile_s)
         if now <= self.horizon:
             self.preemptions += 1
+            self.preemption_times.append(now)
+
+        def release(t: float) -> None:
+            self._account(t)
+            job.released()
+            self.training_chips -= job.chips
+            self._admit_serving(t)
+            self._admit_training(t)
+
+        self.every(release_at, lambda t: release(t))
 
     def _admit_serving(self, now: float) -> None:
-        """Admit pending replicas in creation order while quota (or preemption) allows."""
+        """Admit pending replicas in creation order while quota allows; preempt (Kueue) for the rest.
+
+        Chips of victims still in their grace period are promised to the replicas waiting for them, so a
+        replica that will fit once they are gone preempts nothing more (as Kueue does not preempt twice
+        for one pending Workload)."""
+        free = self._free()
+        incoming = sum(j.chips for j in self.jobs if j.state is kueue.JobState.TERMINATING)
         for rep in self.pool.replicas:
             if rep.state is not ReplicaState.PENDING:
                 continue
-            free = self._free()
-            if free < rep.chips:
+            if free >= rep.chips:
+                self._account(now)
+                self.serving_chips += rep.chips
+                free -= rep.chips
+                self.pool.admitted(rep, now)
+                continue
+            if free + incoming < rep.chips:
                 victims = self.arbiter.victims(
-                    needed=rep.chips, free=free, running=self._running_jobs(),
+                    needed=rep.chips, free=free + incoming, running=self._running_jobs(),
                     serving_priority=self.serving_priority, now=now,
                 )
                 if victims is None:
                     return  # stays SchedulingGated until quota frees
                 for job in victims:
                     self._evict(job, now, deactivate=False)
-            self._account(now)
-            self.serving_chips += rep.chips
-            self.pool.admitted(rep, now)
+                    incoming += job.chips
+            # Waits for the terminating victims; their chips are promised to it.
+            incoming -= rep.chips - free
+            free = 0
 
     def _admit_training(self, now: float) -> None:
         if any(r.state is ReplicaState.PENDING for r in self.pool.replicas):
@@ -252,13 +296,21 @@ class Simulation:
         if decision.action is TrainingAction.DEACTIVATE and job.state is not kueue.JobState.DEACTIVATED:
             if job.state is kueue.JobState.RUNNING:
                 self._evict(job, now, deactivate=True)
+            elif job.state is kueue.JobState.TERMINATING:
+                job.after = kueue.JobState.DEACTIVATED
             else:
                 job.state = kueue.JobState.DEACTIVATED
             self.deactivated_by_us.add(job.name)
             self.deactivations += 1
             self._admit_serving(now)
-        elif decision.action is TrainingAction.REACTIVATE and job.state is kueue.JobState.DEACTIVATED:
-            job.state = kueue.JobState.QUEUED
+        elif decision.action is TrainingAction.REACTIVATE and (
+            job.state is kueue.JobState.DEACTIVATED
+            or (job.state is kueue.JobState.TERMINATING and job.after is kueue.JobState.DEACTIVATED)
+        ):
+            if job.state is kueue.JobState.TERMINATING:
+                job.after = kueue.JobState.QUEUED
+            else:
+                job.state = kueue.JobState.QUEUED
             self.deactivated_by_us.discard(job.name)
             self.reactivations += 1
             self._admit_training(now)
@@ -282,8 +334,12 @@ class Simulation:
         return QuotaStatus(q.cluster_queue, q.resource, float(q.nominal),
                            float(self.serving_chips + self.training_chips))
 
-    def training_workloads(self, now: float) -> tuple[TrainingWorkload, ...]:
-        return tuple(j.workload(now, deactivated_by_us=j.name in self.deactivated_by_us) for j in self.jobs)
+    def training_workloads(
+        self, now: float, selected: Callable[[kueue.TrainingJob], bool] | None = None
+    ) -> tuple[TrainingWorkload, ...]:
+        """The Workloads a policy sees: like the controller, only those its ``preemptible`` selectors match."""
+        return tuple(j.workload(now, deactivated_by_us=j.name in self.deactivated_by_us) for j in self.jobs
+                     if selected is None or selected(j))
 
     # ----- the loop -----------------------------------------------------------------------------------
     def _record(self, now: float) -> float:
@@ -300,13 +356,17 @@ class Simulation:
 
     def _close_training(self, now: float) -> None:
         """At the horizon: what training kept and lost so far is the result (the drain is not scored)."""
-        snapshot = []
+        useful = lost = unsaved = 0.0
         for job in self.jobs:
-            useful, lost = job.useful_s, job.lost_s
+            u = job.useful_s
             if job.state is kueue.JobState.RUNNING:
-                useful += job.work(now).computed_s
-            snapshot.append((useful * job.chips, lost * job.chips))
-        self._training_totals = (sum(u for u, _ in snapshot), sum(lo for _, lo in snapshot))
+                # Goodput counts checkpointed work only: what was computed since is not kept yet.
+                w = job.work(now)
+                u += w.checkpointed_s
+                unsaved += (w.computed_s - w.checkpointed_s) * job.chips
+            useful += u * job.chips
+            lost += job.lost_s * job.chips
+        self._training_totals = (useful, lost, unsaved)
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         self.controller.start(self)
@@ -331,6 +391,7 @@ class Simulation:
         stopped_early = False
         while True:
             # Tickers are few; the earliest is found again only after one fires or one is added.
+            self._tickers_changed = False
             tick = min(tickers, key=_tick_time) if tickers else None
             t_tick = float(tick[0]) if tick is not None else inf  # type: ignore[arg-type]
             while True:
@@ -354,9 +415,14 @@ class Simulation:
                         pool.on_prefill_done(rep, t_ev)
                     else:
                         pool.on_ready(rep, t_ev)
+                    if self._tickers_changed:
+                        break  # an event scheduled a ticker (a preemption's release): it may come first
                 else:
                     break
-            if tick is None or t_tick > end_limit or (i >= n and pool.completed >= n and t_tick > self.horizon):
+            if self._tickers_changed:
+                continue
+            finished = pool.completed + pool.rejected + pool.abandoned
+            if tick is None or t_tick > end_limit or (i >= n and finished >= n and t_tick > self.horizon):
                 break
             if stop_limit is not None and pool.late > stop_limit:
                 stopped_early = True
@@ -377,7 +443,7 @@ class Simulation:
         if self._training_totals is None:
             self._close_training(self.horizon)
         assert self._training_totals is not None
-        useful, lost = self._training_totals
+        useful, lost, unsaved = self._training_totals
         return RunResult(
             name=self.controller.name,
             kind=self.controller.kind,
@@ -387,6 +453,12 @@ class Simulation:
             free_chip_s=self.free_chip_s,
             training_useful_chip_s=useful,
             training_lost_chip_s=lost,
+            training_unsaved_chip_s=unsaved,
+            rejected_requests=pool.rejected,
+            abandoned_requests=pool.abandoned,
+            routing=self.routing,
+            preemption_times=self.preemption_times,
+            quota=self.quota,
             scale_actions=self.scale_actions,
             preemptions=self.preemptions,
             timeline=self.timeline,
@@ -488,12 +560,19 @@ class PolicyController:
             self.pipeline.scrape(now, gauges)
             return now + self.pipe_spec.scrape_interval_seconds
 
+        preemptible = self.compiled.policy.spec.preemptible
+
+        def selected(job: kueue.TrainingJob) -> bool:
+            return any(p.namespace == job.namespace
+                       and all(job.labels.get(k) == v for k, v in p.selector.match_labels.items())
+                       for p in preemptible)
+
         def evaluate(now: float) -> float:
             obs = Observation(
                 target=target,
                 replicas=sim.replica_status(now),
                 signals=self.pipeline.visible(now),
-                training=sim.training_workloads(now),
+                training=sim.training_workloads(now, selected),
                 quota=sim.quota_status(),
             )
             decisions, state = self.compiled.decide(obs, self.state, now)
