@@ -1,8 +1,9 @@
-"""Quality of our recommended policies on both shared traces, against HPA, static-peak and the oracle.
+"""Quality of our recommended policies on both bundled traces, on the yardstick of ``autoscaler simulate``.
 
-Run: ``python -m bench.sim_quality`` from the project root (both traces are bundled). Prints the table of
-each trace and, per goal, whether it is met: ≥ 99 % SLO attainment at ≤ 1.15× the oracle's
-accelerator-hours, better than ``hpa`` on attainment and cost at once, training goodput ≥ 0.9.
+Run: ``python -m bench.sim_quality`` from a plain clone (both traces are bundled). Prints each trace's table
+(every baseline, the oracle re-solved at each row's attainment, the lower bound) and, per goal, whether it
+is met: ≥ 99 % SLO attainment at ≤ 1.15× the oracle's accelerator-hours at that attainment, at least as good
+as ``hpa-tuned`` (the best HPA, tuned with hindsight) on attainment and cost at once, training goodput ≥ 0.9.
 """
 
 from __future__ import annotations
@@ -34,12 +35,15 @@ def main() -> int:
         print(f"\n== {name} trace on {c['name']} ({c['profile']}, cold start {c['cold_start_s']:g}s), "
               f"SLO TTFT ≤ {out.slo_ttft_s:g}s")
         print(report.table(rows))
-        ours, hpa = rows[pols[0][0]], rows["hpa"]
+        print(f"lower bound at the SLO target: {out.summary['lower_bound_accelerator_hours']:.2f} accel-h; "
+              f"routing {out.summary['routing']}; feasibility {out.summary['feasibility']}")
+        ours, tuned = rows[pols[0][0]], rows["hpa-tuned"]
+        ratio = ours["cost_vs_oracle"]
         goals = {
             "attainment ≥ 99%": ours["slo_attainment"] >= 0.99,
-            "cost ≤ 1.15× oracle": ours["cost_vs_oracle"] <= 1.15,
-            "beats hpa on attainment and cost": ours["slo_attainment"] > hpa["slo_attainment"]
-            and ours["serving_accelerator_hours"] < hpa["serving_accelerator_hours"],
+            "cost ≤ 1.15× oracle at equal SLO": ratio is not None and ratio <= 1.15,
+            "at least as good as hpa-tuned on attainment and cost": ours["slo_attainment"] >= tuned["slo_attainment"]
+            and ours["serving_accelerator_hours"] <= tuned["serving_accelerator_hours"],
             "training goodput ≥ 0.9": (ours["training_goodput"] or 0) >= 0.9,
         }
         for goal, ok in goals.items():

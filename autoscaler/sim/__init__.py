@@ -6,4 +6,4 @@ perfect-foresight oracle. Policies decide through ``autoscaler.core``, exactly a
 
 #: The baselines ``autoscaler simulate`` scores policies against (``baselines`` builds them). Here, not in
 #: ``baselines``, so that the command line lists them without importing the policy models.
-BASELINES = ("static-peak", "hpa", "kueue-only", "oracle")
+BASELINES = ("static-peak", "hpa", "hpa-tuned", "keda", "kueue-only", "oracle")

@@ -57,7 +57,7 @@ _LIVE = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
 class Requests:
     """The trace as the pool sees it, and what happened to each request (parallel lists)."""
 
-    __slots__ = ("arrival", "done", "first_token", "inputs", "outputs", "outcome")
+    __slots__ = ("arrival", "done", "first_token", "inputs", "outcome", "outputs")
 
     def __init__(self, arrival: list[float], inputs: list[int], outputs: list[int]) -> None:
         self.arrival = arrival

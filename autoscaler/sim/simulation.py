@@ -222,7 +222,7 @@ class Simulation:
             self._admit_serving(t)
             self._admit_training(t)
 
-        self.every(release_at, lambda t: release(t))
+        self.every(release_at, release)
 
     def _admit_serving(self, now: float) -> None:
         """Admit pending replicas in creation order while quota allows; preempt (Kueue) for the rest.

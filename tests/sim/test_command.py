@@ -14,6 +14,7 @@ from tests.sim.conftest import CODE, CONV, ROOT, TPU_CLUSTER, shared_trace
 KEYS = {
     "slo_attainment", "ttft_p50_s", "ttft_p99_s", "serving_accelerator_hours", "cost_vs_oracle",
     "training_useful_chip_hours", "training_lost_chip_hours", "training_goodput", "scale_actions", "preemptions",
+    "oracle_hours_at_equal_slo", "rejected_requests", "training_unsaved_chip_hours",
 }
 
 
@@ -31,9 +32,17 @@ def test_no_arguments_runs_the_bundled_default(tmp_path: Path, monkeypatch: pyte
     summary = _summary(out)
     policies = summary["policies"]
     assert isinstance(policies, dict)
-    assert set(policies) == {"static-peak", "hpa", "kueue-only", "recommended"}
+    assert list(policies) == ["static-peak", "hpa", "hpa-tuned", "keda", "kueue-only", "recommended"]
     for row in [*policies.values(), summary["oracle"]]:
         assert set(row) >= KEYS
+    assert [n for n, row in policies.items() if row["tuned_with_hindsight"]] == ["hpa-tuned"]
+    assert summary["routing"] == "service"
+    feas, orc, bound = summary["feasibility"], summary["oracle"], summary["lower_bound_accelerator_hours"]
+    assert isinstance(feas, dict)
+    assert isinstance(orc, dict)
+    assert isinstance(bound, float)
+    assert set(feas) == {"prefill_over_slo_fraction", "over_context_fraction"}
+    assert 0 < bound < orc["serving_accelerator_hours"]
     trace = summary["trace"]
     assert isinstance(trace, dict)
     assert trace["name"] == "AzureLLMInferenceTrace_conv"
@@ -43,8 +52,10 @@ def test_no_arguments_runs_the_bundled_default(tmp_path: Path, monkeypatch: pyte
     assert {e["policy"] for e in events} >= {"hpa", "recommended", "oracle"}
     assert all(e["from"] != e["to"] and e["reason"] for e in events)
     stdout = capsys.readouterr().out
-    for name in ("static-peak", "hpa", "kueue-only", "recommended", "oracle"):
+    for name in ("static-peak", "hpa", "hpa-tuned", "keda", "kueue-only", "recommended", "oracle"):
         assert f"\n{name} " in stdout
+    # The feasibility report comes before the table.
+    assert stdout.index("feasibility on") < stdout.index("\npolicy ")
 
 
 @pytest.mark.parametrize(

@@ -1,67 +1,173 @@
-"""The oracle is a lower bound in practice: on both shared traces no online controller is cheaper at equal or
-better SLO attainment, and the oracle meets its attainment target."""
+"""The yardstick can fail: on both bundled traces no simple competitor is cheaper than the oracle at equal or
+better attainment, a weakened oracle search is caught by that very check, and the lower bound is below every
+run (competitors and every schedule the oracle simulated).
+
+Twenty-minute windows of each trace keep this to tens of seconds; the weakened-search test shows they still
+discriminate.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile.loader import load_file
+from autoscaler.sim import baselines, oracle, runner, traces
 from autoscaler.sim import cluster as cluster_mod
-from autoscaler.sim import oracle, runner
-from autoscaler.sim.simulation import FixedController, Simulation
-from tests.sim.conftest import CODE, CONV, ROOT, TPU_CLUSTER, shared_trace
+from autoscaler.sim.simulation import Controller, FixedController, PolicyController, Simulation
+from tests.sim.conftest import CODE, CONV, ROOT, TPU_CLUSTER
 
-CASES = [
-    pytest.param(CONV, None, ROOT / "policies" / "recommended.yaml", True, id="conv-l4-tgi"),
-    # On the bursty code trace HPA is cheaper than our policy only because it under-provisions (≈ 80 %
-    # attainment); ours buys its ≥ 99 % with standing capacity (docs/simulate.md).
-    pytest.param(CODE, TPU_CLUSTER, ROOT / "policies" / "recommended-jetstream.yaml", False, id="code-tpu-jetstream"),
-]
+WINDOW_S = 1200.0
+#: The comparison is asserted where serving is the point. Far below the SLO target (an HPA so lax that it
+#: serves a quarter of the requests) a bang-bang controller can undercut the schedule family: the oracle
+#: is a yardstick for attainments near the target, not for collapsed runs (docs/simulate.md).
+ATTAINMENT_FLOOR = 0.9
 
 
-@pytest.mark.parametrize(("trace", "cluster_file", "policy", "cheaper_than_hpa"), CASES)
-def test_no_online_controller_beats_the_oracle(
-    trace: Path, cluster_file: Path | None, policy: Path, cheaper_than_hpa: bool
-) -> None:
-    ours_policy = load_file(policy)[0]
-    # Variants of our policy sized tighter and looser are online controllers too.
-    variants = []
-    for factor in (0.8, 1.25):
-        doc = ours_policy.model_dump(by_alias=True, exclude_none=True)
-        doc["metadata"]["name"] = f"variant-{factor:g}"
+@dataclass
+class Run:
+    name: str
+    attainment: float
+    chip_s: float
+    initial: int
+
+
+@dataclass
+class Scenario:
+    cluster: cluster_mod.Cluster
+    pool: cluster_mod.PoolSpec
+    trace: traces.Trace
+    slo: float
+    target: float
+    n0: int
+    competitors: list[Run]
+
+
+def _variants(policy: ScalingPolicy) -> list[ScalingPolicy]:
+    """Our policy with its sizing parameter ±20 % (online controllers too)."""
+    out = []
+    for factor in (0.8, 1.2):
+        doc = policy.model_dump(by_alias=True, exclude_none=True, mode="json")
+        doc["metadata"]["name"] = f"{policy.metadata.name}-x{factor:g}"
         doc["spec"]["policy"]["capacityPerReplica"] *= factor
-        variants.append((doc["metadata"]["name"], ScalingPolicy.model_validate(doc)))
-    opts = runner.Options(
-        requests=shared_trace(trace), cluster=cluster_file,
-        policies=[(ours_policy.metadata.name, ours_policy), *variants],
-    )
-    out = runner.run(opts)
-    orc = out.summary["oracle"]
-    assert orc["met_target"], "the oracle meets the attainment target on both traces"
-    assert orc["slo_attainment"] >= out.summary["slo"]["attainment_target"]
-    rows = dict(out.summary["policies"])
-    # Every constant replica count is an online controller too. From the oracle's peak up, a constant count
-    # holds at least as many replicas as the oracle at every moment, so only the counts below can be cheaper.
-    pool = out.cluster.spec.pools[0]
-    for n in range(pool.min_replicas, orc["peak_replicas"]):
-        res = Simulation(cluster=out.cluster, trace=out.trace, controller=FixedController(f"fixed-{n}", n)).run()
-        rows[f"fixed-{n}"] = {
-            "slo_attainment": oracle.attainment(res, out.slo_ttft_s),
-            "serving_accelerator_hours": res.serving_chip_s / 3600,
-        }
-    for name, row in rows.items():
-        if row["slo_attainment"] >= orc["slo_attainment"]:
-            assert row["serving_accelerator_hours"] >= orc["serving_accelerator_hours"], (
-                f"{name} is cheaper than the oracle at equal or better SLO attainment: {row} vs {orc}"
-            )
-    ours = rows[opts.policies[0][0]]
-    assert ours["slo_attainment"] >= out.summary["slo"]["attainment_target"]
-    assert ours["slo_attainment"] > rows["hpa"]["slo_attainment"]
-    if cheaper_than_hpa:
-        assert ours["serving_accelerator_hours"] < rows["hpa"]["serving_accelerator_hours"]
+        out.append(ScalingPolicy.model_validate(doc))
+    return out
+
+
+def _scenario(trace_path: Path, cluster_file: Path | None, policy_file: Path) -> Scenario:
+    cluster = cluster_mod.load(cluster_file)
+    pool = cluster.spec.pools[0]
+    trace = traces.reshape(traces.load(trace_path), duration_s=WINDOW_S)
+    slo, target = cluster.spec.slo.ttft_seconds, cluster.spec.slo.attainment
+    # Every competitor starts with the fleet the oracle's family needs over the first cold start.
+    n0 = oracle.warm_fleet(trace, cluster, pool)
+
+    def simulate(name: str, ctl: Controller) -> Run:
+        res = Simulation(cluster=cluster, trace=trace, pool=pool, controller=ctl, initial_replicas=n0).run()
+        return Run(name, oracle.attainment(res, slo), res.serving_chip_s, n0)
+
+    hi = min(pool.max_replicas, cluster.spec.quota.nominal // cluster.chips_per_replica(pool))
+    runs = [simulate(f"fixed-{n}", FixedController(f"fixed-{n}", n)) for n in range(pool.min_replicas, hi + 1)]
+    server = cluster.profile(pool).server
+    for preset, lo, top, _ in baselines.TUNED_METRICS[server]:
+        for share in (0.1, 0.3, 0.6):
+            value = round(lo + share * (top - lo), 2)
+            name = f"hpa-{preset.replace('_', '-')}-{value:g}"
+            pol = baselines.hpa_policy(cluster, pool, preset=preset, target=value, name=name)
+            runs.append(simulate(pol.metadata.name, PolicyController(compile_policy(pol), cluster.pipeline_for("hpa"),
+                                                                     "hpa")))
+    ours = load_file(policy_file)[0]
+    for pol in (ours, *_variants(ours)):
+        runs.append(simulate(pol.metadata.name, PolicyController(compile_policy(pol), cluster.pipeline_for(
+            pol.metadata.name), "default")))
+    return Scenario(cluster, pool, trace, slo, target, n0, runs)
+
+
+@pytest.fixture(scope="module", params=[
+    pytest.param((CONV, None, ROOT / "policies" / "recommended.yaml"), id="conv-l4-tgi"),
+    pytest.param((CODE, TPU_CLUSTER, ROOT / "policies" / "recommended-jetstream.yaml"), id="code-tpu-jetstream"),
+])
+def scenario(request: pytest.FixtureRequest) -> Scenario:
+    trace_path, cluster_file, policy_file = request.param
+    return _scenario(trace_path, cluster_file, policy_file)
+
+
+def _search(sc: Scenario, *, weak: bool = False) -> oracle.Search:
+    # The oracle starts with the competitors' fleet: the comparison is at equal footing.
+    if weak:
+        # One window length, a narrow utilization range, coarse steps and no constant fleets.
+        return oracle.Search(cluster=sc.cluster, trace=sc.trace, pool=sc.pool, slo_ttft_s=sc.slo,
+                             initial_replicas=sc.n0, windows_s=(120.0,), u_range=(0.5, 0.8), u_resolution=0.5,
+                             constant_fleets=False)
+    return oracle.Search(cluster=sc.cluster, trace=sc.trace, pool=sc.pool, slo_ttft_s=sc.slo, initial_replicas=sc.n0)
+
+
+def violations(search: oracle.Search, sc: Scenario) -> list[str]:
+    """Competitors cheaper than the oracle at equal or better attainment, solved as ``simulate`` solves it:
+    the full search at the SLO target, then a re-solve at each competitor's own attainment."""
+    search.solve(sc.target)
+    out = []
+    for run in sc.competitors:
+        if run.attainment < ATTAINMENT_FLOOR:
+            continue
+        orc = search.solve(run.attainment, windows=runner.RESOLVE_WINDOWS)
+        if not orc.met_target:
+            out.append(f"{run.name}: attainment {run.attainment:.4f} that no oracle schedule reaches "
+                       f"(best {orc.candidate.attainment:.4f})")
+        elif orc.candidate.chip_s > run.chip_s + 1e-6:
+            out.append(f"{run.name}: {run.chip_s / 3600:.3f} accel-h at {run.attainment:.4f}, oracle "
+                       f"{orc.candidate.chip_s / 3600:.3f} at {orc.candidate.attainment:.4f}")
+    return out
+
+
+def test_no_competitor_is_cheaper_than_the_oracle_at_equal_attainment(scenario: Scenario) -> None:
+    assert len(scenario.competitors) >= 10
+    assert sum(r.attainment >= ATTAINMENT_FLOOR for r in scenario.competitors) >= 6
+    found = violations(_search(scenario), scenario)
+    assert found == [], "\n".join(found)
+
+
+def test_a_weakened_oracle_search_fails_the_check(scenario: Scenario) -> None:
+    """The check above can fail: one window length, a narrow utilization range, coarse steps and no constant
+    fleets make the oracle dearer than some competitor."""
+    assert violations(_search(scenario, weak=True), scenario) != []
+
+
+def test_the_lower_bound_is_below_every_run(scenario: Scenario) -> None:
+    search = _search(scenario)
+    search.solve(scenario.target)
+    for run in scenario.competitors:
+        search.solve(run.attainment, windows=runner.RESOLVE_WINDOWS)
+    runs = [*scenario.competitors, *(
+        Run(f"oracle {c.window_s:g}s u={c.utilization:.3f}", c.attainment, c.chip_s, search.initial_for(c.schedule))
+        for c in search._by_schedule.values() if c.exact
+    )]
+    assert len(runs) > len(scenario.competitors)
+    for run in runs:
+        bound = oracle.lower_bound_chip_s(trace=scenario.trace, cluster=scenario.cluster, pool=scenario.pool,
+                                          slo_ttft_s=scenario.slo, target=run.attainment,
+                                          initial_replicas=run.initial)
+        assert 0 < bound <= run.chip_s, f"{run.name}: bound {bound / 3600:.3f} h > {run.chip_s / 3600:.3f} h"
+
+
+def test_lower_bound_counts_the_work_and_grows_with_attainment() -> None:
+    """A hand-checkable case: one replica's worth of requests; dropping misses lowers the bound."""
+    cluster = cluster_mod.load()
+    pool = cluster.spec.pools[0]
+    prof = cluster.profile(pool)
+    n = 100
+    tr = traces.Trace("t", [float(i) for i in range(n)], [int(prof.prefill_tokens_per_second // 10)] * n, [1] * n)
+    # Each request: 0.1 s of prefill, no decode; H = 99 s, SLO 2 s: the 98 arriving by 97 s count.
+    b = oracle.lower_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                  initial_replicas=1)
+    assert b == pytest.approx(cluster.chips_per_replica(pool) * 98 * 0.1)
+    lower = oracle.lower_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=0.9,
+                                      initial_replicas=1)
+    assert lower == pytest.approx(cluster.chips_per_replica(pool) * 88 * 0.1)
 
 
 def test_schedule_starts_a_cold_start_early_and_keeps_short_gaps() -> None:
