@@ -310,9 +310,15 @@ class Controller:
             self.telemetry.decisions.labels(cp.name, d.reason.value).inc()
             if isinstance(d, ScaleDecision):
                 self.telemetry.desired.labels(cp.name).set(d.desired)
+                self.telemetry.current.labels(cp.name).set(d.current)
                 for sig in d.signals.values():
                     if sig.age_s is not None:
                         self.telemetry.signal_age.labels(cp.name, sig.name).set(sig.age_s)
+                    if sig.ok and sig.value is not None:
+                        self.telemetry.signal_value.labels(cp.name, sig.name).set(sig.value)
+                    else:  # unknown is never a number on a dashboard (it is never idle either)
+                        with contextlib.suppress(KeyError):
+                            self.telemetry.signal_value.remove(cp.name, sig.name)
                 log.info("decision", reason=d.reason.value, message=d.message, current=d.current,
                          desired=d.desired, dry_run=self.dry_run,
                          signals={n: s.value for n, s in d.signals.items()})

@@ -61,6 +61,14 @@ class Telemetry:
         self.desired = Gauge(
             "autoscaler_desired_replicas", "Replicas the last decision wanted.", ["policy"], registry=r
         )
+        self.current = Gauge(
+            "autoscaler_current_replicas", "The target's replicas the last decision started from.", ["policy"],
+            registry=r,
+        )
+        self.signal_value = Gauge(
+            "autoscaler_signal_value", "The value last acted on, per policy and signal (absent while unknown).",
+            ["policy", "signal"], registry=r,
+        )
         self.policies = Gauge("autoscaler_policies_loaded", "Policies in force.", registry=r)
         self.reloads = Counter(
             "autoscaler_policy_reloads", "Policy directory reloads by result (ok, invalid).", ["result"],

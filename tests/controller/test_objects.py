@@ -81,6 +81,10 @@ async def test_an_object_scales_and_its_status_says_what_and_why(
         "ScalingLimited": ("False", "DesiredWithinRange"), "MetricsKnown": ("True", "AllSignalsKnown"),
         "OwnershipConflict": ("False", "NoConflict"), "TrainingHeldDown": ("True", "DeactivateTraining"),
     }
+    metrics = rt.telemetry.exposition().decode()  # what the dashboard's desired-vs-current and signals panels read
+    assert 'autoscaler_current_replicas{policy="tgi-gemma"} 1.0' in metrics
+    assert 'autoscaler_desired_replicas{policy="tgi-gemma"} 2.0' in metrics
+    assert 'autoscaler_signal_value{policy="tgi-gemma",signal="queue"} 15.0' in metrics
     status_writes = [r for r in kube.writes() if r.path.endswith("/status") and "scalingpolicies" in r.path]
     assert len(status_writes) == 1
     assert status_writes[0].content_type == "application/merge-patch+json"
@@ -122,6 +126,7 @@ async def test_unknown_metrics_show_in_the_conditions(
     assert st["desiredReplicas"] == st["currentReplicas"] == 1
     assert st["signals"][0]["state"] != "ok"
     assert "value" not in st["signals"][0]
+    assert "autoscaler_signal_value{" not in rt.telemetry.exposition().decode()  # unknown is no number
 
 
 @pytest.mark.parametrize(
