@@ -112,4 +112,5 @@ def test_panels_are_laid_out_and_use_the_datasource_variable() -> None:
             continue
         assert p["targets"], p["title"]
         assert p["datasource"]["uid"] == "${datasource}"
-        assert 0 <= p["gridPos"]["x"] and p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
+        assert p["gridPos"]["x"] >= 0
+        assert p["gridPos"]["x"] + p["gridPos"]["w"] <= 24
