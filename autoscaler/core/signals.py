@@ -2,31 +2,24 @@
 
 A reading is unknown when it is missing, came with a source error, is NaN, infinite or negative, has no
 timestamp, is older than its ``maxAgeSeconds`` or stamped too far in the future. Composite signals
-(``expr``) are evaluated with ``simpleeval`` over the usable values (never ``eval``):
+(``expr``) are parsed and evaluated by ``expressions`` (bounded size and depth, floating point only, never
+``eval``) over the usable values:
 
 - a composite that depends on an unknown signal is itself unknown (the reasons are carried along);
 - division or modulo by zero, a domain error (``sqrt(-1)``), an overflow, or a result that is NaN, infinite
   or negative makes the composite unknown, never zero;
-- powers are computed in floating point (``math.pow``), so ``10**10**10`` fails at once with an overflow
-  instead of building a gigantic integer (simpleeval's own ``MAX_POWER`` guard still lets
-  ``3999999**3999999`` through, which takes minutes);
-- the spec already rejects attribute access, subscripts, lambdas, strings and unknown functions when the
-  policy loads (``spec._check_expression``); the evaluator here allows only the same operators, as a second
-  line of defence.
+- the judge parses each expression with the same limits the validator applies, so a policy that bypassed
+  validation (``model_construct``) cannot make an evaluation expensive either: its composite is unknown.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from simpleeval import InvalidExpression, SimpleEval
-
-from autoscaler.core import catalog
+from autoscaler.core import catalog, expressions
 from autoscaler.core.model import ReplicaStatus, SignalReading, SignalState, SignalValue
 from autoscaler.core.spec import SignalSpec, Spec
 
@@ -60,45 +53,6 @@ def combine(values: Sequence[float], how: catalog.Combine) -> float:
     if how == "max":
         return max(values)
     return min(values)
-
-
-def _clamp(value: float, low: float, high: float) -> float:
-    return max(low, min(high, value))
-
-
-def _float_pow(base: float, exponent: float) -> float:
-    # math.pow works on floats: an overflow raises at once, where int ** int would compute for minutes.
-    return math.pow(base, exponent)
-
-
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "max": max,
-    "min": min,
-    "abs": abs,
-    "ceil": math.ceil,
-    "floor": math.floor,
-    "sqrt": math.sqrt,
-    "clamp": _clamp,
-}
-
-#: Exactly the operators ``spec._check_expression`` admits; anything else fails in the evaluator too.
-_OPERATORS: dict[type, Callable[..., Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: _float_pow,
-    ast.USub: operator.neg,
-    ast.UAdd: operator.pos,
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-}
 
 
 def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: float) -> SignalValue:
@@ -212,7 +166,8 @@ def _owner(pod: str, names: set[str], workers: bool) -> str | None:
 
 
 #: A composite signal as ``SignalJudge`` evaluates it: expression, parsed tree, names used, explicit max age.
-_Composite = tuple[str, ast.expr, set[str], float | None]
+#: The tree is the error text instead when the expression is refused (a spec that bypassed validation).
+_Composite = tuple[str, ast.expr | str, set[str], float | None]
 
 
 @dataclass(frozen=True)
@@ -225,7 +180,7 @@ class SignalJudge:
     """
 
     spec: Spec
-    _parsed: dict[str, ast.expr] = field(init=False, repr=False, compare=False)
+    _parsed: dict[str, ast.expr | str] = field(init=False, repr=False, compare=False)
     _uses: dict[str, set[str]] = field(init=False, repr=False, compare=False)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _plan: tuple[tuple[str, float, _Composite | None], ...] = field(init=False, repr=False, compare=False)
@@ -234,7 +189,7 @@ class SignalJudge:
     def __post_init__(self) -> None:
         composites = [s for s in self.spec.signals if s.expr is not None]
         # Frozen dataclass: derived fields are set once here (parsing is the costly part of an evaluation).
-        object.__setattr__(self, "_parsed", {s.name: ast.parse(s.expr or "", mode="eval").body for s in composites})
+        object.__setattr__(self, "_parsed", {s.name: _parse(s.expr or "") for s in composites})
         object.__setattr__(self, "_uses", {s.name: s.expression_names() for s in composites})
         object.__setattr__(self, "_order", tuple(_evaluation_order(self.spec)))
         default_age = self.spec.metric_safety.max_age_seconds
@@ -328,39 +283,31 @@ def _evaluation_order(spec: Spec) -> list[str]:
 
 
 def evaluate_expression(expr: str, names: Mapping[str, float], tree: ast.expr | None = None) -> float:
-    """Evaluate ``expr`` over ``names`` with the restricted evaluator.
+    """Evaluate ``expr`` over ``names`` (see ``expressions.evaluate``); ``ValueError`` with the cause."""
+    if tree is None:
+        try:
+            tree = expressions.parse(expr)
+        except ValueError as exc:
+            raise ValueError(f"{expr[:60]!r} failed: {exc}") from None
+    return expressions.evaluate(expr, names, tree)
 
-    Raises ``ValueError`` (with the cause) when the expression cannot give a usable number: division by
-    zero, domain error, overflow, a construct the evaluator refuses, or a NaN/infinite/negative result.
-    """
-    evaluator = SimpleEval(operators=_OPERATORS, functions=_FUNCTIONS, names=dict(names))
+
+def _parse(expr: str) -> ast.expr | str:
     try:
-        result = evaluator.eval(expr, previously_parsed=tree)
-    except ZeroDivisionError:
-        raise ValueError(f"division by zero in {expr!r}") from None
-    except (ArithmeticError, ValueError, TypeError, InvalidExpression, KeyError, RecursionError) as exc:
-        raise ValueError(f"{expr!r} failed: {exc}") from None
-    if isinstance(result, bool):
-        result = float(result)
-    if not isinstance(result, int | float):
-        raise ValueError(f"{expr!r} gave {result!r}, not a number")
-    try:
-        value = float(result)
-    except OverflowError:
-        # An integer result too large for a float (e.g. a product of huge literals).
-        raise ValueError(f"{expr!r} gave a number too large") from None
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise ValueError(f"{expr!r} gave {value!r}")
-    return value
+        return expressions.parse(expr)
+    except ValueError as exc:
+        return str(exc)
 
 
 def _evaluate(
-    name: str, expr: str, tree: ast.expr, uses: set[str], values: Mapping[str, SignalValue]
+    name: str, expr: str, tree: ast.expr | str, uses: set[str], values: Mapping[str, SignalValue]
 ) -> SignalValue:
     unknown = sorted(u for u in uses if not values[u].ok)
     if unknown:
         why = "; ".join(f"{u}: {values[u].reason}" for u in unknown)
         return SignalValue(name, SignalState.UNKNOWN, None, f"depends on unknown signal(s): {why}")
+    if isinstance(tree, str):
+        return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: {tree}")
     names = {u: float(values[u].value or 0.0) for u in uses}
     ages = [a for u in uses if (a := values[u].age_s) is not None]
     try:

@@ -20,7 +20,7 @@ class PrometheusSourceSpec(SpecModel):
     cluster: str | None = Field(
         default=None, description="Add cluster=\"...\" to preset queries (a Prometheus shared by clusters)."
     )
-    timeout_seconds: float = Field(default=5.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0, le=300)
 
 
 class GmpSourceSpec(SpecModel):
@@ -32,7 +32,7 @@ class GmpSourceSpec(SpecModel):
     cluster: str | None = Field(
         default=None, description="GKE cluster name: preset queries add cluster=\"...\" (GMP is project-wide)."
     )
-    timeout_seconds: float = Field(default=5.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0, le=300)
 
 
 class CloudMonitoringSourceSpec(SpecModel):
@@ -41,7 +41,7 @@ class CloudMonitoringSourceSpec(SpecModel):
     type: Literal["cloud-monitoring"]
     project: str
     cluster: str | None = Field(default=None, description="Restrict to this GKE cluster name.")
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
 
 
 class PodsSourceSpec(SpecModel):
@@ -52,7 +52,7 @@ class PodsSourceSpec(SpecModel):
     port: int | None = Field(default=None, ge=1, le=65535, description="Metrics port on the pods.")
     path: str = "/metrics"
     scheme: Literal["http", "https"] = "http"
-    timeout_seconds: float = Field(default=2.0, gt=0)
+    timeout_seconds: float = Field(default=2.0, gt=0, le=300)
 
 
 SourceSpec = Annotated[

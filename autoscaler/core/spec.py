@@ -7,7 +7,6 @@ Unknown fields are rejected everywhere (``extra="forbid"``).
 
 from __future__ import annotations
 
-import ast
 import difflib
 import keyword
 from typing import Annotated, Literal
@@ -15,21 +14,21 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from autoscaler.core import catalog
+from autoscaler.core import catalog, expressions
 from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.policies.hpa import HpaPolicyConfig
 from autoscaler.core.policies.kpa import KpaPolicyConfig
 from autoscaler.core.policies.queue import QueuePolicyConfig
 from autoscaler.core.policies.slo import SloPolicyConfig
 from autoscaler.core.sourcespec import SourceSpec
-from autoscaler.core.specbase import FieldError, SpecModel
+from autoscaler.core.specbase import MAX_REPLICAS, FieldError, SpecModel
 
 API_VERSION = "autoscaler.dev/v1alpha1"
 SIGNAL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
 #: Functions a composite signal expression may call (besides arithmetic).
-EXPRESSION_FUNCTIONS = ("max", "min", "abs", "ceil", "floor", "sqrt", "clamp")
+EXPRESSION_FUNCTIONS = expressions.FUNCTION_NAMES
 
 #: Signal presets, from the one catalog (``core.catalog``). The spec stores only the name; listing them lets
 #: ``autoscaler validate`` (and the JSON Schema) reject a misspelt preset before a controller ever starts.
@@ -77,7 +76,7 @@ class SignalSpec(SpecModel):
         description="total: the value is for the whole target; perReplica: an average per replica.",
     )
     max_age_seconds: float | None = Field(
-        default=None, gt=0, description="Older samples are unknown. Default spec.metricSafety."
+        default=None, ge=1, le=86400, description="Older samples are unknown. Default spec.metricSafety."
     )
     min_reporting_fraction: float | None = Field(
         default=None,
@@ -113,7 +112,7 @@ class SignalSpec(SpecModel):
     @classmethod
     def _valid_expression(cls, value: str | None) -> str | None:
         if value is not None:
-            _check_expression(value)
+            expressions.parse(value)  # the limits and constructs: see autoscaler.core.expressions
         return value
 
     @model_validator(mode="after")
@@ -132,37 +131,10 @@ class SignalSpec(SpecModel):
         """Names of the signals an ``expr`` refers to (empty for other signals)."""
         if self.expr is None:
             return set()
-        tree = ast.parse(self.expr, mode="eval")
-        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-        calls = {
-            n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-        }
-        return names - calls
-
-
-_ALLOWED_NODES = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Name, ast.Load, ast.Constant,
-    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd,
-    ast.IfExp, ast.Compare, ast.Gt, ast.GtE, ast.Lt, ast.LtE, ast.Eq, ast.NotEq, ast.BoolOp, ast.And, ast.Or,
-)
-
-
-def _check_expression(expr: str) -> None:
-    try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError as exc:
-        raise ValueError(f"expression {expr!r} is not valid: {exc.msg}") from None
-    for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED_NODES):
-            raise ValueError(f"expression {expr!r} uses {type(node).__name__}, which is not allowed")
-        if isinstance(node, ast.Call) and (
-            not isinstance(node.func, ast.Name) or node.func.id not in EXPRESSION_FUNCTIONS
-        ):
-            raise ValueError(
-                f"expression {expr!r} calls an unknown function; allowed: {', '.join(EXPRESSION_FUNCTIONS)}"
-            )
-        if isinstance(node, ast.Constant) and not isinstance(node.value, int | float):
-            raise ValueError(f"expression {expr!r} may only contain numbers, not {node.value!r}")
+        try:
+            return expressions.names(expressions.parse(self.expr))
+        except ValueError:
+            return set()  # only a spec that bypassed validation gets here; its composite is judged unknown
 
 
 class FallbackSpec(SpecModel):
@@ -179,7 +151,10 @@ class FallbackSpec(SpecModel):
         "static"
     )
     replicas: int | None = Field(
-        default=None, ge=0, description="Replica count for static, currentReplicasIfHigher and currentReplicasIfLower."
+        default=None,
+        ge=0,
+        le=MAX_REPLICAS,
+        description="Replica count for static, currentReplicasIfHigher and currentReplicasIfLower.",
     )
 
     @model_validator(mode="after")
@@ -192,7 +167,7 @@ class FallbackSpec(SpecModel):
 class MetricSafetySpec(SpecModel):
     """Missing, stale, NaN, infinite or negative values are unknown, never zero; unknown means hold."""
 
-    max_age_seconds: float = Field(default=120.0, gt=0, description="Default per-signal age limit.")
+    max_age_seconds: float = Field(default=120.0, ge=1, le=86400, description="Default per-signal age limit.")
     fallback: FallbackSpec | None = None
 
 
@@ -207,7 +182,7 @@ class ScaleToZeroSpec(SpecModel):
     enabled: bool = False
     activation: ActivationSpec | None = None
     idle_seconds: float = Field(
-        default=300.0, ge=0, description="The signal must stay at or below the threshold this long."
+        default=300.0, ge=0, le=86400, description="The signal must stay at or below the threshold this long."
     )
 
     @model_validator(mode="after")
@@ -253,10 +228,10 @@ PolicyConfig = Annotated[
 
 class Spec(SpecModel):
     target: TargetSpec
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(ge=1)
+    min_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
     evaluation_period_seconds: float = Field(
-        default=15.0, gt=0, description="Default 15 s, the HPA sync period."
+        default=15.0, ge=1, le=3600, description="Default 15 s, the HPA sync period; 1 s to 1 h."
     )
     source: SourceSpec | None = Field(default=None, description="Default source for the signals.")
     signals: list[SignalSpec] = Field(min_length=1)

@@ -1,11 +1,92 @@
-"""The base of every policy-language model: camelCase field names, unknown fields rejected, immutable."""
+"""The base of every policy-language model: camelCase field names, unknown fields rejected, immutable, and
+numbers that can be meant.
 
-from pydantic import BaseModel, ConfigDict
+Every number field of every model (policies, the controller config, the simulator's files) refuses, at the
+field's own FILE:LINE:COL:
+
+- a boolean (``evaluationPeriodSeconds: true`` would otherwise be read as 1 second);
+- NaN and infinities (``.inf``, ``.nan``; ``averageValue: .inf`` made replay crash with OverflowError);
+- a magnitude above ``MAX_NUMBER`` (``1e300``). Kubernetes quantities stop near 9.2e15 milli-units
+  (int64), so no target, threshold or count of ours is meant above 10^15.
+
+Fields with a tighter meaning (periods, replica counts) add their own bounds where they are declared.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
+
+#: The largest magnitude any number in a policy or config file may have.
+MAX_NUMBER = 1e15
+#: The largest replica count (``maxReplicas``, fallback replicas): GKE's largest cluster has 65,000 nodes.
+MAX_REPLICAS = 100_000
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether ``annotation`` admits an int or a float (through Optional and unions)."""
+    if annotation in (int, float):
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        return any(_numeric(a) for a in typing.get_args(annotation))
+    return False
 
 
 class SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_that_can_be_meant(cls, data: Any) -> Any:
+        # A model validator rather than a field validator on "*": pydantic forbids "before" validators on
+        # the discriminator fields ("type") that "*" would include. FieldError points at the field's line.
+        if isinstance(data, dict):
+            for key, admits_bool in _number_fields(cls).items():
+                if key in data:
+                    _check_number(data[key], key, admits_bool=admits_bool)
+        return data
+
+
+def _check_number(value: Any, key: str, *, admits_bool: bool) -> None:
+    if isinstance(value, str):
+        # YAML 1.1 reads `1e300` (no dot) as a string, which pydantic then parses as a number: check that number.
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return  # not a number at all: the field's own type check reports it
+    if isinstance(value, bool):
+        if not admits_bool:
+            raise FieldError(f"should be a number, not the boolean {str(value).lower()}", key)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise FieldError(f"should be a finite number, not {value}", key)
+    elif isinstance(value, int | float) and abs(value) > MAX_NUMBER:
+        raise FieldError(f"{value:.6g} is out of range; numbers here are at most {MAX_NUMBER:g} in magnitude", key)
+
+
+@functools.cache
+def _number_fields(cls: type[BaseModel]) -> dict[str, bool]:
+    """The input keys (alias and name) of ``cls``'s number fields, each with whether it also admits a bool."""
+    out: dict[str, bool] = {}
+    for name, field in cls.model_fields.items():
+        if _numeric(field.annotation):
+            for key in {name, field.alias or name}:
+                out[key] = _admits_bool(field.annotation)
+    return out
+
+
+def _admits_bool(annotation: Any) -> bool:
+    if annotation is bool:
+        return True
+    return any(_admits_bool(a) for a in typing.get_args(annotation))
 
 
 class FieldError(ValueError):

@@ -97,7 +97,7 @@ async def test_leader_handover_only_the_leader_acts(
 ) -> None:
     kube.add(objects.deployment(replicas=1))
     (tmp_path / "tgi.yaml").write_text(
-        tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False, period=0.2)
+        tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False, period=1)
     )
     a, b = elected(kube_client, tmp_path, "a"), elected(kube_client, tmp_path, "b")
     stop_a, stop_b = asyncio.Event(), asyncio.Event()

@@ -76,7 +76,9 @@ class ScalingPolicySpec(SpecModel):
 class ScalingRulesSpec(SpecModel):
     stabilization_window_seconds: int | None = Field(default=None, ge=0, le=3600)
     select_policy: Literal["Max", "Min", "Disabled"] | None = None
-    policies: list[ScalingPolicySpec] | None = None
+    policies: list[ScalingPolicySpec] | None = Field(
+        default=None, min_length=1, description="At least one when given (upstream HPA rejects an empty list)."
+    )
     tolerance: float | None = Field(default=None, ge=0, description="Per-direction tolerance (HPA 1.33+).")
 
 

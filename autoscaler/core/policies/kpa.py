@@ -34,8 +34,8 @@ class KpaPolicyConfig(SpecModel):
     type: Literal["kpa"]
     signal: str = Field(description="A total load signal (e.g. concurrent requests).")
     target_per_replica: float = Field(gt=0)
-    stable_window_seconds: float = Field(default=60.0, gt=0, le=3600)
-    panic_window_seconds: float = Field(default=6.0, gt=0)
+    stable_window_seconds: float = Field(default=60.0, ge=1, le=3600)
+    panic_window_seconds: float = Field(default=6.0, ge=1, le=3600)
     panic_threshold: float = Field(default=2.0, gt=1.0, description="Panic when panic-window demand ≥ this × current.")
     max_scale_up_rate: float = Field(
         default=1000.0, gt=1.0, description="At most ceil(rate × ready) replicas per evaluation (Knative 1000)."
