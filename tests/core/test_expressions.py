@@ -106,10 +106,20 @@ def test_refused_before_the_parser_recurses_even_deep_in_the_stack(expr: str) ->
         _at_depth(700, lambda: expressions.parse(expr))
 
 
-@pytest.mark.parametrize("fn", ["ceil", "floor"])
-def test_ceil_and_floor_return_floats(fn: str) -> None:
-    # math.ceil returns an int, and ints grow without bound under * and **.
-    assert type(expressions.evaluate(f"{fn}(a)", {"a": 2.5})) is float
+@pytest.mark.parametrize("fn", expressions.FUNCTION_NAMES)
+def test_every_function_returns_a_float(fn: str) -> None:
+    # math.ceil returns an int, and ints grow without bound under * and **. (The evaluator converts the final
+    # result to float, so this is checked on the functions themselves, not through evaluate.)
+    args = {"clamp": (2.5, 1, 3), "max": (2.5, 1), "min": (2.5, 4)}.get(fn, (2.5,))
+    assert type(expressions.FUNCTIONS[fn](*args)) is float
+
+
+@pytest.mark.parametrize(
+    "op", [ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow], ids=lambda o: o.__name__
+)
+def test_every_arithmetic_operator_works_in_floats(op: type) -> None:
+    # Integer constants stay integers under operator.mul: 999999 * 999999 * ... builds a big integer.
+    assert type(expressions.OPERATORS[op](7, 3)) is float
 
 
 @pytest.mark.parametrize(
