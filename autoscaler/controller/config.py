@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.core.specbase import SpecModel
+from autoscaler.policyfile import files, loader
 
 
 class ConfigError(Exception):
@@ -103,16 +104,22 @@ def load_config(path: str | Path | None) -> ControllerConfig:
         return ControllerConfig()
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        # The one bounded reader (regular files only, 256 KiB) and validate's limits on the YAML graph.
+        text = files.read_text(p, limit=files.MAX_YAML_BYTES, what="controller config YAML")
+    except files.InputError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.reason}") from None
     try:
-        node = yaml.compose(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        graph = [] if node is None else loader.graph_problems(node, str(p))
+        if graph:
+            raise ConfigError(str(graph[0]))
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{p}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid YAML: nested too deeply") from None
     if data is None:
         return ControllerConfig()
     if not isinstance(data, dict):

@@ -29,6 +29,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from autoscaler.policyfile import files
+
 T = TypeVar("T")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -227,6 +229,8 @@ async def configuration(
     env = dict(os.environ if environ is None else environ)
     conf = client.Configuration()
     explicit = kubeconfig or env.get("KUBECONFIG")
+    if explicit:
+        _check_kubeconfig_files(explicit)
     try:
         if explicit:
             # $KUBECONFIG may list several files; the client merges them as kubectl does.
@@ -251,6 +255,20 @@ async def configuration(
     raise KubeConfigError(
         "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account"
     )
+
+
+def _check_kubeconfig_files(paths: str) -> None:
+    """Refuse, in one line, what the client would only log ("Config not found: ...", no command prefix) or block
+    on (a FIFO): a list in which no file exists, and any listed path that is not a regular file."""
+    listed = [p for p in paths.split(os.pathsep) if p]
+    existing = [p for p in listed if os.path.exists(p)]
+    if not existing:
+        raise KubeConfigError(f"cannot load Kubernetes credentials: {paths}: no such file")
+    for p in existing:
+        try:
+            files.check_regular(p, what="kubeconfig")
+        except files.InputError as exc:
+            raise KubeConfigError(f"cannot load Kubernetes credentials: {exc}") from None
 
 
 async def connect(

@@ -7,14 +7,20 @@ in, so ``observe`` run against a cluster sees the replicas and pods exactly as `
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+import aiohttp
 
 from autoscaler.controller import kube
 from autoscaler.controller.targets import ScaleTarget
 from autoscaler.core.model import ReplicaStatus, TargetRef
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import ClusterUnavailable, LookupFailed, PodLookup, ReplicaLookup
+
+#: How long one target's read may take before observe calls the count unknown.
+LOOKUP_TIMEOUT_S = 10.0
 
 #: Owner name the read-only targets carry (they never write, so it appears nowhere).
 _OBSERVER = "autoscaler-observe"
@@ -28,27 +34,35 @@ async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[tuple[Replica
     except kube.KubeConfigError as exc:
         raise ClusterUnavailable(str(exc)) from None
     targets: dict[str, ScaleTarget] = {}
-    # observe asks for the pods first, then the replicas: one read of the target answers both.
-    seen: dict[str, tuple[ReplicaStatus, tuple[PodRef, ...]] | kube.KubeError] = {}
+    # observe asks for the pods first, then the replicas: one read of the target answers both. A failed read
+    # is kept as its one-line reason.
+    seen: dict[str, tuple[ReplicaStatus, tuple[PodRef, ...]] | str] = {}
 
     def target(ref: TargetRef) -> ScaleTarget:
         if ref.key not in targets:
             targets[ref.key] = ScaleTarget(api, ref, owner=_OBSERVER)
         return targets[ref.key]
 
-    async def read(ref: TargetRef) -> tuple[ReplicaStatus, tuple[PodRef, ...]] | kube.KubeError:
+    async def read(ref: TargetRef) -> tuple[ReplicaStatus, tuple[PodRef, ...]] | str:
+        # An unreachable or black-holed API server is an unknown count, said in one line, within a deadline:
+        # observe shows the signals anyway.
         try:
-            return await target(ref).observe()
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                return await target(ref).observe()
         except kube.KubeError as exc:
-            return exc
+            return str(exc)
+        except TimeoutError:
+            return f"the API server did not answer within {LOOKUP_TIMEOUT_S:g} s"
+        except (OSError, aiohttp.ClientError) as exc:
+            return f"cannot reach the API server: {' '.join(str(exc).split()) or type(exc).__name__}"
 
     async def pods(ref: TargetRef) -> tuple[PodRef, ...]:
         seen[ref.key] = got = await read(ref)
-        return () if isinstance(got, kube.KubeError) else got[1]
+        return () if isinstance(got, str) else got[1]
 
     async def replicas(ref: TargetRef) -> ReplicaStatus:
         got = seen.pop(ref.key, None) or await read(ref)
-        if isinstance(got, kube.KubeError):
+        if isinstance(got, str):
             raise LookupFailed(f"cannot read {ref.key}: {got}")
         return got[0]
 

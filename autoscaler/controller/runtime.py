@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,18 +44,21 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:
-        print(f"{PROG}: invalid config: {exc}\n{PROG}: fix the config file (see docs: controller config)")
+        first, *more = str(exc).splitlines() or [""]
+        extra = f" (and {len(more)} more problems)" if more else ""
+        print(f"{PROG}: invalid config: {first}{extra}; fix the config file (docs/controller.md)", file=sys.stderr)
         return 1
     policies = Path(args.policies)
     if not policies.is_dir():
-        print(f"{PROG}: {policies} is not a directory; pass the directory holding the policy files")
+        print(f"{PROG}: {policies} is not a directory; pass the directory holding the policy files",
+              file=sys.stderr)
         return 1
     dry_run = bool(args.dry_run) or cfg.mode == "dryRun"
     logs.configure(cfg.log_level)
     try:
         return asyncio.run(_main(cfg, policies, kubeconfig=args.kubeconfig, once=args.once, dry_run=dry_run))
     except kube.KubeConfigError as exc:
-        print(f"{PROG}: {exc}")
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 1
 
 

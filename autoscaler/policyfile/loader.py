@@ -46,10 +46,11 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from autoscaler.core.fast import collector_paused
 from autoscaler.core.spec import API_VERSION, ScalingPolicy
 from autoscaler.core.specbase import FieldError
+from autoscaler.policyfile import files
 
 #: Policy files are small (the examples are 2-4 KiB); a bigger file is a mistake (a log, a dump) and is not
 #: parsed at all. Pure-Python PyYAML composes about 64 KiB per second, so this bounds a worst case to ~4 s.
-MAX_FILE_BYTES = 256 * 1024
+MAX_FILE_BYTES = files.MAX_YAML_BYTES
 #: Nodes a file may hold once aliases are expanded; a large policy file has a few hundred.
 MAX_NODES = 100_000
 #: Nesting depth of YAML collections; a policy nests about eight deep.
@@ -249,14 +250,10 @@ def _load_one(file: str, problems: list[Problem]) -> list[_Loaded]:
 
 def _read_text(file: str, state: _FileState) -> str | None:
     try:
-        with open(file, "rb") as fh:
-            # Read one byte past the limit rather than trusting stat(): pipes and /proc files report 0.
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        state.add(None, FILE_PATH, f"cannot read: {exc.strerror or exc}")
-        return None
-    if len(data) > MAX_FILE_BYTES:
-        state.add(None, FILE_PATH, f"file is larger than the {MAX_FILE_BYTES // 1024} KiB limit for policy files")
+        # Regular files only (a FIFO or /dev/zero would block or never end), at most MAX_FILE_BYTES.
+        data = files.read_bytes(file, limit=MAX_FILE_BYTES, what="YAML")
+    except files.InputError as exc:
+        state.add(None, FILE_PATH, exc.reason)
         return None
     try:
         return data.decode("utf-8-sig")
@@ -506,6 +503,14 @@ def _plain_data(root: MappingNode) -> tuple[Any, int]:
         return build(root, 0), count
     except (Unusual, RecursionError):
         return _UNUSUAL, count
+
+
+def graph_problems(node: Node, file: str) -> list[Problem]:
+    """The limits ``validate`` applies to one composed YAML document (nesting depth, node count counting alias
+    expansions, recursive aliases, duplicate keys), for YAML files other commands read their own way."""
+    problems: list[Problem] = []
+    _check_graph(node, _FileState(file, problems))
+    return problems
 
 
 

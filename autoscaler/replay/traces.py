@@ -23,6 +23,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autoscaler.policyfile import files
+
 #: The file (query_range dump) or column (CSV) holding the recorded replica count.
 REPLICAS = "replicas"
 #: The CSV column holding the sample time.
@@ -144,9 +146,10 @@ def read_csv(path: Path) -> Trace:
     """
     where = str(path)
     try:
-        handle = path.open(newline="", encoding="utf-8-sig")  # a BOM (spreadsheet exports) is not a column name
-    except OSError as exc:
-        raise TraceError(f"{where}: cannot read: {exc.strerror or exc}") from None
+        # Regular files only, bounded; a BOM (spreadsheet exports) is not a column name.
+        handle = files.open_text(path, limit=files.MAX_TRACE_BYTES, what="CSV trace")
+    except files.InputError as exc:
+        raise TraceError(str(exc)) from None
     with handle:
         reader = csv.reader(handle)
         try:
@@ -238,11 +241,9 @@ def read_query_range(path: Path) -> list[Series]:
     """The series of one ``/api/v1/query_range`` response (``resultType: matrix``)."""
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{where}: not UTF-8 text; expected Prometheus query_range JSON") from None
+        text = files.read_text(path, limit=files.MAX_TRACE_BYTES, what="Prometheus query_range JSON")
+    except files.InputError as exc:
+        raise TraceError(str(exc)) from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -8,6 +8,7 @@ every baseline. Prints one table (a row per policy) and writes ``summary.json`` 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,10 @@ def register(sub: Any) -> None:
 
 
 def _fail(message: str, code: int = 1) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
+    # One line, always: the first problem, and how many more there are.
+    first, *more = message.strip().splitlines() or [""]
+    extra = f" (and {len(more)} more; autoscaler validate FILE lists them)" if more else ""
+    print(f"{PROG}: {first}{extra}", file=sys.stderr)
     return code
 
 
@@ -97,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"unknown baseline(s) {', '.join(unknown)}; choose from {choices} or none", 2)
     for flag, value in (("--slo-ttft", args.slo_ttft), ("--rate-scale", args.rate_scale),
                         ("--time-scale", args.time_scale), ("--duration", args.duration)):
-        if value is not None and not value > 0:
-            return _fail(f"{flag} must be a positive number, got {value:g}", 2)
+        if value is not None and not 0 < value < math.inf:
+            return _fail(f"{flag} must be a positive, finite number, got {value:g}", 2)
     if args.initial_replicas is not None and args.initial_replicas < 0:
         return _fail(f"--initial-replicas must be ≥ 0, got {args.initial_replicas}", 2)
     if args.start < 0:
@@ -111,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             for pol in load_file(path):
                 policies.append((pol.metadata.name, pol))
     except PolicyFileError as exc:
-        return _fail(f"invalid policy file:\n{exc}\nfix it (autoscaler validate FILE shows every problem)")
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot read policy file: {exc}")
     names = [n for n, _ in policies]

@@ -21,6 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from autoscaler.policyfile import files
+
+#: Most requests one simulation takes (after --rate-scale and the window): about 50 times the bundled hour of the
+#: conversation trace, a few minutes of simulated serving per policy on one core; more says a typo.
+MAX_REQUESTS = 1_000_000
+
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 GENERIC_HEADER = ("arrival_s", "input_tokens", "output_tokens")
 
@@ -86,11 +92,9 @@ def load(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
     """Read a trace file in either format; raise ``TraceError`` (with FILE:LINE) on bad input."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read the trace: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{p}: not a UTF-8 text file; expected a CSV trace") from None
+        text = files.read_text(p, limit=files.MAX_TRACE_BYTES, what="CSV trace")
+    except files.InputError as exc:
+        raise TraceError(str(exc)) from None
     rows = csv.reader(text.splitlines())
     header = tuple(h.strip() for h in next(rows, []))
     parse_time: Callable[[str], float]
@@ -154,10 +158,21 @@ def reshape(
     uniformly random point of the gap to the next original arrival (token counts are those of the
     original), so bursts stay bursts. ``start_s``/``duration_s`` then keep only that window.
     """
-    if time_scale <= 0 or rate_scale <= 0:
-        raise TraceError("--time-scale and --rate-scale must be positive")
+    if not (0 < time_scale < math.inf and 0 < rate_scale < math.inf):
+        raise TraceError("--time-scale and --rate-scale must be positive and finite")
     rng = random.Random(seed)
     arrivals = [a / time_scale for a in trace.arrivals]
+    end = math.inf if duration_s is None else start_s + duration_s
+    # Bounded before anything is built: copies arrive before the next original, so the originals in the window
+    # (and the one just before it) times the rate is what the window will hold. --rate-scale 1e9 used to run
+    # out of memory after 28 s.
+    originals = sum(1 for a in arrivals if start_s <= a < end) + 1
+    expected = originals * rate_scale
+    if expected > MAX_REQUESTS:
+        raise TraceError(
+            f"--rate-scale {rate_scale:g} would make about {expected:,.0f} requests in the window; the simulator "
+            f"takes at most {MAX_REQUESTS:,} (lower --rate-scale, or shorten --duration)"
+        )
     out: list[tuple[float, int, int]] = []
     whole, frac = int(rate_scale), rate_scale - int(rate_scale)
     n = len(arrivals)
@@ -168,7 +183,6 @@ def reshape(
             # The first copy keeps its arrival so rate_scale 1 is the identity.
             out.append((t if c == 0 else t + rng.random() * gap, trace.inputs[i], trace.outputs[i]))
     out.sort(key=lambda r: r[0])
-    end = math.inf if duration_s is None else start_s + duration_s
     out = [r for r in out if start_s <= r[0] < end]
     if not out:
         raise TraceError(

@@ -266,12 +266,15 @@ def _load(path: str) -> list[ScalingPolicy]:
     try:
         policies = loader.load_file(path)
     except loader.PolicyFileError as exc:
-        raise UsageError(f"{path} is not a valid policy file:\n{exc}") from None
+        # One line: the first problem at its FILE:LINE:COL, and how many more `validate` would list.
+        more = len(exc.problems) - 1
+        tail = f" (and {more} more; run autoscaler validate {path})" if more > 0 else ""
+        raise UsageError(f"{exc.problems[0] if exc.problems else exc}{tail}") from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except (yaml.YAMLError, ValidationError, ValueError) as exc:
         first = str(exc).strip().splitlines()
-        raise UsageError(f"{path} is not a valid policy file: {' '.join(first[:3])}") from None
+        raise UsageError(f"{path} is not a valid policy file: {' '.join(first[:1])}") from None
     if not policies:
         raise UsageError(f"{path} holds no ScalingPolicy documents")
     return policies
@@ -293,17 +296,35 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
                 if kubeconfig is not None:
                     raise UsageError(str(exc)) from None
                 # Outside a cluster without credentials: show the signals; the decision says what is missing.
+        failed: list[str] = []
+        replicas = _noting_failures(replicas, failed)
         while True:
+            failed.clear()
             view = await observe_once(
                 policies, source=pool, deadline_s=args.deadline, replicas=replicas, pods=pods,
                 default_source=args.default_source,
             )
             print(json.dumps(view) if args.json else render(view), flush=True)
             if args.once:
+                if failed:
+                    # The view is shown; the exit status and one line on stderr say the cluster was not read.
+                    more = f" (and {len(failed) - 1} more targets)" if len(failed) > 1 else ""
+                    raise UsageError(f"{failed[0]}{more}")
                 return
             if not args.json:
                 print(flush=True)
             await asyncio.sleep(period)
+
+
+def _noting_failures(lookup: ReplicaLookup, failed: list[str]) -> ReplicaLookup:
+    async def noted(target: TargetRef) -> ReplicaStatus | None:
+        try:
+            return await lookup(target)
+        except LookupFailed as exc:
+            failed.append(str(exc))
+            raise
+
+    return noted
 
 
 def run_observe(args: argparse.Namespace) -> int:
@@ -389,10 +410,15 @@ def record(
 ) -> list[str]:
     """Write ``<signal>.json`` per recordable signal (per policy subdirectory when there are several);
     return one line per signal saying what happened."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory; pass a directory (it is created if missing)")
     report = []
     for policy in policies:
         folder = out if len(policies) == 1 else out / policy.metadata.name
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--out {folder}: cannot create the directory: {exc.strerror or exc}") from None
         width = step or policy.spec.evaluation_period_seconds
         points = (end - start) / width
         if points > MAX_POINTS:
@@ -423,7 +449,10 @@ def record(
                 client.close()
             body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
             path = folder / f"{name}.json"
-            path.write_text(json.dumps(body))
+            try:
+                path.write_text(json.dumps(body))
+            except OSError as exc:
+                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
             samples = sum(len(s.get("values", [])) for s in result)
             report.append(f"{name}: {len(result)} series, {samples} samples → {path}")
     return report

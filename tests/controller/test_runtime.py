@@ -212,10 +212,12 @@ def test_run_errors_are_one_line_and_exit_1(
     base = [] if "--policies" in args else ["--policies", str(tmp_path)]
     with contextlib.suppress(SystemExit):
         assert main(["run", *base, *args]) == 1
-    out = capsys.readouterr().out
-    assert message in out
-    assert out.startswith("autoscaler run: ")
-    assert "Traceback" not in out
+    out, err = capsys.readouterr()
+    assert out == "", "errors go to stderr, never stdout"
+    assert message in err
+    assert err.startswith("autoscaler run: ")
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
 
 
 async def test_a_workload_change_wakes_the_policy_at_once(

@@ -90,7 +90,7 @@ def test_shared_traces_end_to_end(trace: Path, extra: list[str], tmp_path: Path)
         pytest.param(lambda d: ["--cluster", str(d / "bad.yaml")], 1, "bad.yaml:1:1", id="bad-cluster"),
         pytest.param(lambda d: ["--baselines", "hpa,magic"], 2, "unknown baseline(s) magic", id="bad-baseline"),
         pytest.param(lambda d: ["--rate-scale", "0"], 2, "--rate-scale must be a positive", id="bad-scale"),
-        pytest.param(lambda d: ["--policy", str(d / "bad-policy.yaml")], 1, "invalid policy file", id="bad-policy"),
+        pytest.param(lambda d: ["--policy", str(d / "bad-policy.yaml")], 1, "missing required field", id="bad-policy"),
     ],
 )
 def test_bad_input_is_one_clear_line(make_args: object, code: int, fragment: str, tmp_path: Path,

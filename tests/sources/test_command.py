@@ -135,8 +135,9 @@ def test_observe_with_prometheus_down_is_unknown_not_a_crash(
     ("content", "message"),
     [
         pytest.param(None, "no such file", id="missing-file"),
-        pytest.param("kind: [", "not a valid policy file", id="bad-yaml"),
-        pytest.param("apiVersion: autoscaler.dev/v1alpha1\nkind: ScalingPolicy\n", "not a valid", id="invalid"),
+        pytest.param("kind: [", "p.yaml:1:8: (yaml): ", id="bad-yaml"),
+        pytest.param("apiVersion: autoscaler.dev/v1alpha1\nkind: ScalingPolicy\n", "missing required field",
+                     id="invalid"),
         pytest.param("", "no scalingpolicy documents", id="empty"),
     ],
 )

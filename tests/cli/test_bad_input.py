@@ -1,0 +1,215 @@
+"""Bad input to every command, as a user gives it: a real process, one line on stderr, an exit code, no traceback,
+within a time bound.
+
+Each case runs ``python -m autoscaler.cli ...`` in a subprocess (the error boundary in ``autoscaler/cli.py``
+and the interpreter's own exit path are part of what is tested) with a timeout: a case that hangs (a FIFO
+read, a YAML bomb expanded, a simulation of 10^13 requests) fails the test instead of the suite. A case passes
+when the process exits with the expected code, prints exactly one line on stderr starting with
+``autoscaler <command>: `` and containing the expected fragment, and the word "Traceback" appears nowhere.
+
+Fault-injection count (issue 12, input half): the cases below, listed by id in ``CASES``, plus the closed-stdout
+case per command in ``test_a_closed_stdout_is_one_line``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY = ROOT / "policies" / "recommended.yaml"
+REPLAY_POLICY = ROOT / "autoscaler" / "data" / "replay" / "jetstream-backlog.yaml"
+REPLAY_TRACE = ROOT / "autoscaler" / "data" / "replay" / "azure_conv_jetstream.csv"
+#: Seconds a bad-input case may take; the slowest here take ~3 s (interpreter and imports) on a quiet machine.
+TIME_BOUND_S = 60
+
+
+@dataclass(frozen=True)
+class Files:
+    """The pathological inputs, made once per test in its tmp directory."""
+
+    dir: Path
+    fifo: Path
+    bomb: Path
+    existing: Path
+    unreachable_kubeconfig: Path
+    long_expression: Path
+    infinite_target: Path
+
+
+def _files(tmp: Path) -> Files:
+    fifo = tmp / "fifo.yaml"
+    os.mkfifo(fifo)
+    bomb = tmp / "bomb.yaml"
+    lines, prev = ["a: &a [x,x,x,x,x,x,x,x,x,x]"], "a"
+    for name in "bcdefghi":  # 10^9 nodes once expanded, 11 lines of text
+        lines.append(f"{name}: &{name} [{','.join([f'*{prev}'] * 10)}]")
+        prev = name
+    bomb.write_text("\n".join([*lines, "spec: *i"]) + "\n")
+    existing = tmp / "existing-file"
+    existing.write_text("not a directory\n")
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text(  # port 1 on the loopback: refused at once, no network needed
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: x, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: x, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: x, user: x}}]\n"
+    )
+    text = POLICY.read_text()
+    long_expression = tmp / "long-expression.yaml"
+    long_expression.write_text(
+        text.replace("      aggregate: sum\n", "      aggregate: sum\n    - name: total\n      expr: "
+                     + "+".join(["queued"] * 2988) + "\n", 1)
+    )
+    infinite = tmp / "infinite.yaml"
+    infinite.write_text(REPLAY_POLICY.read_text().replace("averageValue: 5}", "averageValue: .inf}", 1))
+    return Files(tmp, fifo, bomb, existing, kubeconfig, long_expression, infinite)
+
+
+@dataclass(frozen=True)
+class Case:
+    command: str
+    args: Callable[[Files], list[str]]
+    code: int
+    fragment: str
+    env: dict[str, str] | None = None
+
+
+CASES = [
+    # validate
+    pytest.param(Case("validate", lambda f: [str(f.fifo)], 1, "problem"), id="validate-fifo"),
+    pytest.param(Case("validate", lambda f: ["/dev/zero"], 1, "problem"), id="validate-device"),
+    pytest.param(Case("validate", lambda f: [str(f.bomb)], 1, "problem"), id="validate-yaml-bomb"),
+    pytest.param(Case("validate", lambda f: [str(f.long_expression)], 1, "problem"), id="validate-2988-terms"),
+    pytest.param(Case("validate", lambda f: ["--format", "xml", str(POLICY)], 2, "invalid choice"),
+                 id="validate-usage"),
+    # replay
+    pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", str(f.fifo), "--no-plot",
+                                           "--out", str(f.dir / "o")], 1, "FIFO"), id="replay-fifo-metrics"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(f.fifo), "--metrics", str(REPLAY_TRACE), "--no-plot",
+                                           "--out", str(f.dir / "o")], 1, "FIFO"), id="replay-fifo-policy"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(f.infinite_target), "--metrics", str(REPLAY_TRACE),
+                                           "--no-plot", "--out", str(f.dir / "o")], 1, "finite number"),
+                 id="replay-infinite-target"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(f.long_expression), "--metrics", str(REPLAY_TRACE),
+                                           "--no-plot", "--out", str(f.dir / "o")], 1, "limit is"),
+                 id="replay-2988-terms"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", str(REPLAY_TRACE),
+                                           "--no-plot", "--out", str(f.existing)], 1, "output directory"),
+                 id="replay-out-is-a-file"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", "/dev/zero", "--no-plot",
+                                           "--out", str(f.dir / "o")], 1, "character device"), id="replay-device"),
+    # simulate
+    pytest.param(Case("simulate", lambda f: ["--rate-scale", "inf", "--no-plot", "--out", str(f.dir / "o")], 2,
+                      "finite"), id="simulate-rate-scale-inf"),
+    pytest.param(Case("simulate", lambda f: ["--rate-scale", "1e9", "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "at most 1,000,000"), id="simulate-rate-scale-1e9"),
+    pytest.param(Case("simulate", lambda f: ["--cluster", str(f.bomb), "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "YAML bomb"), id="simulate-cluster-yaml-bomb"),
+    pytest.param(Case("simulate", lambda f: ["--cluster", str(f.fifo), "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "FIFO"), id="simulate-cluster-fifo"),
+    pytest.param(Case("simulate", lambda f: ["--requests", "/dev/zero", "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "character device"), id="simulate-requests-device"),
+    pytest.param(Case("simulate", lambda f: ["--policy", str(f.long_expression), "--no-plot", "--out",
+                                             str(f.dir / "o")], 1, "limit is"), id="simulate-2988-terms"),
+    # observe
+    pytest.param(Case("observe", lambda f: ["--policy", str(POLICY), "--once", "--kubeconfig",
+                                            str(f.unreachable_kubeconfig)], 1, "cannot reach the API server"),
+                 id="observe-unreachable-cluster"),
+    pytest.param(Case("observe", lambda f: ["--policy", str(POLICY), "--once", "--kubeconfig", str(f.fifo)], 1,
+                      "FIFO"), id="observe-fifo-kubeconfig"),
+    pytest.param(Case("observe", lambda f: ["--policy", str(f.fifo), "--once", "--replicas", "1"], 1, "FIFO"),
+                 id="observe-fifo-policy"),
+    pytest.param(Case("observe", lambda f: ["--policy", str(f.long_expression), "--once", "--replicas", "1"], 1,
+                      "limit is"), id="observe-2988-terms"),
+    # record
+    pytest.param(Case("record", lambda f: ["--policy", str(POLICY), "--start", "-1h", "--out", str(f.existing)], 1,
+                      "not a directory"), id="record-out-existing-file"),
+    pytest.param(Case("record", lambda f: ["--policy", str(POLICY), "--start", "yesterday", "--out",
+                                           str(f.dir / "o")], 1, "not a time"), id="record-bad-start"),
+    # run
+    pytest.param(Case("run", lambda f: ["--policies", str(ROOT / "policies"), "--config", str(f.fifo), "--once"], 1,
+                      "FIFO"), id="run-fifo-config"),
+    pytest.param(Case("run", lambda f: ["--policies", str(ROOT / "policies"), "--config", str(f.bomb), "--once"], 1,
+                      "YAML bomb"), id="run-yaml-bomb-config"),
+    pytest.param(Case("run", lambda f: ["--policies", str(f.existing), "--once"], 1, "not a directory"),
+                 id="run-policies-not-a-directory"),
+    pytest.param(Case("run", lambda f: ["--policies", str(ROOT / "policies"), "--once"], 1, "no such file",
+                      env={"KUBECONFIG": "/nonexistent/kubeconfig"}), id="run-kubeconfig-env-missing"),
+    pytest.param(Case("run", lambda f: ["--policies", str(ROOT / "policies"), "--kubeconfig", str(f.fifo), "--once"],
+                      1, "FIFO"), id="run-fifo-kubeconfig"),
+]
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = {"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent"}
+    return {**env, **(extra or {})}
+
+
+def _check_one_line(stderr: str, command: str, fragment: str) -> None:
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"autoscaler {command}: "), lines[0]
+    assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_and_an_exit_code(case: Case, tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autoscaler.cli", case.command, *case.args(files)],
+        capture_output=True, text=True, timeout=TIME_BOUND_S, cwd=tmp_path, env=_env(case.env), check=False,
+    )
+    assert proc.returncode == case.code, proc.stderr
+    if case.command == "validate" and case.code == 1:
+        # validate's product is its problem list (stdout); stderr holds its one-line count.
+        assert "Traceback" not in proc.stdout
+    _check_one_line(proc.stderr, case.command, case.fragment)
+
+
+CLOSED_STDOUT = [
+    pytest.param("validate", lambda f: ["--format", "json", str(ROOT / "policies")], id="validate"),
+    pytest.param("replay", lambda f: ["--example", "--no-plot", "--out", str(f.dir / "o")], id="replay"),
+    pytest.param("simulate", lambda f: ["--duration", "300", "--baselines", "none", "--no-plot", "--out",
+                                        str(f.dir / "o")], id="simulate"),
+    pytest.param("observe", lambda f: ["--policy", str(POLICY), "--once", "--replicas", "1"], id="observe"),
+    pytest.param("record", lambda f: ["--policy", str(POLICY), "--start", "-1h", "--out", str(f.dir / "o")],
+                 id="record"),
+]
+
+
+@pytest.mark.parametrize(("command", "args"), CLOSED_STDOUT)
+def test_a_closed_stdout_is_one_line(command: str, args: Callable[[Files], list[str]], tmp_path: Path) -> None:
+    # `autoscaler ... | head -1`: the reader is gone before the command writes. Closing the pipe before the child
+    # has imported anything makes the first write fail, every time.
+    files = _files(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoscaler.cli", command, *args(files)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env(None),
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    try:
+        _, stderr = proc.communicate(timeout=TIME_BOUND_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr
+    _check_one_line(stderr, command, "broken pipe")
+
+
+def test_help_into_a_closed_pipe() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autoscaler.cli", "--help"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(None),
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=TIME_BOUND_S)
+    assert "Traceback" not in stderr
+    assert stderr.startswith("autoscaler: output closed early")
