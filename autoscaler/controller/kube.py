@@ -263,12 +263,12 @@ def _check_kubeconfig_files(paths: str) -> None:
     listed = [p for p in paths.split(os.pathsep) if p]
     existing = [p for p in listed if os.path.exists(p)]
     if not existing:
-        raise KubeConfigError(f"cannot load Kubernetes credentials: {paths}: no such file")
+        raise KubeConfigError(f"cannot load Kubernetes credentials from {paths}: no such file")
     for p in existing:
         try:
             files.check_regular(p, what="kubeconfig")
         except files.InputError as exc:
-            raise KubeConfigError(f"cannot load Kubernetes credentials: {exc}") from None
+            raise KubeConfigError(f"cannot load Kubernetes credentials from {p}: {exc.reason}") from None
 
 
 async def connect(
