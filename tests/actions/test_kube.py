@@ -154,5 +154,5 @@ def test_run_refuses_the_home_kubeconfig(kube: Emulator, tmp_path: Path, monkeyp
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     (tmp_path / "policies").mkdir()
     assert cli.main(["run", "--policies", str(tmp_path / "policies"), "--once"]) == 1
-    assert "no Kubernetes credentials" in capsys.readouterr().out
+    assert "no Kubernetes credentials" in capsys.readouterr().err  # errors go to stderr
     assert kube.requests == []
