@@ -17,7 +17,13 @@ from autoscaler.controller import kube
 from autoscaler.controller.targets import ScaleTarget
 from autoscaler.core.model import ReplicaStatus, TargetRef
 from autoscaler.sources.base import PodRef
-from autoscaler.sources.command import ClusterUnavailable, LookupFailed, PodLookup, ReplicaLookup
+from autoscaler.sources.command import (
+    ClusterUnavailable,
+    ClusterUnreachable,
+    LookupFailed,
+    PodLookup,
+    ReplicaLookup,
+)
 
 #: How long one target's read may take before observe calls the count unknown.
 LOOKUP_TIMEOUT_S = 10.0
@@ -36,34 +42,37 @@ async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[tuple[Replica
     targets: dict[str, ScaleTarget] = {}
     # observe asks for the pods first, then the replicas: one read of the target answers both. A failed read
     # is kept as its one-line reason.
-    seen: dict[str, tuple[ReplicaStatus, tuple[PodRef, ...]] | str] = {}
+    seen: dict[str, tuple[ReplicaStatus, tuple[PodRef, ...]] | LookupFailed] = {}
 
     def target(ref: TargetRef) -> ScaleTarget:
         if ref.key not in targets:
             targets[ref.key] = ScaleTarget(api, ref, owner=_OBSERVER)
         return targets[ref.key]
 
-    async def read(ref: TargetRef) -> tuple[ReplicaStatus, tuple[PodRef, ...]] | str:
+    async def read(ref: TargetRef) -> tuple[ReplicaStatus, tuple[PodRef, ...]] | LookupFailed:
         # An unreachable or black-holed API server is an unknown count, said in one line, within a deadline:
         # observe shows the signals anyway.
         try:
             async with asyncio.timeout(LOOKUP_TIMEOUT_S):
                 return await target(ref).observe()
         except kube.KubeError as exc:
-            return str(exc)
+            return LookupFailed(f"cannot read {ref.key}: {exc}")
         except TimeoutError:
-            return f"the API server did not answer within {LOOKUP_TIMEOUT_S:g} s"
+            return ClusterUnreachable(
+                f"cannot read {ref.key}: the API server did not answer within {LOOKUP_TIMEOUT_S:g} s"
+            )
         except (OSError, aiohttp.ClientError) as exc:
-            return f"cannot reach the API server: {' '.join(str(exc).split()) or type(exc).__name__}"
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            return ClusterUnreachable(f"cannot read {ref.key}: cannot reach the API server: {why}")
 
     async def pods(ref: TargetRef) -> tuple[PodRef, ...]:
         seen[ref.key] = got = await read(ref)
-        return () if isinstance(got, str) else got[1]
+        return () if isinstance(got, LookupFailed) else got[1]
 
     async def replicas(ref: TargetRef) -> ReplicaStatus:
         got = seen.pop(ref.key, None) or await read(ref)
-        if isinstance(got, str):
-            raise LookupFailed(f"cannot read {ref.key}: {got}")
+        if isinstance(got, LookupFailed):
+            raise got
         return got[0]
 
     try:

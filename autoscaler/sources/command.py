@@ -76,6 +76,11 @@ class LookupFailed(Exception):
     """The replica count of one target could not be read; the message says why."""
 
 
+class ClusterUnreachable(LookupFailed):
+    """The API server did not answer at all (refused, timed out): ``observe --once`` then exits 1, where a
+    server's own answer (404: no such target) is shown as an unknown decision with exit 0."""
+
+
 def register(sub: Any, *, cluster: ClusterLookups | None = None, config: ConfigSource | None = None) -> None:
     observe = sub.add_parser(
         "observe",
@@ -320,7 +325,7 @@ def _noting_failures(lookup: ReplicaLookup, failed: list[str]) -> ReplicaLookup:
     async def noted(target: TargetRef) -> ReplicaStatus | None:
         try:
             return await lookup(target)
-        except LookupFailed as exc:
+        except ClusterUnreachable as exc:
             failed.append(str(exc))
             raise
 
