@@ -33,6 +33,7 @@ from autoscaler.core.model import (
     SignalValue,
 )
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
+from autoscaler.core.policies.hpa import BehaviorSpec
 from autoscaler.core.signals import SignalJudge
 from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
 
@@ -49,11 +50,14 @@ class CompiledPolicy:
     algorithm: PolicyAlgorithm
     judge: SignalJudge
     rules: tuple[behavior.Rules, behavior.Rules] | None = field(init=False, repr=False, compare=False)
+    #: The signals the policy reads (its fallback triggers), each once, in the policy's order.
+    triggers: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         given = getattr(self.policy.spec.policy, "behavior", None)
-        # Frozen dataclass: the derived field is set once here.
+        # Frozen dataclass: the derived fields are set once here.
         object.__setattr__(self, "rules", None if given is None else behavior.effective_rules(given))
+        object.__setattr__(self, "triggers", tuple(dict.fromkeys(self.policy.spec.policy.signal_refs())))
 
     @property
     def name(self) -> str:
@@ -95,20 +99,20 @@ class _Next:
 
     __slots__ = (
         "algorithm",
-        "consecutive_failures",
         "idle_since",
         "last_decision_time",
         "last_scale_time",
         "recommendations",
         "scale_down_events",
         "scale_up_events",
+        "signal_failures",
     )
 
     def __init__(self, state: PolicyState, algorithm: object | None, now: float) -> None:
         self.recommendations = state.recommendations
         self.scale_up_events = state.scale_up_events
         self.scale_down_events = state.scale_down_events
-        self.consecutive_failures = state.consecutive_failures
+        self.signal_failures = state.signal_failures
         self.last_decision_time = now
         self.last_scale_time = state.last_scale_time
         self.idle_since = state.idle_since
@@ -119,7 +123,7 @@ class _Next:
             recommendations=self.recommendations,
             scale_up_events=self.scale_up_events,
             scale_down_events=self.scale_down_events,
-            consecutive_failures=self.consecutive_failures,
+            signal_failures=self.signal_failures,
             last_decision_time=self.last_decision_time,
             last_scale_time=self.last_scale_time,
             idle_since=self.idle_since,
@@ -150,14 +154,20 @@ def decide(
     def scale(desired: int, reason: Reason, message: str) -> ScaleDecision:
         return ScaleDecision(observation.target, current, desired, reason, message, signals)
 
+    # KEDA's fallback is per trigger: every signal the policy reads counts its own consecutive unknown
+    # evaluations, and one usable reading resets it. Counted at every evaluation, whatever is decided.
+    nxt.signal_failures = _count_failures(state.signal_failures, compiled.triggers, signals)
+    fallback = spec.metric_safety.fallback
+    # HPA does nothing at 0 replicas, so neither does KEDA's fallback (it is a metric value fed to HPA): a
+    # target at zero is woken by its activation signal only.
+    falling = _falling(fallback, nxt.signal_failures) if current > 0 else ()
+
     out_of_range = _out_of_range(spec, current)
     if out_of_range is not None:
         desired, reason, message = out_of_range
         return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message)
 
-    if rec.replicas is None:
-        failures = nxt.consecutive_failures = nxt.consecutive_failures + 1
-        fallback = spec.metric_safety.fallback
+    if rec.replicas is None and not falling:
         why = _unknown_summary(rec, signals)
         stz = spec.scale_to_zero
         if stz.activation is not None and not signals[stz.activation.signal].ok:
@@ -170,23 +180,41 @@ def decide(
             if zero_reason is Reason.ACTIVATE_FROM_ZERO:
                 msg = f"{zero_msg}; sized without the policy's unknown signals: {why}"
                 return _finish([scale(woken, zero_reason, msg)], nxt, now, current, woken)
-        # As KEDA: fall back once the count of consecutive failures *passes* failureThreshold.
-        if fallback is not None and failures > fallback.failure_threshold:
-            target = max(spec.min_replicas, min(spec.max_replicas, _fallback_replicas(fallback, current)))
-            msg = (
-                f"fallback ({fallback.behavior}) to {target} after {failures} evaluations with unknown "
-                f"signals: {why}"
-            )
-            return _finish([scale(target, Reason.FALLBACK, msg)], nxt, now, current, target)
         msg = f"holding {current} replicas: {why} (unknown is never read as idle)"
         return [scale(current, Reason.METRICS_UNKNOWN, msg)], nxt.freeze()
-    nxt.consecutive_failures = 0
 
-    recommended = rec.replicas
-    reason, message = rec.reason, rec.message
+    if falling:
+        assert fallback is not None  # _falling returns nothing without one
+        recommended, reason, message = _with_fallback(fallback, falling, rec, current, signals)
+    else:
+        assert rec.replicas is not None  # the unknown case returned above
+        recommended, reason, message = rec.replicas, rec.reason, rec.message
+    proposed = recommended
     recommended, zero_reason, zero_msg = _scale_to_zero(compiled, signals, current, recommended, nxt, now)
+    if zero_reason is Reason.SCALE_TO_ZERO and falling:
+        # KEDA scales to zero only when no trigger is in error; a falling-back trigger keeps the target up.
+        zero_reason, recommended = None, proposed
     if zero_reason is not None:
         return _finish([scale(recommended, zero_reason, zero_msg)], nxt, now, current, recommended)
+
+    if not algorithm.uses_behavior:
+        # Types without the behavior stage smooth inside their own algorithm, which a fallback count bypasses:
+        # it goes through HPA's default behavior instead (5-minute scale-down stabilization, 100 % per 15 s
+        # down, 4 pods or 100 % per 15 s up), with a history kept only while falling back.
+        if falling:
+            desired, norm_reason, norm_message, nxt.recommendations = behavior.stage(
+                rules=_DEFAULT_RULES,
+                min_replicas=max(spec.min_replicas, 1),
+                max_replicas=spec.max_replicas,
+                current=current,
+                recommended=recommended,
+                state=state,
+                now=now,
+                recommendations=nxt.recommendations or ((now, current),),
+            )
+            return _finish_stage(compiled, observation, nxt, now, scale, current, desired, reason, message,
+                                 norm_reason, norm_message)
+        nxt.recommendations = ()
 
     if algorithm.uses_behavior:
         desired, norm_reason, norm_message, nxt.recommendations = behavior.stage(
@@ -203,12 +231,71 @@ def decide(
         desired, norm_reason, norm_message = behavior.bound(
             min_replicas=max(spec.min_replicas, 1), max_replicas=spec.max_replicas, recommended=recommended
         )
+    return _finish_stage(compiled, observation, nxt, now, scale, current, desired, reason, message,
+                         norm_reason, norm_message)
+
+
+def _finish_stage(
+    compiled: CompiledPolicy,
+    observation: Observation,
+    nxt: _Next,
+    now: float,
+    scale: Callable[[int, Reason, str], ScaleDecision],
+    current: int,
+    desired: int,
+    reason: Reason,
+    message: str,
+    norm_reason: Reason | None,
+    norm_message: str,
+) -> tuple[list[Decision], PolicyState]:
     if norm_reason is not None:
         reason = norm_reason
         message = f"{message}; {norm_message}" if norm_message else message
     elif desired == current and reason in (Reason.SCALE_UP, Reason.SCALE_DOWN):
         reason = Reason.STEADY
     return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message)
+
+
+#: HPA's default behavior, for the fallback counts of types without a behavior stage.
+_DEFAULT_RULES = behavior.effective_rules(BehaviorSpec())
+
+
+def _count_failures(
+    previous: tuple[tuple[str, int], ...], triggers: tuple[str, ...], signals: dict[str, SignalValue]
+) -> tuple[tuple[str, int], ...]:
+    """Each trigger's run of unknown evaluations, this one included (usable triggers are left out: count 0)."""
+    before = dict(previous)
+    return tuple((name, before.get(name, 0) + 1) for name in triggers if not signals[name].ok)
+
+
+def _falling(fallback: FallbackSpec | None, failures: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """The triggers whose failures *passed* ``failureThreshold`` (KEDA: ``NumberOfFailures > FailureThreshold``)."""
+    if fallback is None:
+        return ()
+    return tuple((name, n) for name, n in failures if n > fallback.failure_threshold)
+
+
+def _with_fallback(
+    fallback: FallbackSpec,
+    falling: tuple[tuple[str, int], ...],
+    rec: Recommendation,
+    current: int,
+    signals: dict[str, SignalValue],
+) -> tuple[int, Reason, str]:
+    """KEDA hands HPA, for each falling-back trigger, the metric value that makes HPA compute the fallback count;
+    HPA takes the highest count over all triggers. So: the fallback count, or the count the usable triggers
+    ask for when that is higher. Either then goes through the behavior stage like any recommendation."""
+    count = _fallback_replicas(fallback, current)
+    names = ", ".join(f"{name} ({signals[name].reason}; {n} evaluations)" for name, n in falling)
+    text = (
+        f"fallback ({fallback.behavior}) to {count}: unknown for more than failureThreshold "
+        f"{fallback.failure_threshold} evaluations: {names}"
+    )
+    if rec.replicas is None:
+        return count, Reason.FALLBACK, text
+    if rec.replicas > count:
+        return rec.replicas, rec.reason, f"{rec.message}; higher than the {text}"
+    return count, Reason.FALLBACK, f"{text}; the usable signals ask for {rec.replicas} ({rec.message})"
 
 
 def _out_of_range(spec: Spec, current: int) -> tuple[int, Reason, str] | None:

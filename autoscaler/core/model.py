@@ -220,12 +220,19 @@ class PolicyState:
     recommendations: tuple[tuple[float, int], ...] = ()
     scale_up_events: tuple[tuple[float, int], ...] = ()
     scale_down_events: tuple[tuple[float, int], ...] = ()
-    consecutive_failures: int = 0
+    #: Consecutive evaluations each trigger (a signal the policy reads) was unknown, ``(signal, count)`` for the
+    #: failing ones only; KEDA keeps the same count per trigger (``status.health``) for its fallback.
+    signal_failures: tuple[tuple[str, int], ...] = ()
     last_decision_time: float | None = None
     last_scale_time: float | None = None
     #: When the activation signal last went to or below its threshold (scale-to-zero), else None.
     idle_since: float | None = None
     algorithm: object | None = None
+
+    @property
+    def consecutive_failures(self) -> int:
+        """The longest run of unknown evaluations of any one trigger (0 when all are usable)."""
+        return max((n for _, n in self.signal_failures), default=0)
 
     def with_scale_history(
         self,
@@ -239,7 +246,7 @@ class PolicyState:
             self.recommendations,
             scale_up_events,
             scale_down_events,
-            self.consecutive_failures,
+            self.signal_failures,
             self.last_decision_time,
             last_scale_time,
             self.idle_since,

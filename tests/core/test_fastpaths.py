@@ -45,7 +45,7 @@ def test_history_pruning_matches_the_filter_in_any_order(history: tuple[tuple[fl
 
 
 def test_with_scale_history_is_replace() -> None:
-    state = PolicyState(((1.0, 2),), ((2.0, 1),), (), 3, 4.0, 2.0, 1.0, object())
+    state = PolicyState(((1.0, 2),), ((2.0, 1),), (), (("a", 3),), 4.0, 2.0, 1.0, object())
     changed = state.with_scale_history(((5.0, 1),), ((6.0, 2),), 6.0)
     expected = dataclasses.replace(
         state, scale_up_events=((5.0, 1),), scale_down_events=((6.0, 2),), last_scale_time=6.0

@@ -1,0 +1,123 @@
+"""Fallback with KEDA's semantics (``pkg/fallback/fallback.go``, ``pkg/scaling/executor``), through ``decide``.
+
+What KEDA does, and the test for each:
+
+1. failures are counted **per trigger** (``status.health[metric].numberOfFailures``), reset by that trigger's
+   next success: two signals failing in turn never fall back (a per-policy count would);
+2. a trigger falls back once its count **passes** ``failureThreshold``; KEDA then hands HPA a metric value that
+   makes HPA compute ``fallback.replicas`` for that trigger, and HPA takes the highest count over all triggers:
+   a usable trigger asking for more wins;
+3. that count goes through HPA's behavior like any other: stabilization and rate policies (no 30 → 8 in one
+   step during an outage);
+4. HPA does nothing at 0 replicas, so the fallback never wakes a target from zero (KEDA's executor has a path
+   that does, reported as a bug, kedacore/keda#6053 and #7239: not followed);
+5. policy types without a behavior stage (kpa, slo) run their fallback count through HPA's default behavior.
+
+Differences from KEDA, each tested here or in ``test_safety``: the fallback applies to every metric type
+(KEDA: AverageValue only); when an ``hpa`` policy's usable metrics would scale *down*, upstream HPA holds
+rather than use them, so the fallback count is used alone (KEDA: the larger of it and their counts);
+``currentReplicas*`` read the spec count of this evaluation (KEDA: a separate read of the scale subresource).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from autoscaler.core.model import PolicyState, Reason, SignalReading
+from tests.core.test_safety import HPA, KPA, NOW, QUEUE, compiled, fresh, observe, run
+
+DOWN_TWO_PER_MINUTE = {"scaleDown": {"stabilizationWindowSeconds": 60,
+                                     "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]}}
+
+
+def test_failures_are_counted_per_trigger() -> None:
+    # waiting and running fail in turn: each trigger's run is 1, never past failureThreshold 1. Counted per
+    # policy, as before, the unknown evaluations were consecutive and the 2nd fell back to 9.
+    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 9}})
+    state = PolicyState()
+    for i in range(8):
+        a, b = (None, fresh(3.0)) if i % 2 == 0 else (fresh(3.0), None)
+        decision, state = run(cp, observe(4, waiting=a, running=b), state, NOW + 15 * i)
+        assert decision.reason is Reason.METRICS_UNKNOWN, i
+        assert decision.desired == 4
+    assert dict(state.signal_failures) == {"running": 1}
+
+
+def test_a_trigger_falls_back_once_its_own_count_passes_the_threshold() -> None:
+    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 2, "replicas": 7}})
+    state = PolicyState()
+    got = []
+    for i in range(4):
+        decision, state = run(cp, observe(4, waiting=None, running=fresh(1.0)), state, NOW + 15 * i)
+        got.append((decision.desired, decision.reason))
+    assert got == [(4, Reason.METRICS_UNKNOWN)] * 2 + [(7, Reason.FALLBACK)] * 2
+    assert dict(state.signal_failures) == {"waiting": 4}
+
+
+def test_a_usable_trigger_asking_for_more_wins_over_the_fallback() -> None:
+    # HPA takes the highest count over triggers: fallback 3 for `waiting`, `running` (Value 10) asks for 8.
+    policy: dict[str, Any] = {**HPA, "metrics": [
+        *HPA["metrics"], {"signal": "running", "type": "External", "target": {"type": "Value", "value": 10}}]}
+    cp = compiled(policy, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 3}})
+    state = PolicyState()
+    obs = observe(4, waiting=None, running=fresh(20.0))
+    for i in range(3):
+        decision, state = run(cp, obs, state, NOW + 15 * i)
+    assert decision.desired == 8
+    assert "higher than the fallback (static) to 3" in decision.message
+
+
+def test_the_fallback_count_is_rate_limited_and_stabilized_like_any_decision() -> None:
+    # The reported outage: 30 replicas, fallback 8. Before: 30 -> 8 at the first fallback. Now the scale-down
+    # window (60 s here) holds first, then the rate policy (2 pods per 60 s) paces every step.
+    behavior = DOWN_TWO_PER_MINUTE
+    cp = compiled({**QUEUE, "behavior": behavior}, max_replicas=40,
+                  metricSafety={"fallback": {"failureThreshold": 1, "replicas": 8}})
+    state, current, counts = PolicyState(), 30, []
+    for i in range(60):
+        now = NOW + 15 * i
+        decision, state = run(cp, observe(current, waiting=SignalReading(math.nan, now), running=fresh(1.0, now)),
+                              state, now)
+        assert current - decision.desired <= 2, (i, current, decision.desired, decision.message)
+        current = decision.desired
+        counts.append(current)
+    # Unknown at 0 s (count 1, not past the threshold); the window holds from the first recommendation (0 s).
+    assert counts[:4] == [30] * 4, "nothing moves inside the stabilization window"
+    assert all(counts[i] - counts[i + 3] <= 2 for i in range(len(counts) - 3)), "at most 2 pods per 60 s"
+    assert counts[-1] == 8, "the fallback does act, at the allowed pace"
+
+
+def test_the_fallback_never_wakes_a_target_from_zero() -> None:
+    # Scale-to-zero enabled, at zero, every signal failing for long past the threshold: HPA (and so KEDA's
+    # fallback) does nothing at zero; only a known active activation signal wakes the target.
+    cp = compiled(QUEUE, min_replicas=0, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 5}},
+                  scaleToZero={"enabled": True, "activation": {"signal": "waiting", "threshold": 0}})
+    state = PolicyState()
+    for i in range(10):
+        decision, state = run(cp, observe(0, waiting=None, running=None), state, NOW + 15 * i)
+        assert decision.desired == 0, (i, decision.message)
+        assert decision.reason is not Reason.FALLBACK
+
+
+def test_a_falling_back_trigger_keeps_the_target_from_scaling_to_zero() -> None:
+    # Activation known and idle for long, a work signal failing: KEDA scales to zero only without errors.
+    cp = compiled(QUEUE, min_replicas=0, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 2}},
+                  scaleToZero={"enabled": True, "idleSeconds": 30,
+                               "activation": {"signal": "running", "threshold": 1}})
+    state = PolicyState()
+    for i in range(10):
+        decision, state = run(cp, observe(2, waiting=None, running=fresh(0.0, NOW + 15 * i)), state, NOW + 15 * i)
+        assert decision.desired == 2, (i, decision.message)
+
+
+def test_a_type_without_a_behavior_stage_falls_back_through_hpas_default_behavior() -> None:
+    # kpa smooths inside its own windows, which the fallback count bypasses: HPA's default 300 s scale-down
+    # stabilization applies instead, then its 100 % per 15 s.
+    cp = compiled(KPA, max_replicas=20, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 2}})
+    state, counts = PolicyState(), []
+    for i in range(25):
+        decision, state = run(cp, observe(10, waiting=None), state, NOW + 15 * i)
+        counts.append(decision.desired)
+    assert counts[:21] == [10] * 21
+    assert counts[-1] == 2
