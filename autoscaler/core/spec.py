@@ -138,14 +138,16 @@ class SignalSpec(SpecModel):
 
 
 class FallbackSpec(SpecModel):
-    """KEDA-style fallback once more than ``failureThreshold`` consecutive evaluations had unknown signals.
+    """KEDA's fallback: once one trigger (a signal the policy reads) was unknown more than ``failureThreshold``
+    consecutive evaluations, the fallback count joins the usable triggers' counts (the highest wins) and goes
+    through the behavior stage like any recommendation; never from zero (docs/policies.md, "Fallback").
 
     ``static``: ``replicas``; ``currentReplicas``: the current count; ``currentReplicasIfHigher``:
     ``max(current, replicas)``; ``currentReplicasIfLower``: ``min(current, replicas)`` (KEDA's semantics).
     """
 
     failure_threshold: int = Field(
-        ge=1, description="Consecutive failed evaluations tolerated; the next one falls back (as KEDA)."
+        ge=1, description="Consecutive unknown evaluations of one trigger tolerated; the next falls back (as KEDA)."
     )
     behavior: Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"] = (
         "static"
