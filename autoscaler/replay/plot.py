@@ -7,6 +7,7 @@ display needed) and only when a plot is asked for.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,8 +40,9 @@ def plot(replay: Replay, path: Path) -> None:
         len(shown) + 1,
         1,
         sharex=True,
-        figsize=(11, 2.0 * len(shown) + 3.2),
+        figsize=(12.5, 2.0 * len(shown) + 3.4),
         squeeze=False,
+        layout="constrained",
         gridspec_kw={"height_ratios": [1.0] * len(shown) + [1.5]},
     )
     panels = [row[0] for row in axes]
@@ -79,10 +81,11 @@ def plot(replay: Replay, path: Path) -> None:
     _shade(ax, x, unknown, label="signal unknown (hold)")
     ax.set_ylabel("replicas", rotation=0, ha="right", va="center")
     highest = max(max(s.decision.desired, s.replicas.spec, s.recorded or 0) for s in steps)
-    ax.set_ylim(0, max(highest, 1) * 1.35)  # headroom so the legend never hides a line
+    ax.set_ylim(0, max(highest, 1) * 1.08)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, ncol=4)
+    # Outside the plotting area, to the right: the legend never covers a line.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False, borderaxespad=0.0)
     ax.set_xlabel(f"{unit} since {rfc3339(t0)}")
     hidden = names[MAX_SIGNAL_PANELS:]
     title = f"replay of {replay.policy} ({replay.target}), mode {replay.mode}: signals as the core saw them"
@@ -90,8 +93,7 @@ def plot(replay: Replay, path: Path) -> None:
         title += " (perReplica ones rescaled to the policy's count)"
     if hidden:
         title += f"; not shown: {', '.join(hidden)}"
-    panels[0].set_title(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(textwrap.fill(title, 110), fontsize=10)  # wrapped: a what-if title is longer than the figure
     fig.savefig(path, dpi=100)
     plt.close(fig)
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import shutil
+import textwrap
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -236,14 +238,29 @@ def write_summary(summary: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(summary, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+#: Narrowest message column beside the row; on a narrower terminal the message goes below the row instead.
+MIN_MESSAGE_WIDTH = 40
+_BELOW = "      "
+
+
+def _wrapped(prefix: str, message: str, width: int) -> str:
+    """``prefix`` then ``message`` wrapped to ``width`` columns, continuation lines under the message's start
+    (or, on a narrow terminal, the whole message indented below the row): nothing is cut."""
+    def wrap(room: int) -> list[str]:
+        return textwrap.wrap(message, max(room, 20), break_long_words=False, break_on_hyphens=False) or [""]
+
+    if width - len(prefix) >= MIN_MESSAGE_WIDTH:
+        return prefix + ("\n" + " " * len(prefix)).join(wrap(width - len(prefix))) + "\n"
+    return prefix.rstrip() + "\n" + "".join(f"{_BELOW}{line}\n" for line in wrap(width - len(_BELOW)))
 
 
 def print_table(
-    replay: Replay, summary: dict[str, Any], out: TextIO, *, flap_window_s: float = DEFAULT_FLAP_WINDOW_S
+    replay: Replay, summary: dict[str, Any], out: TextIO, *, flap_window_s: float = DEFAULT_FLAP_WINDOW_S,
+    width: int | None = None,
 ) -> None:
-    """The summary and the scale events (not every evaluation: that is decisions.jsonl)."""
+    """The summary and the scale events (not every evaluation: that is decisions.jsonl), messages wrapped to
+    ``width`` columns (default: the terminal's, ``$COLUMNS`` or 80 when not a terminal)."""
+    width = width if width is not None else shutil.get_terminal_size((80, 24)).columns
     steps = replay.steps
     w = out.write
     span = steps[-1].time - steps[0].time if steps else 0.0
@@ -277,7 +294,7 @@ def print_table(
         w("\nscale events:\n")
     w(f"  {'time':<20}  {'from':>4} → {'to':<4}  {'reason':<18}  message\n")
     for e in events[:TABLE_EVENTS]:
-        mark = "  (flap)" if e.flap else ""
-        w(f"  {rfc3339(e.time):<20}  {e.before:>4} → {e.after:<4}  {e.reason:<18}  {_clip(e.message, 90)}{mark}\n")
+        mark = " (flap)" if e.flap else ""
+        w(_wrapped(f"  {rfc3339(e.time):<20}  {e.before:>4} → {e.after:<4}  {e.reason:<18}  ", e.message + mark, width))
     if len(events) > TABLE_EVENTS:
         w(f"  … {len(events) - TABLE_EVENTS} more scale events in decisions.jsonl\n")

@@ -137,3 +137,35 @@ def test_table_lists_scale_events_and_flaps() -> None:
 )
 def test_duration(seconds: float, text: str) -> None:
     assert report.duration(seconds) == text
+
+
+def _long_replay() -> Replay:
+    replay = replay_of([3])
+    step = replay.steps[0]
+    words = " ".join(f"signal{i} {i}.5 per replica vs target {i}" for i in range(12))  # ~380 characters
+    decision = ScaleDecision(TARGET, 2, 3, Reason.SCALE_UP, words + " END", step.decision.signals)
+    return Replay("p", TARGET.key, "whatif", 15.0, [Step(0.0, step.replicas, 3, decision, step.readings)])
+
+
+@pytest.mark.parametrize("width", [pytest.param(200, id="wide"), pytest.param(100, id="medium"),
+                                   pytest.param(60, id="narrow-message-below")])
+def test_messages_wrap_to_the_terminal_width_and_are_never_cut(width: int) -> None:
+    replay = _long_replay()
+    out = io.StringIO()
+    report.print_table(replay, report.summarize(replay), out, width=width)
+    lines = out.getvalue().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "ScaleUp" in ln and "→ 3" in ln)
+    event = lines[start:start + 1 + next((j for j, ln in enumerate(lines[start + 1:]) if not ln.startswith(" " * 6)),
+                                         len(lines))]
+    assert all(len(ln) <= width for ln in event), [len(ln) for ln in event]
+    joined = " ".join(ln.strip() for ln in event)
+    assert replay.steps[0].decision.message in joined  # every word, in order: nothing cut
+    assert "…" not in joined
+
+
+def test_terminal_width_comes_from_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "90")
+    replay = _long_replay()
+    out = io.StringIO()
+    report.print_table(replay, report.summarize(replay), out)
+    assert max(len(ln) for ln in out.getvalue().splitlines() if "signal" in ln) <= 90
