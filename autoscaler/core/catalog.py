@@ -5,7 +5,8 @@ A preset (``vllm.waiting``) names a metric a real server exports. For each the c
 - ``metrics``: the exposition names in every spelling a server or a pipeline produces (vLLM registers
   ``vllm:x``; prometheus-client >= 0.23 serving OpenMetrics to Prometheus 2.42 stores it as ``vllm_x``;
   older vLLM exports ``gpu_cache_usage_perc`` where V1 exports ``kv_cache_usage_perc``);
-- ``kind``: ``gauge``, ``counter`` or ``histogram`` (histograms by their base name, without ``_bucket``);
+- ``kind``: ``gauge``, ``counter`` or ``histogram`` (histograms by their base name, without ``_bucket``); a
+  signal reads a counter as ``rate: {windowSeconds: W}`` and a histogram as ``quantile: {q, windowSeconds: W}``;
 - ``combine``: how the values of a target's pods combine into the target's value (queues ``sum``, ratios
   ``avg``), unless the signal says ``aggregate:``; a histogram's buckets are summed over the pods before
   its quantile is taken (the target's quantile, not a mean of per-pod quantiles);
@@ -162,6 +163,56 @@ _PRESETS = (
     Preset(
         "tgi.batch_size", "Text Generation Inference requests in the current batch.",
         "tgi", "gauge", ("tgi_batch_current_size",), "sum", simulated="running",
+    ),
+    # ---------------------------------------------------------------- counters and histograms
+    Preset(
+        "jetstream.prompt_tokens", "JetStream prompt tokens (the running sum of its input-length histogram).",
+        "jetstream", "counter", ("jetstream_request_input_length_sum",), "sum", simulated="prompt_tokens",
+        unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
+    ),
+    Preset(
+        "jetstream.generation_tokens",
+        "JetStream generated tokens (the running sum of its output-length histogram).",
+        "jetstream", "counter", ("jetstream_request_output_length_sum",), "sum", simulated="generation_tokens",
+        unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
+    ),
+    Preset(
+        "jetstream.ttft", "JetStream time to first token, seconds (histogram).",
+        "jetstream", "histogram", ("jetstream_time_to_first_token",), "sum", simulated="ttft",
+    ),
+    Preset(
+        "jetstream.queue_time", "JetStream time a request waits in the queue, seconds (histogram).",
+        "jetstream", "histogram", ("jetstream_queue_duration",), "sum", simulated="queue_time",
+    ),
+    Preset(
+        "vllm.prompt_tokens", "vLLM prompt tokens processed (counter).",
+        "vllm", "counter", _vllm("prompt_tokens_total"), "sum", simulated="prompt_tokens",
+    ),
+    Preset(
+        "vllm.generation_tokens", "vLLM tokens generated (counter).",
+        "vllm", "counter", _vllm("generation_tokens_total"), "sum", simulated="generation_tokens",
+    ),
+    Preset(
+        "vllm.ttft", "vLLM time to first token, seconds (histogram).",
+        "vllm", "histogram", _vllm("time_to_first_token_seconds"), "sum", simulated="ttft",
+    ),
+    Preset(
+        "vllm.queue_time", "vLLM time a request waits in the queue, seconds (histogram).",
+        "vllm", "histogram", _vllm("request_queue_time_seconds"), "sum", simulated="queue_time",
+    ),
+    Preset(
+        "tgi.prompt_tokens", "TGI prompt tokens (the running sum of its input-length histogram).",
+        "tgi", "counter", ("tgi_request_input_length_sum",), "sum", simulated="prompt_tokens",
+        unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
+    ),
+    Preset(
+        "tgi.generation_tokens", "TGI generated tokens (the running sum of its generated-tokens histogram).",
+        "tgi", "counter", ("tgi_request_generated_tokens_sum",), "sum", simulated="generation_tokens",
+        unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
+    ),
+    Preset(
+        "tgi.queue_time", "TGI time a request waits in the queue, seconds (histogram). TGI exports no TTFT.",
+        "tgi", "histogram", ("tgi_request_queue_duration",), "sum", simulated="queue_time",
     ),
     # ---------------------------------------------------------------- TPU (device plugin, GKE system metrics)
     Preset(

@@ -41,7 +41,7 @@ class SignalReading:
     ``timestamp`` is the sample's own time (seconds, same clock as ``now``); ``error`` is set when the
     source failed, in which case ``value`` is None. ``per_replica`` optionally carries one value per
     pod/group (HPA's Pods metrics use it for the missing/unready-pod rules) and ``pod_times`` each pod's own
-    sample time: with them the core combines the pods into the target's value itself
+    sample time (and, for a histogram, ``buckets``): with them the core combines the pods into the target's value
     (``signals.SignalJudge.combine``: only fresh samples of ready pods, and only when enough of them reported).
     """
 
@@ -51,6 +51,9 @@ class SignalReading:
     error: str | None = None
     per_replica: Mapping[str, float] | None = None
     pod_times: Mapping[str, float] | None = None
+    #: Histogram signals (``quantile``): each pod's bucket rates over the window (upper bound -> observations per
+    #: second at or below it, ``+Inf`` included); the core sums the reporting pods' and takes the quantile.
+    buckets: Mapping[str, Mapping[float, float]] | None = None
 
 
 class SignalState(enum.StrEnum):

@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from autoscaler.core import catalog, expressions
+from autoscaler.core import catalog, counters, expressions
 from autoscaler.core.model import ReplicaStatus, SignalReading, SignalState, SignalValue
 from autoscaler.core.spec import SignalSpec, Spec
 
@@ -27,6 +27,8 @@ from autoscaler.core.spec import SignalSpec, Spec
 FUTURE_SKEW_S = 5.0
 #: Reasons the core gives itself (not a source's error): shown as they are, without "source error:".
 PARTIAL = "partial: "
+NO_OBSERVATIONS = "no observations: "
+_OWN_REASONS = (PARTIAL, NO_OBSERVATIONS)
 
 
 def aggregate_of(signal: SignalSpec) -> catalog.Combine:
@@ -61,7 +63,7 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
         return SignalValue(name, SignalState.UNKNOWN, None, "missing: no reading for this signal")
     source = reading.source
     if reading.error is not None:
-        why = reading.error if reading.error.startswith(PARTIAL) else f"source error: {reading.error}"
+        why = reading.error if reading.error.startswith(_OWN_REASONS) else f"source error: {reading.error}"
         return SignalValue(name, SignalState.UNKNOWN, None, why, source=source)
     value = reading.value
     if value is None:
@@ -98,6 +100,8 @@ class PodRule:
     min_fraction: float | None
     #: LeaderWorkerSet per-host presets: the pods reporting are hosts, ``<leader>-<index>`` of a group.
     workers: bool
+    #: Histogram signals: the quantile taken over the reporting pods' summed buckets.
+    quantile: float | None = None
 
 
 def combine_pods(rule: PodRule, reading: SignalReading, replicas: ReplicaStatus | None, now: float) -> SignalReading:
@@ -107,7 +111,8 @@ def combine_pods(rule: PodRule, reading: SignalReading, replicas: ReplicaStatus 
     2. a reading is known only when every ready pod (LWS: every ready group) reported a fresh sample, or at least
        ``minReportingFraction`` of them: by name when the replica status lists the pods (a cluster, the
        simulator), else by count against the ready count (outside a cluster);
-    3. the fresh samples combine by the signal's rule (``aggregate_of``); the timestamp is the oldest of them.
+    3. the fresh samples combine by the signal's rule (``aggregate_of``); for a histogram (``quantile``) the
+       reporting pods' bucket rates are summed and the quantile taken; the timestamp is the oldest sample.
 
     Partial data is unknown, never a smaller number: the pods whose scrapes fail are often the overloaded ones,
     and summing the others would read as less load than there is.
@@ -144,9 +149,23 @@ def combine_pods(rule: PodRule, reading: SignalReading, replicas: ReplicaStatus 
             return SignalReading(None, None, reading.source, why)
     if not used:
         return SignalReading(None, None, reading.source)  # missing: no fresh sample, never zero
+    stamp = min(t for _, t in used.values())
+    if rule.quantile is not None:
+        # The target's quantile: the reporting pods' bucket rates summed, as histogram_quantile(sum by (le)).
+        summed: dict[float, float] = {}
+        for pod in used:
+            counters.add_buckets(summed, (reading.buckets or {}).get(pod, {}))
+        value = counters.histogram_quantile(rule.quantile, summed)
+        if math.isnan(value):
+            why = f"{NO_OBSERVATIONS}no request observed in the window by the {len(used)} reporting pods"
+            return SignalReading(None, None, reading.source, why)
+        return SignalReading(
+            value, stamp, reading.source, None,
+            {pod: v for pod, (v, _) in used.items()}, {pod: t for pod, (_, t) in used.items()},
+        )
     return SignalReading(
         combine([v for v, _ in used.values()], rule.how),
-        min(t for _, t in used.values()),
+        stamp,
         reading.source,
         None,
         {pod: v for pod, (v, _) in used.items()},
@@ -208,7 +227,8 @@ class SignalJudge:
             if sig.expr is None:
                 workers = sig.preset is not None and catalog.get(sig.preset).workers
                 age = sig.max_age_seconds or default_age
-                rule = PodRule(age, aggregate_of(sig), sig.min_reporting_fraction, workers)
+                q = sig.quantile.q if sig.quantile is not None else None
+                rule = PodRule(age, aggregate_of(sig), sig.min_reporting_fraction, workers, q)
                 rules.append((sig.name, rule))
         object.__setattr__(self, "_pods", tuple(rules))
 

@@ -52,6 +52,19 @@ class TargetSpec(SpecModel):
         return TargetRef(kind=self.kind, name=self.name, namespace=self.namespace)
 
 
+class RateSpec(SpecModel):
+    """The per-second rate of a counter over a window (PromQL ``rate``; pods: deltas between scrapes)."""
+
+    window_seconds: float = Field(gt=0, description="Look-back window, e.g. 60 (at least two scrapes).")
+
+
+class QuantileSpec(SpecModel):
+    """A quantile of a histogram's observations over a window (``histogram_quantile`` over rated buckets)."""
+
+    q: float = Field(gt=0, lt=1, description="The quantile, e.g. 0.9 for p90.")
+    window_seconds: float = Field(gt=0, description="Look-back window, e.g. 60.")
+
+
 class SignalSpec(SpecModel):
     """A named input. Exactly one of ``query`` (PromQL), ``preset`` (a known server metric),
     ``metric`` (a raw metric name or Cloud Monitoring metric type) or ``expr`` (a composite over
@@ -77,6 +90,12 @@ class SignalSpec(SpecModel):
     )
     max_age_seconds: float | None = Field(
         default=None, ge=1, le=86400, description="Older samples are unknown. Default spec.metricSafety."
+    )
+    rate: RateSpec | None = Field(
+        default=None, description="Read a counter preset (or metric) as its per-second rate over windowSeconds."
+    )
+    quantile: QuantileSpec | None = Field(
+        default=None, description="Read a histogram preset (or metric) as quantile q over windowSeconds."
     )
     min_reporting_fraction: float | None = Field(
         default=None,
@@ -125,6 +144,26 @@ class SignalSpec(SpecModel):
                 f"(got {given or 'none'})",
                 *given[1:2],
             )
+        return self
+
+    @model_validator(mode="after")
+    def _form_fits_the_kind(self) -> SignalSpec:
+        if self.rate is not None and self.quantile is not None:
+            raise FieldError(f"signal {self.name!r}: rate and quantile exclude each other", "quantile")
+        form = "rate" if self.rate is not None else "quantile" if self.quantile is not None else None
+        if form is not None and self.preset is None and self.metric is None:
+            raise FieldError(f"signal {self.name!r}: {form} applies to a preset or a metric", form)
+        if self.preset is None or self.preset not in catalog.PRESETS:
+            return self
+        kind = catalog.get(self.preset).kind
+        wanted = {"gauge": None, "counter": "rate", "histogram": "quantile"}[kind]
+        if form != wanted:
+            how = {
+                "rate": "rate: {windowSeconds: 60}",
+                "quantile": "quantile: {q: 0.9, windowSeconds: 60}",
+            }
+            hint = f"read it with {how[wanted]}" if wanted is not None else f"remove {form}"
+            raise FieldError(f"signal {self.name!r}: preset {self.preset} is a {kind}; {hint}", form or "preset")
         return self
 
     def expression_names(self) -> set[str]:

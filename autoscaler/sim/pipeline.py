@@ -6,21 +6,27 @@ replica's state. A policy's raw signals are bound to one of those gauges by thei
 taken every ``scrapeIntervalSeconds`` and become visible ``ingestionDelaySeconds`` later, with the scrape
 time as their timestamp, so the core judges their age exactly as it would in the cluster. Starting
 replicas export nothing (HPA sees them as unready); with no ready replica a signal is missing, never 0.
+
+Counters (prompt and generation tokens) and histograms (time to first token, queue time) are kept by each
+simulated server from the requests it serves (``sim.model``); a ``rate`` or ``quantile`` signal reads them as
+the pods source does: per replica, the deltas between this pipeline's own scrapes within the window
+(``core.counters``), and the core takes the target's quantile over the replicas' summed buckets.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from autoscaler.core import catalog
+from autoscaler.core import catalog, counters
 from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.spec import SignalSpec, Spec
 from autoscaler.sim.cluster import PipelineSpec
-from autoscaler.sim.model import ReplicaGauges
+from autoscaler.sim.model import HISTOGRAM_BOUNDS, ReplicaGauges
 
 Quantity = Callable[[ReplicaGauges], float]
 
@@ -33,11 +39,23 @@ QUANTITIES: dict[str, Quantity] = {
     "kv_usage": lambda g: g.kv_usage,
 }
 
+#: The cumulative series a simulated replica keeps: counters (a number) and histograms (cumulative counts per
+#: upper bound of ``HISTOGRAM_BOUNDS``, then +Inf).
+COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
+    "prompt_tokens": lambda g: g.prompt_tokens,
+    "generation_tokens": lambda g: g.generation_tokens,
+}
+HISTOGRAMS: dict[str, Callable[[ReplicaGauges], tuple[int, ...]]] = {
+    "ttft": lambda g: g.ttft,
+    "queue_time": lambda g: g.queue_time,
+}
+_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
+
 #: Every exposition name of every preset the simulator serves, current spellings first (the catalog's order).
 _SERVED = [
     (name, p)
     for p in catalog.PRESETS.values()
-    if p.why_unavailable(catalog.SIMULATOR) is None and p.simulated in QUANTITIES
+    if p.why_unavailable(catalog.SIMULATOR) is None and p.simulated is not None
     for name in p.metrics
 ]
 # Longest first, so ``vllm:num_requests_waiting`` wins over ``num_requests_waiting``.
@@ -58,8 +76,6 @@ def preset_for(sig: SignalSpec) -> catalog.Preset:
     if sig.preset is not None:
         preset = catalog.get(sig.preset)
         why = preset.why_unavailable(catalog.SIMULATOR)
-        if why is None and preset.simulated not in QUANTITIES:
-            why = f"the simulated servers do not export {preset.kind}s yet"
         if why is not None:
             raise BindingError(
                 f"signal {sig.name!r}: preset {sig.preset} has no simulated series: {why}; simulated presets: "
@@ -98,6 +114,8 @@ class Binding:
     preset: catalog.Preset
     quantity: Quantity
     aggregate: catalog.Combine
+    #: ``rate``/``quantile`` signals: their window (the simulator keeps each replica's scrapes that long).
+    window_s: float | None = None
 
     @property
     def server(self) -> str:
@@ -123,8 +141,17 @@ def bind(spec: Spec) -> list[Binding]:
         if sig.query is not None and sig.aggregate is None and (m := re.match(r"\s*(sum|avg|max|min)\b", sig.query)):
             agg = _QUERY_AGGREGATES[m.group(1)]
         assert preset.simulated is not None
-        out.append(Binding(sig.name, preset, QUANTITIES[preset.simulated], agg))
+        window = sig.rate.window_seconds if sig.rate else sig.quantile.window_seconds if sig.quantile else None
+        if (preset.kind == "gauge") != (window is None):
+            form = "rate" if preset.kind == "counter" else "quantile"
+            raise BindingError(f"signal {sig.name!r}: {preset.name} is a {preset.kind}; read it with {form}")
+        quantity = QUANTITIES.get(preset.simulated, _no_gauge)
+        out.append(Binding(sig.name, preset, quantity, agg, window))
     return out
+
+
+def _no_gauge(g: ReplicaGauges) -> float:
+    raise AssertionError("counters and histograms are read through MetricPipeline's history")
 
 
 class MetricPipeline:
@@ -135,10 +162,46 @@ class MetricPipeline:
         self.bindings = bindings
         self.source = source
         self._samples: deque[tuple[float, dict[str, SignalReading]]] = deque()
+        #: (signal, replica, bucket index or -1 for a counter) -> this pipeline's scrapes of that series.
+        self._history: dict[tuple[str, str, int], deque[tuple[float, float]]] = {}
+
+    def _rate(self, key: tuple[str, str, int], now: float, value: float, window_s: float) -> float | None:
+        points = self._history.setdefault(key, deque())
+        points.append((now, value))
+        while len(points) > 2 and points[1][0] < now - window_s:
+            points.popleft()
+        return counters.rate(points, window_s)
+
+    def _cumulative(self, b: Binding, now: float, gauges: Mapping[str, ReplicaGauges]) -> SignalReading:
+        """A counter's rate or a histogram's bucket rates per replica, from this pipeline's scrapes."""
+        assert b.window_s is not None
+        assert b.preset.simulated is not None
+        per: dict[str, float] = {}
+        buckets: dict[str, dict[float, float]] = {}
+        for pod, g in gauges.items():
+            if b.preset.kind == "counter":
+                r = self._rate((b.signal, pod, -1), now, COUNTERS[b.preset.simulated](g), b.window_s)
+                if r is not None:  # a replica's first scrape gives no rate yet: it does not report
+                    per[pod] = r
+                continue
+            counts = HISTOGRAMS[b.preset.simulated](g)
+            rates = [self._rate((b.signal, pod, i), now, float(c), b.window_s) for i, c in enumerate(counts)]
+            if rates and all(r is not None for r in rates):
+                mine = {bound: r for bound, r in zip(_BOUNDS, rates, strict=True) if r is not None}
+                buckets[pod] = mine
+                per[pod] = mine[math.inf]
+        for key in [k for k, p in self._history.items() if k[0] == b.signal and p[-1][0] < now]:
+            del self._history[key]  # replicas gone
+        value = combine(list(per.values()), b.aggregate) if per and b.preset.kind == "counter" else None
+        return SignalReading(value, now, f"{self.source}:{b.metric}", None, per, dict.fromkeys(per, now),
+                             buckets if b.preset.kind == "histogram" else None)
 
     def scrape(self, now: float, gauges: Mapping[str, ReplicaGauges]) -> None:
         readings: dict[str, SignalReading] = {}
         for b in self.bindings:
+            if b.window_s is not None:
+                readings[b.signal] = self._cumulative(b, now, gauges)
+                continue
             per = {pod: b.quantity(g) for pod, g in gauges.items()}
             value = combine(list(per.values()), b.aggregate) if per else None
             # Per pod, with the scrape time: the core combines them by the one rule (``combine_pods``), so a

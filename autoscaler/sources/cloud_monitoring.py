@@ -14,11 +14,13 @@ timeout (the client's default retry runs up to 90 s), inside the tick's deadline
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autoscaler.core import counters
 from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
@@ -36,8 +38,58 @@ from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, 
 #: How far back to look for the newest point: system metrics are sampled every 60 s and may lag minutes.
 LOOKBACK_S = 600.0
 
-#: (namespace, pod or node) -> list of (value, end time) for one metric type
-_Points = dict[tuple[str, str], list[tuple[float, float]]]
+#: (namespace, pod or node) -> list of (value, end time, bucket rates of a distribution or None) for one type
+_Points = dict[tuple[str, str], list[tuple[float, float, dict[float, float] | None]]]
+#: How a request asks Cloud Monitoring to align a cumulative series: (aligner, alignment period in seconds).
+_Alignment = tuple[str, float] | None
+
+
+def alignment(request: SignalRequest) -> _Alignment:
+    """Counters: ``ALIGN_RATE`` over the window; histograms (distributions): ``ALIGN_DELTA`` over the window, whose
+    bucket counts the core turns into the quantile (Cloud Monitoring's own ``ALIGN_PERCENTILE_nn`` aligners offer
+    only p05/p50/p95/p99 and cannot sum several pods' buckets first)."""
+    sig = request.signal
+    if sig.rate is not None:
+        return ("ALIGN_RATE", sig.rate.window_seconds)
+    if sig.quantile is not None:
+        return ("ALIGN_DELTA", sig.quantile.window_seconds)
+    return None
+
+
+def _bounds(options: Any, count: int) -> list[float]:
+    """Upper bounds of a distribution's buckets (``count`` of them, the last one unbounded)."""
+    raw = getattr(type(options), "pb", None)  # proto-plus wraps some messages; google.api.Distribution is plain
+    kind = (raw(options) if raw is not None else options).WhichOneof("options")
+    if kind == "explicit_buckets":
+        finite = [float(b) for b in options.explicit_buckets.bounds]
+    elif kind == "exponential_buckets":
+        e = options.exponential_buckets
+        finite = [e.scale * e.growth_factor**i for i in range(e.num_finite_buckets + 1)]
+    elif kind == "linear_buckets":
+        li = options.linear_buckets
+        finite = [li.offset + li.width * i for i in range(li.num_finite_buckets + 1)]
+    else:
+        raise PermanentError(f"distribution buckets of kind {kind} are not supported")
+    # Bucket 0 is the underflow (below bounds[0]), bucket i holds [bounds[i-1], bounds[i]), the last overflows.
+    if not count:
+        return []
+    padded = [*finite, *([math.inf] * count)]
+    return [*padded[: count - 1], math.inf]
+
+
+def _distribution(point: Any, period_s: float) -> tuple[float, dict[float, float]]:
+    """A delta distribution point as (observations per second, cumulative bucket rates by upper bound)."""
+    dist = point.value.distribution_value
+    counts = [float(c) for c in dist.bucket_counts]
+    bounds = _bounds(dist.bucket_options, len(counts))
+    cumulative: dict[float, float] = {}
+    running = 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        running += count
+        cumulative[bound] = running / period_s
+    total = float(dist.count) / period_s
+    cumulative[math.inf] = max(total, cumulative.get(math.inf, 0.0))
+    return total, cumulative
 
 
 def metric_types(request: SignalRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -155,7 +207,7 @@ class CloudMonitoringSource:
                 raise PermanentError(f"cannot create a Cloud Monitoring client: {exc}") from None
         return self._client
 
-    async def _list(self, metric_type: str, flt: str, timeout_s: float) -> list[Any]:
+    async def _list(self, metric_type: str, flt: str, timeout_s: float, align: _Alignment = None) -> list[Any]:
         # Loaded on first use: importing the client library costs about a second of CLI start-up.
         from google.api_core import exceptions as gexc  # noqa: PLC0415
         from google.cloud import monitoring_v3  # noqa: PLC0415
@@ -170,6 +222,12 @@ class CloudMonitoringSource:
             interval=interval,
             view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
         )
+        if align is not None:
+            aligner, period = align
+            request.aggregation = monitoring_v3.Aggregation(
+                alignment_period={"seconds": max(60, int(period))},  # Cloud Monitoring's minimum period is 60 s
+                per_series_aligner=getattr(monitoring_v3.Aggregation.Aligner, aligner),
+            )
         out: list[Any] = []
         try:
             self.calls += 1
@@ -192,13 +250,19 @@ class CloudMonitoringSource:
     async def _points(self, metric_type: str, group: Sequence[SignalRequest], deadline_s: float) -> _Points:
         flt = build_filter(metric_type, group, cluster=self.spec.cluster)
         timeout_s = min(self.spec.timeout_seconds, deadline_s)
-        series = await retrying(lambda: self._list(metric_type, flt, timeout_s), deadline_s=deadline_s)
+        align = alignment(group[0])
+        series = await retrying(lambda: self._list(metric_type, flt, timeout_s, align), deadline_s=deadline_s)
         points: _Points = {}
         for ts in series:
             if not ts.points:
                 continue
             newest = max(ts.points, key=lambda p: p.interval.end_time.timestamp())
-            points.setdefault(_where(ts), []).append((_point_value(newest), newest.interval.end_time.timestamp()))
+            stamp = newest.interval.end_time.timestamp()
+            if align is not None and align[0] == "ALIGN_DELTA":
+                total, buckets = _distribution(newest, max(60.0, align[1]))
+                points.setdefault(_where(ts), []).append((total, stamp, buckets))
+            else:
+                points.setdefault(_where(ts), []).append((_point_value(newest), stamp, None))
         return points
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
@@ -224,7 +288,7 @@ class CloudMonitoringSource:
                     "none known: no pods, or outside a cluster)",
                 )
                 continue
-            key = (types, tuple(sorted(r.signal.labels.items())), aggregate_of(r.signal))
+            key = (types, tuple(sorted(r.signal.labels.items())), aggregate_of(r.signal), alignment(r))
             groups.setdefault(key, []).append(r)
         results = await asyncio.gather(
             *(self._read_group(k[0], g, deadline_s) for k, g in groups.items()), return_exceptions=False
@@ -259,19 +323,33 @@ class CloudMonitoringSource:
                 den.setdefault(where, []).extend(values)
         how = aggregate_of(group[0].signal)
         per_unit: dict[tuple[str, str], tuple[float, float]] = {}
+        buckets: dict[tuple[str, str], dict[float, float]] = {}
         for where, values in num.items():
-            stamp = min(t for _, t in values)
+            stamp = min(t for _, t, _ in values)
             if denominators:
                 totals = den.get(where)
                 if not totals:
                     continue
-                total = math.fsum(v for v, _ in totals)
-                value = math.fsum(v for v, _ in values) / total if total else math.nan
-                stamp = min(stamp, *(t for _, t in totals))
+                total = math.fsum(v for v, _, _ in totals)
+                value = math.fsum(v for v, _, _ in values) / total if total else math.nan
+                stamp = min(stamp, *(t for _, t, _ in totals))
+            elif group[0].signal.quantile is not None:
+                value = math.fsum(v for v, _, _ in values)  # observations per second
+                for _, _, b in values:
+                    counters.add_buckets(buckets.setdefault(where, {}), b or {})
+            elif group[0].signal.rate is not None:
+                value = math.fsum(v for v, _, _ in values)  # a pod's counters add up
             else:
-                value = combine([v for v, _ in values], how)
+                value = combine([v for v, _, _ in values], how)
             per_unit[where] = (value, stamp)
-        return self._attribute(per_unit, group, how), True
+        out = self._attribute(per_unit, group, how)
+        if group[0].signal.quantile is not None:
+            for req in group:
+                got = out[req.key]
+                if got.per_replica is not None:
+                    mine = {unit: buckets.get((req.target.namespace, unit), {}) for unit in got.per_replica}
+                    out[req.key] = dataclasses.replace(got, value=None, buckets=mine)
+        return out, True
 
     def _attribute(
         self,

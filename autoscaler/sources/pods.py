@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import aiohttp
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from autoscaler.core import counters
 from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import PodsSourceSpec
@@ -95,6 +97,8 @@ class PodsSource:
         self._session: aiohttp.ClientSession | None = None
         #: HTTP requests sent, for tests that check each URL is fetched once per tick.
         self.fetches = 0
+        #: Each counter and histogram bucket read so far, per endpoint: rates are deltas between scrapes.
+        self.history = History()
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -204,7 +208,8 @@ class PodsSource:
         by_url = dict(zip(urls, scrapes, strict=True))
         self._forget_old()
         for req, endpoints in plans:
-            out[req.key] = _reading(req, endpoints, by_url)
+            out[req.key] = _reading(req, endpoints, by_url, self.history)
+        self.history.forget(self._clock() - FORGET_S)
         return out
 
 
@@ -242,17 +247,99 @@ def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) 
     return value, (min(stamps) if stamps else None)
 
 
-def _reading(req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[str, Scrape]) -> SignalReading:
+class History:
+    """Successive scrapes of cumulative series (counters, histogram buckets), per endpoint and series.
+
+    A rate needs two scrapes within the window: a new pod has none yet, so it does not report until its
+    second scrape (partial data, unknown). A counter that went down was reset (a restarted server):
+    ``core.counters.increase`` counts the new value as the increase.
+    """
+
+    def __init__(self) -> None:
+        self._points: dict[tuple[str, str, tuple[tuple[str, str], ...]], deque[tuple[float, float]]] = {}
+
+    def rate(
+        self, url: str, name: str, labels: dict[str, str], at: float, value: float, window_s: float
+    ) -> float | None:
+        key = (url, name, tuple(sorted(labels.items())))
+        points = self._points.setdefault(key, deque())
+        if not points or at > points[-1][0]:
+            points.append((at, value))
+        while len(points) > 2 and points[1][0] < at - window_s:
+            points.popleft()  # one point older than the window is dropped once the next is too
+        return counters.rate(list(points), window_s)
+
+    def forget(self, before: float) -> None:
+        """Drop series not scraped since ``before`` (pods come and go)."""
+        for key in [k for k, p in self._points.items() if p[-1][0] < before]:
+            del self._points[key]
+
+
+def _pod_rate(
+    req: SignalRequest, url: str, scrape: Scrape, history: History
+) -> tuple[float, dict[float, float] | None] | str | None:
+    """A pod's rate (counter) or observation rate and bucket rates (histogram) over the window; None when the
+    pod serves no such series; a reason when it does but has no rate yet."""
+    sig = req.signal
+    assert scrape.samples is not None
+    window = sig.rate.window_seconds if sig.rate else sig.quantile.window_seconds if sig.quantile else 0.0
+    names = presets.get(sig.preset).metrics if sig.preset is not None else (sig.metric or "",)
+    histogram = sig.quantile is not None
+    total = 0.0
+    buckets: dict[float, float] = {}
+    found = pending = False
+    for base in names:
+        name = f"{base}_bucket" if histogram else base
+        for labels, value, stamp in scrape.samples.get(name, ()):
+            if not all(labels.get(k) == v for k, v in sig.labels.items()):
+                continue
+            found = True
+            r = history.rate(url, name, labels, stamp if stamp is not None else scrape.received_at, value, window)
+            if r is None:
+                pending = True
+                continue
+            if histogram:
+                bound = float(labels.get("le", "nan"))
+                buckets[bound] = buckets.get(bound, 0.0) + r
+            else:
+                total += r
+    if not found:
+        return None
+    if pending:
+        return f"no rate yet (a rate needs two scrapes within {window:g}s)"
+    if histogram:
+        return buckets.get(math.inf, math.nan), buckets
+    return total, None
+
+
+def _reading(
+    req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[str, Scrape], history: History
+) -> SignalReading:
     label = f"{describe(req.source)} {len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}"
     how = aggregate_of(req.signal)
     errors: list[str] = []
     lacking: list[str] = []
     per_pod: dict[str, float] = {}
     stamps: dict[str, float] = {}
+    cumulative = req.signal.rate is not None or req.signal.quantile is not None
+    bucket_rates: dict[str, dict[float, float]] = {}
     for pod, url in endpoints:
         scrape = by_url[url]
         if scrape.samples is None:
             errors.append(scrape.error or f"{url}: failed")
+            continue
+        if cumulative:
+            rated = _pod_rate(req, url, scrape, history)
+            if isinstance(rated, str):
+                errors.append(f"{pod}: {rated}")
+                continue
+            if rated is None:
+                lacking.append(pod)
+                continue
+            per_pod[pod] = rated[0]
+            stamps[pod] = scrape.received_at
+            if rated[1] is not None:
+                bucket_rates[pod] = rated[1]
             continue
         got = _pod_value(req, scrape.samples, how)
         if got is None:
@@ -273,9 +360,19 @@ def _reading(req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[
         return SignalReading(
             None, None, label, f"{len(lacking)}/{len(endpoints)} pods serve no {wanted}: {', '.join(lacking[:3])}"
         )
-    if isinstance(req.source, PodsSourceSpec) and req.source.endpoints:
+    static = isinstance(req.source, PodsSourceSpec) and bool(req.source.endpoints)
+    if static and req.signal.quantile is None:
         # Static endpoints are what the user says the target is: combined here, not counted against its pods.
         return SignalReading(combine(list(per_pod.values()), how), min(stamps.values()), label)
+    quantile = req.signal.quantile
+    if static and quantile is not None:
+        summed: dict[float, float] = {}
+        for one in bucket_rates.values():
+            counters.add_buckets(summed, one)
+        return SignalReading(counters.histogram_quantile(quantile.q, summed), min(stamps.values()), label)
+    if quantile is not None:
+        # The core takes the quantile over the reporting pods' summed buckets (``combine_pods``).
+        return SignalReading(None, min(stamps.values()), label, None, per_pod, stamps, bucket_rates)
     return SignalReading(
         value=combine(list(per_pod.values()), how),
         timestamp=min(stamps.values()),

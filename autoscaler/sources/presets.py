@@ -60,7 +60,9 @@ def matchers(
     return out
 
 
-def selector(names: tuple[str, ...], label_matchers: list[str], *, wrap: str = "") -> str:
+def selector(
+    names: tuple[str, ...], label_matchers: list[str], *, wrap: str = "", range_s: float | None = None
+) -> str:
     """Every spelling as its own exact-name selector, joined with ``or``; ``wrap`` applies a function to each.
 
     Exact names, not ``{__name__=~"a|b"}``: Google Managed Prometheus only matches metric names exactly
@@ -68,5 +70,7 @@ def selector(names: tuple[str, ...], label_matchers: list[str], *, wrap: str = "
     returns the evaluation time instead of the sample time.
     """
     body = "{" + ", ".join(label_matchers) + "}"
+    if range_s is not None:
+        body += f"[{range_s:g}s]"  # a range selector, for rate()
     parts = [f"{wrap}({name}{body})" if wrap else f"{name}{body}" for name in names]
     return parts[0] if len(parts) == 1 else " or ".join(parts)

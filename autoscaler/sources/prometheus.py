@@ -22,7 +22,9 @@ Empty results, NaN, errors, timeouts and an open circuit all come back as readin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -70,19 +72,32 @@ class _Selection:
     workers: bool
     #: The labels holding the workload's namespace and pod (the catalog's layout for the preset).
     labels: LabelLayout = SERVER_LABELS
+    #: Counters: the ``rate`` window; histograms: the window of their rated buckets (``names`` are ``_bucket``).
+    rate_s: float | None = None
+    histogram: bool = False
 
     @property
     def by(self) -> str:
         return f"{self.labels.namespace}, {self.labels.pod}"
 
+    def numerator(self, m: list[str]) -> str:
+        """The selector of every spelling, rated over the window for counters and histogram buckets."""
+        if self.rate_s is None:
+            return presets.selector(self.names, m)
+        return presets.selector(self.names, m, wrap="rate", range_s=self.rate_s)
+
 
 def selection(request: SignalRequest) -> _Selection | None:
     sig = request.signal
+    window = sig.rate.window_seconds if sig.rate else sig.quantile.window_seconds if sig.quantile else None
+    histogram = sig.quantile is not None
     if sig.preset is not None:
         p = presets.get(sig.preset)
-        return _Selection(p.metrics, p.denominator, p.workers, p.labels)
+        names = tuple(f"{n}_bucket" for n in p.metrics) if histogram else p.metrics
+        return _Selection(names, p.denominator, p.workers, p.labels, window, histogram)
     if sig.metric is not None:
-        return _Selection((sig.metric,), (), False, label_layout(sig))
+        names = (f"{sig.metric}_bucket",) if histogram else (sig.metric,)
+        return _Selection(names, (), False, label_layout(sig), window, histogram)
     return None
 
 
@@ -107,12 +122,19 @@ def target_query(request: SignalRequest, *, cluster: str | None, combined: bool 
         regex={sel.labels.pod: pods},
         namespace_label=sel.labels.namespace,
     )
+    if sel.histogram:
+        # One series for the target: its quantile over the buckets summed across its pods (replay reads it as is).
+        assert sig.quantile is not None
+        return f"histogram_quantile({sig.quantile.q:g}, sum by (le) ({sel.numerator(m)}))"
     per_pod = _per_pod(sel, how, m)
     return f"{how}({per_pod})" if combined else per_pod
 
 
 def _per_pod(sel: _Selection, how: presets.Aggregate, m: list[str]) -> str:
-    num = f"{how} by ({sel.by}) ({presets.selector(sel.names, m)})"
+    if sel.histogram:
+        # Each pod's bucket rates; the core sums the reporting pods' and takes the quantile.
+        return f"sum by ({sel.by}, le) ({sel.numerator(m)})"
+    num = f"{how} by ({sel.by}) ({sel.numerator(m)})"
     if not sel.denominator:
         return num
     used = f"sum by ({sel.by}) ({presets.selector(sel.names, m)})"
@@ -223,7 +245,10 @@ class PrometheusSource:
         groups: dict[tuple[Any, ...], list[SignalRequest]] = {}
         for r in requests:
             sig = r.signal
-            key = (sig.query, sig.preset, sig.metric, tuple(sorted(sig.labels.items())), sig.aggregate)
+            key = (
+                sig.query, sig.preset, sig.metric, tuple(sorted(sig.labels.items())), sig.aggregate,
+                sig.rate, sig.quantile and sig.quantile.window_seconds,
+            )
             groups.setdefault(key, []).append(r)
         timeout_s = min(self.spec.timeout_seconds, deadline_s)
         results = await asyncio.gather(
@@ -262,12 +287,19 @@ class PrometheusSource:
         matcher = PodMatcher(group, workers=sel.workers)
         values: dict[tuple[str, str], tuple[float, float]] = {}
         stamps: dict[tuple[str, str], float] = {}
+        buckets: dict[tuple[str, str], dict[float, float]] = {}
         for series in data["result"]:
             labels = series["metric"]
             pod_key = (labels.get(sel.labels.namespace, ""), labels.get(sel.labels.pod, ""))
             at, number = float(series["value"][0]), _number(series["value"][1])
             if labels.get(_PART) == "time":
                 stamps[pod_key] = number
+            elif sel.histogram:
+                # One series per bucket; the pod's value is its observation rate (the +Inf bucket).
+                bound = float(labels.get("le", "nan"))
+                buckets.setdefault(pod_key, {})[bound] = number
+                if bound == math.inf:
+                    values[pod_key] = (number, at)
             else:
                 values[pod_key] = (number, at)
         samples: dict[str, dict[str, tuple[float, float]]] = {}
@@ -278,7 +310,14 @@ class PrometheusSource:
         for key, pods in samples.items():
             newest = max(t for _, t in pods.values())
             samples[key] = {p: vt for p, vt in pods.items() if vt[1] >= newest - POD_GONE_S}
-        return per_target(group, samples, source=self.label, how=aggregate_of(group[0].signal))
+        out = per_target(group, samples, source=self.label, how=aggregate_of(group[0].signal))
+        if sel.histogram:
+            for req in group:
+                got = out[req.key]
+                if got.per_replica is not None:
+                    mine = {pod: buckets.get((req.target.namespace, pod), {}) for pod in got.per_replica}
+                    out[req.key] = dataclasses.replace(got, value=None, buckets=mine)
+        return out
 
 
 def _single(data: dict[str, Any], request: SignalRequest, label: str) -> SignalReading:

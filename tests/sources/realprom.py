@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import choose_encoder, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 
 PROMETHEUS_BIN = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -94,6 +95,34 @@ class _ExporterHandler(_Quiet):
             self.wfile.write(body)
 
 
+class _Linear:
+    """Counters and histograms growing at a fixed rate with wall time (a server under steady load): their true
+    rate is known, whenever Prometheus or a test scrapes them."""
+
+    def __init__(self) -> None:
+        self.start = time.time()
+        self.counters: dict[str, float] = {}
+        #: name -> (observations per second, {upper bound: cumulative share of observations})
+        self.histograms: dict[str, tuple[float, dict[float, float]]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        elapsed = time.time() - self.start
+        for name, per_s in self.counters.items():
+            family = CounterMetricFamily(name.removesuffix("_total"), f"test counter {name}")
+            family.add_metric([], per_s * elapsed)
+            yield family
+        for name, (per_s, shares) in self.histograms.items():
+            count = per_s * elapsed
+            buckets = [(_le(b), share * count) for b, share in sorted(shares.items())]
+            hist = HistogramMetricFamily(name, f"test histogram {name}")
+            hist.add_metric([], buckets=buckets, sum_value=count * 0.1)
+            yield hist
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
 class Exporter(_Server):
     """One pod's metrics endpoint backed by a prometheus-client registry."""
 
@@ -103,7 +132,17 @@ class Exporter(_Server):
         self.registry = CollectorRegistry()
         self.gauges: dict[str, Gauge] = {}
         self.scrapes = 0
+        self.linear = _Linear()
+        self.registry.register(self.linear)
         super().__init__(_ExporterHandler)
+
+    def counter(self, name: str, per_second: float) -> None:
+        """A counter (``name`` ends in ``_total``) growing by ``per_second`` from now on."""
+        self.linear.counters[name] = per_second
+
+    def histogram(self, name: str, per_second: float, shares: dict[float, float]) -> None:
+        """A histogram observing ``per_second`` values a second; ``shares``: upper bound -> cumulative share."""
+        self.linear.histograms[name] = (per_second, {**shares, float("inf"): 1.0})
 
     def set(self, name: str, value: float, **labels: str) -> None:
         gauge = self.gauges.get(name)

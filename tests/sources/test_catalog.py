@@ -14,10 +14,13 @@ import urllib.parse
 from typing import Any
 
 import pytest
+from google.cloud import monitoring_v3
 from pydantic import ValidationError
 
 from autoscaler.core import catalog
 from autoscaler.core.catalog import Preset
+from autoscaler.core.engine import compile_policy
+from autoscaler.core.model import PodStatus, ReplicaStatus, SignalReading
 from autoscaler.core.sourcespec import (
     CloudMonitoringSourceSpec,
     GmpSourceSpec,
@@ -28,6 +31,7 @@ from autoscaler.core.sourcespec import (
 from autoscaler.core.spec import KNOWN_PRESETS, ScalingPolicy, Spec
 from autoscaler.policyfile import schema
 from autoscaler.sim import pipeline
+from autoscaler.sim.cluster import PipelineSpec
 from autoscaler.sim.model import ReplicaGauges
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.cloud_monitoring import CloudMonitoringSource
@@ -45,11 +49,23 @@ POD = "srv-6b7c8d9f4-x2x7q"
 NODE = "gke-pool-a"
 
 
+#: How a signal reads each kind of preset.
+FORMS: dict[str, dict[str, Any]] = {
+    "gauge": {},
+    "counter": {"rate": {"windowSeconds": 60}},
+    "histogram": {"quantile": {"q": 0.5, "windowSeconds": 60}},
+}
+
+
+def signal(preset: str) -> dict[str, Any]:
+    return {"preset": preset, **FORMS[catalog.get(preset).kind]}
+
+
 def doc(preset: str, source: dict[str, Any] | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "target": {"kind": "Deployment", "name": "srv", "namespace": NS},
         "maxReplicas": 4,
-        "signals": [{"name": "s", "preset": preset}],
+        "signals": [{"name": "s", **signal(preset)}],
         "policy": {"type": "queue", "work": ["s"], "capacityPerReplica": 10},
     }
     if source is not None:
@@ -82,14 +98,32 @@ def _vector(rows: list[tuple[dict[str, str], float, float]]) -> str:
     result: list[dict[str, Any]] = []
     for labels, value, stamp in rows:
         result.append({"metric": {**labels, "autoscaler_part": "value"}, "value": [stamp + 1, str(value)]})
-        result.append({"metric": {**labels, "autoscaler_part": "time"}, "value": [stamp + 1, str(stamp)]})
+        if "le" not in labels or labels["le"] == "+Inf":
+            time_labels = {k: v for k, v in labels.items() if k != "le"}
+            result.append({"metric": {**time_labels, "autoscaler_part": "time"}, "value": [stamp + 1, str(stamp)]})
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+#: One pod's bucket rates for histogram presets: half the observations at or below 0.5 s, all below 1 s.
+BUCKETS = {"0.5": 2.0, "1": 4.0, "+Inf": 4.0}
+MEDIAN = 0.5
+
+
+def _judged(preset: Preset, reading: SignalReading) -> SignalReading:
+    """The reading as the core combines it for the target (one ready pod)."""
+    judge = compile_policy(ScalingPolicy.model_validate(doc(preset.name, None))).judge
+    replicas = ReplicaStatus(1, 1, pods=(PodStatus(POD, True, 60.0),))
+    return judge.combine({"s": reading}, replicas, (reading.timestamp or 0.0) + 1)["s"]
 
 
 async def _prometheus(preset: Preset, place: str) -> None:
     server = TextServer(content_type="application/json")
     layout = preset.labels
-    server.body = _vector([({layout.namespace: NS, layout.pod: POD}, 0.25, 1000.0)])
+    where = {layout.namespace: NS, layout.pod: POD}
+    if preset.kind == "histogram":
+        server.body = _vector([({**where, "le": le}, rate, 1000.0) for le, rate in BUCKETS.items()])
+    else:
+        server.body = _vector([(where, 0.25, 1000.0)])
 
     async def token() -> str:
         return "t"
@@ -98,35 +132,54 @@ async def _prometheus(preset: Preset, place: str) -> None:
     source = PrometheusSource(
         spec, base_url=server.base, token=token if place == "gmp" else None  # type: ignore[arg-type]
     )
-    req = request(f"Deployment/{NS}/srv", spec, {"preset": preset.name})
+    req = request(f"Deployment/{NS}/srv", spec, signal(preset.name))
     try:
         reading = (await source.read([req], deadline_s=2))[req.key]
     finally:
         await source.aclose()
         server.close()
     assert reading.error is None, reading.error
-    assert (reading.value, reading.timestamp) == (0.25, 1000.0)
+    got = _judged(preset, reading)
+    assert (got.value, got.timestamp) == (MEDIAN if preset.kind == "histogram" else 0.25, 1000.0)
     query = urllib.parse.parse_qs(server.seen[0][3])["query"][0]
+    suffix = "_bucket" if preset.kind == "histogram" else ""
     for name in preset.metrics + preset.denominator:
-        assert f"{name}{{" in query  # every spelling, by exact name
+        assert f"{name}{suffix}{{" in query  # every spelling, by exact name
+    if preset.kind != "gauge":
+        assert "rate(" in query
+        assert "[60s]" in query
     assert f'{layout.namespace}=~"{NS}"' in query
     if place == "gmp":
         assert 'cluster="c1"' in query
 
 
 async def _pods(preset: Preset) -> None:
-    lines = [f'{preset.metrics[0]}{{model_name="m"}} 3']
-    lines += [f"{name} 4" for name in preset.denominator[:1]]
-    server = TextServer("\n".join(lines) + "\n")
-    source = PodsSource()
-    req = request(f"Deployment/{NS}/srv", SPECS["pods"], {"preset": preset.name}, pods=(PodRef(POD, url=server.url),))
+    clock = [1000.0]
+    server = TextServer()
+    source = PodsSource(clock=lambda: clock[0])
+    pods = (PodRef(POD, url=server.url),)
+    req = request(f"Deployment/{NS}/srv", SPECS["pods"], signal(preset.name), pods=pods)
+
+    def body(scale: float) -> str:
+        if preset.kind == "histogram":
+            return "".join(f'{preset.metrics[0]}_bucket{{le="{le}"}} {n * scale}\n' for le, n in BUCKETS.items())
+        lines = [f'{preset.metrics[0]}{{model_name="m"}} {3 * scale}']
+        lines += [f"{name} 4" for name in preset.denominator[:1]]
+        return "\n".join(lines) + "\n"
+
     try:
+        server.body = body(1.0)
         reading = (await source.read([req], deadline_s=2))[req.key]
+        if preset.kind != "gauge":  # a rate needs a second scrape
+            clock[0] += 10.0
+            server.body = body(11.0)
+            reading = (await source.read([req], deadline_s=2))[req.key]
     finally:
         await source.aclose()
         server.close()
     assert reading.error is None, reading.error
-    assert reading.value == (0.75 if preset.denominator else 3.0)
+    expected = {"gauge": 0.75 if preset.denominator else 3.0, "counter": 3.0, "histogram": MEDIAN}[preset.kind]
+    assert _judged(preset, reading).value == pytest.approx(expected)
 
 
 async def _cloud_monitoring(preset: Preset, service: FakeMetricService, source: CloudMonitoringSource) -> None:
@@ -138,23 +191,49 @@ async def _cloud_monitoring(preset: Preset, service: FakeMetricService, source: 
         where = {"cluster": "c1", "namespace": NS, "pod": POD, "instance": f"{POD}:9090"}
     else:
         where = {"cluster_name": "c1", "namespace_name": NS, "pod_name": POD, "container_name": "srv"}
-    service.by_type = {num[0]: [series(num[0], where, [(NOW - 20, 3.0)])]}
+    if preset.kind == "histogram":
+        # What ALIGN_DELTA over 60 s returns: the observations of the period per bucket (120 = 2/s below 0.5 s).
+        one = series(num[0], where, [(NOW - 20, 0.0)])
+        one.points[0].value = monitoring_v3.TypedValue(distribution_value={
+            "count": 240, "bucket_options": {"explicit_buckets": {"bounds": [0.5, 1.0]}},
+            "bucket_counts": [120, 120, 0],
+        })
+        service.by_type = {num[0]: [one]}
+    else:
+        service.by_type = {num[0]: [series(num[0], where, [(NOW - 20, 3.0)])]}
     if den:
         service.by_type[den[0]] = [series(den[0], where, [(NOW - 20, 4.0)])]
     pods = (PodRef(POD, node=NODE),)
-    req = request(f"Deployment/{NS}/srv", SPECS["cloud-monitoring"], {"preset": preset.name}, pods=pods)
+    req = request(f"Deployment/{NS}/srv", SPECS["cloud-monitoring"], signal(preset.name), pods=pods)
     reading = (await source.read([req], deadline_s=2))[req.key]
     assert reading.error is None, reading.error
-    assert reading.value == (0.75 if den else 3.0)
+    expected = {"gauge": 0.75 if den else 3.0, "counter": 3.0, "histogram": MEDIAN}[preset.kind]
+    assert _judged(preset, reading).value == pytest.approx(expected)
     assert reading.timestamp == NOW - 20
+    aligner = {"gauge": 0, "counter": monitoring_v3.Aggregation.Aligner.ALIGN_RATE,
+               "histogram": monitoring_v3.Aggregation.Aligner.ALIGN_DELTA}[preset.kind]
+    asked = service.requests[-1].aggregation
+    assert asked.per_series_aligner == aligner
+    if aligner:
+        assert asked.alignment_period.seconds == 60
 
 
 def _simulated(preset: Preset) -> None:
     spec = Spec.model_validate(doc(preset.name, None)["spec"])
     (binding,) = pipeline.bind(spec)
     assert binding.preset is preset
-    gauges = ReplicaGauges(queued=2, prefill_pending=1, running=3, decoding=3, slots_used=0.375, kv_usage=0.5)
-    assert binding.quantity(gauges) >= 0.0
+    pipe = pipeline.MetricPipeline(PipelineSpec(scrape_interval_seconds=15), [binding])
+    for t, n in ((0.0, 0), (15.0, 30)):
+        hist = (0,) * 9 + (n // 2,) * 12 + (n,) * 2  # half the observations at or below 0.5 s
+        gauges = ReplicaGauges(2, 1, 3, 3, 0.375, 0.5, prompt_tokens=10.0 * n, generation_tokens=20.0 * n,
+                               ttft=hist, queue_time=hist)
+        pipe.scrape(t, {POD: gauges})
+    readings = pipe.visible(15.0)
+    replicas = ReplicaStatus(1, 1, pods=(PodStatus(POD, True, 60.0),))
+    got = compile_policy(ScalingPolicy.model_validate(doc(preset.name, None))).judge.combine(readings, replicas, 15.0)
+    value = got["s"].value
+    assert value is not None
+    assert value >= 0.0
 
 
 @pytest.mark.parametrize(("preset", "place"), CASES)
@@ -177,7 +256,7 @@ async def test_every_preset_is_served_everywhere_or_says_why(
             ScalingPolicy.model_validate(doc(preset.name, source_block))
         assert why in str(refused.value)
         pool = SourcePool()
-        req = request(f"Deployment/{NS}/srv", SPECS[place], {"preset": preset.name})
+        req = request(f"Deployment/{NS}/srv", SPECS[place], signal(preset.name))
         reading = (await pool.read([req], deadline_s=1))[req.key]
         await pool.aclose()
         assert reading.value is None

@@ -44,9 +44,12 @@ class FakeMetricService:
     message: str = ""
     delay_s: float = 0.0
     filters: list[str] = field(default_factory=list)
+    #: Every request, for tests of what was asked (aggregation of counters and distributions).
+    requests: list[Any] = field(default_factory=list)
 
     async def list_time_series(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         self.filters.append(request.filter)
+        self.requests.append(request)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.abort is not None:

@@ -1,0 +1,82 @@
+"""Counters and histograms as the core reads them: rates from cumulative samples and quantiles from buckets.
+
+Pure functions over plain numbers, shared by every place that turns cumulative series into a signal:
+the pods source (deltas between its successive scrapes), the simulator (its servers' counters) and the core
+itself (a histogram's quantile over the buckets of the pods that reported). Prometheus does the same
+server-side with ``rate`` and ``histogram_quantile``; these follow its rules:
+
+- a counter that goes down was reset (a restarted server): the increase across the reset is the new value;
+- the rate is the increase over the samples within the window divided by the time they span (no
+  extrapolation to the window's edges, unlike PromQL's ``rate``: with scrapes every few seconds the two
+  differ by at most one scrape interval's worth);
+- a quantile interpolates linearly inside the bucket holding the rank; in the ``+Inf`` bucket it is the
+  highest finite bound; with no observations it is NaN (unknown, never zero).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+
+#: The upper bound of the catch-all bucket.
+INF = math.inf
+
+
+def increase(points: Sequence[tuple[float, float]]) -> float:
+    """The counter's increase over ``points`` ((time, cumulative value), oldest first), resets handled."""
+    total = 0.0
+    for (_, before), (_, after) in itertools.pairwise(points):
+        total += after - before if after >= before else after
+    return total
+
+
+def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None:
+    """Per-second rate over the samples within ``window_s`` of the newest; None with fewer than two."""
+    if len(points) < 2:
+        return None
+    newest = points[-1][0]
+    inside = [p for p in points if p[0] >= newest - window_s]
+    if len(inside) < 2:
+        return None
+    span = inside[-1][0] - inside[0][0]
+    if span <= 0:
+        return None
+    return increase(inside) / span
+
+
+def add_buckets(into: dict[float, float], buckets: Mapping[float, float]) -> None:
+    """Sum ``buckets`` (upper bound -> cumulative count or rate) into ``into`` (several pods' histograms)."""
+    for bound, count in buckets.items():
+        into[bound] = into.get(bound, 0.0) + count
+
+
+def histogram_quantile(q: float, buckets: Mapping[float, float]) -> float:
+    """The ``q`` quantile of cumulative ``buckets`` (upper bound -> count of observations <= it), as PromQL's
+    ``histogram_quantile``; NaN without a ``+Inf`` bucket or without observations."""
+    if INF not in buckets or not 0 <= q <= 1:
+        return math.nan
+    bounds = sorted(buckets)
+    counts: list[float] = []
+    running = 0.0
+    for bound in bounds:
+        running = max(running, buckets[bound])  # cumulative counts never decrease (scrapes are not atomic)
+        counts.append(running)
+    total = counts[-1]
+    if total <= 0:
+        return math.nan
+    rank = q * total
+    index = next(i for i, count in enumerate(counts) if count >= rank)
+    if index == len(bounds) - 1:
+        return bounds[-2] if len(bounds) > 1 else math.nan
+    upper = bounds[index]
+    if index == 0:
+        if upper <= 0:
+            return upper
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = bounds[index - 1], counts[index - 1]
+    inside = counts[index] - below
+    if inside <= 0:
+        return upper
+    return lower + (upper - lower) * (rank - below) / inside
