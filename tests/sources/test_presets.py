@@ -53,7 +53,7 @@ def test_names_and_default_aggregation(preset: str, names: set[str], aggregate: 
 
 
 def test_unknown_preset_lists_the_known_ones() -> None:
-    known = "known: jetstream.kv_cache_usage, jetstream.prefill_backlog"
+    known = "known: jetstream.generation_tokens, jetstream.kv_cache_usage, jetstream.prefill_backlog"
     with pytest.raises(presets.PresetError, match=re.escape(known)):
         presets.get("vllm.wating")
 
