@@ -94,8 +94,30 @@ class ControllerConfig(SpecModel):
         "decision would change (0 = off).",
     )
     signal_deadline_seconds: float = Field(default=5.0, gt=0, description="Budget for one signal read.")
+    api_deadline_seconds: float = Field(
+        default=10.0, gt=0, le=300, description="Budget for one Kubernetes API call (a watch: for connecting, and "
+        "for the silence between two reads beyond its server-side timeout)."
+    )
+    pass_deadline_seconds: float = Field(
+        default=20.0, gt=0, le=600, description="Budget for one evaluation of one policy, and for a pass's bulk "
+        "read; what is cut short is retried next time from the cluster's state."
+    )
+    liveness_stall_seconds: float = Field(
+        default=60.0, gt=0, description="/healthz fails when the control loop made no progress for this long."
+    )
     reload_poll_seconds: float = Field(default=2.0, gt=0, description="How often the policies dir is checked.")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _live_longer_than_a_pass(self) -> ControllerConfig:
+        # One loop iteration is at most a bulk read plus an evaluation (each within passDeadlineSeconds) plus
+        # one second of idle wait: a healthy loop must never look stalled.
+        if self.liveness_stall_seconds < 2 * self.pass_deadline_seconds + 5:
+            raise ValueError(
+                "need livenessStallSeconds >= 2 x passDeadlineSeconds + 5 "
+                f"(got {self.liveness_stall_seconds:g} and {self.pass_deadline_seconds:g})"
+            )
+        return self
 
 
 def load_config(path: str | Path | None) -> ControllerConfig:

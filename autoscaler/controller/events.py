@@ -26,8 +26,10 @@ from autoscaler.controller.config import EventsConfig
 from autoscaler.controller.leader import micro_time
 from autoscaler.controller.logs import get_logger
 
-#: events.k8s.io/v1 limits ``note`` to 1 kB.
+#: events.k8s.io/v1 limits ``note`` to 1,024 bytes (the API server's validation measures the UTF-8 bytes of a Go
+#: string, not characters): a longer note is rejected with 422 and the Event is lost.
 MAX_NOTE = 1024
+ELLIPSIS = "…"
 MERGE_PATCH = "application/merge-patch+json"
 
 EventType = Literal["Normal", "Warning"]
@@ -84,7 +86,7 @@ class EventRecorder:
         self, obj: ObjectRef, *, type_: EventType, reason: str, message: str, action: str
     ) -> None:
         """Create an Event, or bump the series of an identical recent one."""
-        note = message if len(message) <= MAX_NOTE else message[: MAX_NOTE - 1] + "…"
+        note = cut_note(message)
         key = (obj.api_version, obj.kind, obj.namespace, obj.name, type_, reason, note)
         now_mono = asyncio.get_running_loop().time()
         wall = self._wall()
@@ -161,6 +163,16 @@ class EventRecorder:
         window = self.config.aggregation_window_seconds
         for key in [k for k, s in self._series.items() if now_mono - s.first_mono > window]:
             del self._series[key]
+
+
+def cut_note(message: str, limit: int = MAX_NOTE) -> str:
+    """``message`` within ``limit`` UTF-8 bytes, cut at a character boundary and ending in "…" when cut."""
+    data = message.encode()
+    if len(data) <= limit:
+        return message
+    room = limit - len(ELLIPSIS.encode())
+    # Decoding with "ignore" drops a multi-byte character split by the cut instead of leaving half of it.
+    return data[:room].decode("utf-8", "ignore") + ELLIPSIS
 
 
 def _event_name(obj: ObjectRef, key: tuple[str, ...], wall: float) -> str:

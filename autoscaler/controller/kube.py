@@ -12,18 +12,22 @@
   their deserialisation (dateutil timestamps, one object per field) cost more CPU than everything else a tick
   does.
 - ``parse_quantity``: Kubernetes quantities ("6", "6000m", "1Gi") as numbers.
+- ``with_deadlines``: the one place every API call gets its deadline (see ``DeadlineRest``); ``Backoff``:
+  exponential backoff with full jitter for the watches and the lease campaign.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -33,6 +37,9 @@ from autoscaler.policyfile import files
 
 T = TypeVar("T")
 
+#: Default budget of one API call (seconds); an estimate: far above a healthy server's milliseconds, far
+#: below the controller's liveness threshold, so a black-holed request fails its evaluation, not the process.
+DEFAULT_DEADLINE_S = 10.0
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -278,10 +285,122 @@ async def connect(
     environ: Mapping[str, str] | None = None,
     service_account_dir: Path = SERVICE_ACCOUNT_DIR,
     home_fallback: bool = True,
+    deadline_s: float = DEFAULT_DEADLINE_S,
 ) -> client.ApiClient:
-    """An ``ApiClient`` for the cluster (see ``configuration``); close it with ``await api.close()``."""
+    """An ``ApiClient`` for the cluster (see ``configuration``) whose every call has a deadline
+    (``with_deadlines``); close it with ``await api.close()``."""
     conf = await configuration(
         kubeconfig, context=context, environ=environ, service_account_dir=service_account_dir,
         home_fallback=home_fallback,
     )
-    return client.ApiClient(conf)
+    return with_deadlines(client.ApiClient(conf), deadline_s)
+
+
+# --- deadlines and backoff ------------------------------------------------------------------------------
+
+
+class DeadlineRest:
+    """The client's REST layer with a deadline on every request that does not bring its own.
+
+    Every call of ``kubernetes_asyncio`` (typed API methods, ``call_api``, ``get_json``, watches) ends in
+    ``ApiClient.rest_client.request``; wrapping it there is the one place that bounds them all (the client's
+    own default is no timeout at all: one black-holed GET used to stop every policy).
+
+    - a request: ``aiohttp.ClientTimeout(total=deadline)``, which covers connecting, sending and reading
+      the body (also a body read later, as with ``_preload_content=False``);
+    - a watch (``watch=true``): the stream lives as long as its ``timeoutSeconds``, so the bound is on
+      connecting (``deadline``) and on the silence between two reads (``timeoutSeconds + deadline``): a
+      stream the server stopped feeding without closing it fails instead of hanging forever.
+
+    The timers are the event loop's, so tests on virtual time (looptime) see virtual deadlines.
+    """
+
+    def __init__(self, inner: Any, deadline_s: float) -> None:
+        self.inner = inner
+        self.deadline_s = deadline_s
+
+    def timeout_for(self, query_params: Any) -> aiohttp.ClientTimeout:
+        query = dict(query_params or [])
+        if str(query.get("watch", "")).lower() in ("true", "1"):
+            server_s = float(query.get("timeoutSeconds") or 0) or 300.0
+            return aiohttp.ClientTimeout(sock_connect=self.deadline_s, sock_read=server_s + self.deadline_s)
+        return aiohttp.ClientTimeout(total=self.deadline_s)
+
+    async def request(
+        self, method: str, url: str, query_params: Any = None, headers: Any = None, body: Any = None,
+        post_params: Any = None, _preload_content: bool = True, _request_timeout: Any = None,
+    ) -> Any:
+        return await self.inner.request(
+            method, url, query_params=query_params, headers=headers, body=body, post_params=post_params,
+            _preload_content=_preload_content,
+            _request_timeout=_request_timeout or self.timeout_for(query_params),
+        )
+
+    # The REST client's per-verb entry points (``ApiClient.request`` calls these), all through ``request``.
+    async def GET(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("GET", url, **kwargs)
+
+    async def HEAD(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("HEAD", url, **kwargs)
+
+    async def OPTIONS(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("OPTIONS", url, **kwargs)
+
+    async def POST(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("POST", url, **kwargs)
+
+    async def PUT(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("PUT", url, **kwargs)
+
+    async def PATCH(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("PATCH", url, **kwargs)
+
+    async def DELETE(self, url: str, **kwargs: Any) -> Any:  # noqa: N802
+        return await self.request("DELETE", url, **kwargs)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # pool_manager and the rest of the REST client
+        return getattr(self.inner, name)
+
+
+def with_deadlines(api: client.ApiClient, deadline_s: float = DEFAULT_DEADLINE_S) -> client.ApiClient:
+    """Give every call made through ``api`` a deadline (see ``DeadlineRest``); idempotent (a second call only
+    changes the deadline). Returns ``api``."""
+    rest: Any = api.rest_client
+    if isinstance(rest, DeadlineRest):
+        rest.deadline_s = deadline_s
+    else:
+        api.rest_client = DeadlineRest(rest, deadline_s)
+    return api
+
+
+def deadline_of(api: client.ApiClient) -> float | None:
+    """The per-call deadline ``with_deadlines`` gave ``api`` (None: none)."""
+    rest: Any = api.rest_client
+    return rest.deadline_s if isinstance(rest, DeadlineRest) else None
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter (the AWS architecture blog's "full jitter"; client-go's reflector
+    backs off its watches the same way, 0.8 s doubling to 30 s): the n-th consecutive failure waits a
+    uniform random time in ``[0, min(cap, base × 2ⁿ)]``, at least ``floor_s``; ``reset`` after a success.
+
+    Jitter keeps N replicas (or N watches) that failed together from retrying in lockstep.
+    """
+
+    base_s: float = 0.8
+    cap_s: float = 30.0
+    floor_s: float = 0.1
+    rng: random.Random = field(default_factory=random.Random)
+    failures: int = 0
+
+    def next(self) -> float:
+        ceiling = min(self.cap_s, self.base_s * 2.0 ** min(self.failures, 30))
+        self.failures += 1
+        return max(self.floor_s, self.rng.uniform(0.0, ceiling))
+
+    def reset(self) -> None:
+        self.failures = 0

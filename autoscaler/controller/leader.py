@@ -12,9 +12,22 @@ description, not ported):
    holder sets ``acquireTime`` and increments ``leaseTransitions``.
 4. The leader renews every ``retryPeriodSeconds``. If no renewal succeeded within
    ``renewDeadlineSeconds`` it stops acting at once (``holds()`` turns false by itself, even when the
-   renewing task is stuck) and goes back to step 1. Since renewDeadline < leaseDuration, the old leader has
-   stopped before anyone else may take over.
+   renewing task is stuck) and goes back to step 1.
 5. On shutdown the leader releases the Lease (empty ``holderIdentity``) so a standby takes over at once.
+
+Fencing: the renew deadline is measured from when the successful write was **sent**, not from when its
+answer arrived. The server stored the new ``renewTime`` at some instant between the two, so a standby saw it
+change no earlier than the send, and may take over no earlier than ``send + leaseDurationSeconds``; the old
+leader stops at ``send + renewDeadlineSeconds``, strictly before. (Measured from the answer, a renewal
+answered 9 s late let the old leader act until ``send + 19 s`` while a standby could lead from ``send + 15 s``.)
+``remaining()`` is the time left before that fence; the loop bounds every write by it. Each round (read and
+write) runs under ``renewDeadlineSeconds`` and every call under the client's deadline, so a black-holed
+request ends the round instead of silencing the campaign.
+
+Retries: a standby polls every ``retryPeriodSeconds``; after an error (403, 5xx, timeout) it backs off
+exponentially with full jitter up to ``leaseDurationSeconds`` (``kube.Backoff``), so a replica RBAC forbids
+does not hammer the server. A leader retries every ``retryPeriodSeconds`` whatever the error: backing off
+there would only give the lease up sooner.
 
 ``holds()`` is what every write checks; ``wait_leading()`` is what the loop awaits before acting.
 """
@@ -24,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +47,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.controller.config import LeaderElectionConfig
+from autoscaler.controller.kube import Backoff
 from autoscaler.controller.logs import get_logger
 
 
@@ -65,6 +80,7 @@ class LeaderElector:
         namespace: str,
         wall: Callable[[], float],
         on_change: Callable[[bool], None] | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         # Typed as Any: we send plain dict bodies and read raw JSON (the generated models would
         # re-serialize MicroTime fields with their own precision).
@@ -75,20 +91,31 @@ class LeaderElector:
         self._wall = wall
         self._on_change = on_change
         self._leading = asyncio.Event()
-        self._last_renew: float | None = None  # loop time of our last successful write
+        self._last_renew: float | None = None  # loop time when our last successful write was SENT
+        self.backoff = backoff or Backoff(
+            base_s=config.retry_period_seconds, cap_s=config.lease_duration_seconds,
+            floor_s=config.retry_period_seconds,
+        )
+        self.last_error: str | None = None
+        self.requests = 0
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0  # loop time when _observed last changed
         self._log = get_logger(component="leader", identity=identity, lease=config.lease_name)
 
     # what the loop uses -------------------------------------------------------------------------------
     def holds(self) -> bool:
-        """True while we lead and our last renewal is younger than the renew deadline."""
+        """True while we lead and our last renewal was sent less than the renew deadline ago."""
+        return self.remaining() > 0
+
+    def remaining(self) -> float:
+        """Seconds before the fence (``send of the last renewal + renewDeadlineSeconds``); 0 when not leading."""
         if not self._leading.is_set() or self._last_renew is None:
-            return False
-        if self._now() - self._last_renew >= self.config.renew_deadline_seconds:
+            return 0.0
+        left = self._last_renew + self.config.renew_deadline_seconds - self._now()
+        if left <= 0:
             self._lose("renew deadline passed")
-            return False
-        return True
+            return 0.0
+        return left
 
     async def wait_leading(self) -> None:
         await self._leading.wait()
@@ -98,14 +125,26 @@ class LeaderElector:
         """Campaign and renew until cancelled; on cancellation release the Lease if we hold it."""
         try:
             while True:
-                ok = await self.try_acquire_or_renew()
+                try:
+                    async with asyncio.timeout(self.config.renew_deadline_seconds):
+                        ok = await self.try_acquire_or_renew()
+                except TimeoutError:
+                    self.last_error = "timeout"
+                    self._log.warning("lease_error", error="round timed out")
+                    ok = False
                 if ok:
                     self._become_leader()
                 elif self._leading.is_set() and self._last_renew is not None and (
                     self._now() - self._last_renew >= self.config.renew_deadline_seconds
                 ):
                     self._lose("could not renew within the renew deadline")
-                await asyncio.sleep(self.config.retry_period_seconds)
+                if ok or self.last_error is None:
+                    self.backoff.reset()
+                    await asyncio.sleep(self.config.retry_period_seconds)
+                elif self._leading.is_set():
+                    await asyncio.sleep(self.config.retry_period_seconds)
+                else:
+                    await asyncio.sleep(self.backoff.next())
         finally:
             if self._leading.is_set():
                 self._lose("shutting down")
@@ -115,13 +154,16 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One round of steps 1–3; True when we hold the Lease afterwards."""
         name, ns = self.config.lease_name, self.namespace
+        self.last_error = None
         try:
             current = await self._read()
             now_wall = micro_time(self._wall())
             if current is None:
                 body = self._body(now_wall, now_wall, 0, None)
+                sent = self._now()
+                self.requests += 1
                 await self._api.create_namespaced_lease(ns, body)
-                self._renewed(now_wall)
+                self._renewed(now_wall, sent)
                 return True
             if (current.holder, current.renew_time) != self._observed:
                 self._observed = (current.holder, current.renew_time)
@@ -135,16 +177,20 @@ class LeaderElector:
             acquire = current.acquire_time if mine else now_wall
             transitions = current.transitions if mine else current.transitions + 1
             body = self._body(now_wall, acquire, transitions, current.resource_version)
+            sent = self._now()
+            self.requests += 1
             await self._api.replace_namespaced_lease(name, ns, body)
-            self._renewed(now_wall)
+            self._renewed(now_wall, sent)
             return True
         except ApiException as exc:
-            # 409: another replica wrote between our read and our write; it won this round.
+            # 409: another replica wrote between our read and our write; it won this round (not an error).
             if exc.status != 409:
+                self.last_error = f"{exc.status} {exc.reason}"
                 self._log.warning("lease_error", status=exc.status, error=str(exc.reason))
             return False
         except (aiohttp.ClientError, TimeoutError) as exc:
-            self._log.warning("lease_error", error=str(exc) or type(exc).__name__)
+            self.last_error = str(exc) or type(exc).__name__
+            self._log.warning("lease_error", error=self.last_error)
             return False
 
     async def release(self) -> None:
@@ -162,6 +208,7 @@ class LeaderElector:
         return asyncio.get_running_loop().time()
 
     async def _read(self) -> LeaseRecord | None:
+        self.requests += 1
         try:
             resp = await self._api.read_namespaced_lease(
                 self.config.lease_name, self.namespace, _preload_content=False
@@ -212,10 +259,11 @@ class LeaderElector:
             },
         }
 
-    def _renewed(self, renew_time: str) -> None:
-        self._last_renew = self._now()
+    def _renewed(self, renew_time: str, sent: float) -> None:
+        # The fence counts from the send: the server may have stored renewTime any time after it.
+        self._last_renew = sent
         self._observed = (self.identity, renew_time)
-        self._observed_at = self._last_renew
+        self._observed_at = self._now()
 
     def _become_leader(self) -> None:
         if not self._leading.is_set():
@@ -237,6 +285,9 @@ class AlwaysLeader:
 
     def holds(self) -> bool:
         return True
+
+    def remaining(self) -> float:
+        return math.inf
 
     async def wait_leading(self) -> None:
         return None

@@ -23,6 +23,13 @@ When it runs: every ``evaluationPeriodSeconds``; at once when a watched target o
 (that is "a fast signal crossing a threshold", with the threshold being whatever the policy's own rule
 says). A probe that would change nothing leaves no trace: state, events and decision metrics untouched.
 
+Deadlines: every Kubernetes API call has its own (``kube.with_deadlines``); on top, one evaluation of one
+policy, and a pass's bulk read, each get ``pass_deadline_s``: what runs over is cancelled, reported
+(``deadline_exceeded``) and retried on the next pass from the cluster's state, never from a half-applied
+plan. A write is also cut at the end of the time this replica surely holds the Lease (``Leadership.remaining``).
+The loop ticks the liveness probe at the end of every iteration (and every second while it waits to lead), so
+``/healthz`` tells whether *it* makes progress.
+
 Time: ``Clock.monotonic`` is the event loop's clock (``looptime`` makes it virtual in tests);
 ``Clock.wall`` is unix seconds derived from it, so the core's ``now`` and the sample timestamps agree.
 """
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -57,6 +65,10 @@ from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
 #: Reasons worth an Event even when the count does not change (they explain a hold the user will ask about).
 NOTABLE_HOLDS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
 WARNING_REASONS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
+
+
+#: A policy due within this many seconds is evaluated now (see ``Controller.run``).
+DUE_SLACK_S = 1e-3
 
 
 class Clock(Protocol):
@@ -98,6 +110,10 @@ class Actuator(Protocol):
 
 class Leadership(Protocol):
     def holds(self) -> bool: ...
+    def remaining(self) -> float:
+        """Seconds for which this replica surely still holds the lease (0 when it does not; inf without election)."""
+        ...
+
     async def wait_leading(self) -> None: ...
 
 
@@ -133,6 +149,7 @@ class Controller:
     events: EventRecorder | None = None
     dry_run: bool = False
     fast_poll_s: float = 1.0
+    pass_deadline_s: float = 20.0
     concurrency: int = 64
     states: dict[str, PolicyState] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)
@@ -199,7 +216,13 @@ class Controller:
         stamps = {cp.name: self._runs.get(cp.name, 0) for cp in idle}
         t0 = self.clock.monotonic()
         try:
-            found = await self.observer.prepare(idle)
+            async with asyncio.timeout(self.pass_deadline_s):
+                found = await self.observer.prepare(idle)
+        except TimeoutError:
+            self.telemetry.errors.labels("deadline").inc()
+            self._log.warning("deadline_exceeded", phase="prepare", deadline_s=self.pass_deadline_s,
+                              policies=len(idle))
+            return {}
         except Exception as exc:  # the evaluations then observe one by one
             self.telemetry.errors.labels("observe").inc()
             self._log.warning("prepare_failed", error=_one_line(exc))
@@ -221,7 +244,16 @@ class Controller:
             runs = self._runs.get(cp.name, 0)
             self._runs[cp.name] = runs + 1
             part = prepared[1] if prepared is not None and prepared[0] == runs else None
-            outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
+            try:
+                async with asyncio.timeout(self.pass_deadline_s):
+                    outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
+            except TimeoutError:
+                # Cut short anywhere (observing, or between two writes): nothing is committed, and the next
+                # evaluation starts from what the cluster shows (replicas, the Workloads' annotations).
+                self.telemetry.errors.labels("deadline").inc()
+                self._log.warning("deadline_exceeded", phase="evaluate", policy=cp.name, trigger=trigger,
+                                  deadline_s=self.pass_deadline_s)
+                outcome = Outcome(cp.name, error=f"deadline: evaluation exceeded {self.pass_deadline_s:g}s")
             if not probe or outcome.committed:
                 self.outcomes[cp.name] = outcome
             return outcome
@@ -286,10 +318,12 @@ class Controller:
                 log.warning("not_leader", action=name)
                 return "lost leadership before acting"
             try:
-                if isinstance(d, ScaleDecision):
-                    await self.actuator.scale(cp, d)
-                else:
-                    await self.actuator.training(cp, d)
+                # Fencing: a write still running when the lease may have passed to another replica is cut.
+                async with asyncio.timeout(_bounded(self.leader.remaining())):
+                    if isinstance(d, ScaleDecision):
+                        await self.actuator.scale(cp, d)
+                    else:
+                        await self.actuator.training(cp, d)
             except self.actuator.refusals as exc:
                 self.telemetry.actions.labels(cp.name, name, "refused").inc()
                 log.warning("action_refused", action=name, error=_one_line(exc))
@@ -347,14 +381,21 @@ class Controller:
         probe_task = asyncio.create_task(self._probe_forever()) if self.fast_poll_s > 0 else None
         try:
             while True:
-                await self.leader.wait_leading()
+                try:
+                    async with asyncio.timeout(1.0):
+                        await self.leader.wait_leading()
+                except TimeoutError:
+                    self.telemetry.tick()  # a standby's loop is alive: it waits, as it should
+                    continue
                 now = self.clock.monotonic()
                 policies = self.store.policies
                 for name in list(self._due):
                     if name not in policies:
                         self._due.pop(name)
                         self.states.pop(name, None)
-                due = [n for n in policies if self._due.get(n, now) <= now]
+                # Due within a millisecond counts as due: a clock of finite resolution (looptime's is 1 µs) may
+                # otherwise never pass 45.787693000000004 after waking at 45.787693, and the loop would spin.
+                due = [n for n in policies if self._due.get(n, now) <= now + DUE_SLACK_S]
                 pending = {n: w for n, w in self._pending.items() if n in policies}
                 self._pending.clear()
                 batch = dict.fromkeys(due, "period") | pending
@@ -407,6 +448,11 @@ class Controller:
                 if o.committed:
                     # The probe acted: the next periodic evaluation is a full period away.
                     self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
+
+
+def _bounded(seconds: float) -> float | None:
+    """``asyncio.timeout``'s argument: None for no bound."""
+    return None if math.isinf(seconds) else max(0.0, seconds)
 
 
 def _fast(cp: CompiledPolicy) -> bool:

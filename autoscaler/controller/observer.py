@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from autoscaler.controller.kube import Backoff
 from autoscaler.controller.targets import TargetView
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import Observation, QuotaStatus, ReplicaStatus, SignalReading, TrainingWorkload
@@ -261,7 +262,13 @@ class Watcher:
 
     ``on_event(spec, type, object)`` is called for every object of the (re)list as ``SYNC`` and for every
     watch event whose *relevant* part changed (``fingerprint``): a status heartbeat or a managedFields
-    update does not wake the loop. ``synced`` is set after the first list (readiness).
+    update does not wake the loop. ``synced`` is set after the first list; ``tried`` after the first list
+    or the first failure (readiness); ``on_ok`` / ``on_error`` say whether it works now (the health of each
+    watch is reported on its own, so one failing watch names itself and blocks nothing else).
+
+    Failures back off exponentially with full jitter (``kube.Backoff``, 0.8 s doubling to 30 s, reset once
+    a stream works): a watch RBAC forbids costs a request every ~15 s on average, not every second. A
+    ``410 Gone`` relists at once (it is the protocol, not a failure); a server-ended stream resumes at once.
     """
 
     def __init__(
@@ -271,18 +278,22 @@ class Watcher:
         on_event: WatchCallback,
         *,
         on_error: Callable[[str], None] | None = None,
+        on_ok: Callable[[], None] | None = None,
         timeout_s: int = 300,
-        backoff_s: float = 1.0,
+        backoff: Backoff | None = None,
     ) -> None:
         self._api: Any = client.CustomObjectsApi(api_client)
         self.spec = spec
         self._on_event = on_event
         self._on_error = on_error
+        self._on_ok = on_ok
         self._timeout_s = timeout_s
-        self._backoff_s = backoff_s
+        self.backoff = backoff or Backoff()
         self._seen: dict[str, str] = {}
         self.synced = asyncio.Event()
+        self.tried = asyncio.Event()
         self.relists = 0
+        self.failures = 0
 
     async def run(self) -> None:
         s = self.spec
@@ -297,17 +308,20 @@ class Watcher:
                     for obj in listing.get("items", []):
                         self._deliver("SYNC", obj)
                     self.synced.set()
+                    self._ok()
                 w = watch.Watch()
                 async with w.stream(
                     self._list, s.group, version, s.plural,
                     resource_version=rv, timeout_seconds=self._timeout_s, allow_watch_bookmarks=True,
                 ) as stream:
                     async for event in stream:
+                        self._ok()
                         obj = event.get("object") or event.get("raw_object") or {}
                         rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                         if event.get("type") != "BOOKMARK":
                             self._deliver(str(event.get("type")), obj)
                 # The server ended the stream (timeout, restart): resume from the last resourceVersion.
+                self._ok()
             except ApiException as exc:
                 if exc.status == 410:
                     rv = None  # too old: the history we missed is gone; a fresh list is the only truth
@@ -316,14 +330,9 @@ class Watcher:
                     version = FALLBACK_VERSIONS[version]  # e.g. a Kueue that serves only v1beta1
                     rv = None
                     continue
-                self._error(f"{exc.status} {exc.reason}")
-                await asyncio.sleep(self._backoff_s)
-            except (OSError, TimeoutError, ValueError) as exc:
-                self._error(f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(self._backoff_s)
-            except Exception as exc:  # aiohttp payload errors when a stream is cut mid-line
-                self._error(f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(self._backoff_s)
+                await self._failed(f"{exc.status} {exc.reason}")
+            except Exception as exc:  # timeouts, connection errors, aiohttp payload errors when a stream is cut
+                await self._failed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
     def _list(self, group: str, version: str, plural: str, **kwargs: Any) -> Any:
         """List (or, with ``watch=True``, watch) the collection, namespaced or cluster-wide.
@@ -334,9 +343,19 @@ class Watcher:
             return self._api.list_namespaced_custom_object(group, version, self.spec.namespace, plural, **kwargs)
         return self._api.list_cluster_custom_object(group, version, plural, **kwargs)
 
-    def _error(self, what: str) -> None:
+    def _ok(self) -> None:
+        if self.backoff.failures or not self.tried.is_set():
+            self.backoff.reset()
+            self.tried.set()
+            if self._on_ok:
+                self._on_ok()
+
+    async def _failed(self, what: str) -> None:
+        self.failures += 1
+        self.tried.set()
         if self._on_error:
             self._on_error(f"watch {self.spec.path}: {what}")
+        await asyncio.sleep(self.backoff.next())
 
     def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}

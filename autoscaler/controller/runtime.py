@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import sys
 from collections.abc import Callable
@@ -64,7 +65,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 async def _main(cfg: ControllerConfig, policies: Path, *, kubeconfig: str | None, once: bool, dry_run: bool) -> int:
     # --help promises $KUBECONFIG, else the in-cluster account: never the home kubeconfig for a writer.
-    api = await kube.connect(kubeconfig, home_fallback=False)
+    api = await kube.connect(kubeconfig, home_fallback=False, deadline_s=cfg.api_deadline_seconds)
     try:
         runtime = Runtime(api=api, config=cfg, policies_dir=policies, dry_run=dry_run, clock=LoopClock())
         if once:
@@ -88,11 +89,15 @@ class Runtime:
     namespace: str = field(default_factory=default_namespace)
     source: MetricSource | None = None  # default: a SourcePool of the real sources
     leader_factory: Callable[[Runtime], Leadership] | None = None
+    #: Jitter of the watches' and the lease campaign's backoff (tests seed it).
+    rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
         cfg = self.config
+        # Every API call this runtime makes has a deadline, whoever built the client (tests build their own).
+        kube.with_deadlines(self.api, cfg.api_deadline_seconds)
         self.log = logs.get_logger(component="run", identity=self.identity)
-        self.telemetry = Telemetry(now=self.clock.monotonic)
+        self.telemetry = Telemetry(now=self.clock.monotonic, stall_after_s=cfg.liveness_stall_seconds)
         self.store = PolicyStore(self.policies_dir)
         self.events = EventRecorder(
             self.api, config=cfg.events, instance=self.identity, wall=self.clock.wall,
@@ -118,6 +123,8 @@ class Runtime:
                 self.api, config=le, identity=le.identity or self.identity,
                 namespace=le.lease_namespace or self.namespace, wall=self.clock.wall,
                 on_change=self._leadership_changed,
+                backoff=kube.Backoff(base_s=le.retry_period_seconds, cap_s=le.lease_duration_seconds,
+                                     floor_s=le.retry_period_seconds, rng=self.rng),
             )
             leader = self.elector
         else:
@@ -126,7 +133,7 @@ class Runtime:
         self.controller = Controller(
             store=self.store, observer=self.observer, actuator=self.actuator, telemetry=self.telemetry,
             clock=self.clock, leader=leader, events=self.events, dry_run=self.dry_run,
-            fast_poll_s=cfg.fast_poll_seconds,
+            fast_poll_s=cfg.fast_poll_seconds, pass_deadline_s=cfg.pass_deadline_seconds,
         )
         self.watchers: dict[WatchSpec, tuple[Watcher, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[ReloadResult]] = set()
@@ -177,18 +184,17 @@ class Runtime:
     async def serve(self, stop: asyncio.Event, servers: Servers | None = None) -> None:
         """Run until ``stop`` is set: reload, watches, election, loop. Cancels in reverse order."""
         self.telemetry.set_ready("policies", False)
-        self.telemetry.set_ready("watches", False)
         result = self.store.reload()
         self.telemetry.set_ready("policies", True)
-        self.telemetry.tick()
+        self.telemetry.tick()  # starting counts as progress; from now on only the loop ticks
         tasks: list[asyncio.Task[None]] = []
         if self.elector is not None:
             tasks.append(asyncio.create_task(self.elector.run(), name="leader"))
         await self.report_reload(result, leading=self.controller.leader.holds())
         self.sync_watches()
         tasks.append(asyncio.create_task(self._reload_forever(), name="reload"))
-        tasks.append(asyncio.create_task(self._ready_when_synced(), name="ready"))
         loop_task = asyncio.create_task(self.controller.run(), name="loop")
+        loop_task.add_done_callback(self._loop_ended)
         try:
             await stop.wait()
         finally:
@@ -201,10 +207,19 @@ class Runtime:
             self.watchers.clear()
             await self.observer.aclose()
 
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """The loop never returns by itself: once it ended, liveness must fail (the kubelet restarts us)."""
+        if task.cancelled():
+            self.telemetry.fail("stopped")
+            return
+        exc = task.exception()
+        self.telemetry.fail(f"crashed: {type(exc).__name__}: {exc}" if exc else "returned")
+        if exc is not None:
+            self.log.error("loop_crashed", error=f"{type(exc).__name__}: {exc}")
+
     async def _reload_forever(self) -> None:
         while True:
             await asyncio.sleep(self.config.reload_poll_seconds)
-            self.telemetry.tick()
             await self.reload()
 
     async def reload(self) -> ReloadResult:
@@ -232,10 +247,6 @@ class Runtime:
                 listing = await custom.list_cluster_custom_object(spec.group, spec.version, spec.plural)
             for obj in listing.get("items", []):
                 self.objects.on_event("SYNC", obj)
-
-    async def _ready_when_synced(self) -> None:
-        await asyncio.gather(*(w.synced.wait() for w, _ in self.watchers.values()))
-        self.telemetry.set_ready("watches", True)
 
     async def report_reload(self, result: ReloadResult, *, leading: bool) -> None:
         """Log, count and (when leading, so two replicas do not both write) emit an Event per rejection."""
@@ -288,8 +299,15 @@ class Runtime:
         for spec in set(self.watchers) - wanted:
             _, task = self.watchers.pop(spec)
             task.cancel()
+            self.telemetry.watch_stopped(spec.path)
         for spec in wanted - set(self.watchers):
-            w = Watcher(self.api, spec, self._on_watch_event, on_error=self._on_watch_error)
+            self.telemetry.watch_started(spec.path)
+            w = Watcher(
+                self.api, spec, self._on_watch_event,
+                on_error=lambda what, path=spec.path: self._on_watch_error(path, what),
+                on_ok=lambda path=spec.path: self.telemetry.watch_ok(path),
+                backoff=kube.Backoff(rng=self.rng),
+            )
             self.watchers[spec] = (w, asyncio.create_task(w.run(), name=f"watch {spec.path}"))
 
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
@@ -312,8 +330,9 @@ class Runtime:
         if names:
             self.controller.trigger(names, "watch")
 
-    def _on_watch_error(self, what: str) -> None:
+    def _on_watch_error(self, path: str, what: str) -> None:
         self.telemetry.errors.labels("watch").inc()
+        self.telemetry.watch_failed(path, what.removeprefix(f"watch {path}: "))
         self.log.warning("watch_error", error=what)
 
 

@@ -4,9 +4,14 @@ Each ``Telemetry`` owns a private ``CollectorRegistry`` so two controllers in on
 handover) do not share counters. Label sets are bounded: policy names, Reason values, action kinds and
 results; never pod names or free text.
 
-- ``/healthz``: the loop has ticked within ``stall_after_s`` (a wedged loop gets the pod restarted).
-- ``/readyz``: the first policy load and the first cluster sync are done. A standby (non-leader) replica
-  is ready too: readiness gates rollouts, and a standby that is never ready would block every rollout.
+- ``/healthz`` (liveness): fed by the control loop alone (``tick`` at the end of each iteration, also while
+  waiting to lead): 503 when it made no progress within ``stall_after_s``, or at once when the loop task died
+  (``fail``). Nothing else ticks it: a reload task alive beside a wedged loop must not keep the pod alive.
+- ``/readyz`` (readiness): the first policy load is done and every watch has had its first try (listed, or
+  failed). A failing watch does not make the replica unready (its policies still run on their periods, and
+  unrelated policies are not affected); the body names it (``degraded: watch ... failing: 403 ...``) and
+  ``autoscaler_watch_up{watch}`` is 0. A standby (non-leader) replica is ready too: readiness gates rollouts,
+  and a standby that is never ready would block every rollout.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ class Telemetry:
     registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
     ready_checks: dict[str, bool] = field(default_factory=dict)
     last_tick: float | None = None
+    #: Why the loop can make no progress any more (its task died); /healthz fails at once.
+    dead: str | None = None
+    #: Per watch path: None while it has not tried yet, "" while healthy, else its last error.
+    watches: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         r = self.registry
@@ -83,19 +92,58 @@ class Telemetry:
             "autoscaler_evaluation_triggers", "Why an evaluation ran (period, signal, watch, reload).", ["trigger"],
             registry=r,
         )
+        self.watch_up = Gauge(
+            "autoscaler_watch_up", "1 while this watch (by path) lists and streams; 0 while it fails.", ["watch"],
+            registry=r,
+        )
+        self.watch_failures = Counter(
+            "autoscaler_watch_failures", "Failed list or watch requests, by watch path.", ["watch"], registry=r
+        )
 
     # health -------------------------------------------------------------------------------------------
     def tick(self) -> None:
         self.last_tick = self.now()
 
+    def fail(self, why: str) -> None:
+        """The loop can make no more progress (its task ended): liveness fails from now on."""
+        self.dead = why
+
     def healthy(self) -> bool:
-        return self.last_tick is not None and self.now() - self.last_tick <= self.stall_after_s
+        return (
+            self.dead is None and self.last_tick is not None and self.now() - self.last_tick <= self.stall_after_s
+        )
 
     def set_ready(self, check: str, ok: bool) -> None:
         self.ready_checks[check] = ok
 
+    # watches ------------------------------------------------------------------------------------------
+    def watch_started(self, path: str) -> None:
+        self.watches.setdefault(path, None)
+
+    def watch_ok(self, path: str) -> None:
+        if path in self.watches:
+            self.watches[path] = ""
+            self.watch_up.labels(path).set(1)
+
+    def watch_failed(self, path: str, error: str) -> None:
+        if path in self.watches:
+            self.watches[path] = error or "error"
+            self.watch_up.labels(path).set(0)
+            self.watch_failures.labels(path).inc()
+
+    def watch_stopped(self, path: str) -> None:
+        """A watch no policy needs any more: forget it and its series."""
+        self.watches.pop(path, None)
+        for metric in (self.watch_up, self.watch_failures):
+            if any(s.labels.get("watch") == path for m in metric.collect() for s in m.samples):
+                metric.remove(path)
+
+    def failing_watches(self) -> dict[str, str]:
+        return {p: e for p, e in self.watches.items() if e}
+
     def ready(self) -> bool:
-        return bool(self.ready_checks) and all(self.ready_checks.values())
+        watches_tried = all(e is not None for e in self.watches.values())
+        return bool(self.ready_checks) and all(self.ready_checks.values()) and watches_tried
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -118,14 +166,18 @@ class Telemetry:
     async def _healthz(self, _: web.Request) -> web.Response:
         if self.healthy():
             return web.Response(text="ok\n")
+        if self.dead is not None:
+            return web.Response(status=503, text=f"loop stopped: {self.dead}\n")
         since = "never" if self.last_tick is None else f"{self.now() - self.last_tick:.0f}s ago"
         return web.Response(status=503, text=f"loop stalled: last tick {since}\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:
+        failing = "".join(f"degraded: watch {p} failing: {e}\n" for p, e in sorted(self.failing_watches().items()))
         if self.ready():
-            return web.Response(text="ok\n")
-        waiting = ", ".join(k for k, v in self.ready_checks.items() if not v) or "startup"
-        return web.Response(status=503, text=f"not ready: {waiting}\n")
+            return web.Response(text="ok\n" + failing)
+        waiting = [k for k, v in self.ready_checks.items() if not v]
+        waiting += [f"watch {p} (first list)" for p, e in sorted(self.watches.items()) if e is None]
+        return web.Response(status=503, text=f"not ready: {', '.join(waiting) or 'startup'}\n" + failing)
 
 
 @dataclass

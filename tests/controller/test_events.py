@@ -84,8 +84,22 @@ async def test_failures_are_counted_not_raised(kube: Emulator, kube_client: clie
     assert kube.list("events.k8s.io/v1", "Event", "llm") == []
 
 
-async def test_long_messages_are_cut_to_the_api_limit(kube: Emulator, kube_client: client.ApiClient) -> None:
-    await recorder(kube_client).record(TARGET, type_="Normal", reason="ScaleUp", message="x" * 5000, action="s")
+@pytest.mark.parametrize(
+    "message",
+    [
+        pytest.param("x" * 5000, id="ascii"),
+        # 1,026 bytes in 1,013 characters: the case cut by characters sent past the limit.
+        pytest.param("é" * 13 + "x" * 1000, id="two-byte-characters-under-1024-chars"),
+        pytest.param("x" * 1020 + "€" * 10, id="three-byte-character-across-the-cut"),
+    ],
+)
+async def test_long_messages_are_cut_to_the_api_limit_in_bytes(
+    kube: Emulator, kube_client: client.ApiClient, message: str
+) -> None:
+    await recorder(kube_client).record(TARGET, type_="Normal", reason="ScaleUp", message=message, action="s")
     (event,) = kube.list("events.k8s.io/v1", "Event", "llm")
-    assert len(event["note"]) == 1024
-    assert event["note"].endswith("…")
+    note = event["note"]
+    assert len(note.encode()) <= 1024
+    assert len(note.encode()) >= 1024 - 3 - 2  # cut at most one character short of the limit
+    assert note.endswith("…")
+    assert message.startswith(note[:-1])

@@ -125,6 +125,9 @@ class Deposed:
     def holds(self) -> bool:
         return False
 
+    def remaining(self) -> float:
+        return 0.0
+
     async def wait_leading(self) -> None:
         return None
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from autoscaler.controller.kube import Backoff
 from autoscaler.controller.observer import Watcher, WatchSpec
 from tests.kube import objects
 from tests.kube.emulator import Emulator
@@ -31,7 +32,7 @@ class Seen:
 async def watching(kube: Emulator, kube_client: client.ApiClient) -> AsyncIterator[tuple[Watcher, Seen]]:
     kube.add(objects.deployment(replicas=1))
     seen = Seen()
-    w = Watcher(kube_client, DEPLOYMENTS, seen, backoff_s=0.01)
+    w = Watcher(kube_client, DEPLOYMENTS, seen, backoff=Backoff(base_s=0.01, cap_s=0.01, floor_s=0.0))
     task = asyncio.create_task(w.run())
     await asyncio.wait_for(w.synced.wait(), 10)
     yield w, seen

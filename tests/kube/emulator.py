@@ -35,6 +35,17 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    answered (a race); ``strict`` mode rejects and records any write not declared with ``expect_write``, and the
    ``kube`` fixture fails the test on it (as HPA's tests' ``PrependReactor`` ``assert.Fail``).
 
+10. Failing as a real server does (faults a controller must survive): ``slow`` answers matching requests late
+   (``before``: the request waits before it is processed; ``after``: it is processed, committed, then
+   answered late, as a renewal the server stored but whose answer was delayed); ``black_hole`` never
+   answers (the connection stays open until the client gives up, as behind a dead load balancer);
+   ``inject`` with 410 on a watch answers as the watch cache does (HTTP 200, then an ``ERROR`` event carrying
+   ``410 Expired``); ``clear_faults`` ends them all. Each may be limited to one client by its User-Agent
+   (``agent``), so a test can cut off one controller replica and not the other. All waits are on the event
+   loop's clock (virtual under looptime).
+11. Event validation as the API server's (``ValidateEventCreate``): an ``events.k8s.io/v1`` Event whose
+   ``note`` exceeds 1,024 **bytes** is rejected with ``422`` (core ``v1`` Events are exempt, as there).
+
 Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
 Kueue ``v1beta1`` and ``v1beta2`` share one storage (v1beta2) with the priority-class field converted.
 """
@@ -439,11 +450,45 @@ class Fault:
     remaining: int
     message: str
     retry_after: int | None = None
+    agent: str | None = None  # only requests whose User-Agent contains this
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, agent: str = "") -> bool:
         if self.method is not None and self.method != method:
             return False
+        if self.agent is not None and self.agent not in agent:
+            return False
         return fnmatch.fnmatchcase(path, self.path)
+
+
+@dataclass(slots=True)
+class Delay:
+    """Answer matching requests late (``seconds``), or never (``seconds`` None: a black hole)."""
+
+    path: str
+    method: str | None
+    seconds: float | None
+    remaining: int | None  # None: until cleared
+    after: bool = False  # process and commit first, answer late
+    agent: str | None = None
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def matches(self, method: str, path: str, agent: str = "") -> bool:
+        if self.remaining == 0:
+            return False
+        if self.method is not None and self.method != method:
+            return False
+        if self.agent is not None and self.agent not in agent:
+            return False
+        return fnmatch.fnmatchcase(path, self.path)
+
+    async def wait(self) -> None:
+        """Hold the request: ``seconds`` (virtual under looptime), or until cleared for a black hole."""
+        if self.seconds is None:
+            await self.released.wait()
+            # Cleared: the request was lost in the hole all the same; the client has long given up.
+            await asyncio.Event().wait()
+        else:
+            await asyncio.sleep(self.seconds)
 
 
 @dataclass(slots=True)
@@ -605,6 +650,7 @@ class Emulator:
         #: Requests ``enforce_rbac`` refused: "verb group/resource namespace/name".
         self.rbac_denied: list[str] = []
         self._faults: list[Fault] = []
+        self._delays: list[Delay] = []
         self._hooks: list[Hook] = []
         self._dry_run = False
         self._unserved: set[tuple[str, str]] = set()
@@ -704,21 +750,54 @@ class Emulator:
         method: str | None = None,
         message: str | None = None,
         retry_after: int | None = None,
+        agent: str | None = None,
     ) -> Fault:
-        """Answer the next ``times`` requests matching ``path`` (an fnmatch pattern) with ``code``."""
-        fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after)
+        """Answer the next ``times`` requests matching ``path`` (an fnmatch pattern) with ``code`` (only those
+        from a client whose User-Agent contains ``agent``, if given). A 410 on a watch is sent in the stream."""
+        fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after, agent)
         self._faults.append(fault)
         return fault
 
+    def slow(
+        self,
+        path: str,
+        seconds: float,
+        *,
+        method: str | None = None,
+        times: int | None = None,
+        after: bool = False,
+        agent: str | None = None,
+    ) -> Delay:
+        """Answer the next ``times`` (None: every) requests matching ``path`` ``seconds`` late: before processing
+        them, or (``after=True``) after they were processed and committed."""
+        delay = Delay(path, method, seconds, times, after, agent)
+        self._delays.append(delay)
+        return delay
+
+    def black_hole(
+        self, path: str, *, method: str | None = None, times: int | None = None, agent: str | None = None
+    ) -> Delay:
+        """Never answer the next ``times`` (None: every) requests matching ``path``; the connection stays open
+        until the client gives up. Nothing is processed."""
+        delay = Delay(path, method, None, times, False, agent)
+        self._delays.append(delay)
+        return delay
+
     def clear_faults(self, path: str | None = None) -> int:
-        """Stop answering with injected faults (those injected for ``path``, or all): the server is healthy
-        again. Returns how many pending fault answers were dropped."""
+        """Stop answering with injected faults, delays and black holes (those for ``path``, or all): the server
+        is healthy again (requests already held stay lost). Returns how many pending fault answers were
+        dropped."""
         dropped = 0
         for fault in self._faults:
             if path is None or fault.path == path:
                 dropped += fault.remaining
                 fault.remaining = 0
         self._faults = [f for f in self._faults if f.remaining > 0]
+        for delay in self._delays:
+            if path is None or delay.path == path:
+                delay.remaining = 0
+                delay.released.set()
+        self._delays = [d for d in self._delays if d.remaining != 0]
         return dropped
 
     def after(self, method: str, path: str, action: Callable[[], None], *, times: int = 1) -> None:
@@ -854,6 +933,7 @@ class Emulator:
         meta.setdefault("creationTimestamp", DEFAULT_TIMESTAMP)
         meta["generation"] = 1
         obj["apiVersion"], obj["kind"] = rt.api_version(version), rt.kind
+        self._validate(rt, obj)
         stored = self._commit(rt, key, self._to_storage(rt, obj), "ADDED")
         return _convert(rt, stored, version)
 
@@ -943,10 +1023,18 @@ class Emulator:
         query = dict(request.query)
         entry = Request(request.method, request.path, query, content_type, body)
         self.requests.append(entry)
+        agent = request.headers.get("User-Agent", "")
+        delay = next((d for d in self._delays if d.matches(entry.method, entry.path, agent)), None)
+        if delay is not None and delay.remaining is not None:
+            delay.remaining -= 1
+        if delay is not None and not delay.after:
+            await delay.wait()
         try:
-            response = await self._serve(request, entry, raw)
+            response = await self._serve(request, entry, raw, agent)
         except ApiError as exc:
             response = web.json_response(exc.body(), status=exc.code)
+        if delay is not None and delay.after:
+            await delay.wait()
         entry.status = response.status
         for hook in self._hooks:
             if hook.matches(entry.method, entry.path):
@@ -954,7 +1042,7 @@ class Emulator:
                 hook.action()
         return response
 
-    async def _serve(self, request: web.Request, entry: Request, raw: bytes) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, entry: Request, raw: bytes, agent: str = "") -> web.StreamResponse:
         if entry.path == "/version":
             return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-emulated"})
         target = self._route(entry.path)
@@ -991,8 +1079,10 @@ class Emulator:
             raise self._forbidden(entry, target)
 
         for fault in self._faults:
-            if fault.remaining > 0 and fault.matches(entry.method, entry.path):
+            if fault.remaining > 0 and fault.matches(entry.method, entry.path, agent):
                 fault.remaining -= 1
+                if fault.code == 410 and entry.verb == "watch":
+                    return await self._expired_watch(request)
                 error = ApiError(fault.code, fault.message)
                 if fault.code == 409:
                     error = conflict(rt, target.name or "")
@@ -1150,6 +1240,28 @@ class Emulator:
             await response.write_eof()
         return response
 
+    async def _expired_watch(self, request: web.Request) -> web.StreamResponse:
+        """What the watch cache answers to a resourceVersion it no longer has: 200, one ERROR event, the end."""
+        response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        gone = status_body(410, "Expired", f"too old resource version: {self._compacted} ({self._rv})")
+        await response.write((json.dumps({"type": "ERROR", "object": gone}) + "\n").encode())
+        await response.write_eof()
+        return response
+
+    @staticmethod
+    def _validate(rt: ResourceType, obj: JsonObj) -> None:
+        """The server's validation where clients trip: an events.k8s.io/v1 note is at most 1,024 bytes."""
+        if rt.group == "events.k8s.io" and isinstance(obj.get("note"), str):
+            size = len(obj["note"].encode())
+            if size > 1024:
+                name = (obj.get("metadata") or {}).get("name", "")
+                raise ApiError(
+                    422, f'Event.events.k8s.io "{name}" is invalid: note: Too long: may not be more than 1024 bytes',
+                    "Invalid", {"group": rt.group, "kind": "Event", "name": name,
+                                "causes": [{"reason": "FieldValueTooLong", "field": "note"}]},
+                )
+
     def _check_body(self, target: _Target, body: Any) -> JsonObj:
         if not isinstance(body, dict):
             raise ApiError(400, "the body of the request was not a JSON object")
@@ -1269,6 +1381,7 @@ class Emulator:
                 new.pop("status", None)
         if new.get("spec") != stored.get("spec"):
             meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        self._validate(rt, new)
         committed = self._commit(rt, key, new, "MODIFIED")
         return _convert(rt, committed, target.version)
 
