@@ -10,7 +10,12 @@ Per changed file:
 2. reject it when that fails, or when it defines a policy name another file already defines;
 3. a rejected file keeps its **last good** policies in force; the rejection is reported (``Rejection``)
    so the caller emits a Warning Event, a log line and the ``autoscaler_policy_file_invalid`` metric;
-4. a removed file removes its policies.
+4. a removed file removes its policies;
+5. one owner per target, by ``validate``'s own rule (``loader.owner_conflicts``) over every policy in force,
+   in sorted file order then document order: the first policy naming a target runs; a later one naming the
+   same target is **held** (not evaluated) and reported (``conflicts``: an ``OwnershipConflict`` Warning
+   Event and condition), on every load and reload alike. So every replica, and a restart, pick the same
+   owner whatever order the files arrived in; a held policy runs as soon as the other is removed or retargeted.
 
 ``ScalingPolicy`` objects the controller watches (``controller.objects``) go through the same steps: each is
 one more "file", named ``ScalingPolicy <namespace>/<name>``, whose text is the object as YAML (``objects``).
@@ -48,11 +53,24 @@ class Rejection:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """A policy held because an earlier one (by ``validate``'s order) already scales its target."""
+
+    policy: CompiledPolicy
+    file: str
+    line: int
+    message: str
+
+
+@dataclass(frozen=True)
 class ReloadResult:
     changed: bool
     loaded: tuple[str, ...] = ()  # files (re)loaded successfully
     removed: tuple[str, ...] = ()
     rejected: tuple[Rejection, ...] = ()
+    #: Policies newly held by the one-owner-per-target rule, and names no longer held.
+    held: tuple[Conflict, ...] = ()
+    released: tuple[str, ...] = ()
 
 
 @dataclass
@@ -66,6 +84,10 @@ class PolicyStore:
     objects: dict[str, str] = field(default_factory=dict)
     #: Files and objects whose latest version was rejected -> the first problem (cleared when one loads).
     rejections: dict[str, str] = field(default_factory=dict)
+    _where: dict[str, tuple[loader.LoadedPolicy, ...]] = field(default_factory=dict)  # file -> their origins
+    _in_force: dict[str, CompiledPolicy] = field(default_factory=dict)
+    #: Policies held by the one-owner-per-target rule, by name.
+    conflicts: dict[str, Conflict] = field(default_factory=dict)
 
     def good(self) -> dict[str, tuple[CompiledPolicy, ...]]:
         """Per file or object, the policies of its last good version."""
@@ -73,11 +95,30 @@ class PolicyStore:
 
     @property
     def policies(self) -> dict[str, CompiledPolicy]:
-        out: dict[str, CompiledPolicy] = {}
+        """The policies that run: every good policy but those held by an ownership conflict."""
+        return self._in_force
+
+    def _settle(self) -> tuple[tuple[Conflict, ...], tuple[str, ...]]:
+        """Recompute the policies in force and the conflicts; return the newly held and the released."""
+        ordered: list[tuple[CompiledPolicy, loader.LoadedPolicy]] = []
+        names: set[str] = set()
         for file in sorted(self._good):
-            for cp in self._good[file]:
-                out.setdefault(cp.name, cp)
-        return out
+            for cp, lp in zip(self._good[file], self._where.get(file, ()), strict=False):
+                if cp.name not in names:
+                    names.add(cp.name)
+                    ordered.append((cp, lp))
+        by_origin = {(lp.file, lp.line): cp for cp, lp in ordered}
+        conflicts: dict[str, Conflict] = {}
+        # validate's own rule, over the union: the first policy (sorted files, document order) owns a target.
+        for problem in loader.owner_conflicts([lp for _, lp in ordered]):
+            later = by_origin.get((problem.file, problem.line))
+            if later is not None and problem.path == "spec.target":
+                conflicts[later.name] = Conflict(later, problem.file, problem.line, problem.message)
+        held = tuple(c for n, c in conflicts.items() if n not in self.conflicts)
+        released = tuple(n for n in self.conflicts if n not in conflicts)
+        self.conflicts = conflicts
+        self._in_force = {cp.name: cp for cp, _ in ordered if cp.name not in conflicts}
+        return held, released
 
     def files(self) -> list[Path]:
         if not self.directory.is_dir():
@@ -106,20 +147,23 @@ class PolicyStore:
             self._hashes.pop(f, None)
             self._good.pop(f, None)
             self.rejections.pop(f, None)
+            self._where.pop(f, None)
         changed = [f for f in sorted(seen) if self._hashes.get(f) != seen[f]]
         loaded: list[str] = []
         rejected: list[Rejection] = []
         for f in changed:
             self._hashes[f] = seen[f]
-            compiled, problems = self._load(f, others=self._names_except(f), text=self.objects.get(f))
+            compiled, problems, where = self._load(f, others=self._names_except(f), text=self.objects.get(f))
             if problems:
                 rejected.append(Rejection(f, tuple(problems), self._good.get(f, ())))
                 self.rejections[f] = problems[0]
             else:
                 self._good[f] = compiled
                 self.rejections.pop(f, None)
+                self._where[f] = where
                 loaded.append(f)
-        return ReloadResult(bool(removed or changed), tuple(loaded), removed, tuple(rejected))
+        held, released = self._settle()
+        return ReloadResult(bool(removed or changed), tuple(loaded), removed, tuple(rejected), held, released)
 
     def _names_except(self, file: str) -> set[str]:
         return {cp.name for f, cps in self._good.items() if f != file for cp in cps}
@@ -127,13 +171,13 @@ class PolicyStore:
     @staticmethod
     def _load(
         file: str, *, others: Iterable[str], text: str | None = None
-    ) -> tuple[tuple[CompiledPolicy, ...], list[str]]:
+    ) -> tuple[tuple[CompiledPolicy, ...], list[str], tuple[loader.LoadedPolicy, ...]]:
         try:
             loaded = loader.load_paths([file]) if text is None else loader.load_text(text, file)
         except loader.PolicyFileError as exc:
-            return (), [str(p) for p in exc.problems] or [str(exc)]
+            return (), [str(p) for p in exc.problems] or [str(exc)], ()
         except (OSError, ValueError, yaml.YAMLError) as exc:  # pydantic's errors are ValueErrors
-            return (), [f"{file}: {_one_line(exc)}"]
+            return (), [f"{file}: {_one_line(exc)}"], ()
         taken = set(others)
         compiled: list[CompiledPolicy] = []
         problems: list[str] = []
@@ -147,7 +191,7 @@ class PolicyStore:
                 compiled.append(compile_policy(lp.policy))
             except Exception as exc:  # a policy type that cannot build is a bad policy, not a crash
                 problems.append(f"{lp.file}:{lp.line}: policy {name!r} does not compile: {_one_line(exc)}")
-        return tuple(compiled), problems
+        return tuple(compiled), problems, tuple(loaded)
 
 
 def _one_line(exc: BaseException) -> str:

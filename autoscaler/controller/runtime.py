@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import signal
@@ -270,6 +271,17 @@ class Runtime:
             for obj in regarding:
                 await self.events.record(obj, type_="Warning", reason="InvalidPolicy", message=rej.message,
                                          action="Reload")
+        for name in result.released:
+            self.telemetry.set_condition(name, "OwnershipConflict", False)
+            self.log.info("policy_released", policy=name)
+        for c in result.held:
+            # The condition on every replica; the Event from the leader only (two replicas would both write it).
+            self.telemetry.set_condition(c.policy.name, "OwnershipConflict", True)
+            message = f"policy {c.policy.name} is held, not evaluated: {c.message}"
+            self.log.error("policy_held", policy=c.policy.name, file=c.file, line=c.line, problem=c.message)
+            if leading:
+                await self.events.record(_target_ref(c.policy.policy.spec), type_="Warning",
+                                         reason="OwnershipConflict", message=message, action="Reload")
 
     def _own_pod(self) -> list[ObjectRef]:
         name, ns = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
@@ -304,8 +316,8 @@ class Runtime:
             self.telemetry.watch_started(spec.path)
             w = Watcher(
                 self.api, spec, self._on_watch_event,
-                on_error=lambda what, path=spec.path: self._on_watch_error(path, what),
-                on_ok=lambda path=spec.path: self.telemetry.watch_ok(path),
+                on_error=functools.partial(self._on_watch_error, spec.path),
+                on_ok=functools.partial(self.telemetry.watch_ok, spec.path),
                 backoff=kube.Backoff(rng=self.rng),
             )
             self.watchers[spec] = (w, asyncio.create_task(w.run(), name=f"watch {spec.path}"))

@@ -19,6 +19,10 @@ Every write:
 2. checks ownership: one owner per target. An HPA whose ``scaleTargetRef`` names the target, a KEDA
    ``ScaledObject`` (which makes such an HPA), or a ``autoscaler.dev/managed-by`` annotation naming another
    owner makes a direct scale raise ``OwnershipConflict`` rather than fight over the replica count;
+   a direct scale first **claims** an unclaimed target: it writes ``autoscaler.dev/managed-by: <policy>``
+   on it (a merge patch carrying the resourceVersion read, so of two controllers claiming at once one gets
+   409, re-reads, sees the other's claim and refuses). Every replica of this controller runs the same
+   policy names, so they share the claim; another controller, or another policy, is refused;
 3. sends the resourceVersion it read (optimistic concurrency), so a concurrent change answers 409;
 4. is retried with jittered backoff on 409 (re-reading first) and on 5xx/429, a bounded number of times;
    a 403 is reported at once (``Forbidden``), never retried;
@@ -228,6 +232,17 @@ class ScaleTarget:
                     f"scale it directly (use actuation.mode: hpaFloor with hpaName: {name}, or delete the HPA)"
                 )
 
+    async def claim(self, obj: JsonObj) -> bool:
+        """Write ``managed-by: <owner>`` on the target unless it carries it already (the first action's claim);
+        conditional on the resourceVersion read (409 when someone changed it since). True when written."""
+        meta = obj.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == self.owner:
+            return False
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                             "annotations": {MANAGED_BY_ANNOTATION: self.owner}}}
+        await request_json(self.api, "PATCH", self.kind.object_path(self.ref), body=body, content_type=MERGE_PATCH)
+        return True
+
     # --- writing -------------------------------------------------------------------------------------------
 
     async def scale(self, desired: int, *, dry_run: bool = False) -> ScaleResult:
@@ -253,7 +268,10 @@ class DirectScale(Actuation):
         scale = await target.scales.read(ref)
         if scale.replicas == desired:
             return ScaleResult(ref.key, scale.replicas, desired, written=False, field=unit)
-        await target.check_ownership(await target.read())
+        obj = await target.read()
+        await target.check_ownership(obj)
+        if not dry_run and await target.claim(obj):
+            scale = await target.scales.read(ref)  # the claim moved the resourceVersion the Scale shares
         # The write carries the Scale's resourceVersion: a concurrent change answers 409, then we re-read.
         await target.scales.write(ref, desired, read=scale, dry_run=dry_run)
         return ScaleResult(ref.key, scale.replicas, desired, written=True, field=unit)

@@ -92,6 +92,11 @@ class Telemetry:
             "autoscaler_evaluation_triggers", "Why an evaluation ran (period, signal, watch, reload).", ["trigger"],
             registry=r,
         )
+        self.conditions = Gauge(
+            "autoscaler_policy_condition",
+            "1 while a policy has this condition (OwnershipConflict: held because an earlier policy scales its "
+            "target).", ["policy", "type"], registry=r,
+        )
         self.watch_up = Gauge(
             "autoscaler_watch_up", "1 while this watch (by path) lists and streams; 0 while it fails.", ["watch"],
             registry=r,
@@ -115,6 +120,13 @@ class Telemetry:
 
     def set_ready(self, check: str, ok: bool) -> None:
         self.ready_checks[check] = ok
+
+    def set_condition(self, policy: str, type_: str, on: bool) -> None:
+        if on:
+            self.conditions.labels(policy, type_).set(1)
+        elif any(s.labels.get("policy") == policy and s.labels.get("type") == type_
+                 for m in self.conditions.collect() for s in m.samples):
+            self.conditions.remove(policy, type_)
 
     # watches ------------------------------------------------------------------------------------------
     def watch_started(self, path: str) -> None:

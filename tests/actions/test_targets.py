@@ -38,13 +38,18 @@ def _target(api: client.ApiClient, cp: CompiledPolicy) -> ScaleTarget:
     return build_target(api, cp.policy.spec, owner=cp.name, retry=FAST_RETRY, now=lambda: NOW)
 
 
+#: Targets this policy already claimed (its first action did): these tests are about the scale write itself;
+#: the claim has its own tests below.
+CLAIMED = {MANAGED_BY_ANNOTATION: "tgi-gemma"}
+
+
 def _deployment_setup(kube: Emulator) -> CompiledPolicy:
-    kube.add(objects.deployment(replicas=1))
+    kube.add(objects.deployment(replicas=1, annotations=CLAIMED))
     return policy()
 
 
 def _lws_setup(kube: Emulator) -> CompiledPolicy:
-    kube.add(objects.leader_worker_set(replicas=1))
+    kube.add(objects.leader_worker_set(replicas=1, annotations=CLAIMED))
     return policy(kind="LeaderWorkerSet", target="jetstream")
 
 
@@ -124,6 +129,51 @@ async def test_a_conflict_is_retried_after_a_fresh_read(
     sequence = [r.method for r in kube.requests if r.path == path]
     assert sequence == ["GET", method] * 3
     assert _stored_count(kube, kind) == 2
+
+
+@pytest.mark.parametrize("kind", [pytest.param("deployment", id="deployment"), pytest.param("lws", id="lws")])
+async def test_the_first_scale_claims_the_target_and_later_ones_do_not(
+    kube: Emulator, kube_client: client.ApiClient, kind: str
+) -> None:
+    if kind == "deployment":
+        kube.add(objects.deployment(replicas=1))
+        shape: dict[str, Any] = {}
+        path = DEPLOY_SCALE.removesuffix("/scale")
+        api_version, kind_name, name = "apps/v1", "Deployment", "tgi-gemma-deployment"
+    else:
+        kube.add(objects.leader_worker_set(replicas=1))
+        shape = {"kind": "LeaderWorkerSet", "target": "jetstream"}
+        path = LWS_SCALE.removesuffix("/scale")
+        api_version, kind_name, name = "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream"
+    cp = policy(**shape)
+    await _target(kube_client, cp).scale(2)
+    await _target(kube_client, cp).scale(3)
+    claims = [w for w in kube.writes() if w.path == path]
+    assert len(claims) == 1, "written on the first action only"
+    assert claims[0].content_type == "application/merge-patch+json"
+    assert claims[0].body["metadata"]["resourceVersion"], "conditional: a concurrent claim answers 409"
+    annotations = kube.get(api_version, kind_name, name, "llm")["metadata"]["annotations"]
+    assert annotations[MANAGED_BY_ANNOTATION] == "tgi-gemma"
+    # Another policy (or another controller's) is refused from now on.
+    with pytest.raises(OwnershipConflict, match="managed-by=tgi-gemma"):
+        await _target(kube_client, policy(name="other", **shape)).scale(1)
+
+
+async def test_two_controllers_claiming_at_once_one_wins_the_other_is_refused(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    kube.add(objects.deployment(replicas=1))
+    path = DEPLOY_SCALE.removesuffix("/scale")
+
+    def the_other_claims() -> None:  # between our read and our claim, another controller claims it
+        kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                    metadata={"annotations": {MANAGED_BY_ANNOTATION: "other-controller"}})
+
+    kube.after("GET", path, the_other_claims)
+    with pytest.raises(OwnershipConflict, match="other-controller"):
+        await _target(kube_client, policy()).scale(2)
+    assert [w.status for w in kube.writes() if w.path == path] == [409]
+    assert _stored_count(kube, "deployment") == 1
 
 
 async def test_a_real_concurrent_change_is_a_conflict_then_succeeds(

@@ -54,6 +54,7 @@ def notes(kube: Emulator, reason: str) -> list[str]:
 async def test_scale_up_is_one_patch_of_the_scale_subresource(kube: Emulator, rt: Runtime, tgi: TgiMetrics) -> None:
     kube.strict = True
     kube.expect_write("PATCH", SCALE, times=1)
+    kube.expect_write("PATCH", SCALE.removesuffix("/scale"), times=1)  # the first action's managed-by claim
     kube.expect_write("POST", EVENTS)
     tgi.queue = 25
     assert await rt.controller.run_once()
@@ -186,6 +187,8 @@ async def test_each_kind_of_target_gets_its_own_write(
     r.store.reload()
     kube.strict = True
     kube.expect_write(method, path, times=1)
+    if path.endswith("/scale"):
+        kube.expect_write("PATCH", path.removesuffix("/scale"), times=1)  # the managed-by claim
     kube.expect_write("POST", EVENTS)
     tgi.queue = 25
     assert await r.controller.run_once()

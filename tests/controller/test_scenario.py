@@ -68,6 +68,7 @@ async def passes(rt: Runtime, kube: Emulator, kueue: Kueue, clock: ManualClock, 
 def strict(kube: Emulator) -> None:
     kube.strict = True
     kube.expect_write("PATCH", SCALE)
+    kube.expect_write("PATCH", SCALE.removesuffix("/scale"), times=1)  # the first scale's managed-by claim
     kube.expect_write("PATCH", WORKLOAD)
     kube.expect_write("POST", EVENTS)
     kube.expect_write("PATCH", EVENTS)

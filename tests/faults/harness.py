@@ -71,13 +71,16 @@ class Signals:
         return None
 
 
-def policy_text(i: int, *, period: float = 15, max_replicas: int = 5, capacity: bool = False) -> str:
-    """A queue policy on ``svc-<i>`` in ``ns-<i>``: 10 queued requests per replica, 1..max replicas."""
+def policy_text(
+    i: int, *, period: float = 15, max_replicas: int = 5, capacity: bool = False, name: str | None = None,
+    per_replica: float = 10,
+) -> str:
+    """A queue policy on ``svc-<i>`` in ``ns-<i>``: ``per_replica`` queued requests per replica, 1..max."""
     text = f"""\
 apiVersion: autoscaler.dev/v1alpha1
 kind: ScalingPolicy
 metadata:
-  name: svc-{i}
+  name: {name or f"svc-{i}"}
 spec:
   target: {{kind: Deployment, name: svc-{i}, namespace: ns-{i}}}
   minReplicas: 1
@@ -90,7 +93,7 @@ spec:
   policy:
     type: queue
     work: [queue]
-    capacityPerReplica: 10
+    capacityPerReplica: {per_replica}
 """
     if capacity:
         text += f"""\
@@ -158,6 +161,10 @@ def decisions(rt: Runtime, policy: str) -> int:
         s.value for m in rt.telemetry.decisions.collect() for s in m.samples
         if s.name.endswith("_total") and s.labels.get("policy") == policy
     ))
+
+
+def events(kube: Emulator, i: int, reason: str) -> list[str]:
+    return [e["note"] for e in kube.list("events.k8s.io/v1", "Event", f"ns-{i}") if e["reason"] == reason]
 
 
 def scale_puts(kube: Emulator, i: int) -> list[Any]:

@@ -39,7 +39,7 @@ async def test_a_write_answered_after_its_deadline_is_not_repeated(world: World)
     world.add_services(2, queue=25)  # 25 queued at 10 per replica: 1 -> 3
     rt = world.runtime()
     # The server stores the scale at once but answers 30 s later (after the 10 s client deadline).
-    world.kube.slow(deployment_path(0) + "/scale", 30, method="PUT", times=1, after=True)
+    world.kube.slow(deployment_path(0) + "/scale", 30, method="PATCH", times=1, after=True)
     async with world.running(rt):
         await asyncio.sleep(60)
         assert rt.telemetry.healthy()
@@ -66,7 +66,7 @@ async def test_slow_answers_within_the_deadline_only_slow_the_policy_down(world:
 async def test_a_failing_api_server_holds_the_policy_and_recovers_without_double_action(world: World) -> None:
     world.add_services(2, queue=25)
     rt = world.runtime()
-    fault = world.kube.inject(503, deployment_path(0) + "/scale", method="PUT", times=10_000)
+    fault = world.kube.inject(503, deployment_path(0) + "/scale", method="PATCH", times=10_000)
     async with world.running(rt):
         await asyncio.sleep(60)
         assert world.replicas(0) == 1
@@ -83,7 +83,7 @@ async def test_a_failing_api_server_holds_the_policy_and_recovers_without_double
 async def test_conflicts_are_retried_from_a_fresh_read(world: World) -> None:
     world.add_services(1, queue=25)
     rt = world.runtime()
-    world.kube.inject(409, deployment_path(0) + "/scale", method="PUT", times=3)
+    world.kube.inject(409, deployment_path(0) + "/scale", method="PATCH", times=3)
     async with world.running(rt):
         await asyncio.sleep(20)
     assert world.replicas(0) == 3
