@@ -168,6 +168,14 @@ class StatusWriter:
                 observed_generation=ref.generation, reason="InvalidPolicy", message=rejection + kept,
                 conditions=[_cond("ScalingActive", "False", "InvalidPolicy", rejection + kept, stamp)],
             ).model_dump(by_alias=True, exclude_none=True)
+        conflict = self.objects.store.conflicts.get(policy) if policy is not None else None
+        if conflict is not None:  # held by the one-owner-per-target rule (controller.reload): never evaluated
+            held_msg = f"held, not evaluated: {conflict.message}"
+            return crd.ScalingPolicyStatus(
+                observed_generation=ref.generation, reason="OwnershipConflict", message=held_msg,
+                conditions=[_cond("ScalingActive", "False", "OwnershipConflict", held_msg, stamp),
+                            _cond("OwnershipConflict", "True", "OwnershipConflict", held_msg, stamp)],
+            ).model_dump(by_alias=True, exclude_none=True)
         if outcome is None:
             return crd.ScalingPolicyStatus(
                 observed_generation=ref.generation,

@@ -6,6 +6,8 @@ a parametrized scenario counts once per case. Exit 1 when a test in the director
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 from collections import Counter
 from pathlib import Path
@@ -30,14 +32,16 @@ class _Count:
 def main() -> int:
     here = Path(__file__).resolve().parent
     counter = _Count()
-    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", str(here)], plugins=[counter])
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", str(here)], plugins=[counter])
     if code not in (0, 5):
+        print(quiet.getvalue())
         return int(code)
-    print()
     for kind, n in sorted(counter.kinds.items()):
-        print(f"{kind:32} {n}")
+        print(f"{kind:36} {n}")
     total = sum(counter.kinds.values())
-    print(f"{'total':32} {total} scenarios in {len(counter.kinds)} kinds")
+    print(f"{'total':36} {total} scenarios in {len(counter.kinds)} kinds")
     if counter.unmarked:
         print("not marked with @pytest.mark.fault:", *counter.unmarked, sep="\n  ")
         return 1

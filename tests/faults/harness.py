@@ -73,7 +73,7 @@ class Signals:
 
 def policy_text(
     i: int, *, period: float = 15, max_replicas: int = 5, capacity: bool = False, name: str | None = None,
-    per_replica: float = 10,
+    per_replica: float = 10, down_window: float | None = None,
 ) -> str:
     """A queue policy on ``svc-<i>`` in ``ns-<i>``: ``per_replica`` queued requests per replica, 1..max."""
     text = f"""\
@@ -94,6 +94,10 @@ spec:
     type: queue
     work: [queue]
     capacityPerReplica: {per_replica}
+"""
+    if down_window is not None:
+        text += f"""\
+    behavior: {{scaleDown: {{stabilizationWindowSeconds: {down_window:g}}}}}
 """
     if capacity:
         text += f"""\

@@ -143,6 +143,11 @@ async def test_a_leader_whose_renewals_vanish_stops_by_its_renew_deadline(
     assert loop.time() - cut <= 10.1, "at most renewDeadlineSeconds after the last renewal was sent"
     await asyncio.wait_for(b.wait_leading(), 30)
     assert not a.holds()
+    # a's campaign is not silenced by the hung requests: each round ends at its deadline and a new one starts
+    # (a hung renewal used to leave a replica without a single lease request for 10 minutes).
+    before = a.requests
+    await asyncio.sleep(120)
+    assert a.requests - before >= 4
     await stop(ta, tb)
 
 
