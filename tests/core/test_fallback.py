@@ -121,3 +121,26 @@ def test_a_type_without_a_behavior_stage_falls_back_through_hpas_default_behavio
         counts.append(decision.desired)
     assert counts[:21] == [10] * 21
     assert counts[-1] == 2
+
+
+def test_difference_usable_hpa_metrics_scaling_down_are_not_used_beside_the_fallback() -> None:
+    # Upstream HPA never scales down while a metric is invalid, so the hpa type gives no count for its usable
+    # metrics here, and the fallback count (3) is used alone. KEDA would take max(3, running's 5): documented.
+    policy: dict[str, Any] = {**HPA, "metrics": [
+        *HPA["metrics"], {"signal": "running", "type": "External", "target": {"type": "Value", "value": 10}}]}
+    cp = compiled(policy, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 3}})
+    state = PolicyState()
+    for i in range(30):  # past the 300 s scale-down window, at 100 % per 15 s
+        decision, state = run(cp, observe(8, waiting=None, running=fresh(5.0, NOW + 15 * i)), state, NOW + 15 * i)
+    assert decision.desired == 3
+    assert "fallback (static) to 3" in decision.message
+
+
+def test_difference_the_fallback_count_is_not_put_through_the_tolerance_band() -> None:
+    # KEDA's fallback metric makes HPA compute a ratio of 11/10 = 1.1, inside the 0.1 tolerance: HPA would keep
+    # 10. Here the fallback count is used as it is: 11. Documented.
+    cp = compiled(HPA, max_replicas=20, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 11}})
+    state = PolicyState()
+    for i in range(3):
+        decision, state = run(cp, observe(10, waiting=None), state, NOW + 15 * i)
+    assert decision.desired == 11
