@@ -517,3 +517,27 @@ async def test_enforced_rbac_answers_403_over_http(kube: Emulator, kube_client: 
     assert err.value.status == 403
     assert f'User "{_SA}" cannot get resource "deployments"' in _status(err.value)["message"]
     assert kube.rbac_denied == ["get apps/deployments other/tgi-gemma-deployment"]
+
+
+async def test_scalingpolicy_status_subresource(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """The CRD's status subresource as the real server serves it: a write of the object keeps the stored
+    status, a /status write changes only the status and not the generation."""
+    custom: Any = client.CustomObjectsApi(kube_client)  # the generated stubs omit _content_type
+    args = ("autoscaler.dev", "v1alpha1", "llm", "scalingpolicies")
+    body = {"apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "p"},
+            "spec": {"minReplicas": 1}}
+    await custom.create_namespaced_custom_object(*args, body)
+    await custom.patch_namespaced_custom_object_status(
+        *args, "p", {"status": {"reason": "ScaleUp"}, "spec": {"minReplicas": 9}},
+        _content_type="application/merge-patch+json")
+    obj = kube.get("autoscaler.dev/v1alpha1", "ScalingPolicy", "p", "llm")
+    assert obj["status"] == {"reason": "ScaleUp"}
+    assert obj["spec"] == {"minReplicas": 1}
+    assert obj["metadata"]["generation"] == 1
+    await custom.patch_namespaced_custom_object(
+        *args, "p", {"spec": {"minReplicas": 2}, "status": {"reason": "Nope"}},
+        _content_type="application/merge-patch+json")
+    obj = kube.get("autoscaler.dev/v1alpha1", "ScalingPolicy", "p", "llm")
+    assert obj["status"] == {"reason": "ScaleUp"}
+    assert obj["spec"] == {"minReplicas": 2}
+    assert obj["metadata"]["generation"] == 2
