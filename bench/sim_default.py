@@ -1,5 +1,7 @@
-"""Speed of the default ``autoscaler simulate`` run: one hour of the conversation trace, every baseline, the
-recommended policy and the oracle, with the plot (the README's main-job command).
+"""Speed of the default ``autoscaler simulate`` run: one hour of the conversation trace, every baseline
+(static-peak, hpa, hpa-tuned's grid search, keda, kueue-only), the recommended policy and the oracle (its
+search at the SLO target and its re-solves at each row's attainment), with the plot (the README's main-job
+command).
 
 Run: ``python -m bench.sim_default``. Prints wall-clock seconds per run and the stages of one run.
 """
@@ -40,8 +42,9 @@ def main() -> int:
           f"min {min(walls):.2f}s, median {statistics.median(walls):.2f}s over {RUNS} runs (goal < 15 s); "
           f"CPU {min(cpus):.2f}s (what the run costs when the cores are not shared)")
     oracle = outcome.summary["oracle"]
+    tuned = outcome.summary.get("hpa_tuned", {}).get("runs", [])
     print(f"  without the plot: {total:.2f}s; oracle: {oracle['schedules_simulated']} schedules simulated; "
-          f"{outcome.summary['trace']['requests']} requests per simulation")
+          f"hpa-tuned: {len(tuned)} HPA runs; {outcome.summary['trace']['requests']} requests per simulation")
     return 0
 
 

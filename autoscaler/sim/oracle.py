@@ -38,7 +38,9 @@ so it is loose; what it guarantees is that nothing (the oracle included) can be 
    Every schedule is simulated in the very same model as the policies (same Kueue, servers, routing, warm
    start), and cached by its replica counts (many ``u`` give the same schedule), so re-solving at another
    attainment mostly reuses simulations. Constant fleets (the family's degenerate member) are searched too,
-   by bisection on the count. The answer for an attainment ``A`` is the cheapest schedule ever simulated
+   by bisection on the count. A deep re-solve (when a compared run beat the first answer) also searches
+   every window with a standing floor of one and two replicas below the smallest passing constant fleet.
+   The answer for an attainment ``A`` is the cheapest schedule ever simulated
    whose attainment is ``≥ A``, whichever window or step found it.
 
 The oracle is not a proof of optimality (a schedule outside the family may be cheaper); the lower bound is.
@@ -82,6 +84,8 @@ class Candidate:
     result: RunResult
     #: False when the simulation stopped early on failing: ``attainment`` is then only an upper bound.
     exact: bool = True
+    #: The standing floor of a floored schedule (0: none).
+    floor: int = 0
 
     @property
     def peak(self) -> int:
@@ -149,11 +153,12 @@ def warm_fleet(trace: Trace, cluster: Cluster, pool: PoolSpec) -> int:
 
 
 def schedule_for(
-    load: list[float], *, utilization: float, window_s: float, cold_start_s: float, lo: int, hi: int
+    load: list[float], *, utilization: float, window_s: float, cold_start_s: float, lo: int, hi: int, floor: int = 0
 ) -> list[tuple[float, int]]:
-    """A replica schedule ``[(time, count)]`` meeting the windowed demand, started a cold start early."""
+    """A replica schedule ``[(time, count)]`` meeting the windowed demand, started a cold start early, never
+    below ``floor`` (standing capacity for bursts shorter than a cold start)."""
     need = [
-        max(lo, min(hi, math.ceil(max(load[w], load[w - 1] if w else 0.0) / utilization - 1e-9)))
+        max(lo, floor, min(hi, math.ceil(max(load[w], load[w - 1] if w else 0.0) / utilization - 1e-9)))
         for w in range(len(load))
     ]
     top = max(need)
@@ -270,8 +275,8 @@ class Search:
         self.lead_s = prof.cold_start.total + cluster.spec.kueue.admission_seconds
         self._loads = {w: demand(trace, cluster, pool, w) for w in self.windows}
         self._by_schedule: dict[tuple[tuple[float, int], ...], Candidate] = {}
-        #: Per window: (u, candidate) sorted by u.
-        self._by_window: dict[float, list[tuple[float, Candidate]]] = {w: [] for w in self.windows}
+        #: Per (window, floor): (u, candidate) sorted by u.
+        self._by_window: dict[tuple[float, int], list[tuple[float, Candidate]]] = {(w, 0): [] for w in self.windows}
         self.evaluated = 0
         #: Windows where even the cheapest end of ``u_range`` met an attainment asked for (the range was too
         #: narrow there: reported so a search that stops at its own edge is seen).
@@ -292,14 +297,14 @@ class Search:
                           controller=ScheduleController("oracle", sched), initial_replicas=self.initial_for(sched),
                           slo_ttft_s=self.slo, stop_after_misses=stop_after, routing=self.routing, seed=self.seed)
 
-    def evaluate(self, window_s: float, u: float, *, target: float | None = None) -> Candidate:
+    def evaluate(self, window_s: float, u: float, *, target: float | None = None, floor: int = 0) -> Candidate:
         """Simulate the schedule of ``(window_s, u)`` (once: cached by its replica counts).
 
         With ``target``, the simulation stops as soon as the schedule has missed more requests than
         ``target`` allows: all a bisection step needs to know is that it fails.
         """
         sched = schedule_for(self._loads[window_s], utilization=u, window_s=window_s, cold_start_s=self.lead_s,
-                             lo=self.lo, hi=self.hi)
+                             lo=self.lo, hi=self.hi, floor=floor)
         key = tuple(sched)
         cand = self._by_schedule.get(key)
         if cand is None or (not cand.exact and target is not None and cand.attainment >= target) or (
@@ -311,24 +316,25 @@ class Search:
             res = self._simulation(sched, stop_after).run()
             # Stopped early, only an upper bound is known: at least ``late`` requests missed.
             att = (1.0 - res.late / max(n, 1)) if res.stopped_early else attainment(res, self.slo)
-            cand = Candidate(window_s, u, sched, att, res.serving_chip_s, res, exact=not res.stopped_early)
+            cand = Candidate(window_s, u, sched, att, res.serving_chip_s, res, exact=not res.stopped_early,
+                             floor=floor)
             self._by_schedule[key] = cand
             if self.progress is not None:
                 what = f"attainment {att:.4f}" if cand.exact else f"attainment < {att:.4f} (stopped early)"
                 self.progress(f"oracle: window {window_s:g}s, utilization {u:.3f}: {what}")
-        entries = self._by_window[window_s]
+        entries = self._by_window.setdefault((window_s, floor), [])
         bisect.insort(entries, (u, cand), key=lambda e: e[0])
         return cand
 
-    def _passes(self, window_s: float, u: float, target: float) -> bool:
-        cand = self.evaluate(window_s, u, target=target)
+    def _passes(self, window_s: float, u: float, target: float, floor: int = 0) -> bool:
+        cand = self.evaluate(window_s, u, target=target, floor=floor)
         return cand.exact and cand.attainment >= target
 
     # ----- one attainment -------------------------------------------------------------------------------
-    def _bisect(self, window_s: float, target: float) -> None:
+    def _bisect(self, window_s: float, target: float, floor: int = 0) -> None:
         """Bisection on log u: the largest u (cheapest) whose schedule still reaches ``target``."""
         u_lo, u_hi = self.u_range
-        entries = self._by_window[window_s]
+        entries = self._by_window.setdefault((window_s, floor), [])
         # Start from what the cache already brackets (simulations done for other attainments).
         passing = [u for u, c in entries if c.exact and c.attainment >= target and u_lo <= u <= u_hi]
         lo = max(passing) if passing else None
@@ -336,18 +342,18 @@ class Search:
         hi = min(failing) if failing else None
         if lo is None:
             # The most generous schedule runs to the end, pass or fail: it is the fallback when none passes.
-            first = self.evaluate(window_s, u_lo)
+            first = self.evaluate(window_s, u_lo, floor=floor)
             if first.attainment < target:
                 return  # not even the most generous schedule of this window reaches it
             lo = u_lo
         if hi is None:
-            if self._passes(window_s, u_hi, target):
+            if self._passes(window_s, u_hi, target, floor):
                 self.edge_hits.add(window_s)
                 return  # the whole range passes: the cheapest is at its edge
             hi = u_hi
         while hi / lo > 1 + self.u_resolution:
             mid = math.sqrt(lo * hi)
-            if self._passes(window_s, mid, target):
+            if self._passes(window_s, mid, target, floor):
                 lo = mid
             else:
                 hi = mid
@@ -355,7 +361,7 @@ class Search:
     def window_order(self, target: float) -> list[float]:
         """Windows by their cheapest schedule simulated so far at ``target`` (unknown ones last)."""
         def key(w: float) -> float:
-            costs = [c.chip_s for _, c in self._by_window[w] if c.exact and c.attainment >= target]
+            costs = [c.chip_s for _, c in self._by_window[(w, 0)] if c.exact and c.attainment >= target]
             return min(costs) if costs else math.inf
         return sorted(self.windows, key=key)
 
@@ -385,19 +391,38 @@ class Search:
                 lo = mid
         self._constant(hi, target)
 
-    def solve(self, target: float, *, windows: int | None = None) -> OracleResult:
+    def solve(self, target: float, *, windows: int | None = None, deep: bool = False) -> OracleResult:
         """The cheapest simulated schedule with attainment ≥ ``target``.
 
         Bisects the constant fleet, and ``u`` in every window length or, with ``windows``, in the
         ``windows`` lengths whose schedules have been cheapest so far at ``target`` (re-solving at another
-        attainment after a full solve).
+        attainment after a full solve). ``deep`` adds floored schedules: every window length again with a
+        standing floor of one and two replicas below the smallest constant fleet that reaches ``target``
+        (the shape bursts shorter than a cold start call for).
         """
         if self.constant_fleets:
             self._bisect_constant(target)
-        order = self.window_order(target) if windows is not None else list(self.windows)
-        for w in order[: windows if windows is not None else len(order)]:
+        order = self.window_order(target) if windows is not None and not deep else list(self.windows)
+        for w in order[: windows if windows is not None and not deep else len(order)]:
             self._bisect(w, target)
+        if deep:
+            fleets = [c.schedule[0][1] for c in self._by_schedule.values()
+                      if len(c.schedule) == 1 and c.exact and c.attainment >= target]
+            if fleets:
+                smallest = min(fleets)
+                for floor in (smallest - 1, smallest - 2):
+                    if floor > self.lo:
+                        for w in self.windows:
+                            self._bisect(w, target, floor)
         return self.best(target)
+
+    def at_equal_slo(self, attainment_: float, chip_s: float, *, quick_windows: int = 1) -> OracleResult:
+        """The oracle for a compared run: re-solved at the run's own attainment in the ``quick_windows``
+        window lengths cheapest so far; if the run is still cheaper, deeply (every window, floored too)."""
+        found = self.solve(attainment_, windows=quick_windows)
+        if found.met_target and found.candidate.chip_s > chip_s:
+            found = self.solve(attainment_, deep=True)
+        return found
 
     def best(self, target: float) -> OracleResult:
         """The cheapest candidate simulated so far at ``target``; else the one with the best attainment."""

@@ -63,6 +63,16 @@ def _legend(ax: Any) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False, borderaxespad=0.0)
 
 
+def _replicas_at(result: RunResult, t: float) -> int:
+    """The desired replica count of a run's timeline at time ``t`` (the last sample at or before it)."""
+    count = result.timeline[0].replicas if result.timeline else 0
+    for p in result.timeline:
+        if p.t > t:
+            break
+        count = p.replicas
+    return count
+
+
 def timeline(path: Path, *, trace: Trace, results: list[RunResult], slo_ttft_s: float, title: str) -> None:
     # Imported here: matplotlib costs about a second to import, which --no-plot runs and tests skip.
     import matplotlib  # noqa: PLC0415
@@ -95,6 +105,16 @@ def timeline(path: Path, *, trace: Trace, results: list[RunResult], slo_ttft_s: 
     _draw(ax_rep, replicas, step=True)
     _draw(ax_ttft, ttft, step=False, log=True)
     _draw(ax_train, training, step=True)
+    # Preemptions and deactivations: a triangle on the run's replica line when training was stopped.
+    for (_, style, _, _), r in zip(replicas, results, strict=True):
+        if r.preemption_times:
+            ax_rep.plot([t / 60 for t in r.preemption_times], [_replicas_at(r, t) for t in r.preemption_times],
+                        "v", color=style["color"], ms=6, ls="none")
+    if any(r.preemption_times for r in results):
+        ax_rep.plot([], [], "v", color="grey", ls="none", label="training preempted")
+    quota = max((r.quota for r in results), default=0)
+    if quota:
+        ax_train.axhline(quota, color="black", lw=1.0, ls="--", label=f"quota ({quota} chips)")
     ax_rep.set_ylabel("serving replicas\n(desired)")
     ax_rep.set_ylim(bottom=0)
     ax_rep.yaxis.set_major_locator(MaxNLocator(integer=True))  # replicas come whole: no half steps

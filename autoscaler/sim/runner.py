@@ -238,7 +238,8 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
     for r in results:
         att = oracle.attainment(r, slo)
         # Re-solved at this run's own attainment, in the window length cheapest so far there.
-        at_equal = search.solve(att, windows=RESOLVE_WINDOWS) if with_oracle else None
+        at_equal = (search.at_equal_slo(att, r.serving_chip_s, quick_windows=RESOLVE_WINDOWS) if with_oracle
+                    else None)
         rows[r.name] = report.score(r, slo_ttft_s=slo, oracle=at_equal, lower_bound_chip_s=bound(att))
         rows[r.name]["tuned_with_hindsight"] = r.name == "hpa-tuned"
     summary: dict[str, Any] = {"policies": rows}
