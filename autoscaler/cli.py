@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 #: costs one command's imports, and `validate`, `replay` and `simulate` never load an HTTP or Kubernetes
 #: client (tests/test_startup.py checks it).
 COMMANDS: dict[str, str] = {
-    "calibrate": "autoscaler.sim.calibrate",
+    "calibrate": "autoscaler.calibrate",
     "observe": "autoscaler.sources.command",
     "record": "autoscaler.sources.command",
     "replay": "autoscaler.replay.command",

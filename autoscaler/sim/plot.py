@@ -1,4 +1,8 @@
-"""The PNG timeline of a simulation: arrivals, replicas, TTFT and training, one line per policy."""
+"""The PNG timeline of a simulation: arrivals, replicas, TTFT and training, one line per policy.
+
+Training preemptions and deactivations are marked on each run's replica line (triangles); the training panel
+draws the quota, the ceiling of serving + training chips.
+"""
 
 from __future__ import annotations
 

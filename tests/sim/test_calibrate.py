@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler import cli
-from autoscaler.sim import calibrate, profiles
+from autoscaler import calibrate, cli
+from autoscaler.sim import profiles
 
 TPS, BASE_S, PER_S = 4000.0, 0.030, 0.0005
 

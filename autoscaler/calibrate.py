@@ -1,5 +1,7 @@
 """``autoscaler calibrate``: fit a serving profile's prefill rate and decode step from a real server's metrics.
 
+A command over two engines: it reads recorded metrics with replay's reader and writes a simulator profile.
+
 Input: a directory of Prometheus ``query_range`` dumps, one file per series kind, named as below (the
 format ``autoscaler record`` writes: one response body per signal, one series per pod). Counters are
 cumulative (``rate`` is taken here, from consecutive samples; a counter reset skips that interval):
