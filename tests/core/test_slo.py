@@ -8,6 +8,7 @@ load needs; a steady load never flaps; equal inputs give equal outputs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -463,19 +464,88 @@ def test_the_forecast_never_removes_capacity_the_load_needs(
         assert a.replicas >= min(spec, math.ceil(load / state.utilization - 1e-6)) or starting > 0
 
 
-@settings(max_examples=60, deadline=None)
-@given(obs=observation(), start=st.integers(1, 40), seconds=st.integers(60, 1800))
-def test_a_steady_load_never_flaps(obs: dict[str, float], start: int, seconds: int) -> None:
-    """The same load, the count following the policy: its changes all go one way (no up after down)."""
-    drv = Driver(config(**TOKENS))
+def world(count: int, *, busy: float, share: float, capacity: float, usable: float, fill: float) -> dict[str, float]:
+    """What the servers report at ``count`` replicas under a steady demand (a fluid model of a server).
+
+    ``busy``: the demand in replicas of the prior; ``share``: its prompt share; ``capacity``: the replicas' true
+    capacity over the prior; ``usable``: the share of the slots they can fill; ``fill``: the share of a
+    replica's slots one replica-equivalent of work keeps in flight. Saturated (demand ≥ capacity) they serve
+    their capacity and requests queue.
+    """
+    conc = busy * fill * 48 / capacity
+    cap = count * capacity
+    served = min(busy, cap)
+    room = count * 48 * usable
+    running = min(conc, room)
+    waiting = max(0.0, conc - room) + (10.0 * count if busy >= cap else 0.0)
+    return {
+        "waiting": waiting,
+        "running": running,
+        "prompt": served * share * 5000,
+        "gen": served * (1 - share) * 600,
+        "ttft": 3.0 if busy >= 0.9 * cap or waiting >= count else 0.4,
+    }
+
+
+def _moves(drv: Driver, start: int, seconds: int, **world_args: float) -> list[bool]:
+    """Follow the policy in ``world``; the direction of each change of the count (True = up)."""
     count = start
     moves = []
     for _ in range(int(seconds / STEP)):
+        rec = drv.step(count, count, 0, **world(count, **world_args))
+        assert rec.replicas is not None
+        target = min(200, max(1, rec.replicas))  # the engine's bounds
+        if target != count:
+            moves.append(target > count)
+            count = target
+    return moves
+
+
+def _reversals(moves: list[bool]) -> int:
+    return sum(1 for a, b in itertools.pairwise(moves) if a != b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(busy=st.floats(0, 20), share=st.floats(0, 1), fill=st.floats(0.1, 1), start=st.integers(1, 40),
+       seconds=st.integers(60, 1800))
+def test_a_steady_load_never_flaps(busy: float, share: float, fill: float, start: int, seconds: int) -> None:
+    """A steady demand on servers as the prior says, the count following the policy and the servers reporting
+    what that count serves: every change goes one way (no scale-up after a scale-down, or the reverse)."""
+    moves = _moves(Driver(config(**TOKENS)), start, seconds, busy=busy, share=share, capacity=1.0, usable=1.0,
+                   fill=fill)
+    assert _reversals(moves) == 0, moves
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    busy=st.floats(0, 20), share=st.floats(0, 1), capacity=st.floats(0.3, 3), usable=st.floats(0.2, 1),
+    fill=st.floats(0.1, 1), start=st.integers(1, 40), seconds=st.integers(60, 1800),
+)
+def test_a_wrong_prior_is_corrected_once_then_held(
+    busy: float, share: float, capacity: float, usable: float, fill: float, start: int, seconds: int
+) -> None:
+    """Servers that do not match the prior: a scale-down the prior allowed may have to be undone once (that is
+    how the capacity is learned); then the count never reverses again: no oscillation."""
+    moves = _moves(Driver(config(**TOKENS)), start, seconds, busy=busy, share=share, capacity=capacity,
+                   usable=usable, fill=fill)
+    assert _reversals(moves) <= 1, moves
+
+
+@settings(max_examples=40, deadline=None)
+@given(obs=observation(), start=st.integers(1, 40), seconds=st.integers(60, 1800))
+def test_a_constant_observation_with_no_queue_never_flaps(obs: dict[str, float], start: int, seconds: int) -> None:
+    """Whatever the numbers, without requests waiting nothing is learned downward: the count moves one way."""
+    drv = Driver(config(**TOKENS))
+    count = start
+    moves = []
+    obs = {**obs, "waiting": 0.0}
+    for _ in range(int(seconds / STEP)):
         rec = drv.step(count, count, 0, **obs)
         assert rec.replicas is not None
-        if rec.replicas != count:
-            moves.append(rec.replicas > count)
-            count = rec.replicas
+        target = max(1, rec.replicas)
+        if target != count:
+            moves.append(target > count)
+            count = target
     assert len(set(moves)) <= 1, moves
 
 

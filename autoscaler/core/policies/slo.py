@@ -73,8 +73,12 @@ CAPACITY_SCALE_BOUNDS = (0.2, 5.0)
 #: The utilization at the SLO never drops below this (a queue that never drains would otherwise ask for
 #: unbounded replicas; ``maxReplicas`` bounds it too).
 MIN_UTILIZATION = 0.2
-#: Slots this full count as all taken (a batch rarely sits at exactly its maximum).
-FULL_SLOTS = 0.9
+#: Saturation must hold this many evaluations in a row before it teaches capacity (a moment's queue does not).
+SATURATED_EVALUATIONS = 3
+#: Counts remembered as short (the most recent ones).
+MAX_SHORT = 32
+#: The learned share of usable slots stays above this.
+MIN_SLOT_SCALE = 0.05
 #: Saturated: at least this many requests waiting per ready replica.
 SATURATED_WAITING_PER_REPLICA = 1.0
 #: The ready count must have held this long before served rates count as a replica's capacity (rates are
@@ -218,8 +222,16 @@ class SloState:
 
     #: κ: learned capacity over the prior (1.0 = the prior).
     capacity_scale: float = 1.0
-    #: Saturated samples κ has learned from.
+    #: The share of the slots a replica can really fill (KV cache, prefill or the server bind first), learned
+    #: like κ: sequences running per replica while saturated.
+    slot_scale: float = 1.0
+    #: Saturated samples the capacities have learned from.
     capacity_samples: int = 0
+    #: Consecutive evaluations with requests waiting on every ready replica.
+    saturated_run: int = 0
+    #: ``(time, ready, load)``, the last time each count was not enough (SLO missed, or requests waiting on every
+    #: replica): scale-down does not return to it at a comparable load, until that count is seen to be enough.
+    short: tuple[tuple[float, int, float], ...] = ()
     #: c: utilization at the SLO (None until the first evaluation sets it from the config).
     utilization: float | None = None
     #: ``(time, load)`` over the longest window any estimate reads, oldest first.
@@ -263,7 +275,7 @@ class SloAlgorithm:
     #: The hold window and the hysteresis band are this type's smoothing.
     uses_behavior = False
 
-    def _read(self, ctx: Context, kappa: float) -> _Reading:
+    def _read(self, ctx: Context, kappa: float, slot_scale: float) -> _Reading:
         cfg, roles = self.config, self.config.signals
         ready = ctx.replicas.ready
         unknown: list[str] = []
@@ -309,9 +321,11 @@ class SloAlgorithm:
             parts.append(f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s)")
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
-            load = max(load, conc / slots)
+            effective = slots * slot_scale
+            load = max(load, conc / effective)
             parts.append(
-                f"slots {conc / slots:.2f} ({running or 0:.0f} running + {waiting or 0:.0f} waiting of {slots}/replica)"
+                f"slots {conc / effective:.2f} ({running or 0:.0f} running + {waiting or 0:.0f} waiting "
+                f"of {effective:.0f}/replica)"
             )
         if kv is not None:
             load = max(load, kv * ready)
@@ -359,41 +373,45 @@ class SloAlgorithm:
         ready_since = prev.ready_since if prev.ready == ready else now
 
         # 2. Learned capacity, from what the replicas served (before the load is computed with it).
-        kappa, samples = prev.capacity_scale, prev.capacity_samples
-        probe = self._read(ctx, kappa)
+        kappa, slot_scale, samples = prev.capacity_scale, prev.slot_scale, prev.capacity_samples
+        probe = self._read(ctx, kappa, slot_scale)
         low, high = CAPACITY_SCALE_BOUNDS
-        if probe.served_prior is not None and not probe.unknown:
-            settled = now - ready_since >= SETTLE_S and ready > 0
-            # Saturated: requests wait on every replica *and* the replicas are busy in a way that shows: slots
-            # (nearly) all taken, or the latency at risk. A queue with free slots and good latency is a moment's
-            # queue; learning a low capacity from it would be wrong (and would flap).
-            busy = (probe.running is not None and probe.running >= FULL_SLOTS * cfg.replica.slots * ready) or (
-                probe.latency_ratio is not None and probe.latency_ratio >= RISK_FRACTION
-            )
-            saturated = (
-                settled
-                and busy
-                and probe.waiting is not None
-                and probe.waiting >= SATURATED_WAITING_PER_REPLICA * ready
-                and starting == 0
-            )
-            if not settled:
-                pass  # the rates' window still holds replicas that came or went: not per-replica capacity
-            elif saturated and probe.served_prior > 0:
-                alpha = 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
-                kappa = kappa + alpha * (probe.served_prior - kappa)
+        settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
+        # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
+        # row. Then what each replica serves (tokens/s) and runs (sequences) is what it can: its capacity.
+        queued = probe.waiting is not None and ready > 0 and probe.waiting >= SATURATED_WAITING_PER_REPLICA * ready
+        run = prev.saturated_run + 1 if queued and not probe.unknown else 0
+        alpha = 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
+        if not probe.unknown and ready > 0:
+            if run >= SATURATED_EVALUATIONS:
                 samples += 1
-            elif probe.served_prior > kappa:
-                kappa = probe.served_prior  # serving that much without a queue: it can do at least that
+                # Tokens/s are rates over a trailing window: only once the ready count has held through it.
+                if settled and probe.served_prior is not None and probe.served_prior > 0:
+                    kappa += alpha * (probe.served_prior - kappa)
+                # Sequences running is a gauge of now: what the replicas admit with a queue waiting.
+                if probe.running is not None:
+                    per = probe.running / ready / cfg.replica.slots
+                    slot_scale += alpha * (per - slot_scale)
+            else:
+                # Without a queue, what is served is a lower bound of what can be.
+                if settled and probe.served_prior is not None and probe.served_prior > kappa:
+                    kappa = probe.served_prior
+                if probe.running is not None and not queued:
+                    slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
             kappa = min(high, max(low, kappa))
-        reading = self._read(ctx, kappa) if kappa != prev.capacity_scale else probe
+            slot_scale = min(1.0, max(MIN_SLOT_SCALE, slot_scale))
+        changed = (kappa, slot_scale) != (prev.capacity_scale, prev.slot_scale)
+        reading = self._read(ctx, kappa, slot_scale) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
         c = prev.utilization if prev.utilization is not None else u_max
         ratio = reading.latency_ratio
         at_risk = ratio is not None and ratio >= RISK_FRACTION
-        if at_risk and starting == 0 and ratio is not None:
+        # The latency corrects the model only where the model thought the ready replicas were enough: a risk
+        # the model already explains (it asks for more) is under-provisioning, not a model error.
+        model_content = _ceil(reading.load / c) <= ready
+        if at_risk and starting == 0 and ratio is not None and model_content:
             # In proportion to the excess over the risk line and to the time elapsed (the quantile lags by
             # its window: a per-evaluation step would crash c before new capacity could show in it).
             c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
@@ -414,7 +432,11 @@ class SloAlgorithm:
             history = (*history, (now, load))
         forecast, ftext, burst_at, seasonal = load, "", prev.burst_at, prev.seasonal
         if fc.enabled and history:
-            forecast, ftext, burst_at = _trend_and_burst(history, now, load, horizon, fc.burst_ratio, burst_at)
+            # While requests queue on every replica the served rates show capacity, not demand: their rise as
+            # replicas are added is no trend of the demand.
+            forecast, ftext, burst_at = _trend_and_burst(
+                history, now, load, horizon, fc.burst_ratio, burst_at, trend=not queued
+            )
             if fc.seasonality_period_seconds is not None:
                 seasonal, season_load = _seasonal(
                     prev.seasonal, fc.seasonality_period_seconds, fc.seasonality_buckets, now, horizon,
@@ -427,6 +449,15 @@ class SloAlgorithm:
         rise = _largest_rise(history, horizon)
         observed = now - (prev.since if prev.since is not None else now)
 
+        insufficient = ready > 0 and starting == 0 and (queued or (ratio is not None and ratio > 1.0))
+        short = prev.short
+        if not reading.unknown and ready > 0 and starting == 0:
+            if insufficient:
+                short = (*(x for x in short if x[1] != ready), (now, ready, load))[-MAX_SHORT:]
+            else:
+                # The count is enough now at this load: what was short at a lower load is disproved.
+                short = tuple(x for x in short if not (x[1] == ready and x[2] <= load))
+
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
         breach_floor = 0
@@ -436,7 +467,10 @@ class SloAlgorithm:
 
         new_state = SloState(
             capacity_scale=kappa,
+            slot_scale=slot_scale,
             capacity_samples=samples,
+            saturated_run=run,
+            short=short,
             utilization=c,
             history=history,
             ready=ready,
@@ -451,9 +485,11 @@ class SloAlgorithm:
         cap_text = (
             f"capacity {kappa * prior.prefill_tokens_per_second:.0f} prompt / "
             f"{kappa * prior.generation_tokens_per_second:.0f} generated tok/s per replica "
-            f"({kappa:.2f}× prior, {samples} saturated samples)"
+            f"({kappa:.2f}× prior), {slot_scale * cfg.replica.slots:.0f} of {cfg.replica.slots} slots usable "
+            f"({samples} saturated samples)"
             if prior is not None
-            else f"{cfg.replica.slots} slots per replica"
+            else f"{slot_scale * cfg.replica.slots:.0f} of {cfg.replica.slots} slots usable per replica "
+            f"({samples} saturated samples)"
         )
         load_text = f"load {load:.2f} replica-equivalents ({', '.join(reading.parts) or 'nothing known'})"
         slo_text = (
@@ -496,13 +532,19 @@ class SloAlgorithm:
         down_u = c * (1.0 - cfg.scale_down.hysteresis)
         keep_for = max(peak, forecast, load + rise)
         down = max(need, _ceil(keep_for / down_u))
+        # A count found short at a comparable load (within the hysteresis) is not returned to.
+        too_few = max((r + 1 for _, r, v in short if load >= (1.0 - cfg.scale_down.hysteresis) * v), default=0)
+        down = max(down, too_few)
         band = (
             f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast, load + the largest rise "
             f"within a cold start seen in {lookback(horizon):g}s {rise:.2f}) at ≤ {down_u:.2f} utilization "
             f"(hysteresis {cfg.scale_down.hysteresis:g})"
+            + (f", and not below {too_few}: {too_few - 1} were short at a comparable load" if too_few else "")
         )
         if down < current and observed < hold:
             no_down = no_down or f"observed {observed:g}s < the {hold:g}s hold window"
+        if down < current and queued:
+            no_down = no_down or "requests are waiting on every replica"
         if down < current and not at_risk and not no_down:
             return Recommendation(
                 down, Reason.SCALE_DOWN, f"{need_text}; {band} ⇒ {down}; {have_text}: scaling down to {down}"
@@ -551,6 +593,8 @@ def _trend_and_burst(
     horizon: float,
     burst_ratio: float,
     burst_at: float | None,
+    *,
+    trend: bool = True,
 ) -> tuple[float, str, float | None]:
     """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection."""
     # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
@@ -558,7 +602,7 @@ def _trend_and_burst(
     window = [(t, v) for t, v in history if t > now - 2 * max(horizon, 30.0)]
     forecast, text = load, ""
     mv = sum(v for _, v in window) / len(window) if window else load
-    if len(window) >= 4:
+    if trend and len(window) >= 4:
         n = len(window)
         mt = sum(t for t, _ in window) / n
         var = sum((t - mt) ** 2 for t, _ in window)

@@ -1,0 +1,202 @@
+"""The ``slo`` policy on the yardstick: every trace × rate × window × cluster, against the oracle and HPA.
+
+Run: ``python -m bench.slo_grid`` from the project root (a few minutes per cluster on 2 cores). Options:
+``--quick`` (whole hour, rate 1 only), ``--synthetic-only`` / ``--bundled-only``, ``--clusters tgi,tpu``,
+``--json FILE`` (every row, for the README table). Rows:
+
+- the two bundled traces (Azure conversation and code) × ``--rate-scale`` 0.5, 1, 1.5 × the four
+  quarter-hour windows and the whole hour, on the TGI/L4 cluster (``policies/recommended.yaml``) and the
+  JetStream/TPU cluster (``policies/recommended-jetstream.yaml``);
+- the synthetic traces of ``bench.synthetic`` (long prompts, flash crowds, compressed daily swings, a slow
+  ramp, chat + documents), whole hour and quarter-hour windows, on both clusters.
+
+Goal per row: where the oracle reaches the cluster's attainment target (99 %): ≥ 99 % at ≤ 1.15× the oracle's
+accelerator-hours at equal SLO; elsewhere within 1 point of the oracle's attainment; in every row better than
+the strongest HPA baseline on SLO or cost without being worse on the other. The oracle's cost at the policy's
+own attainment (``oracle_hours_at_equal_slo``) and ``hpa-tuned`` are used when the simulator provides them,
+else the plain oracle and ``hpa`` (the row says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from autoscaler.policyfile.loader import load_file
+from autoscaler.sim import baselines, runner
+from autoscaler.sim import cluster as cluster_mod
+from bench import synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+RATES = (0.5, 1.0, 1.5)
+WINDOWS: tuple[tuple[float, float | None], ...] = ((0.0, 900.0), (900.0, 900.0), (1800.0, 900.0),
+                                                    (2700.0, 900.0), (0.0, None))
+CLUSTERS = {
+    "tgi": (None, ROOT / "policies" / "recommended.yaml"),
+    "tpu": ("cluster-tpu.yaml", ROOT / "policies" / "recommended-jetstream.yaml"),
+}
+TARGET = 0.99
+COST_GOAL = 1.15
+
+
+@dataclass
+class Row:
+    trace: str
+    cluster: str
+    rate: float
+    window: str
+    attainment: float
+    hours: float
+    oracle_attainment: float
+    oracle_hours: float
+    #: The oracle's hours at the policy's own attainment when the simulator gives it, else the plain oracle's.
+    oracle_hours_equal: float | None
+    cost_vs_oracle: float | None
+    hpa_name: str
+    hpa_attainment: float
+    hpa_hours: float
+    goal: str
+    vs_hpa: str
+    seconds: float
+
+
+def _bundled_trace(name: str) -> Path:
+    shared = ROOT.parent / "shared" / "traces" / f"AzureLLMInferenceTrace_{name}.csv"
+    if shared.is_file():
+        return shared
+    return cluster_mod.bundled(f"AzureLLMInferenceTrace_{name}.csv")
+
+
+def judge(row: dict[str, Any]) -> tuple[str, str]:
+    """(goal verdict, verdict against HPA) for one row's numbers."""
+    att, hours = row["attainment"], row["hours"]
+    if row["oracle_attainment"] >= TARGET:
+        ratio = row["cost_vs_oracle"]
+        ok = att >= TARGET and ratio is not None and ratio <= COST_GOAL
+        goal = "met" if ok else (
+            f"missed: {att:.2%} < 99 %" if att < TARGET else f"missed: cost {ratio:.2f}× > {COST_GOAL}×"
+        )
+    else:
+        ok = att >= row["oracle_attainment"] - 0.01
+        goal = "met (oracle < 99 %)" if ok else f"missed: {att:.2%} vs oracle {row['oracle_attainment']:.2%}"
+    h_att, h_hours = row["hpa_attainment"], row["hpa_hours"]
+    no_worse = att >= h_att - 1e-9 and hours <= h_hours + 1e-9
+    better = att > h_att + 1e-9 or hours < h_hours - 1e-9
+    if no_worse and better:
+        vs = "better"
+    elif no_worse:
+        vs = "equal"
+    else:
+        vs = "worse on " + " and ".join(
+            w for w, bad in (("SLO", att < h_att - 1e-9), ("cost", hours > h_hours + 1e-9)) if bad
+        )
+    return goal, vs
+
+
+def run_one(
+    trace: Path, trace_name: str, cluster: str, rate: float, start: float, duration: float | None,
+    policy: Path | None = None,
+) -> Row:
+    cluster_file, policy_file = CLUSTERS[cluster]
+    policy_file = policy or policy_file
+    pols = [(p.metadata.name, p) for p in load_file(policy_file)]
+    hpa_name = "hpa-tuned" if "hpa-tuned" in baselines.BASELINES else "hpa"
+    opts = runner.Options(
+        requests=trace,
+        cluster=cluster_mod.bundled(cluster_file) if cluster_file else None,
+        policies=pols,
+        baselines=(hpa_name, "oracle"),
+        rate_scale=rate,
+        start_s=start,
+        duration_s=duration if duration is not None else 3600.0,
+    )
+    t0 = time.perf_counter()
+    out = runner.run(opts)
+    seconds = time.perf_counter() - t0
+    ours = out.summary["policies"][pols[0][0]]
+    orc = out.summary["oracle"]
+    hpa = out.summary["policies"][hpa_name]
+    equal = ours.get("oracle_hours_at_equal_slo")
+    cost = ours["serving_accelerator_hours"] / equal if equal else ours["cost_vs_oracle"]
+    window = "hour" if duration is None else f"{start / 60:.0f}-{(start + duration) / 60:.0f} min"
+    row: dict[str, Any] = {
+        "trace": trace_name, "cluster": cluster, "rate": rate, "window": window,
+        "attainment": ours["slo_attainment"], "hours": ours["serving_accelerator_hours"],
+        "oracle_attainment": orc["slo_attainment"], "oracle_hours": orc["serving_accelerator_hours"],
+        "oracle_hours_equal": equal, "cost_vs_oracle": cost,
+        "hpa_name": hpa_name, "hpa_attainment": hpa["slo_attainment"], "hpa_hours": hpa["serving_accelerator_hours"],
+        "seconds": round(seconds, 1),
+    }
+    row["goal"], row["vs_hpa"] = judge(row)
+    return Row(**row)
+
+
+def markdown(rows: list[Row]) -> str:
+    head = ("| trace | cluster | rate | window | slo att. | slo h | ×oracle | oracle att. | oracle h | hpa att. "
+            "| hpa h | goal | vs hpa |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        ratio = f"{r.cost_vs_oracle:.3f}" if r.cost_vs_oracle is not None else "n/a"
+        lines.append(
+            f"| {r.trace} | {r.cluster} | {r.rate:g} | {r.window} | {r.attainment:.2%} | {r.hours:.2f} | {ratio} "
+            f"| {r.oracle_attainment:.2%} | {r.oracle_hours:.2f} | {r.hpa_attainment:.2%} | {r.hpa_hours:.2f} "
+            f"| {r.goal} | {r.vs_hpa} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="whole hour at rate 1 only")
+    ap.add_argument("--synthetic-only", action="store_true")
+    ap.add_argument("--bundled-only", action="store_true")
+    ap.add_argument("--clusters", default="tgi,tpu")
+    ap.add_argument("--traces", default="", help="comma-separated trace names to keep (default all)")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--policy", action="append", default=[], metavar="CLUSTER=FILE",
+                    help="score another policy file on a cluster (default the recommended ones)")
+    args = ap.parse_args(argv)
+    clusters = [c for c in args.clusters.split(",") if c]
+    keep = {t for t in args.traces.split(",") if t}
+    override = {k: Path(v) for k, v in (p.split("=", 1) for p in args.policy)}
+    rates = (1.0,) if args.quick else RATES
+    windows = WINDOWS[-1:] if args.quick else WINDOWS
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cases: list[tuple[Path, str, str, tuple[float, ...]]] = []
+        for cluster in clusters:
+            if not args.synthetic_only:
+                for name in ("conv", "code"):
+                    cases.append((_bundled_trace(name), name, cluster, rates))
+            if not args.bundled_only:
+                for shape, path in synthetic.write_all(Path(tmp), cluster).items():
+                    cases.append((path, shape, cluster, (1.0,)))
+        for path, name, cluster, case_rates in cases:
+            if keep and name not in keep:
+                continue
+            for rate in case_rates:
+                for start, duration in windows:
+                    row = run_one(path, name, cluster, rate, start, duration, override.get(cluster))
+                    rows.append(row)
+                    print(f"{name:>13} {cluster} ×{rate:g} {row.window:>11}: {row.attainment:.2%} at "
+                          f"{row.hours:.2f} h (oracle {row.oracle_attainment:.2%} at {row.oracle_hours:.2f} h, "
+                          f"{row.hpa_name} {row.hpa_attainment:.2%} at {row.hpa_hours:.2f} h) → {row.goal}; "
+                          f"{row.vs_hpa} than {row.hpa_name} [{row.seconds:.0f}s]", flush=True)
+    print()
+    print(markdown(rows))
+    met = sum(1 for r in rows if r.goal.startswith("met"))
+    better = sum(1 for r in rows if r.vs_hpa == "better")
+    print(f"\ngoal met in {met}/{len(rows)} rows; better than hpa in {better}/{len(rows)}")
+    if args.json is not None:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
