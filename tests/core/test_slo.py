@@ -518,16 +518,30 @@ def test_a_steady_load_never_flaps(busy: float, share: float, fill: float, start
 
 @settings(max_examples=60, deadline=None)
 @given(
-    busy=st.floats(0, 20), share=st.floats(0, 1), capacity=st.floats(0.3, 3), usable=st.floats(0.2, 1),
-    fill=st.floats(0.1, 1), start=st.integers(1, 40), seconds=st.integers(60, 1800),
+    busy=st.floats(0, 20), share=st.floats(0, 1), capacity=st.floats(0.3, 3), fill=st.floats(0.1, 1),
+    start=st.integers(1, 40), seconds=st.integers(60, 1800),
 )
-def test_a_wrong_prior_is_corrected_once_then_held(
-    busy: float, share: float, capacity: float, usable: float, fill: float, start: int, seconds: int
+def test_a_wrong_token_prior_is_corrected_once_then_held(
+    busy: float, share: float, capacity: float, fill: float, start: int, seconds: int
 ) -> None:
-    """Servers that do not match the prior: a scale-down the prior allowed may have to be undone once (that is
-    how the capacity is learned); then the count never reverses again: no oscillation."""
+    """Servers faster or slower than the prior: a scale-down the prior allowed may have to be undone once (that
+    is how the capacity is learned); then the count never reverses again: no oscillation."""
     moves = _moves(Driver(config(**TOKENS)), start, seconds, busy=busy, share=share, capacity=capacity,
-                   usable=usable, fill=fill)
+                   usable=1.0, fill=fill)
+    assert _reversals(moves) <= 1, moves
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    busy=st.floats(0, 20), usable=st.floats(0.2, 1), fill=st.floats(0.1, 1), start=st.integers(1, 40),
+    seconds=st.integers(60, 1800),
+)
+def test_fewer_usable_slots_than_stated_are_learned_without_oscillation(
+    busy: float, usable: float, fill: float, start: int, seconds: int
+) -> None:
+    """Gauges only (waiting and running): servers that fill only part of their slots (the KV cache binds
+    first). The usable share is learned from saturation; the count reverses at most once."""
+    moves = _moves(Driver(), start, seconds, busy=busy, share=0.5, capacity=1.0, usable=usable, fill=fill)
     assert _reversals(moves) <= 1, moves
 
 

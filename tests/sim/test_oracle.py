@@ -53,7 +53,11 @@ def _variants(policy: ScalingPolicy) -> list[ScalingPolicy]:
     for factor in (0.8, 1.2):
         doc = policy.model_dump(by_alias=True, exclude_none=True, mode="json")
         doc["metadata"]["name"] = f"{policy.metadata.name}-x{factor:g}"
-        doc["spec"]["policy"]["capacityPerReplica"] *= factor
+        pol = doc["spec"]["policy"]
+        if "capacityPerReplica" in pol:
+            pol["capacityPerReplica"] *= factor
+        else:  # type slo: its sizing parameter is the utilization at the SLO it starts from
+            pol["targetUtilization"] = min(1.0, pol.get("targetUtilization", 0.8) * factor)
         out.append(ScalingPolicy.model_validate(doc))
     return out
 

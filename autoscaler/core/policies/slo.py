@@ -85,9 +85,10 @@ SATURATED_WAITING_PER_REPLICA = 1.0
 #: averaged over a trailing window; a fresh replica's share is not in it yet).
 SETTLE_S = 60.0
 #: The largest rise within a cold start is looked for over this many cold starts, and at least
-#: ``LOOKBACK_MIN_S``: long enough to have seen the traffic's usual swings, short enough to forget a day-old one.
-LOOKBACK_COLD_STARTS = 5.0
-LOOKBACK_MIN_S = 600.0
+#: ``LOOKBACK_MIN_S``: long enough to have seen the traffic's usual swings (the largest of ~15 rises, not of 5:
+#: with 5 the estimate misses the swings that come back every half hour), short enough to forget a day-old one.
+LOOKBACK_COLD_STARTS = 15.0
+LOOKBACK_MIN_S = 1800.0
 #: The short window of burst detection.
 BURST_SHORT_S = 20.0
 #: Ratios this close to an integer count as that integer (float noise must not add a replica).
@@ -229,13 +230,15 @@ class SloState:
     capacity_samples: int = 0
     #: Consecutive evaluations with requests waiting on every ready replica.
     saturated_run: int = 0
-    #: ``(time, ready, load)``, the last time each count was not enough (SLO missed, or requests waiting on every
+    #: ``(time, ready, served load)``, the last time each count was not enough (SLO missed, or requests waiting on every
     #: replica): scale-down does not return to it at a comparable load, until that count is seen to be enough.
     short: tuple[tuple[float, int, float], ...] = ()
     #: c: utilization at the SLO (None until the first evaluation sets it from the config).
     utilization: float | None = None
     #: ``(time, load)`` over the longest window any estimate reads, oldest first.
     history: tuple[tuple[float, float], ...] = ()
+    #: The times of the samples in ``history`` taken without a queue on every replica (the trend's).
+    calm: tuple[float, ...] = ()
     #: The ready count and since when it holds.
     ready: int = -1
     ready_since: float = 0.0
@@ -254,6 +257,8 @@ class _Reading:
     """The signals of one evaluation, turned into the quantities the model needs."""
 
     load: float
+    #: The load without the waiting requests (what was being served): the basis to compare loads across time.
+    served_load: float
     parts: tuple[str, ...]
     served_prior: float | None  # served tokens/s per ready replica over the prior capacity
     waiting: float | None
@@ -309,7 +314,7 @@ class SloAlgorithm:
         prompt, gen = total(roles.prompt_tokens), total(roles.generation_tokens)
 
         parts: list[str] = []
-        load = 0.0
+        load = served_load = 0.0
         served_prior: float | None = None
         prior = cfg.replica.prior
         if prompt is not None and gen is not None and prior is not None:
@@ -318,17 +323,20 @@ class SloAlgorithm:
                 served_prior = busy_prior / ready
             tok = busy_prior / kappa
             load = max(load, tok)
+            served_load = max(served_load, tok)
             parts.append(f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s)")
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
             effective = slots * slot_scale
             load = max(load, conc / effective)
+            served_load = max(served_load, (running or 0.0) / effective)
             parts.append(
                 f"slots {conc / effective:.2f} ({running or 0:.0f} running + {waiting or 0:.0f} waiting "
                 f"of {effective:.0f}/replica)"
             )
         if kv is not None:
             load = max(load, kv * ready)
+            served_load = max(served_load, kv * ready)
             parts.append(f"KV {kv * ready:.2f} ({kv:.0%} of {ready})")
 
         obj = cfg.objective
@@ -353,6 +361,7 @@ class SloAlgorithm:
         demand_zero = bool(known_demand) and all(v == 0 for v in known_demand)
         return _Reading(
             load=load,
+            served_load=served_load,
             parts=tuple(parts),
             served_prior=served_prior,
             waiting=waiting,
@@ -388,8 +397,10 @@ class SloAlgorithm:
                 # Tokens/s are rates over a trailing window: only once the ready count has held through it.
                 if settled and probe.served_prior is not None and probe.served_prior > 0:
                     kappa += alpha * (probe.served_prior - kappa)
-                # Sequences running is a gauge of now: what the replicas admit with a queue waiting.
-                if probe.running is not None:
+                # Sequences running is a gauge of now: what the replicas admit with a queue waiting. With token
+                # rates, κ already explains the queue (served at capacity); learning both from one saturation
+                # would count it twice. Without them, the usable slots are the capacity learned.
+                if probe.running is not None and probe.served_prior is None:
                     per = probe.running / ready / cfg.replica.slots
                     slot_scale += alpha * (per - slot_scale)
             else:
@@ -428,14 +439,19 @@ class SloAlgorithm:
         hold = cfg.hold_s
         keep = max(hold, lookback(horizon), BURST_SHORT_S)
         history = tuple((t, v) for t, v in prev.history if t > now - keep)
+        calm = tuple(t for t in prev.calm if t > now - keep)
         if not reading.unknown:
             history = (*history, (now, load))
+            if not queued:
+                # While requests queue on every replica the served rates show the replicas' capacity, not
+                # the demand: those samples would fake a trend as capacity is added. The trend skips them.
+                calm = (*calm, now)
         forecast, ftext, burst_at, seasonal = load, "", prev.burst_at, prev.seasonal
         if fc.enabled and history:
-            # While requests queue on every replica the served rates show capacity, not demand: their rise as
-            # replicas are added is no trend of the demand.
+            calm_set = set(calm)
             forecast, ftext, burst_at = _trend_and_burst(
-                history, now, load, horizon, fc.burst_ratio, burst_at, trend=not queued
+                history, now, load, horizon, fc.burst_ratio, burst_at,
+                trend_samples=[(t, v) for t, v in history if t in calm_set] if not queued else [],
             )
             if fc.seasonality_period_seconds is not None:
                 seasonal, season_load = _seasonal(
@@ -452,11 +468,12 @@ class SloAlgorithm:
         insufficient = ready > 0 and starting == 0 and (queued or (ratio is not None and ratio > 1.0))
         short = prev.short
         if not reading.unknown and ready > 0 and starting == 0:
+            served = reading.served_load
             if insufficient:
-                short = (*(x for x in short if x[1] != ready), (now, ready, load))[-MAX_SHORT:]
+                short = (*(x for x in short if x[1] != ready), (now, ready, served))[-MAX_SHORT:]
             else:
                 # The count is enough now at this load: what was short at a lower load is disproved.
-                short = tuple(x for x in short if not (x[1] == ready and x[2] <= load))
+                short = tuple(x for x in short if not (x[1] == ready and x[2] <= served))
 
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
@@ -473,6 +490,7 @@ class SloAlgorithm:
             short=short,
             utilization=c,
             history=history,
+            calm=calm,
             ready=ready,
             ready_since=ready_since,
             seasonal=seasonal,
@@ -533,7 +551,9 @@ class SloAlgorithm:
         keep_for = max(peak, forecast, load + rise)
         down = max(need, _ceil(keep_for / down_u))
         # A count found short at a comparable load (within the hysteresis) is not returned to.
-        too_few = max((r + 1 for _, r, v in short if load >= (1.0 - cfg.scale_down.hysteresis) * v), default=0)
+        too_few = max(
+            (r + 1 for _, r, v in short if reading.served_load >= (1.0 - cfg.scale_down.hysteresis) * v), default=0
+        )
         down = max(down, too_few)
         band = (
             f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast, load + the largest rise "
@@ -594,24 +614,27 @@ def _trend_and_burst(
     burst_ratio: float,
     burst_at: float | None,
     *,
-    trend: bool = True,
+    trend_samples: list[tuple[float, float]] | None = None,
 ) -> tuple[float, str, float | None]:
     """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection."""
     # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
     # Only its lower confidence bound counts (slope − 2 standard errors): noise alone must not add replicas.
-    window = [(t, v) for t, v in history if t > now - 2 * max(horizon, 30.0)]
+    span = 2 * max(horizon, 30.0)
+    window = [(t, v) for t, v in history if t > now - span]
     forecast, text = load, ""
     mv = sum(v for _, v in window) / len(window) if window else load
-    if trend and len(window) >= 4:
-        n = len(window)
-        mt = sum(t for t, _ in window) / n
-        var = sum((t - mt) ** 2 for t, _ in window)
+    fit = [(t, v) for t, v in (history if trend_samples is None else trend_samples) if t > now - span]
+    if len(fit) >= 4:
+        n = len(fit)
+        mt = sum(t for t, _ in fit) / n
+        mf = sum(v for _, v in fit) / n
+        var = sum((t - mt) ** 2 for t, _ in fit)
         if var > 0:
-            slope = sum((t - mt) * (v - mv) for t, v in window) / var
-            resid = sum((v - (mv + slope * (t - mt))) ** 2 for t, v in window) / (n - 2)
+            slope = sum((t - mt) * (v - mf) for t, v in fit) / var
+            resid = sum((v - (mf + slope * (t - mt))) ** 2 for t, v in fit) / (n - 2)
             low = slope - 2.0 * math.sqrt(resid / var)
             if low > 0:
-                ahead = min(2.0 * max(load, mv), mv + slope * (now - mt) + low * horizon)
+                ahead = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * horizon)
                 if ahead > forecast:
                     forecast = ahead
                     text = f" (trend ≥ +{low * 60:.2f}/min)"
