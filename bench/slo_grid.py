@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from autoscaler import sim
 from autoscaler.policyfile.loader import load_file
-from autoscaler.sim import baselines, runner
 from autoscaler.sim import cluster as cluster_mod
+from autoscaler.sim import runner
 from bench import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def run_one(
     cluster_file, policy_file = CLUSTERS[cluster]
     policy_file = policy or policy_file
     pols = [(p.metadata.name, p) for p in load_file(policy_file)]
-    hpa_name = "hpa-tuned" if "hpa-tuned" in baselines.BASELINES else "hpa"
+    hpa_name = "hpa-tuned" if "hpa-tuned" in sim.BASELINES else "hpa"
     opts = runner.Options(
         requests=trace,
         cluster=cluster_mod.bundled(cluster_file) if cluster_file else None,
