@@ -330,6 +330,11 @@ class Controller:
                 await self._event(cp, d, "Warning", "OwnershipConflict", _one_line(exc), "Refused")
                 return f"{name} refused: {_one_line(exc)}"
             except Exception as exc:
+                if isinstance(exc, TimeoutError) and not self.leader.holds():
+                    # Cut at the fence: the lease may be another replica's now; not even an Event is ours.
+                    self.telemetry.actions.labels(cp.name, name, "not_leader").inc()
+                    log.warning("not_leader", action=name, why="the write was cut at the lease fence")
+                    return f"lost leadership during {name}"
                 self.telemetry.actions.labels(cp.name, name, "error").inc()
                 self.telemetry.errors.labels("act").inc()
                 log.warning("action_failed", action=name, error=_one_line(exc))

@@ -20,7 +20,7 @@ from autoscaler.controller import kube as kubeapi
 from autoscaler.controller.config import LeaderElectionConfig
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.observer import Prepared
-from tests.faults.harness import World, sample
+from tests.faults.harness import World, events, sample
 from tests.kube.emulator import Emulator
 
 pytestmark = pytest.mark.looptime
@@ -179,6 +179,9 @@ async def test_a_lease_running_out_mid_write_cuts_the_write_and_the_next_leader_
     assert world.replicas(0) == 1
     assert [r for r in world.kube.writes() if "/scale" in r.path] == [], "no write after the fence"
     assert "svc-0" not in old.controller.states, "nothing committed from a plan cut short"
+    exposition = old.telemetry.exposition().decode()
+    assert 'autoscaler_actions_total{action="scale",policy="svc-0",result="not_leader"}' in exposition
+    assert events(world.kube, 0, "ActionFailed") == [], "a replica past its fence writes no Event either"
     world.kube.clear_faults()
     new = world.runtime(identity="new")
     async with world.running(new):
