@@ -16,7 +16,13 @@ the time from the jump to the arrival of ``PATCH .../deployments/tgi-gemma-deplo
 recorded; the Deployment is then reset to 1 replica and the policy's state cleared (each trial is an
 independent crossing; otherwise the scale-up rate limit of the previous trials would hold it).
 
-Run: ``python -m bench.controller_reaction [--trials N]``.
+With ``--background N`` the direct pipeline is measured while the same controller holds N other policies,
+each scaling its own Deployment (namespace ``bg``) on its own pod endpoint (``/m/<i>`` of one more exporter,
+steady at a queue that needs no change), all probed every second like the measured one. The API server and
+the exporters run in the same process as the controller (as in the default run), so their CPU is counted
+against the reaction: pessimistic, on a shared 2-core machine.
+
+Run: ``python -m bench.controller_reaction [--trials N] [--background N]``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from autoscaler.controller import logs
@@ -63,10 +70,12 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def measure(kube: Emulator, tgi: TgiMetrics, policy: str, trials: int, rng: random.Random,
-                  tmp: Path) -> list[float]:
-    """Reaction times (s) of one controller configuration over ``trials`` jumps."""
+                  tmp: Path, others: dict[str, str] | None = None, warmup_s: float = 3.0) -> list[float]:
+    """Reaction times (s) of one controller configuration over ``trials`` jumps (``others``: more policy files)."""
     (tmp / "policies").mkdir(parents=True, exist_ok=True)
     (tmp / "policies" / "tgi.yaml").write_text(policy)
+    for name, text in (others or {}).items():
+        (tmp / "policies" / name).write_text(text)
     clock = LoopClock()
 
     def factory(spec: SourceSpec) -> MetricSource:
@@ -84,13 +93,13 @@ async def measure(kube: Emulator, tgi: TgiMetrics, policy: str, trials: int, rng
     out: list[float] = []
     try:
         tgi.queue = 5
-        await asyncio.sleep(3)  # first evaluations, watches synced
+        await asyncio.sleep(warmup_s)  # first evaluations, watches synced
         for _ in range(trials):
             kube.after("PATCH", SCALE, lambda: arrived.put_nowait(loop.time()))
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe
             t0 = loop.time()
             tgi.queue = 25
-            t1 = await asyncio.wait_for(arrived.get(), 60)
+            t1 = await asyncio.wait_for(arrived.get(), 120)
             out.append(t1 - t0)
             tgi.queue = 5
             await asyncio.sleep(1.5)
@@ -134,6 +143,52 @@ async def prometheus(target: str, tmp: Path) -> AsyncIterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+async def background_exporter() -> tuple[web.AppRunner, str]:
+    """``/m/<i>``: a TGI exposition with a steady queue (one replica is enough), one path per background pod."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text="# TYPE tgi_queue_size gauge\ntgi_queue_size 5\n", content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/m/{i}", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+def background_policies(count: int, exporter: str) -> dict[str, str]:
+    """Files of 100 policies each (a policy file is at most 256 KiB)."""
+    docs = [
+        tgi_policy(name=f"bg-{i:05d}", target=f"app-{i:05d}", capacity=False,
+                   source=f"{{type: pods, endpoints: ['{exporter}/m/{i}']}}").replace("namespace: llm", "namespace: bg")
+        for i in range(count)
+    ]
+    return {f"background-{k:03d}.yaml": "---\n".join(docs[k * 100:(k + 1) * 100]) for k in range((count + 99) // 100)}
+
+
+async def main_many(trials: int, background: int) -> dict[str, list[float]]:
+    logs.configure("error")
+    kube = Emulator()
+    await kube.start()
+    kube.add(objects.deployment(replicas=1))
+    for i in range(background):
+        kube.add(objects.deployment(f"app-{i:05d}", "bg", replicas=1))
+    tgi = TgiMetrics()
+    await tgi.start()
+    runner, exporter = await background_exporter()
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            direct = tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False)
+            values = await measure(kube, tgi, direct, trials, random.Random(20261130), Path(d),
+                                   background_policies(background, exporter), warmup_s=30.0)
+    finally:
+        await runner.cleanup()
+        await tgi.stop()
+        await kube.stop()
+    return {f"direct, with {background} other policies": values}
 
 
 def hpa_model(write_latencies: list[float], rng: random.Random, draws: int = 10_000) -> list[float]:
@@ -190,8 +245,13 @@ async def main_async(trials: int) -> dict[str, list[float]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--background", type=int, default=0, metavar="N",
+                        help="other policies the controller holds (each probed, each its own pod endpoint)")
     args = parser.parse_args()
-    results = asyncio.run(main_async(args.trials))
+    if args.background:
+        results = asyncio.run(main_many(args.trials, args.background))
+    else:
+        results = asyncio.run(main_async(args.trials))
     print(f"{'pipeline':45} {'n':>6} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
     for name, values in results.items():
         print(f"{name:45} {len(values):6d} {statistics.median(values):8.2f} {pct(values, 99):8.2f} "

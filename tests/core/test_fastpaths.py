@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import autoscaler
 from autoscaler.core import behavior
+from autoscaler.core.fast import collector_paused
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -64,3 +68,36 @@ def test_quick_init_keeps_dataclass_behaviour() -> None:
     assert first == second
     assert first.signals is not second.signals  # default_factory: one dict each
     assert SignalValue(name="q", state=SignalState.OK, value=1.0) == value
+
+
+def test_the_speed_tricks_live_in_one_module() -> None:
+    """``core.fast`` is their one home: no other module switches the collector off or writes an ``__init__``."""
+    root = Path(autoscaler.__file__).parent
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "fast.py" and any(trick in path.read_text() for trick in ("gc.disable(", "exec("))
+    ]
+    assert offenders == []
+
+
+def test_collector_paused_restores_the_collector() -> None:
+    assert gc.isenabled()
+    inside: list[bool] = []
+
+    def fail_inside() -> None:
+        with collector_paused():
+            inside.append(gc.isenabled())
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        fail_inside()
+    assert inside == [False]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled(), "a collector the caller had switched off stays off"
+    finally:
+        gc.enable()
