@@ -8,15 +8,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from autoscaler import __version__
 from autoscaler.policyfile import files
-
-if TYPE_CHECKING:
-    from autoscaler.core.sourcespec import SourceSpec
-    from autoscaler.sources.command import PodLookup, ReplicaLookup
 
 #: Every sub-command and the module that defines it, in the order `autoscaler --help` lists them. A command's
 #: module is imported only when that command is named (or when none is, for the overall help): start-up then
@@ -24,32 +19,13 @@ if TYPE_CHECKING:
 #: client (tests/test_startup.py checks it).
 COMMANDS: dict[str, str] = {
     "calibrate": "autoscaler.calibrate",
-    "observe": "autoscaler.sources.command",
-    "record": "autoscaler.sources.command",
+    "observe": "autoscaler.commands.observe",
+    "record": "autoscaler.commands.record",
     "replay": "autoscaler.replay.command",
     "run": "autoscaler.controller.command",
     "simulate": "autoscaler.sim.command",
     "validate": "autoscaler.policyfile.command",
 }
-
-
-def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]:
-    """``observe``'s replica and pod lookups against a cluster, with the controller's target classes."""
-    # Imported here: it pulls in the Kubernetes client (~0.5 s), which observe needs only against a cluster.
-    from autoscaler.controller import lookups  # noqa: PLC0415
-
-    return lookups.cluster_lookups(kubeconfig)
-
-
-def config_default_source(path: str) -> SourceSpec | None:
-    """``observe --config`` / ``record --config``: the controller config's ``defaultSource``, as ``run`` reads it."""
-    from autoscaler.controller import config  # noqa: PLC0415 - light (YAML and models), only with --config
-    from autoscaler.sources import command as sources_command  # noqa: PLC0415 - observe and record only
-
-    try:
-        return config.load_config(path).default_source
-    except config.ConfigError as exc:
-        raise sources_command.UsageError(f"--config {exc}") from None
 
 
 def _named(argv: Sequence[str]) -> str | None:
@@ -74,17 +50,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"autoscaler {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     named = _named(sys.argv[1:] if argv is None else argv)
-    done: set[str] = set()
     for name, module_name in COMMANDS.items():
-        if (named is not None and name != named) or module_name in done:
-            continue
-        done.add(module_name)
-        module = importlib.import_module(module_name)
-        if module_name == "autoscaler.sources.command":
-            # observe (replicas from the cluster, defaultSource from --config), record
-            module.register(sub, cluster=cluster_lookups, config=config_default_source)
-        else:
-            module.register(sub)
+        if named is None or name == named:
+            importlib.import_module(module_name).register(sub)
     return parser
 
 

@@ -44,7 +44,7 @@ def _imported(argv: list[str], cwd: Path) -> set[str]:
     return set(modules)
 
 
-@pytest.mark.parametrize("command", ["validate", "replay", "simulate", "run"])
+@pytest.mark.parametrize("command", ["validate", "replay", "simulate", "run", "observe", "record"])
 def test_help_loads_no_network_client_and_no_policy_models(command: str, tmp_path: Path) -> None:
     loaded = _imported([command, "--help"], tmp_path)
     heavy = sorted(loaded & (NETWORK | MODELS))

@@ -4,8 +4,8 @@
 the same sources the controller uses, judges them as the core does, and shows per target each signal's
 value, age, source and state, plus the decision the policy would take. It changes nothing. The current
 replica count (and, for the pods source, the target's pods) comes from ``--replicas`` outside a cluster, or
-from the Kubernetes API: the command-line layer passes the controller's lookup in as ``cluster``, since
-this layer may not import the controller.
+from the Kubernetes API: ``autoscaler.commands.observe`` (the command above this engine) passes the
+controller's lookup in as ``args.cluster``, since this layer may not import the controller.
 
 ``record`` saves, per signal, one Prometheus ``query_range`` response body (``<signal>.json``) for the
 policy's target over ``--start``..``--end``: the input ``autoscaler replay`` reads.
@@ -79,62 +79,6 @@ class LookupFailed(Exception):
 class ClusterUnreachable(LookupFailed):
     """The API server did not answer at all (refused, timed out): ``observe --once`` then exits 1, where a
     server's own answer (404: no such target) is shown as an unknown decision with exit 0."""
-
-
-def register(sub: Any, *, cluster: ClusterLookups | None = None, config: ConfigSource | None = None) -> None:
-    observe = sub.add_parser(
-        "observe",
-        help="Show what the controller would see now: signal values, ages, sources and the decision.",
-        description="Read every signal of the policies through their sources, as the controller does, "
-        "and print per target each value, its age, its source and the decision (nothing is changed).",
-    )
-    observe.add_argument("--policy", required=True, help="Policy file (YAML, one or more ScalingPolicy documents).")
-    observe.add_argument(
-        "--config",
-        metavar="FILE",
-        help="Controller config (YAML), as for `autoscaler run`: its defaultSource serves signals naming none.",
-    )
-    observe.add_argument("--once", action="store_true", help="Read once and exit (default: every evaluation period).")
-    observe.add_argument("--json", action="store_true", help="Print JSON (one document per refresh).")
-    observe.add_argument(
-        "--replicas",
-        type=int,
-        default=None,
-        metavar="N",
-        help="Current replica count outside a cluster (default: read from the cluster when credentials "
-        "are found, else unknown, so no decision).",
-    )
-    if cluster is not None:
-        observe.add_argument(
-            "--kubeconfig",
-            default=None,
-            metavar="FILE",
-            help="Read replicas and pods from this cluster (default: $KUBECONFIG, the in-cluster service "
-            "account or ~/.kube/config when present).",
-        )
-    observe.set_defaults(cluster=cluster, config_source=config)
-    observe.add_argument(
-        "--deadline", type=float, default=5.0, metavar="S", help="Per-tick deadline for all sources (default 5 s)."
-    )
-    observe.set_defaults(func=run_observe)
-
-    record = sub.add_parser(
-        "record",
-        help="Save a policy's signals from Prometheus over a time range, for `autoscaler replay`.",
-        description="Query Prometheus (or GMP) for each signal of the policy over a time range and save "
-        "one query_range response body per signal as <signal>.json in --out.",
-    )
-    record.add_argument("--policy", required=True, help="Policy file.")
-    record.add_argument("--config", metavar="FILE", help="Controller config (YAML): its defaultSource, as for run.")
-    record.set_defaults(config_source=config)
-    record.add_argument("--start", required=True, help="RFC 3339, unix seconds, 'now' or relative like -1h.")
-    record.add_argument("--end", default="now", help="Same forms as --start (default now).")
-    record.add_argument("--step", default=None, help="Resolution, seconds or 15s/1m (default: evaluation period).")
-    record.add_argument("--out", required=True, help="Directory to write <signal>.json files into.")
-    # Let `--start -1h` work: argparse takes only plain negative numbers as values, and would read `-1h`
-    # as an unknown option. No option of this parser looks like a relative time, so nothing is shadowed.
-    record._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?(ms|s|m|h|d|w)?$")
-    record.set_defaults(func=run_record)
 
 
 # ----------------------------------------------------------------------------------------------- observe
