@@ -22,6 +22,11 @@ file                  what it holds (vLLM / TGI / JetStream examples)
                       intervals with a queue are left out of the prefill fit (their TTFT includes waiting)
 ====================  ==================================================================================
 
+With ``--rates`` the five counter files hold per-second rates instead (``rate(x[1m])``, as ``record`` writes
+a counter preset's rate form, or a ``query:`` signal over a histogram's ``_sum``/``_count``); an interval
+then uses the rates sampled at its end, which a ``rate()`` over the recording's step covers exactly (the fits
+use ratios, so the interval's length cancels).
+
 Fits, per interval between consecutive samples of one pod (ordinary least squares):
 
 * prefill: mean TTFT = ``a + mean prompt tokens / prefillTokensPerSecond`` over intervals with first tokens
@@ -121,8 +126,8 @@ def _at(series: Series, t: float) -> float | None:
     return None
 
 
-def points(data: dict[str, dict[tuple[tuple[str, str], ...], Series]]) -> tuple[list[tuple[float, float]],
-                                                                                  list[tuple[float, float]]]:
+def points(data: dict[str, dict[tuple[tuple[str, str], ...], Series]], *, rates: bool = False
+           ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(mean prompt tokens, mean TTFT) and (mean batch, mean inter-token latency) per pod interval."""
     prefill: list[tuple[float, float]] = []
     decode: list[tuple[float, float]] = []
@@ -150,7 +155,11 @@ def points(data: dict[str, dict[tuple[tuple[str, str], ...], Series]]) -> tuple[
                     break
                 v[n] = (a, b)
             else:
-                d = {n: v[n][1] - v[n][0] for n in ("ttft_sum", "ttft_count", "prompt_tokens", "itl_sum", "itl_count")}
+                counted = ("ttft_sum", "ttft_count", "prompt_tokens", "itl_sum", "itl_count")
+                # Counters: the interval's increase. Rates (per second, as a rate() query at the recording's
+                # step records them): the sample at the interval's end covers it; every fit uses ratios, in
+                # which the interval's length cancels.
+                d = ({n: v[n][1] for n in counted} if rates else {n: v[n][1] - v[n][0] for n in counted})
                 if any(x < 0 for x in d.values()):
                     continue  # a counter reset (the pod restarted)
                 queued = "waiting" in v and (v["waiting"][0] + v["waiting"][1]) / 2 > QUEUE_FREE
@@ -180,8 +189,8 @@ class Calibration:
         return self.decode.slope * 1000
 
 
-def calibrate(directory: Path) -> Calibration:
-    pre, dec = points(_load(directory))
+def calibrate(directory: Path, *, rates: bool = False) -> Calibration:
+    pre, dec = points(_load(directory), rates=rates)
     try:
         pf = fit_line([x for x, _ in pre], [y for _, y in pre])
     except CalibrationError as exc:
@@ -215,6 +224,9 @@ def register(sub: Any) -> None:
                         help="profile whose other numbers are kept (default tgi-gemma2-9b-2xl4)")
     parser.add_argument("--profiles", type=Path, metavar="FILE", help="profiles file holding --base (default bundled)")
     parser.add_argument("--name", default="calibrated", metavar="NAME", help="name of the written profile")
+    parser.add_argument("--rates", action="store_true",
+                        help="the counter files hold per-second rates (recorded as rate(...[1m]) queries, e.g. by "
+                             "record with counter presets' rate form) instead of cumulative counters")
     parser.set_defaults(func=run)
 
 
@@ -231,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     if args.base not in profs:
         return _fail(f"no profile {args.base!r}; known: {', '.join(sorted(profs))}", 2)
     try:
-        cal = calibrate(args.metrics)
+        cal = calibrate(args.metrics, rates=args.rates)
     except (CalibrationError, TraceError) as exc:
         return _fail(str(exc))
     base = profs[args.base]

@@ -3,6 +3,7 @@ fails clearly on unusable input."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -20,7 +21,8 @@ def _dump(path: Path, pods: dict[str, list[tuple[float, float]]]) -> None:
     path.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
 
 
-def _record(directory: Path, *, noise: float = 0.0, queued: bool = False, seed: int = 1) -> None:
+def _record(directory: Path, *, noise: float = 0.0, queued: bool = False, seed: int = 1,
+            rates: bool = False) -> None:
     """Two pods, 15 s steps: per interval a random request mix and batch, counters as a server exports them."""
     rng = random.Random(seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -49,6 +51,13 @@ def _record(directory: Path, *, noise: float = 0.0, queued: bool = False, seed: 
                 files[name][pod].append((t, value))
             files["running"][pod].append((t, batch))
             files["waiting"][pod].append((t, waiting))
+    if rates:
+        # What a rate() query records: each interval's increase over its length, stamped at its end; the
+        # first sample repeats the second so every interval carries one rate at both ends.
+        for name in ("ttft_sum", "ttft_count", "prompt_tokens", "itl_sum", "itl_count"):
+            for pod, samples in files[name].items():
+                r = [(t1, (v1 - v0) / (t1 - t0)) for (t0, v0), (t1, v1) in itertools.pairwise(samples)]
+                files[name][pod] = [(samples[0][0], r[0][1]), *r]
     for name, pods in files.items():
         _dump(directory / f"{name}.json", pods)
 
@@ -62,6 +71,17 @@ def test_recovers_the_numbers_exactly_without_noise(tmp_path: Path) -> None:
     assert cal.base_ms == pytest.approx(BASE_S * 1000, rel=0.2)
     assert cal.per_sequence_ms == pytest.approx(PER_S * 1000, rel=0.2)
     assert cal.prefill.r2 > 0.999
+
+
+def test_reads_rates_as_a_rate_query_records_them(tmp_path: Path) -> None:
+    """Rates stamped at each interval's end (a rate() over the recording's step) give the same fit as counters."""
+    _record(tmp_path / "c")
+    _record(tmp_path / "r", rates=True)
+    from_counters = calibrate.calibrate(tmp_path / "c")
+    from_rates = calibrate.calibrate(tmp_path / "r", rates=True)
+    assert from_rates.prefill_tokens_per_second == pytest.approx(TPS, rel=1e-6)
+    assert from_rates.base_ms == pytest.approx(from_counters.base_ms, rel=1e-6)
+    assert from_rates.per_sequence_ms == pytest.approx(from_counters.per_sequence_ms, rel=1e-6)
 
 
 def test_reports_the_error_of_a_noisy_fit(tmp_path: Path) -> None:
