@@ -99,8 +99,13 @@ async def measure(kube: Emulator, tgi: TgiMetrics, policy: str, trials: int, rng
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe
             t0 = loop.time()
             tgi.queue = 25
-            t1 = await asyncio.wait_for(arrived.get(), 120)
+            try:
+                t1 = await asyncio.wait_for(arrived.get(), 120)
+            except TimeoutError:
+                print("trial: no scale write within 120 s", file=sys.stderr, flush=True)
+                continue
             out.append(t1 - t0)
+            print(f"trial: {t1 - t0:.2f} s", file=sys.stderr, flush=True)
             tgi.queue = 5
             await asyncio.sleep(1.5)
             kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
