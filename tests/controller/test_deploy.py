@@ -32,6 +32,7 @@ from autoscaler.controller.reload import PolicyStore
 from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
 from tests.controller.policies import REPO
+from tests.kube import objects
 from tests.kube.emulator import Emulator, Request
 from tests.kube.kueue import Kueue
 
@@ -322,3 +323,48 @@ async def test_the_controller_runs_the_shipped_policies_under_the_shipped_rbac(
     assert ("scalingpolicies/status", "patch") in writes
     unused = _rules(docs) - _used(kube.requests) - set(UNEXERCISED)
     assert unused == set(), "rules no request needed: remove them or say why in UNEXERCISED"
+
+
+@needs_kubectl
+@pytest.mark.parametrize("with_component", [pytest.param(True, id="hpa-floor"), pytest.param(False, id="base-only")])
+async def test_hpa_floor_needs_and_gets_exactly_its_component(
+    with_component: bool, kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path
+) -> None:
+    """An hpaFloor policy (advising the tutorial's HPA) runs without a 403 under gmp + components/hpa-floor,
+    and is denied its HPA writes under the gmp overlay alone: the base grants no HPA patch."""
+    docs = render("overlays/gmp", ("components/hpa-floor",) if with_component else ())
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(objects.hpa("tgi-hpa"))
+    kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
+    tgi = TgiMetrics()
+    await tgi.start()
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "accel-autoscaler-policies")
+    (text,) = cm["data"].values()
+    obj = yaml.safe_load(text.replace("    port: 8000", f"    endpoints: ['{tgi.url}']"))
+    obj["spec"]["actuation"] = {"mode": "hpaFloor", "hpaName": "tgi-hpa"}
+    obj["spec"].pop("capacity")  # advising an HPA: no training arbitration here
+    obj["spec"].pop("preemptible")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "hpa-floor.yaml").write_text(yaml.safe_dump(obj))
+    clock = ManualClock()
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}})
+    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "p", clock=clock, identity="pod-a",
+                 namespace="autoscaler-system", source=pool_on(clock))
+    assert rt.store.reload().loaded
+    tgi.queue = 25
+    for _ in range(3):
+        await rt.controller.run_once()
+        clock.advance(15)
+    await rt.observer.aclose()
+    await tgi.stop()
+    hpa_writes = [r for r in kube.writes() if r.resource == "horizontalpodautoscalers" and r.verb == "patch"]
+    if with_component:
+        assert hpa_writes
+        assert kube.rbac_denied == []
+        assert all(r.status < 300 for r in hpa_writes)
+        assert kube.get("autoscaling/v2", "HorizontalPodAutoscaler", "tgi-hpa", "llm")["spec"]["minReplicas"] > 1
+    else:
+        assert kube.rbac_denied  # the HPA's read before its patch is refused already
+        assert all("horizontalpodautoscalers" in d for d in kube.rbac_denied), kube.rbac_denied
+        assert kube.get("autoscaling/v2", "HorizontalPodAutoscaler", "tgi-hpa", "llm")["spec"]["minReplicas"] == 1
