@@ -291,6 +291,8 @@ def _with_fallback(
         f"fallback ({fallback.behavior}) to {count}: unknown for more than failureThreshold "
         f"{fallback.failure_threshold} evaluations: {names}"
     )
+    if rec.replicas is None and rec.usable_replicas is not None and rec.usable_replicas > count:
+        return rec.usable_replicas, Reason.FALLBACK, f"{text}; the usable signals ask for more: {rec.message}"
     if rec.replicas is None:
         return count, Reason.FALLBACK, text
     if rec.replicas > count:

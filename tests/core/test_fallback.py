@@ -13,10 +13,9 @@ What KEDA does, and the test for each:
    that does, reported as a bug, kedacore/keda#6053 and #7239: not followed);
 5. policy types without a behavior stage (kpa, slo) run their fallback count through HPA's default behavior.
 
-Differences from KEDA, each tested here or in ``test_safety``: the fallback applies to every metric type
-(KEDA: AverageValue only); when an ``hpa`` policy's usable metrics would scale *down*, upstream HPA holds
-rather than use them, so the fallback count is used alone (KEDA: the larger of it and their counts);
-``currentReplicas*`` read the spec count of this evaluation (KEDA: a separate read of the scale subresource).
+Differences from KEDA: the fallback applies to every metric type (KEDA: AverageValue only); the fallback
+count is not put through HPA's tolerance band (tested below); ``currentReplicas*`` read the spec count of this
+evaluation (KEDA: a separate read of the scale subresource).
 """
 
 from __future__ import annotations
@@ -123,17 +122,19 @@ def test_a_type_without_a_behavior_stage_falls_back_through_hpas_default_behavio
     assert counts[-1] == 2
 
 
-def test_difference_usable_hpa_metrics_scaling_down_are_not_used_beside_the_fallback() -> None:
-    # Upstream HPA never scales down while a metric is invalid, so the hpa type gives no count for its usable
-    # metrics here, and the fallback count (3) is used alone. KEDA would take max(3, running's 5): documented.
+def test_usable_hpa_metrics_scaling_down_still_count_beside_the_fallback() -> None:
+    # Upstream HPA holds rather than scale down on the usable metrics while another is unknown; once the unknown
+    # one falls back, HPA sees KEDA's fallback metric (3) beside running's own count (ceil(5 / 10 x 8) = 4) and
+    # takes the higher: 4, never 3.
     policy: dict[str, Any] = {**HPA, "metrics": [
         *HPA["metrics"], {"signal": "running", "type": "External", "target": {"type": "Value", "value": 10}}]}
     cp = compiled(policy, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 3}})
     state = PolicyState()
     for i in range(30):  # past the 300 s scale-down window, at 100 % per 15 s
         decision, state = run(cp, observe(8, waiting=None, running=fresh(5.0, NOW + 15 * i)), state, NOW + 15 * i)
-    assert decision.desired == 3
+    assert decision.desired == 4
     assert "fallback (static) to 3" in decision.message
+    assert "the usable signals ask for more" in decision.message
 
 
 def test_difference_the_fallback_count_is_not_put_through_the_tolerance_band() -> None:

@@ -47,6 +47,10 @@ class Recommendation:
     reason: Reason
     message: str
     unknown_signals: tuple[str, ...] = ()
+    #: With ``replicas`` None: the count the usable signals alone ask for, when the type knows one but will not
+    #: act on it (HPA: a scale-down while another metric is unknown). A fallback takes the higher of the two, as
+    #: HPA does over KEDA's fallback metric and the healthy triggers.
+    usable_replicas: int | None = None
 
 
 class PolicyAlgorithm(Protocol):

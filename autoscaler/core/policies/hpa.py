@@ -351,7 +351,7 @@ class HpaAlgorithm:
             # Upstream never scales down while a metric is invalid: it could be the one holding the count up.
             why = "; ".join(_explain(o[0], o[3], tol) for o in invalid)
             msg = f"the valid metrics would scale down to {replicas} but {why}; {_explain(best[0], best[3], tol)}"
-            return Recommendation(None, Reason.METRICS_UNKNOWN, msg, unknown), state
+            return Recommendation(None, Reason.METRICS_UNKNOWN, msg, unknown, replicas), state
         message = _explain(best[0], best[3], tol)
         if len(outcomes) > 1:
             parts = [
