@@ -6,29 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-apt_install() {
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
-
-PYTHON="${PYTHON:-python3}"
-if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
-  echo "scripts/test.sh: Python >= 3.11 is needed; $PYTHON is $("$PYTHON" -V 2>&1)" >&2
-  exit 1
-fi
-if [ ! -x .venv/bin/python ]; then
-  echo "== creating the virtual environment .venv"
-  if ! "$PYTHON" -m venv .venv >/dev/null 2>&1; then
-    # Debian ships venv's pip bootstrap (ensurepip) in a separate package.
-    rm -rf .venv
-    echo "== installing Debian's python3-venv"
-    apt_install python3-venv
-    "$PYTHON" -m venv .venv
-  fi
-fi
-# shellcheck disable=SC1091
-. .venv/bin/activate
+# shellcheck source=scripts/venv.sh
+. scripts/venv.sh
 
 if ! command -v prometheus >/dev/null 2>&1; then
   echo "== installing Debian's prometheus (the tests start a real server)"

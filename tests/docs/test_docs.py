@@ -121,12 +121,16 @@ def test_readme_opens_with_the_two_commands_ci_runs() -> None:
     assert text.index(first.group(0)) < text.index("\n## ")
     lines = [ln.split("#")[0].strip() for ln in first.group(1).splitlines() if ln.strip()]
     assert len(lines) == 2, lines
-    assert "python3 -m venv .venv" in lines[0]
-    assert ". .venv/bin/activate" in lines[0]
-    assert lines[0].endswith("autoscaler simulate")
-    assert lines[1] == "./scripts/test.sh"
+    assert lines == ["./scripts/simulate.sh", "./scripts/test.sh"]
+    simulate_sh = (ROOT / "scripts" / "simulate.sh").read_text()
+    assert re.search(r"^\. scripts/venv\.sh$", simulate_sh, re.M)
+    assert re.search(r"^exec autoscaler simulate", simulate_sh, re.M)
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^\./scripts/test\.sh\s*$", ci, re.M)
     test_sh = (ROOT / "scripts" / "test.sh").read_text()
-    assert ".venv" in test_sh
+    assert re.search(r"^\. scripts/venv\.sh$", test_sh, re.M)
+    assert "python3 -m venv .venv" in text  # the by-hand form is stated too
+    venv_sh = (ROOT / "scripts" / "venv.sh").read_text()
+    assert "-m venv .venv" in venv_sh
+    assert ". .venv/bin/activate" in venv_sh
     assert re.search(r"Python\s*(≥|>=)\s*3\.11", text[: text.index("\n## ")])
