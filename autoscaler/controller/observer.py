@@ -37,6 +37,7 @@ from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import Observation, QuotaStatus, ReplicaStatus, SignalReading, TrainingWorkload
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.sources.base import MetricSource, PodRef, Readings, SignalRequest
+from autoscaler.sources.pool import NO_SOURCE, plan
 
 
 class TargetReader(Protocol):
@@ -193,23 +194,10 @@ class PolicyObserver:
     def _requests(
         self, policy: CompiledPolicy, pods: Sequence[PodRef]
     ) -> tuple[dict[str, SignalReading], list[SignalRequest]]:
-        """The source requests of a policy's raw signals, and readings already known (no source)."""
-        spec = policy.policy.spec
-        ref = spec.target.ref()
-        out: dict[str, SignalReading] = {}
-        requests: list[SignalRequest] = []
-        for sig in spec.signals:
-            if sig.expr is not None:
-                continue
-            source = sig.source or spec.source or self.default_source
-            if source is None:
-                out[sig.name] = SignalReading(
-                    None, None, error="no source: set spec.source, the signal's source or the controller's "
-                    "defaultSource"
-                )
-                continue
-            requests.append(SignalRequest(target=ref, signal=sig, source=source, pods=tuple(pods)))
-        return out, requests
+        """The source requests of a policy's raw signals (``sources.pool.plan``, as ``observe`` and ``record``
+        build them), and readings already known (no source)."""
+        requests, missing = plan(policy.policy, pods=tuple(pods), default=self.default_source)
+        return {name: SignalReading(None, None, error=NO_SOURCE) for name in missing}, requests
 
     async def _read(self, requests: Sequence[SignalRequest]) -> Readings:
         if not requests:

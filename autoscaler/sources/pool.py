@@ -28,6 +28,36 @@ class MissingSource(ValueError):
     """A signal without ``source`` in a policy without a default ``spec.source``."""
 
 
+#: Why a raw signal has no source, as the controller, ``observe`` and ``record`` all say it.
+NO_SOURCE = "no source: set spec.source, the signal's source or the controller's defaultSource (--config)"
+
+
+def plan(
+    policy: ScalingPolicy,
+    *,
+    pods: tuple[PodRef, ...] = (),
+    nodes: tuple[str, ...] = (),
+    default: SourceSpec | None = None,
+) -> tuple[list[SignalRequest], list[str]]:
+    """The one way a policy becomes source requests (``run``, ``observe``, ``record``): one request per raw
+    signal (composites are the core's), its source resolved as the signal's own ``source``, else the policy's
+    ``spec.source``, else ``default`` (the controller config's ``defaultSource``); and the names of the
+    signals that have none."""
+    spec = policy.spec
+    ref = spec.target.ref()
+    out: list[SignalRequest] = []
+    missing: list[str] = []
+    for sig in spec.signals:
+        if sig.expr is not None:
+            continue
+        source = sig.source or spec.source or default
+        if source is None:
+            missing.append(sig.name)
+            continue
+        out.append(SignalRequest(ref, sig, source, pods=pods, nodes=nodes))
+    return out, missing
+
+
 def requests_for(
     policy: ScalingPolicy,
     *,
@@ -35,22 +65,10 @@ def requests_for(
     nodes: tuple[str, ...] = (),
     default: SourceSpec | None = None,
 ) -> list[SignalRequest]:
-    """The requests for every signal of ``policy`` that a source reads (composites are the core's).
-
-    A signal's source is its own ``source``, else the policy's ``spec.source``, else ``default`` (the
-    controller config's ``defaultSource``), as the controller resolves it."""
-    spec = policy.spec
-    out = []
-    for sig in spec.signals:
-        if sig.expr is not None:
-            continue
-        source = sig.source or spec.source or default
-        if source is None:
-            raise MissingSource(
-                f"policy {policy.metadata.name!r}: signal {sig.name!r} has no source, spec.source is not set "
-                "and no controller config (--config) gives a defaultSource"
-            )
-        out.append(SignalRequest(spec.target.ref(), sig, source, pods=pods, nodes=nodes))
+    """``plan``, refusing a policy with a signal that has no source (``MissingSource``)."""
+    out, missing = plan(policy, pods=pods, nodes=nodes, default=default)
+    if missing:
+        raise MissingSource(f"policy {policy.metadata.name!r}: signal {missing[0]!r}: {NO_SOURCE}")
     return out
 
 

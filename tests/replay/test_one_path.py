@@ -182,3 +182,20 @@ async def test_every_command_sees_and_decides_the_same(
     shown, shown_reason = await observe_path(p, values, replicas)
     assert shown == value
     assert shown_reason == reason
+
+
+def test_replay_reads_recorded_per_pod_rates_like_the_controller(tmp_path: Path) -> None:
+    # What `record` saves for a rate signal: each pod's rate(...) series; replay sums them through the core and
+    # judges partial data against the recorded replica count, as the controller does.
+    p = policy({}, "http://unused")
+    doc = p.model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["spec"]["signals"] = [{"name": "kv", "preset": "vllm.generation_tokens", "rate": {"windowSeconds": 60}}]
+    doc["spec"]["policy"]["metrics"][0]["target"] = {"type": "Value", "value": 100}
+    rated = ScalingPolicy.model_validate(doc)
+    value, decision = replay_path(rated, {PODS[0]: 80.0, PODS[1]: 70.0}, 2, tmp_path)
+    assert value == pytest.approx(150.0)
+    assert (decision.desired, decision.reason.value) == (3, "ScaleUp")
+    value, decision = replay_path(rated, {PODS[0]: 80.0}, 2, tmp_path)
+    assert value is None
+    assert decision.reason.value == "MetricsUnknown"
+    assert "1 of 2" in decision.message
