@@ -83,7 +83,7 @@ def test_a_signal_without_any_source_is_refused() -> None:
     doc = yaml.safe_load(POLICY)
     del doc["spec"]["source"]
     policy = ScalingPolicy.model_validate(doc)
-    with pytest.raises(MissingSource, match="signal 'a': no source: set spec.source"):
+    with pytest.raises(MissingSource, match="signal 'a': no source: set spec"):
         requests_for(policy)
 
 
