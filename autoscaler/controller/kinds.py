@@ -89,6 +89,23 @@ def pod_ref(pod: JsonObj, *, leader: bool = True) -> PodRef:
     return PodRef(name=meta.get("name", ""), url=url, leader=leader, ip=status.get("podIP") or None, node=node)
 
 
+#: The scheduling gate Kueue puts on the pods it manages until their Workload is admitted (pod integration).
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def kueue_gated(pod: JsonObj) -> bool:
+    """A live pod still waiting for Kueue admission (it carries Kueue's scheduling gate)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and any(
+        g.get("name") == KUEUE_ADMISSION_GATE for g in gates
+    )
+
+
+def gated_replicas(spec: int, created: int, gated_created: int) -> int:
+    """Replicas asked for and not admitted by Kueue: gated ones plus ones whose pods do not exist yet."""
+    return min(spec, gated_created + max(0, spec - created))
+
+
 def _counts(obj: JsonObj) -> tuple[int, int]:
     """``spec.replicas`` (1 when unset, as the API server defaults it) and ``status.readyReplicas``."""
     spec = int((obj.get("spec") or {}).get("replicas", 1))
@@ -142,7 +159,10 @@ class TargetKindInfo:
         """Spec, ready and starting replicas, with the pods HPA's rules need (completed pods left out)."""
         spec, ready = _counts(obj)
         statuses = tuple(pod_status(p, now) for p in pods if (p.get("status") or {}).get("phase") != "Succeeded")
-        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=statuses)
+        live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        created = int((obj.get("status") or {}).get("replicas") or len(live))
+        gated = gated_replicas(spec, created, sum(1 for p in live if kueue_gated(p)))
+        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=statuses, gated=gated)
 
     def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
         """The serving pods metric sources read."""
@@ -177,7 +197,13 @@ class GroupedKindInfo(TargetKindInfo):
             # A group serves only when all its hosts are up: one slice is one replica.
             whole = len(members) >= size and all(pod_ready(p) for p in members)
             statuses.append(PodStatus(status.name, whole, status.age_s, status.failed, status.deleting))
-        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=tuple(statuses))
+        # A group is admitted as one Workload: gated while any of its pods still carries the gate.
+        gated_groups = sum(1 for members in groups.values() if any(kueue_gated(p) for p in members))
+        created = int((obj.get("status") or {}).get("replicas") or len(groups))
+        gated = gated_replicas(spec, created, gated_groups)
+        return ReplicaStatus(
+            spec=spec, ready=ready, starting=max(0, spec - ready), pods=tuple(statuses), gated=gated
+        )
 
     def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
         return tuple(pod_ref(p, leader=_is_leader(p)) for p in pods if serving(p))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -161,6 +162,12 @@ class Controller:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     #: Called after each pass with the policies it evaluated (the ScalingPolicy status writer).
     after_pass: Callable[[list[str]], Awaitable[None]] | None = None
+    #: The pass ledger: per (ClusterQueue, resource), per target, the chips of serving replicas asked for and
+    #: not admitted by Kueue yet, as last observed or as this controller just asked. Other policies on the
+    #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once).
+    _in_flight: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    #: Policies sharing a ClusterQueue evaluate one at a time: each decides on what the previous one did.
+    _queue_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._log = get_logger(component="loop")
@@ -190,6 +197,7 @@ class Controller:
         """``--once``: evaluate every policy once; True when nothing failed."""
         policies = list(self.store.policies.values())
         prepared = await self.prepare(policies)
+        self._note_prepared(prepared)
         outcomes = await asyncio.gather(
             *(self.evaluate(cp, "once", prepared=prepared.get(cp.name)) for cp in policies)
         )
@@ -246,7 +254,13 @@ class Controller:
             part = prepared[1] if prepared is not None and prepared[0] == runs else None
             try:
                 async with asyncio.timeout(self.pass_deadline_s):
-                    outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
+                    queue = _queue_key(cp)
+                    if queue is None:
+                        outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
+                    else:
+                        # Policies sharing a ClusterQueue decide one at a time, each on what the last one did.
+                        async with self._queue_locks.setdefault(queue, asyncio.Lock()):
+                            outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
             except TimeoutError:
                 # Cut short anywhere (observing, or between two writes): nothing is committed, and the next
                 # evaluation starts from what the cluster shows (replicas, the Workloads' annotations).
@@ -257,6 +271,37 @@ class Controller:
             if not probe or outcome.committed:
                 self.outcomes[cp.name] = outcome
             return outcome
+
+    # the pass ledger ----------------------------------------------------------------------------------
+    def note_in_flight(self, cp: CompiledPolicy, gated: int) -> None:
+        """Record ``gated`` replicas of ``cp``'s target as asked for and not admitted yet."""
+        queue, capacity = _queue_key(cp), cp.policy.spec.capacity
+        if queue is None or capacity is None:
+            return
+        self._in_flight.setdefault(queue, {})[cp.policy.spec.target.ref().key] = gated * capacity.per_replica
+
+    def _note_prepared(self, prepared: dict[str, tuple[int, Prepared | Exception]]) -> None:
+        """A pass's bulk read of the targets fills the ledger before anyone decides (after a restart too)."""
+        for name, (_, part) in prepared.items():
+            cp = self.store.policies.get(name)
+            if cp is not None and isinstance(part, Prepared):
+                self.note_in_flight(cp, part.replicas.gated)
+
+    def _with_pending(self, cp: CompiledPolicy, obs: Observation) -> Observation:
+        """``obs`` with its own gated replicas recorded and the other targets' on its ClusterQueue as pending."""
+        queue = _queue_key(cp)
+        if queue is None or obs.quota is None:
+            return obs
+        self.note_in_flight(cp, obs.replicas.gated)
+        own = cp.policy.spec.target.ref().key
+        live = {
+            other.policy.spec.target.ref().key for other in self.store.policies.values() if _queue_key(other) == queue
+        }
+        ledger = self._in_flight.get(queue, {})
+        for key in [k for k in ledger if k not in live]:
+            ledger.pop(key)  # its policy is gone: nobody will update it again
+        pending = sum(v for k, v in ledger.items() if k != own)
+        return dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending))
 
     async def _evaluate(
         self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None
@@ -269,6 +314,7 @@ class Controller:
             self.telemetry.errors.labels("observe").inc()
             log.warning("observe_failed", error=_one_line(exc))
             return Outcome(cp.name, error=f"observe: {_one_line(exc)}")
+        obs = self._with_pending(cp, obs)
         t1 = self.clock.monotonic()
         state = self.states.get(cp.name, PolicyState())
         now = self.clock.wall()
@@ -294,7 +340,7 @@ class Controller:
                     acted.append(_action_name(d))
                     self.telemetry.actions.labels(cp.name, _action_name(d), "dry_run").inc()
         else:
-            error = await self._act(cp, decisions, acted, log)
+            error = await self._act(cp, decisions, acted, log, obs.replicas.gated)
         refused = error is not None and " refused: " in error  # _act's form for "this target is not ours"
         committed = error is None
         if committed:
@@ -307,7 +353,9 @@ class Controller:
         self.telemetry.loop_latency.labels("total").observe(t3 - t0)
         return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed, obs, refused)
 
-    async def _act(self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any) -> str | None:
+    async def _act(
+        self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any, gated: int = 0
+    ) -> str | None:
         """Apply in the core's order (deactivations, the scale, reactivations); stop at the first failure."""
         ordered = [d for d in arbitration.in_apply_order(decisions) if not isinstance(d, ScaleDecision) or d.changes]
         for d in ordered:
@@ -342,6 +390,10 @@ class Controller:
                 return f"{name} failed: {_one_line(exc)}"
             acted.append(name)
             self.telemetry.actions.labels(cp.name, name, "ok").inc()
+            if isinstance(d, ScaleDecision):
+                # New replicas are gated until Kueue admits them; a scale-down removes gated ones first.
+                up, down = max(0, d.desired - d.current), max(0, d.current - d.desired)
+                self.note_in_flight(cp, max(0, gated + up - down))
         return None
 
     def _report(self, cp: CompiledPolicy, obs: Observation, decisions: list[Decision], log: Any) -> None:
@@ -406,6 +458,7 @@ class Controller:
                 batch = dict.fromkeys(due, "period") | pending
                 if batch:
                     prepared = await self.prepare(policies[n] for n in batch)
+                    self._note_prepared(prepared)
                     await asyncio.gather(
                         *(self._run_one(policies[n], why, prepared.get(n)) for n, why in batch.items())
                     )
@@ -458,6 +511,11 @@ class Controller:
 def _bounded(seconds: float) -> float | None:
     """``asyncio.timeout``'s argument: None for no bound."""
     return None if math.isinf(seconds) else max(0.0, seconds)
+
+
+def _queue_key(cp: CompiledPolicy) -> tuple[str, str] | None:
+    capacity = cp.policy.spec.capacity
+    return None if capacity is None else (capacity.cluster_queue, capacity.resource)
 
 
 def _fast(cp: CompiledPolicy) -> bool:

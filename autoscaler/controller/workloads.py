@@ -44,6 +44,7 @@ from autoscaler.controller.kube import (
     parse_quantity,
     retrying,
 )
+from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import QuotaStatus, TrainingAction, TrainingDecision, TrainingWorkload
 from autoscaler.core.spec import CapacitySpec, PreemptibleSpec, Spec
@@ -55,6 +56,14 @@ KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 DEACTIVATED_BY = "autoscaler.dev/deactivated-by"
 DEACTIVATED_REASON = "autoscaler.dev/deactivated-reason"
 DEACTIVATED_AT = "autoscaler.dev/deactivated-at"
+#: On the training Job/JobSet (or its Workload): when the job last completed a checkpoint, RFC 3339 or unix
+#: seconds. The training loop (or a sidecar watching its checkpoint directory) updates it after each save.
+LAST_CHECKPOINT = "autoscaler.dev/last-checkpoint-time"
+#: On the Workload: when this controller stopped it, comma-separated, the last hour only (the per-job cap).
+PREEMPTED_AT = "autoscaler.dev/preempted-at"
+#: On the Workload: when this controller last resumed it (the minimum run time after a resume).
+RESUMED_AT = "autoscaler.dev/resumed-at"
+PREEMPTION_MEMORY_S = 3600.0
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
 
@@ -127,6 +136,56 @@ def workload_chips(wl: JsonObj, resource: str) -> float:
     return total
 
 
+def _cohort(cq: JsonObj) -> str:
+    spec = cq.get("spec") or {}
+    return str(spec.get("cohortName") or spec.get("cohort") or "")  # v1beta2 / v1beta1
+
+
+def queue_quota(cq: JsonObj, resource: str) -> arbitration.QueueQuota:
+    """A ClusterQueue's nominal quota, limits and reservation for one resource, over all its flavors."""
+    nominal = reserved = 0.0
+    borrowing: float | None = None
+    lending: float | None = None
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                if res.get("name") == resource:
+                    nominal += parse_quantity(res.get("nominalQuota", 0))
+                    if res.get("borrowingLimit") is not None:
+                        borrowing = (borrowing or 0.0) + parse_quantity(res["borrowingLimit"])
+                    if res.get("lendingLimit") is not None:
+                        lending = (lending or 0.0) + parse_quantity(res["lendingLimit"])
+    status = cq.get("status") or {}
+    for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
+        for res in flavor.get("resources") or []:
+            if res.get("name") == resource:
+                reserved += parse_quantity(res.get("total", 0))
+    return arbitration.QueueQuota(nominal, reserved, borrowing, lending)
+
+
+def _parse_time(value: object) -> float | None:
+    """An RFC 3339 time (``2026-11-30T10:00:00Z``) or unix seconds as unix seconds; None when absent or bad."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _parse_times(value: object) -> list[float]:
+    return [t for part in str(value or "").split(",") if (t := _parse_time(part)) is not None]
+
+
+def _stamp(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def is_admitted(wl: JsonObj) -> bool:
     status = wl.get("status") or {}
     if status.get("admission"):
@@ -184,13 +243,13 @@ class KueueGate:
         assert spec.capacity is not None
         found: dict[str, TrainingWorkload] = {}
         for preemptible in spec.preemptible:
-            for wl in await self._matching(preemptible):
-                training = await self._to_training(wl, spec.capacity.resource, owner)
+            for wl, job in await self._matching(preemptible):
+                training = await self._to_training(wl, spec.capacity.resource, owner, job)
                 found.setdefault(training.uid, training)
         return tuple(sorted(found.values(), key=lambda w: (w.namespace, w.name)))
 
-    async def _owner_uids(self, namespace: str, match_labels: dict[str, str]) -> set[str]:
-        uids: set[str] = set()
+    async def _owner_uids(self, namespace: str, match_labels: dict[str, str]) -> dict[str, JsonObj]:
+        uids: dict[str, JsonObj] = {}
         for kind in self.owner_kinds:
             try:
                 # Plain JSON for every kind: batch/v1 Jobs through the typed client cost a model per field.
@@ -200,7 +259,7 @@ class KueueGate:
             except NotFound:
                 continue  # this job API is not installed
             uids.update(
-                i["metadata"]["uid"] for i in items
+                (i["metadata"]["uid"], i) for i in items
                 if (i.get("metadata") or {}).get("uid") and _owner_matches(i, match_labels)
             )
         return uids
@@ -211,16 +270,17 @@ class KueueGate:
         items: list[JsonObj] = result.get("items") or []
         return items
 
-    async def _matching(self, preemptible: PreemptibleSpec) -> list[JsonObj]:
+    async def _matching(self, preemptible: PreemptibleSpec) -> list[tuple[JsonObj, JsonObj | None]]:
+        """The Workloads the entry selects, each with its owning Job/JobSet/RayJob when that was found."""
         wanted = dict(preemptible.selector.match_labels)
-        uids = await self._owner_uids(preemptible.namespace, wanted)
+        owners = await self._owner_uids(preemptible.namespace, wanted)
         matched = []
         for wl in await self._list_workloads(preemptible.namespace):
-            owner = _controller_owner(wl)
-            by_owner = owner is not None and owner.get("uid") in uids
+            ref = _controller_owner(wl)
+            owner = owners.get(str(ref.get("uid"))) if ref is not None else None
             by_label = bool(wanted) and _labels_match((wl.get("metadata") or {}).get("labels") or {}, wanted)
-            if by_owner or by_label:
-                matched.append(wl)
+            if owner is not None or by_label:
+                matched.append((wl, owner))
         return matched
 
     async def _priority(self, wl: JsonObj) -> int:
@@ -246,9 +306,13 @@ class KueueGate:
             return 0
         return int(wpc.get("value") or 0)
 
-    async def _to_training(self, wl: JsonObj, resource: str, owner: str) -> TrainingWorkload:
+    async def _to_training(self, wl: JsonObj, resource: str, owner: str, job: JsonObj | None) -> TrainingWorkload:
         meta, spec = wl.get("metadata") or {}, wl.get("spec") or {}
         annotations = meta.get("annotations") or {}
+        now = self.now()
+        # The job's own annotation (its training loop or a sidecar writes it); the Workload's as a fallback.
+        job_annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
+        checkpoint = _parse_time(job_annotations.get(LAST_CHECKPOINT) or annotations.get(LAST_CHECKPOINT))
         return TrainingWorkload(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -258,27 +322,32 @@ class KueueGate:
             admitted=is_admitted(wl),
             uid=meta.get("uid", ""),
             deactivated_by_us=annotations.get(DEACTIVATED_BY) == owner,
+            since_checkpoint_s=None if checkpoint is None else max(0.0, now - checkpoint),
+            preempted_at=tuple(
+                t for t in _parse_times(annotations.get(PREEMPTED_AT)) if now - t < PREEMPTION_MEMORY_S
+            ),
+            resumed_at=_parse_time(annotations.get(RESUMED_AT)),
         )
 
     async def quota(self, capacity: CapacitySpec) -> QuotaStatus:
+        """The ClusterQueue's quota for the resource; with a cohort, what Kueue would lend it on top
+        (``arbitration.kueue_borrowable``: the other members' unused lendable quota, capped by our
+        ``borrowingLimit``; a ``borrowingLimit`` is never free capacity by itself)."""
+        version = await self.version()
         cq: JsonObj = await call(
-            self._custom.get_cluster_custom_object(
-                KUEUE_GROUP, await self.version(), "clusterqueues", capacity.cluster_queue
-            )
+            self._custom.get_cluster_custom_object(KUEUE_GROUP, version, "clusterqueues", capacity.cluster_queue)
         )
-        nominal = borrowable = reserved = 0.0
-        for group in (cq.get("spec") or {}).get("resourceGroups") or []:
-            for flavor in group.get("flavors") or []:
-                for res in flavor.get("resources") or []:
-                    if res.get("name") == capacity.resource:
-                        nominal += parse_quantity(res.get("nominalQuota", 0))
-                        borrowable += parse_quantity(res.get("borrowingLimit", 0))
-        status = cq.get("status") or {}
-        for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
-            for res in flavor.get("resources") or []:
-                if res.get("name") == capacity.resource:
-                    reserved += parse_quantity(res.get("total", 0))
-        return QuotaStatus(capacity.cluster_queue, capacity.resource, nominal, reserved, borrowable)
+        own = queue_quota(cq, capacity.resource)
+        cohort = _cohort(cq)
+        borrowable = 0.0
+        if cohort:
+            listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "clusterqueues"))
+            others = [
+                queue_quota(other, capacity.resource) for other in listed.get("items") or []
+                if _cohort(other) == cohort and (other.get("metadata") or {}).get("name") != capacity.cluster_queue
+            ]
+            borrowable = arbitration.kueue_borrowable(own, others, in_cohort=True)
+        return QuotaStatus(capacity.cluster_queue, capacity.resource, own.nominal, own.reserved, borrowable)
 
     # --- writing ---------------------------------------------------------------------------------------------
 
@@ -311,7 +380,7 @@ class KueueGate:
             )
         for preemptible in spec.preemptible:
             if preemptible.namespace == workload.namespace and any(
-                m["metadata"].get("uid") == workload.uid for m in await self._matching(preemptible)
+                m["metadata"].get("uid") == workload.uid for m, _ in await self._matching(preemptible)
             ):
                 return wl
         raise UnresolvableWorkload(
@@ -327,8 +396,13 @@ class KueueGate:
             annotations = (wl.get("metadata") or {}).get("annotations") or {}
             if not (wl.get("spec") or {}).get("active", True):
                 return False  # already stopped (by us, or by someone else: then it is theirs to resume)
-            stamp = datetime.datetime.fromtimestamp(self.now(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            new_annotations = {DEACTIVATED_BY: owner, DEACTIVATED_REASON: reason[:1000], DEACTIVATED_AT: stamp}
+            now = self.now()
+            stamp = _stamp(now)
+            history = [t for t in _parse_times(annotations.get(PREEMPTED_AT)) if now - t < PREEMPTION_MEMORY_S]
+            new_annotations = {
+                DEACTIVATED_BY: owner, DEACTIVATED_REASON: reason[:1000], DEACTIVATED_AT: stamp,
+                PREEMPTED_AT: ",".join(_stamp(t) for t in [*history, now]),
+            }
             if annotations.get(DEACTIVATED_BY) not in (None, owner):
                 raise UnresolvableWorkload(
                     f"Workload {workload.key} is marked {DEACTIVATED_BY}={annotations[DEACTIVATED_BY]}; "
@@ -351,8 +425,8 @@ class KueueGate:
                 raise UnresolvableWorkload(
                     f"Workload {workload.key} was not deactivated by policy {owner}; it will not resume it"
                 )
-            cleared = dict.fromkeys((DEACTIVATED_BY, DEACTIVATED_REASON, DEACTIVATED_AT))
-            await self._patch(wl, {"annotations": cleared}, active=True)
+            cleared: dict[str, str | None] = dict.fromkeys((DEACTIVATED_BY, DEACTIVATED_REASON, DEACTIVATED_AT))
+            await self._patch(wl, {"annotations": {**cleared, RESUMED_AT: _stamp(self.now())}}, active=True)
             return True
 
         return await retrying(self.retry, attempt)

@@ -1,30 +1,47 @@
 """Sharing the accelerator quota between serving and training (Kueue Workloads): a pure rule.
 
-``plan(spec=, observation=, desired=)`` takes the replica count serving wants and the Kueue picture (the
-ClusterQueue's ``QuotaStatus`` and the policy's preemptible ``TrainingWorkload``s) and returns what serving
-may have *now*, plus the Workloads to deactivate or reactivate. Its transitions:
+``plan(spec=, observation=, desired=, now=)`` takes the replica count serving wants and the Kueue picture
+(the ClusterQueue's ``QuotaStatus`` and the policy's preemptible ``TrainingWorkload``s) and returns what
+serving may have *now*, plus the Workloads to deactivate or reactivate.
 
-1. Scale-up that fits: the new replicas need ``(desired − current) × perReplica`` units, no more than free in
-   the ClusterQueue (the current replicas' own usage is already in the reservation). Serving scales.
-2. Scale-up that does not fit: training Workloads this policy already stopped and Kueue has not yet evicted
-   (inactive but still admitted) count as freeing. For what is still missing, deactivate the active, admitted
-   Workloads in victim order (lowest priority first) until the new replicas fit, or all are chosen. Serving
-   asks at once for what fits once they are gone: the caller deactivates first, then scales, in one pass.
-   The new serving pods wait for Kueue admission, and as the higher-priority Workloads they take the freed
-   quota before any queued training can (asking later would let Kueue re-admit other queued training into
-   the quota just freed, and preempt again). Only what does not fit even with every preemptible Workload
-   stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the same
-   snapshot gives the same plan, and a Workload already stopped is counted as freeing, not stopped twice.
-3. Serving no longer needs the room (desired ≤ current): scale down first, then reactivate the Workloads this
-   policy deactivated, highest priority first, while they fit in what is free plus what the scale-down frees.
-   A Workload that does not fit stops the reactivations (no lower-priority job overtakes it).
+**The budget** (``budget``): one account per ClusterQueue and resource, the same for every policy that
+shares it in a pass, counting the chips in flight as well as Kueue's reservation:
 
-The victim order is a parameter (``choose``), so a checkpoint-aware order (``since_checkpoint_s``) can
-replace ``lowest_priority_first`` without touching the rule.
+- ``available``: nominal quota + what the cohort would lend (``kueue_borrowable``; ``borrowingLimit`` is a
+  cap, not capacity) − reservation;
+- ``freeing``: Workloads deactivated but not yet evicted (their chips come back once, and only once);
+- ``pending``: serving replicas asked for and not admitted yet: this target's gated replicas plus the
+  other targets' on the ClusterQueue (``QuotaStatus.pending``, the controller's pass ledger). They take
+  the room as it frees, before anything else;
+- ``claiming``: training Workloads active but not admitted (queued, or reactivated and not yet admitted):
+  Kueue admits them into free room, so a reactivation never counts that room again.
+
+Its transitions:
+
+1. Scale-up that fits: the new replicas need ``(desired − current) × perReplica`` units, no more than
+   ``available + freeing − pending``. Serving scales.
+2. Scale-up that does not fit: choose victims among the active, admitted Workloads that may be stopped
+   (not resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than ``maxPreemptionsPerHour``
+   times in the last hour): the set that frees enough chips and loses the least work (``least_work_lost``:
+   chips × seconds since the last checkpoint; a Workload whose checkpoint time is unknown is stopped only
+   when no set of known ones suffices). Serving asks at once for what fits once they are gone: the caller
+   deactivates first, then scales, in one pass; the new pods wait for Kueue admission and, being of higher
+   priority, take the freed quota before any queued training. What does not fit even with every eligible
+   Workload stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the
+   same snapshot gives the same plan, and a Workload already stopped is counted as freeing, not stopped twice.
+3. Serving no longer needs the room (desired ≤ current): scale down first, then reactivate the Workloads
+   this controller deactivated, highest priority first, while they fit in ``available`` plus what the
+   scale-down frees minus ``claiming``. **Nothing is reactivated while any serving replica on the
+   ClusterQueue waits for admission** (this target's after the scale-down, or another's). A Workload that
+   does not fit stops the reactivations (no lower-priority job overtakes it).
+
+The victim choice is a parameter (``choose``), so ``lowest_priority_first`` (Kueue's order) can be compared
+with ``least_work_lost`` on the same rule.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,11 +58,15 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.spec import CapacitySpec, Spec
 
-#: Orders candidate victims: the first is deactivated first.
-VictimOrder = Callable[[Sequence[TrainingWorkload]], list[TrainingWorkload]]
+#: Picks victims: (eligible candidates, chips still missing) → the Workloads to stop, first to last. When no
+#: set frees enough, every candidate (the caller then asks only for what fits).
+VictimChooser = Callable[[Sequence[TrainingWorkload], float], list[TrainingWorkload]]
 
 # A small tolerance so "4.000000001 GPUs" from milli-quantities does not deny a fit.
 _EPS = 1e-9
+HOUR_S = 3600.0
+#: Up to this many candidates every subset is tried (2^12 = 4,096 sums); above it, a greedy pass.
+EXHAUSTIVE_MAX = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +77,130 @@ class Plan:
     message: str = ""
 
 
-def lowest_priority_first(candidates: Sequence[TrainingWorkload]) -> list[TrainingWorkload]:
-    """Lowest priority first; among equals the larger (fewer stops), then by name (deterministic)."""
-    return sorted(candidates, key=lambda w: (w.priority, -w.chips, w.key))
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """One ClusterQueue's accelerator account at one evaluation (see the module docstring)."""
+
+    cluster_queue: str
+    resource: str
+    available: float
+    freeing: float
+    pending: float
+    claiming: float
+
+    @property
+    def for_serving(self) -> float:
+        """Room new serving replicas can count on: what is free plus what stopped training releases, less what
+        serving replicas already asked for."""
+        return self.available + self.freeing - self.pending
+
+    def describe(self) -> str:
+        parts = [f"{_units(self.available)} free"]
+        if self.freeing > _EPS:
+            parts.append(f"{_units(self.freeing)} being released by stopped training")
+        if self.pending > _EPS:
+            parts.append(f"{_units(self.pending)} asked for by serving replicas Kueue has not admitted yet")
+        if self.claiming > _EPS:
+            parts.append(f"{_units(self.claiming)} asked for by queued training")
+        return f"{', '.join(parts)} ({self.resource}, ClusterQueue {self.cluster_queue})"
+
+
+def budget(*, quota: QuotaStatus, training: Sequence[TrainingWorkload], own_pending: float) -> Budget:
+    """The account of ``quota`` with the chips in flight (``own_pending``: this target's gated replicas' chips)."""
+    return Budget(
+        cluster_queue=quota.cluster_queue,
+        resource=quota.resource,
+        available=quota.free,
+        freeing=float(sum(w.chips for w in training if not w.active and w.admitted)),
+        pending=quota.pending + own_pending,
+        claiming=float(sum(w.chips for w in training if w.active and not w.admitted)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """One ClusterQueue of a cohort, for one resource, as ``kueue_borrowable`` needs it."""
+
+    nominal: float
+    reserved: float
+    #: ``borrowingLimit`` (None: unlimited within the cohort).
+    borrowing_limit: float | None = None
+    #: ``lendingLimit`` (None: all of its unused nominal quota may be lent).
+    lending_limit: float | None = None
+
+
+def kueue_borrowable(own: QueueQuota, others: Sequence[QueueQuota], *, in_cohort: bool) -> float:
+    """What a ClusterQueue may hold above its nominal quota, as Kueue lends it: the cohort members' unused
+    lendable quota (each lends at most ``lendingLimit`` and never what it uses itself), less what is already
+    lent to us, capped by our ``borrowingLimit``. Without a cohort nothing is lent, whatever the limit says.
+    Returned including what we already borrow, so ``nominal + borrowable − reserved`` is what is free."""
+    if not in_cohort:
+        return 0.0
+    borrowed = max(0.0, own.reserved - own.nominal)
+    spare = 0.0
+    for q in others:
+        lendable = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
+        # What a member uses beyond what it keeps for itself comes out of its lendable part.
+        spare += max(0.0, lendable - max(0.0, q.reserved - (q.nominal - lendable)))
+    more = max(0.0, spare - borrowed)
+    if own.borrowing_limit is not None:
+        more = min(more, max(0.0, own.borrowing_limit - borrowed))
+    return borrowed + more
+
+
+def work_at_risk(w: TrainingWorkload) -> float | None:
+    """Chip-seconds stopping ``w`` now loses (work since its last checkpoint), None when unknown."""
+    return None if w.since_checkpoint_s is None else w.chips * max(0.0, w.since_checkpoint_s)
+
+
+def _set_key(ws: Sequence[TrainingWorkload]) -> tuple[float, float, float, tuple[int, ...], tuple[str, ...]]:
+    risks = [work_at_risk(w) for w in ws]
+    return (
+        # Chips whose checkpoint time is unknown first: unknown is never taken as "just saved".
+        sum(w.chips for w, r in zip(ws, risks, strict=True) if r is None),
+        sum(r for r in risks if r is not None),  # then the least work lost
+        sum(w.chips for w in ws),  # then the fewest chips stopped
+        tuple(sorted((w.priority for w in ws), reverse=True)),  # then, as Kueue, the lowest priorities
+        tuple(sorted(w.key for w in ws)),  # deterministic
+    )
+
+
+def least_work_lost(candidates: Sequence[TrainingWorkload], shortfall: float) -> list[TrainingWorkload]:
+    """Among the sets of ``candidates`` that free at least ``shortfall`` chips, the one that loses the least
+    work (see ``_set_key``); every candidate when none does."""
+    pool = sorted(candidates, key=lambda w: _set_key([w]))
+    if sum(w.chips for w in pool) < shortfall - _EPS:
+        return pool
+    if len(pool) <= EXHAUSTIVE_MAX:
+        best: tuple[TrainingWorkload, ...] | None = None
+        for r in range(1, len(pool) + 1):
+            for combo in itertools.combinations(pool, r):
+                enough = sum(w.chips for w in combo) >= shortfall - _EPS
+                if enough and (best is None or _set_key(combo) < _set_key(best)):
+                    best = combo
+        return sorted(best or (), key=lambda w: _set_key([w]))
+    # Many candidates: cheapest per chip first, then give back what turns out not to be needed.
+    order = sorted(pool, key=lambda w: (work_at_risk(w) is None, (work_at_risk(w) or 0.0) / max(w.chips, 1), w.key))
+    chosen: list[TrainingWorkload] = []
+    for w in order:
+        if sum(c.chips for c in chosen) >= shortfall - _EPS:
+            break
+        chosen.append(w)
+    for w in reversed(list(chosen)):
+        if sum(c.chips for c in chosen) - w.chips >= shortfall - _EPS:
+            chosen.remove(w)
+    return chosen
+
+
+def lowest_priority_first(candidates: Sequence[TrainingWorkload], shortfall: float) -> list[TrainingWorkload]:
+    """Kueue's own order, blind to checkpoints: lowest priority first, among equals the larger, then by name;
+    as many as needed."""
+    chosen: list[TrainingWorkload] = []
+    for w in sorted(candidates, key=lambda w: (w.priority, -w.chips, w.key)):
+        if sum(c.chips for c in chosen) >= shortfall - _EPS:
+            break
+        chosen.append(w)
+    return chosen
 
 
 def _units(value: float) -> str:
@@ -66,63 +208,82 @@ def _units(value: float) -> str:
 
 
 def plan(
-    *, spec: Spec, observation: Observation, desired: int, choose: VictimOrder = lowest_priority_first
+    *,
+    spec: Spec,
+    observation: Observation,
+    desired: int,
+    now: float = 0.0,
+    choose: VictimChooser = least_work_lost,
 ) -> Plan:
     """Decide which training to deactivate or reactivate for ``desired`` serving replicas."""
     capacity, quota = spec.capacity, observation.quota
     if capacity is None or quota is None:
         return Plan(desired=desired, training=())
-    current = observation.replicas.spec
+    replicas = observation.replicas
+    current = replicas.spec
     if desired > current:
-        return _scale_up(capacity, quota, observation.training, current, desired, choose)
-    return _reactivate(capacity, quota, observation.training, current, desired)
+        acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
+        return _scale_up(capacity, acct, observation.training, current, desired, now, choose)
+    return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated)
+
+
+def _ineligible(capacity: CapacitySpec, w: TrainingWorkload, now: float) -> str | None:
+    """Why this controller will not stop ``w`` now (anti-thrash), or None."""
+    if w.resumed_at is not None and now - w.resumed_at < capacity.min_run_seconds:
+        return f"{w.key} resumed {now - w.resumed_at:.0f}s ago (minRunSeconds {capacity.min_run_seconds:g})"
+    recent = sum(1 for t in w.preempted_at if now - t < HOUR_S)
+    if recent >= capacity.max_preemptions_per_hour:
+        cap = capacity.max_preemptions_per_hour
+        return f"{w.key} already stopped {recent}× in the last hour (maxPreemptionsPerHour {cap})"
+    return None
+
+
+def _risk_text(w: TrainingWorkload) -> str:
+    if w.since_checkpoint_s is None:
+        return "last checkpoint unknown"
+    return f"last checkpoint {w.since_checkpoint_s:.0f}s ago, ~{work_at_risk(w):.0f} chip-s lost"
 
 
 def _scale_up(
     capacity: CapacitySpec,
-    quota: QuotaStatus,
+    acct: Budget,
     training: Sequence[TrainingWorkload],
     current: int,
     desired: int,
-    choose: VictimOrder,
+    now: float,
+    choose: VictimChooser,
 ) -> Plan:
-    per, res, cq = capacity.per_replica, quota.resource, quota.cluster_queue
+    per, res = capacity.per_replica, acct.resource
     need = (desired - current) * per
-    free = quota.free
-    if need <= free + _EPS:
+    headroom = acct.for_serving
+    if need <= headroom + _EPS:
         return Plan(desired=desired, training=())
-    # Stopped by us, not yet evicted by Kueue: its chips are on their way back; never stop it twice.
-    freeing = sum(w.chips for w in training if not w.active and w.admitted)
-    candidates = choose([w for w in training if w.active and w.admitted and w.chips > 0])
-    victims: list[TrainingWorkload] = []
-    released = free + freeing
-    for victim in candidates:
-        if need <= released + _EPS:
-            break
-        victims.append(victim)
-        released += victim.chips
-    reachable = min(desired, current + math.floor(max(0.0, released) / per + _EPS))
+    running = [w for w in training if w.active and w.admitted and w.chips > 0]
+    held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
+    eligible = [w for w in running if w.key not in held]
+    # Ask only for what can be had: the most replicas that fit with every eligible Workload stopped.
+    reachable = min(desired, current + math.floor(max(0.0, headroom + sum(w.chips for w in eligible)) / per + _EPS))
+    shortfall = (reachable - current) * per - headroom
+    victims = choose(eligible, shortfall) if shortfall > _EPS else []
     decisions = tuple(
         TrainingDecision(
             workload=v,
             action=TrainingAction.DEACTIVATE,
             reason=Reason.DEACTIVATE_TRAINING,
             message=(
-                f"deactivating {v.key} (priority {v.priority}, {v.chips} {res}) so serving can grow "
-                f"{current}→{reachable} replicas: they need {_units(need)} {res}, {_units(free)} free in "
-                f"ClusterQueue {cq}"
+                f"deactivating {v.key} (priority {v.priority}, {v.chips} {res}, {_risk_text(v)}) so serving can "
+                f"grow {current}→{reachable} replicas: they need {_units(need)} {res}; {acct.describe()}"
             ),
         )
         for v in victims
     )
     if reachable == desired:
         return Plan(desired=desired, training=decisions)
-    parts = [f"{desired} replicas need {_units(need)} more {res}, {_units(free)} free in ClusterQueue {cq}"]
+    parts = [f"{desired} replicas need {_units(need)} more {res}; {acct.describe()}"]
     if victims:
         parts.append(f"deactivating {', '.join(v.key for v in victims)}")
-    if freeing:
-        parts.append(f"{_units(freeing)} {res} being released by deactivated training")
-    message = f"limited by capacity: only {reachable} replicas fit even with all preemptible training stopped; "
+    parts.extend(f"not stopping {why}" for why in held.values())
+    message = f"limited by capacity: only {reachable} replicas fit even with all eligible training stopped; "
     return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
 
 
@@ -132,14 +293,24 @@ def _reactivate(
     training: Sequence[TrainingWorkload],
     current: int,
     desired: int,
+    gated: int,
 ) -> Plan:
-    res, cq = quota.resource, quota.cluster_queue
-    released = (current - desired) * capacity.per_replica
-    room = quota.free + released
     ours = sorted(
         (w for w in training if w.deactivated_by_us and not w.active),
         key=lambda w: (-w.priority, w.key),
     )
+    if not ours:
+        return Plan(desired=desired, training=())
+    res, cq, per = quota.resource, quota.cluster_queue, capacity.per_replica
+    removed = current - desired
+    # A scale-down removes replicas not yet admitted first (the ReplicaSet controller deletes unscheduled
+    # pods first); what stays gated still waits for room, and so does any other target's.
+    waiting = max(0, gated - removed) * per + quota.pending
+    if waiting > _EPS:
+        return Plan(desired=desired, training=())
+    released = max(0, removed - gated) * per
+    claiming = float(sum(w.chips for w in training if w.active and not w.admitted))
+    room = quota.free + released - claiming
     decisions: list[TrainingDecision] = []
     for w in ours:
         # Still admitted (Kueue has not evicted it yet): resuming it needs no new room.
@@ -148,6 +319,7 @@ def _reactivate(
             break
         room -= needs
         after = f" after scaling {current}→{desired}" if released else ""
+        queued = f", {_units(claiming)} of them asked for by queued training" if claiming > _EPS else ""
         decisions.append(
             TrainingDecision(
                 workload=w,
@@ -155,7 +327,8 @@ def _reactivate(
                 reason=Reason.REACTIVATE_TRAINING,
                 message=(
                     f"reactivating {w.key} (priority {w.priority}, {w.chips} {res}): serving needs {desired} "
-                    f"replicas and {_units(room + needs)} {res} are free in ClusterQueue {cq}{after}"
+                    f"replicas, none waits for admission, and {_units(room + needs + claiming)} {res} are free "
+                    f"in ClusterQueue {cq}{after}{queued}"
                 ),
             )
         )

@@ -334,7 +334,7 @@ def _arbitrate(
     spec = compiled.policy.spec
     if spec.capacity is None or observation.quota is None:
         return _finish([scale(desired, reason, message)], nxt, now, observation.replicas.spec, desired)
-    plan = arbitration.plan(spec=spec, observation=observation, desired=desired)
+    plan = arbitration.plan(spec=spec, observation=observation, desired=desired, now=now)
     if plan.desired != desired:
         desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
     decisions: list[Decision] = [scale(desired, reason, message), *plan.training]

@@ -103,6 +103,9 @@ class ReplicaStatus:
     ready: int
     starting: int = 0
     pods: tuple[PodStatus, ...] | None = None
+    #: Of ``spec``, replicas Kueue has not admitted yet: pods still carrying the ``kueue.x-k8s.io/admission``
+    #: scheduling gate, plus replicas whose pods do not exist yet. Their chips are asked for but not reserved.
+    gated: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +121,14 @@ class TrainingWorkload:
     uid: str = ""
     #: True when this controller deactivated it (recorded on the Workload so a restart can resume it).
     deactivated_by_us: bool = False
-    #: Seconds since the last checkpoint, when known; a checkpoint-aware arbiter prefers fresh ones.
+    #: Seconds since the last completed checkpoint, when known (the ``autoscaler.dev/last-checkpoint-time``
+    #: annotation on the Job/JobSet): what stopping it now loses, per chip. Unknown is never taken as fresh.
     since_checkpoint_s: float | None = None
+    #: When this controller stopped it (unix seconds) within the last hour, oldest first (annotation
+    #: ``autoscaler.dev/preempted-at``): the per-job cap on preemptions reads it.
+    preempted_at: tuple[float, ...] = ()
+    #: When this controller last resumed it (unix seconds), for the minimum run time after a resume.
+    resumed_at: float | None = None
 
     @property
     def key(self) -> str:
@@ -134,7 +143,12 @@ class QuotaStatus:
     resource: str
     nominal: float
     reserved: float
+    #: What Kueue would lend on top of ``nominal`` now (``kueue_borrowable``: the cohort's unused quota capped by
+    #: ``borrowingLimit``), including what is already borrowed. Not ``borrowingLimit`` itself, which is a cap.
     borrowable: float = 0.0
+    #: Chips that serving replicas of *other* targets on this ClusterQueue have asked for and Kueue has not
+    #: admitted yet (the controller's pass ledger): spoken for, though not in ``reserved``.
+    pending: float = 0.0
 
     @property
     def free(self) -> float:

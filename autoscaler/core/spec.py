@@ -239,6 +239,16 @@ class CapacitySpec(SpecModel):
     cluster_queue: str = Field(pattern=DNS_LABEL_PATTERN)
     resource: str = Field(description="e.g. nvidia.com/gpu or google.com/tpu")
     per_replica: float = Field(gt=0, description="Units of the resource one replica (or LWS group) uses.")
+    min_run_seconds: float = Field(
+        default=600.0, ge=0,
+        description="A Workload this controller resumed is not stopped again for this long (estimate: a few "
+        "checkpoint intervals, so a resumed job saves at least once before it can be stopped again).",
+    )
+    max_preemptions_per_hour: int = Field(
+        default=2, ge=0,
+        description="This controller stops one Workload at most this many times in any hour; past it serving "
+        "waits (WaitingForCapacity) or Kueue's own preemption decides.",
+    )
 
 
 class LabelSelectorSpec(SpecModel):

@@ -327,7 +327,9 @@ class Simulation:
             )
             for r in live
         )
-        return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready), pods=pods)
+        gated = sum(1 for r in live if r.state is ReplicaState.PENDING)
+        return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready), pods=pods,
+                             gated=gated)
 
     def quota_status(self) -> QuotaStatus:
         q = self.cluster.spec.quota

@@ -12,6 +12,8 @@ from autoscaler.controller.workloads import (
     DEACTIVATED_AT,
     DEACTIVATED_BY,
     DEACTIVATED_REASON,
+    PREEMPTED_AT,
+    RESUMED_AT,
     KueueGate,
     UnresolvableWorkload,
 )
@@ -133,18 +135,25 @@ async def test_v1beta1_when_v1beta2_is_not_served(
 
 
 @pytest.mark.parametrize(
-    ("nominal", "borrowing", "reserved_gpus", "free"),
+    ("nominal", "borrowing", "reserved_gpus", "lender", "free"),
     [
-        pytest.param("6", None, 6, 0.0, id="tutorial-full"),
-        pytest.param("6000m", None, 2, 4.0, id="milli-quantity"),
-        pytest.param("6", "2", 6, 2.0, id="borrowing-limit"),
+        pytest.param("6", None, 6, None, 0.0, id="tutorial-full"),
+        pytest.param("6000m", None, 2, None, 4.0, id="milli-quantity"),
+        # A borrowingLimit is a cap on what a cohort may lend, not capacity: without a cohort nothing is lent.
+        pytest.param("6", "2", 6, None, 0.0, id="borrowing-limit-without-cohort-is-not-capacity"),
+        pytest.param("6", "2", 6, "8", 2.0, id="cohort-lends-up-to-the-borrowing-limit"),
+        pytest.param("6", "4", 6, "1", 1.0, id="cohort-lends-only-what-it-has"),
+        pytest.param("6", None, 6, "3", 3.0, id="no-limit-borrows-all-the-cohort-has"),
     ],
 )
 async def test_quota(
     kube: Emulator, kube_client: client.ApiClient, kueue: Kueue,
-    nominal: str, borrowing: str | None, reserved_gpus: int, free: float,
+    nominal: str, borrowing: str | None, reserved_gpus: int, lender: str | None, free: float,
 ) -> None:
-    kube.add(objects.cluster_queue(nominal=nominal, borrowing_limit=borrowing))
+    cohort = None if lender is None else "shared"
+    if lender is not None:
+        kube.add(objects.cluster_queue("lender", nominal=lender, cohort=cohort))
+    kube.add(objects.cluster_queue(nominal=nominal, borrowing_limit=borrowing, cohort=cohort))
     kube.add(objects.local_queue())
     kube.add(objects.workload("serving", pods=reserved_gpus // 2, priority=1000))
     kueue.admit("serving")
@@ -171,7 +180,7 @@ async def test_deactivate_then_a_restarted_gate_reactivates(
             "resourceVersion": rv,
             "annotations": {
                 DEACTIVATED_BY: "tgi-gemma", DEACTIVATED_REASON: "serving needs 2 GPUs",
-                DEACTIVATED_AT: "2026-11-30T10:00:00Z",
+                DEACTIVATED_AT: "2026-11-30T10:00:00Z", PREEMPTED_AT: "2026-11-30T10:00:00Z",
             },
         },
         "spec": {"active": False},
@@ -190,7 +199,9 @@ async def test_deactivate_then_a_restarted_gate_reactivates(
     assert (last.method, last.path, last.content_type) == ("PATCH", WL_PATH, "application/merge-patch+json")
     body = last.body
     assert body["spec"] == {"active": True}
-    assert body["metadata"]["annotations"] == {DEACTIVATED_BY: None, DEACTIVATED_REASON: None, DEACTIVATED_AT: None}
+    assert body["metadata"]["annotations"] == {
+        DEACTIVATED_BY: None, DEACTIVATED_REASON: None, DEACTIVATED_AT: None, RESUMED_AT: "2026-11-30T10:00:00Z"
+    }
     kueue.sync()
     stored = kueue.workload(WL_NAME)
     requeued = next(c for c in stored["status"]["conditions"] if c["type"] == "Requeued")

@@ -138,8 +138,9 @@ def test_messages_say_why_with_numbers() -> None:
     (decision,) = result.training
     assert decision.reason is Reason.DEACTIVATE_TRAINING
     assert decision.message == (
-        "deactivating llm/job-finetune-gemma-l4-3316f (priority 100, 4 nvidia.com/gpu) so serving can grow 1→2 "
-        "replicas: they need 2 nvidia.com/gpu, 0 free in ClusterQueue cluster-queue"
+        "deactivating llm/job-finetune-gemma-l4-3316f (priority 100, 4 nvidia.com/gpu, last checkpoint unknown) "
+        "so serving can grow 1→2 replicas: they need 2 nvidia.com/gpu; 0 free (nvidia.com/gpu, ClusterQueue "
+        "cluster-queue)"
     )
 
 
@@ -148,8 +149,9 @@ def test_not_enough_even_with_all_training_stopped() -> None:
     assert actions(result) == [("deactivate", "job-finetune-gemma-l4-3316f")]
     assert result.desired == 2
     assert result.message == (
-        "limited by capacity: only 2 replicas fit even with all preemptible training stopped; 3 replicas need "
-        "4 more nvidia.com/gpu, 0 free in ClusterQueue cluster-queue; deactivating llm/job-finetune-gemma-l4-3316f"
+        "limited by capacity: only 2 replicas fit even with all eligible training stopped; 3 replicas need "
+        "4 more nvidia.com/gpu; 0 free (nvidia.com/gpu, ClusterQueue cluster-queue); deactivating "
+        "llm/job-finetune-gemma-l4-3316f"
     )
 
 
@@ -159,8 +161,8 @@ def test_without_quota_the_plan_passes_through() -> None:
 
 
 def test_the_victim_order_is_replaceable() -> None:
-    def largest_first(ws: Any) -> list[TrainingWorkload]:
-        return sorted(ws, key=lambda w: -w.chips)
+    def largest_first(ws: Any, shortfall: float) -> list[TrainingWorkload]:
+        return sorted(ws, key=lambda w: -w.chips)[:1]
 
     training = (wl("small", priority=1, chips=2), wl("big", priority=50, chips=4))
     result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2, choose=largest_first)
@@ -243,6 +245,7 @@ def test_invariants(current: int, desired: int, reserved: float, nominal: float,
             assert not d.workload.active
     # Deterministic: the same snapshot gives the same plan (a restart repeats nothing new).
     assert arbitration.plan(spec=SPEC, observation=obs, desired=desired) == result
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=desired) == result
 
 
 def test_decisions_are_applied_deactivations_first_then_the_scale_then_reactivations() -> None:
@@ -251,3 +254,165 @@ def test_decisions_are_applied_deactivations_first_then_the_scale_then_reactivat
     scale = ScaleDecision(TARGET, 1, 2, Reason.SCALE_UP, "")
     assert arbitration.in_apply_order([resume, scale, stop]) == [stop, scale, resume]
     assert arbitration.in_apply_order([scale]) == [scale]
+
+
+# --- the budget: chips in flight ------------------------------------------------------------------------
+
+
+def observe_inflight(
+    current: int, reserved: float, training: tuple[TrainingWorkload, ...], *, gated: int = 0,
+    others_pending: float = 0.0, nominal: float = 6, borrowable: float = 0.0,
+) -> Observation:
+    return Observation(
+        target=TARGET,
+        replicas=ReplicaStatus(spec=current, ready=current - gated, starting=gated, gated=gated),
+        training=training,
+        quota=QuotaStatus("cluster-queue", GPU, nominal=nominal, reserved=reserved, borrowable=borrowable,
+                          pending=others_pending),
+    )
+
+
+def test_it_does_not_undo_itself_while_its_replica_waits() -> None:
+    # 41 ms after "deactivate, then scale 1→2": the Workload is still admitted (Kueue has not evicted it) and
+    # the second replica is gated. The old rule saw desired == current and resumed the Workload.
+    obs = observe_inflight(2, 6, (wl(active=False, admitted=True, ours=True),), gated=1)
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=2).training == ()
+    # Once the replica is admitted (the Workload evicted), still no room: it stays stopped.
+    obs = observe_inflight(2, 4, (wl(active=False, admitted=False, ours=True),))
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=2).training == ()
+
+
+def test_no_reactivation_while_another_targets_replicas_wait() -> None:
+    obs = observe_inflight(1, 2, (wl(active=False, admitted=False, ours=True),), others_pending=2)
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=1).training == ()
+    obs = observe_inflight(1, 2, (wl(active=False, admitted=False, ours=True),))
+    assert actions(arbitration.plan(spec=SPEC, observation=obs, desired=1)) == [
+        ("reactivate", "job-finetune-gemma-l4-3316f")
+    ]
+
+
+def test_scale_down_of_a_gated_replica_releases_nothing_but_ends_the_wait() -> None:
+    # 2 replicas, the second gated; back to 1: the gated one goes first, so nothing is released and nothing
+    # waits any more; the stopped, already-evicted Workload (4) does not fit in the 2 free: it stays stopped.
+    obs = observe_inflight(2, 4, (wl(active=False, admitted=False, ours=True),), gated=1)
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=1).training == ()
+    # Still admitted (not evicted yet): resumed without new room, since no replica waits for it any more.
+    obs = observe_inflight(2, 6, (wl(active=False, admitted=True, ours=True),), gated=1)
+    assert actions(arbitration.plan(spec=SPEC, observation=obs, desired=1)) == [
+        ("reactivate", "job-finetune-gemma-l4-3316f")
+    ]
+
+
+def test_freed_chips_are_spent_once_across_policies() -> None:
+    # Policy A stopped the 4-chip fine-tune and asked for 2 more replicas (4 chips, not admitted yet): policy B
+    # on the same ClusterQueue sees the Workload freeing 4 and 4 asked for: nothing left for it.
+    obs = observe_inflight(1, 6, (wl(active=False, admitted=True, ours=True),), others_pending=4)
+    result = arbitration.plan(spec=SPEC, observation=obs, desired=2)
+    assert result.desired == 1
+    assert "4 asked for by serving replicas Kueue has not admitted yet" in result.message
+
+
+def test_own_gated_replicas_take_the_room_first() -> None:
+    # 2 free, but this target's own gated replica asked for them: a third replica needs a victim.
+    obs = observe_inflight(2, 4, (wl("a", chips=2),), gated=1, nominal=6)
+    result = arbitration.plan(spec=SPEC, observation=obs, desired=3)
+    assert result.desired == 3
+    assert actions(result) == [("deactivate", "a")]
+
+
+def test_queued_training_claims_room_before_a_reactivation() -> None:
+    queued = wl("queued", chips=2, active=True, admitted=False)
+    obs = observe_inflight(1, 2, (queued, wl("ours", chips=4, active=False, admitted=False, ours=True)))
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=1).training == ()
+
+
+# --- victims: the least work lost ----------------------------------------------------------------------
+
+
+def ckpt(name: str, since: float | None, *, chips: int = 4, priority: int = 10, **kw: Any) -> TrainingWorkload:
+    w = wl(name, chips=chips, priority=priority)
+    return TrainingWorkload(w.namespace, w.name, w.priority, w.chips, True, True, uid=w.uid,
+                            since_checkpoint_s=since, **kw)
+
+
+def test_the_freshest_checkpoint_is_stopped_not_the_lowest_name() -> None:
+    training = (ckpt("a-stale", 900), ckpt("b-fresh", 30), ckpt("c-mid", 300))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2)
+    assert actions(result) == [("deactivate", "b-fresh")]
+    assert "last checkpoint 30s ago, ~120 chip-s lost" in result.training[0].message
+
+
+def test_two_fresh_small_jobs_beat_one_stale_big_one() -> None:
+    training = (ckpt("big", 600, chips=4), ckpt("s1", 10, chips=2), ckpt("s2", 20, chips=2))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=3)
+    assert sorted(actions(result)) == [("deactivate", "s1"), ("deactivate", "s2")]
+
+
+def test_unknown_checkpoint_is_not_taken_as_fresh() -> None:
+    training = (ckpt("unknown", None), ckpt("known", 3000))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2)
+    assert actions(result) == [("deactivate", "known")]
+
+
+def test_kueue_order_is_still_available_for_comparison() -> None:
+    training = (ckpt("a", 900, priority=1), ckpt("b", 30, priority=5))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2,
+                              choose=arbitration.lowest_priority_first)
+    assert actions(result) == [("deactivate", "a")]
+
+
+@given(
+    chips=st.lists(st.integers(1, 8), min_size=1, max_size=14),
+    since=st.lists(st.one_of(st.none(), st.floats(0, 5000)), min_size=14, max_size=14),
+    shortfall=st.integers(1, 40),
+)
+def test_least_work_lost_frees_enough_and_is_no_worse_than_kueue_order(
+    chips: list[int], since: list[float | None], shortfall: int
+) -> None:
+    ws = [ckpt(f"w{i}", since[i], chips=c) for i, c in enumerate(chips)]
+    chosen = arbitration.least_work_lost(ws, shortfall)
+    if sum(chips) >= shortfall:
+        assert sum(w.chips for w in chosen) >= shortfall
+        kueue = arbitration.lowest_priority_first(ws, shortfall)
+        if all(w.since_checkpoint_s is not None for w in ws) and len(ws) <= arbitration.EXHAUSTIVE_MAX:
+            lost = sum(arbitration.work_at_risk(w) or 0.0 for w in chosen)
+            assert lost <= sum(arbitration.work_at_risk(w) or 0.0 for w in kueue) + 1e-6
+    else:
+        assert sorted(w.key for w in chosen) == sorted(w.key for w in ws)
+
+
+def test_anti_thrash_min_run_and_preemption_cap() -> None:
+    now = 10_000.0
+    just_resumed = ckpt("resumed", 10, resumed_at=now - 60)
+    twice = ckpt("twice", 10, preempted_at=(now - 3000, now - 100))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (just_resumed, twice)), desired=2, now=now)
+    assert result.desired == 1
+    assert result.training == ()
+    assert "resumed 60s ago (minRunSeconds 600)" in result.message
+    assert "already stopped 2× in the last hour (maxPreemptionsPerHour 2)" in result.message
+    # An hour later both may be stopped again; the fresher checkpoint goes.
+    later = now + 3600
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (just_resumed, twice)), desired=2, now=later)
+    assert result.desired == 2
+    assert len(result.training) == 1
+
+
+# --- borrowing as Kueue lends it ----------------------------------------------------------------------
+
+
+BORROW_CASES = [
+    pytest.param(arbitration.QueueQuota(6, 6, borrowing_limit=10), [], False, 0.0, id="no-cohort-lends-nothing"),
+    pytest.param(arbitration.QueueQuota(6, 6, borrowing_limit=10), [arbitration.QueueQuota(8, 8)], True, 0.0,
+                 id="a-busy-cohort-lends-nothing"),
+    pytest.param(arbitration.QueueQuota(6, 6, borrowing_limit=3), [arbitration.QueueQuota(8, 2)], True, 3.0,
+                 id="capped-by-the-borrowing-limit"),
+    pytest.param(arbitration.QueueQuota(6, 6), [arbitration.QueueQuota(8, 2, lending_limit=4)], True, 4.0,
+                 id="capped-by-the-lenders-lending-limit"),
+    pytest.param(arbitration.QueueQuota(6, 8), [arbitration.QueueQuota(8, 2)], True, 6.0,
+                 id="already-borrowed-counts-and-is-not-lent-twice"),
+]
+
+
+@pytest.mark.parametrize(("own", "others", "cohort", "expected"), BORROW_CASES)
+def test_kueue_borrowable(own: Any, others: Any, cohort: bool, expected: float) -> None:
+    assert arbitration.kueue_borrowable(own, others, in_cohort=cohort) == expected

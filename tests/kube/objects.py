@@ -229,22 +229,21 @@ def cluster_queue(
     borrowing_limit: str | None = None,
     flavor: str = "default-flavor",
     api_version: str = KUEUE_V1BETA2,
+    cohort: str | None = None,
 ) -> JsonObj:
     quota: JsonObj = {"name": resource, "nominalQuota": nominal}
     if borrowing_limit is not None:
         quota["borrowingLimit"] = borrowing_limit
-    return {
-        "apiVersion": api_version,
-        "kind": "ClusterQueue",
-        "metadata": _meta(name, None),
-        "spec": {
-            "namespaceSelector": {},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [
-                {"coveredResources": [resource], "flavors": [{"name": flavor, "resources": [quota]}]}
-            ],
-        },
+    spec: JsonObj = {
+        "namespaceSelector": {},
+        "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [
+            {"coveredResources": [resource], "flavors": [{"name": flavor, "resources": [quota]}]}
+        ],
     }
+    if cohort is not None:
+        spec["cohortName" if api_version == KUEUE_V1BETA2 else "cohort"] = cohort
+    return {"apiVersion": api_version, "kind": "ClusterQueue", "metadata": _meta(name, None), "spec": spec}
 
 
 def local_queue(name: str = "lq", namespace: str = "llm", cluster_queue_name: str = "cluster-queue") -> JsonObj:
