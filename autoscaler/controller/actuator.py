@@ -30,5 +30,9 @@ class KubeActuator:
     async def scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> ScaleResult:
         return await self.targets.scale(policy, decision)
 
+    async def check_scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> ScaleResult:
+        """The scale as a server-side dry run (``dryRun=All``): ownership, RBAC, admission, nothing stored."""
+        return await self.targets.scale(policy, decision, dry_run=True)
+
     async def training(self, policy: CompiledPolicy, decision: TrainingDecision) -> bool:
         return await self.gate.apply(policy, decision)

@@ -59,6 +59,7 @@ from autoscaler.core.model import (
     PolicyState,
     Reason,
     ScaleDecision,
+    TrainingAction,
     TrainingDecision,
 )
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
@@ -107,6 +108,9 @@ class Actuator(Protocol):
 
     async def scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> object: ...
     async def training(self, policy: CompiledPolicy, decision: TrainingDecision) -> object: ...
+    async def check_scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> object:
+        """The scale write as a server-side dry run: raises what the real write would (nothing is stored)."""
+        ...
 
 
 class Leadership(Protocol):
@@ -345,7 +349,8 @@ class Controller:
         committed = error is None
         if committed:
             self.states[cp.name] = new_state
-            await self.emit_events(cp, decisions)
+            # Actions told their Events as they were done (above); dry run tells all of them here.
+            await self.emit_events(cp, decisions if self.dry_run else [d for d in decisions if not _is_action(d)])
         self.telemetry.loop_latency.labels("observe").observe(t1 - t0)
         self.telemetry.loop_latency.labels("decide").observe(t2 - t1)
         t3 = self.clock.monotonic()
@@ -356,12 +361,41 @@ class Controller:
     async def _act(
         self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any, gated: int = 0
     ) -> str | None:
-        """Apply in the core's order (deactivations, the scale, reactivations); stop at the first failure."""
+        """Plan, check, commit, undo (the hand-off; numbered as in docs/controller.md):
+
+        1. plan: the core's order, deactivations, the scale, reactivations (``arbitration.in_apply_order``);
+        2. check: when training is to be stopped for a scale, the scale is first sent as a server-side dry
+           run; if it would be refused (another owner, RBAC, admission), nothing is written at all;
+        3. commit, one step at a time, each step's Event emitted as soon as it is done;
+        4. undo: if a deactivation or the scale then fails, the Workloads deactivated for it in this pass are
+           reactivated at once (their Events say so), so no training stays stopped for a scale that did not
+           happen. A failed reactivation is left to the next pass (the Workload keeps our mark).
+        """
         ordered = [d for d in arbitration.in_apply_order(decisions) if not isinstance(d, ScaleDecision) or d.changes]
+        scale = next((d for d in ordered if isinstance(d, ScaleDecision)), None)
+        stopping = [d for d in ordered if isinstance(d, TrainingDecision) and d.action is TrainingAction.DEACTIVATE]
+        if stopping and scale is not None:
+            if not self.leader.holds():
+                self.telemetry.actions.labels(cp.name, "check", "not_leader").inc()
+                return "lost leadership before acting"
+            try:
+                await self.actuator.check_scale(cp, scale)
+            except Exception as exc:
+                refused = isinstance(exc, self.actuator.refusals)
+                self.telemetry.actions.labels(cp.name, "check", "refused" if refused else "error").inc()
+                log.warning("handoff_check_failed", error=_one_line(exc))
+                message = (
+                    f"not stopping {', '.join(d.workload.key for d in stopping)}: the scale to {scale.desired} "
+                    f"would not be accepted ({_one_line(exc)})"
+                )
+                await self._event(cp, scale, "Warning", "HandoffCheckFailed", message, "Check")
+                return f"check refused: {_one_line(exc)}" if refused else f"check failed: {_one_line(exc)}"
+        stopped: list[TrainingDecision] = []
         for d in ordered:
             name = _action_name(d)
             if not self.leader.holds():
-                # Losing the lease stops acting at once: the rest of this plan is the next leader's.
+                # Losing the lease stops acting at once: the rest of this plan is the next leader's (which
+                # finds our marks on the Workloads; see the start-up sweep).
                 self.telemetry.actions.labels(cp.name, name, "not_leader").inc()
                 log.warning("not_leader", action=name)
                 return "lost leadership before acting"
@@ -376,6 +410,7 @@ class Controller:
                 self.telemetry.actions.labels(cp.name, name, "refused").inc()
                 log.warning("action_refused", action=name, error=_one_line(exc))
                 await self._event(cp, d, "Warning", "OwnershipConflict", _one_line(exc), "Refused")
+                await self._undo(cp, stopped, f"{name} was refused: {_one_line(exc)}", acted, log)
                 return f"{name} refused: {_one_line(exc)}"
             except Exception as exc:
                 if isinstance(exc, TimeoutError) and not self.leader.holds():
@@ -387,14 +422,43 @@ class Controller:
                 self.telemetry.errors.labels("act").inc()
                 log.warning("action_failed", action=name, error=_one_line(exc))
                 await self._event(cp, d, "Warning", "ActionFailed", f"{name} failed: {_one_line(exc)}", name)
+                await self._undo(cp, stopped, f"{name} failed: {_one_line(exc)}", acted, log)
                 return f"{name} failed: {_one_line(exc)}"
             acted.append(name)
             self.telemetry.actions.labels(cp.name, name, "ok").inc()
+            if _eventful(d):
+                type_: EventType = "Warning" if d.reason in WARNING_REASONS else "Normal"
+                await self._event(cp, d, type_, d.reason.value, d.message, name)
+            if isinstance(d, TrainingDecision) and d.action is TrainingAction.DEACTIVATE:
+                stopped.append(d)
             if isinstance(d, ScaleDecision):
+                stopped.clear()  # the scale went through: the stopped Workloads' chips are now serving's
                 # New replicas are gated until Kueue admits them; a scale-down removes gated ones first.
                 up, down = max(0, d.desired - d.current), max(0, d.current - d.desired)
                 self.note_in_flight(cp, max(0, gated + up - down))
         return None
+
+    async def _undo(
+        self, cp: CompiledPolicy, stopped: list[TrainingDecision], why: str, acted: list[str], log: Any
+    ) -> None:
+        """Resume, in this pass, the Workloads stopped for a step that then failed."""
+        for d in reversed(stopped):
+            undo = TrainingDecision(
+                workload=d.workload, action=TrainingAction.REACTIVATE, reason=Reason.REACTIVATE_TRAINING,
+                message=(
+                    f"reactivating {d.workload.key} at once: it was stopped for a scale that did not happen ({why})"
+                ),
+            )
+            try:
+                await self.actuator.training(cp, undo)
+            except Exception as exc:  # the mark stays on the Workload: the next pass resumes it
+                self.telemetry.actions.labels(cp.name, "undo", "error").inc()
+                log.warning("undo_failed", workload=d.workload.key, error=_one_line(exc))
+                await self._event(cp, undo, "Warning", "ActionFailed", f"undo failed: {_one_line(exc)}", "undo")
+                continue
+            acted.append("undo")
+            self.telemetry.actions.labels(cp.name, "undo", "ok").inc()
+            await self._event(cp, undo, "Normal", undo.reason.value, undo.message, "reactivate")
 
     def _report(self, cp: CompiledPolicy, obs: Observation, decisions: list[Decision], log: Any) -> None:
         for d in decisions:

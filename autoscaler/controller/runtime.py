@@ -369,6 +369,9 @@ class InvalidatingActuator:
         finally:
             self.shared.invalidate()
 
+    async def check_scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> object:
+        return await self.inner.check_scale(policy, decision)  # stores nothing: the picture stands
+
 
 def _target_ref(spec: Any) -> ObjectRef:
     ref: TargetRef = spec.target.ref()

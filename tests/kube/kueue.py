@@ -15,7 +15,9 @@ Workloads, as Kueue's cache reports them.
 
 from __future__ import annotations
 
+import asyncio
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from tests.kube.emulator import Emulator, JsonObj
@@ -197,3 +199,201 @@ class Kueue:
         }
         if cq.get("status", {}) != {**cq.get("status", {}), **status}:
             self.kube.modify(V1BETA2, "ClusterQueue", cluster_queue, status=status)
+
+
+# --- Kueue with time: the stand-in the real loop runs against ------------------------------------------------
+
+GATE = "kueue.x-k8s.io/admission"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long each step of a real cluster takes, scaled down 100× so a test of the real loop runs in seconds.
+
+    Unscaled (sources): Kueue's workload controller reacts to ``spec.active: false`` within its reconcile
+    (sub-second), then the evicted pods get ``terminationGracePeriodSeconds`` (Kubernetes default 30 s; a
+    training job uses it to save) before the quota is released → ``evict_s`` 0.3 s; the scheduler admits a
+    pending Workload on its next cycle (sub-second to ~1 s: ``estimate``) → ``admit_s`` 0.01 s; a serving pod,
+    once admitted, is scheduled, pulls its image and loads the model (1–4 min for a 9B model: ``estimate``,
+    the bundled simulator clusters use 120–245 s) → ``ready_s`` 1.2 s.
+    """
+
+    evict_s: float = 0.3
+    admit_s: float = 0.01
+    ready_s: float = 1.2
+    tick_s: float = 0.02
+
+
+@dataclass(frozen=True)
+class ServingDeployment:
+    """A Deployment whose pods Kueue manages (pod integration): one pod = one Workload of ``gpus`` chips."""
+
+    name: str
+    namespace: str = "llm"
+    gpus: int = 2
+    priority: int = 30
+
+
+class LiveKueue:
+    """Kueue, the Deployment controller and the kubelet as one background task, each step after its delay.
+
+    Every ``tick_s`` (on the event loop's clock):
+    1. Deployment controller: a Deployment with fewer pods than ``spec.replicas`` gets new pods, each with
+       Kueue's scheduling gate and a one-pod Workload (serving priority); extra pods are deleted gated ones
+       first, then the newest, with their Workloads;
+    2. workload controller: a Workload set inactive while admitted is evicted (reason ``Deactivated``)
+       ``evict_s`` after we first saw it inactive; one set active again after that gets ``Requeued=True``;
+    3. scheduler: pending active Workloads that have waited ``admit_s`` are admitted, highest priority first,
+       then oldest, while they fit (BestEffortFIFO: one that does not fit does not block smaller ones).
+       No preemption: what our controller does not stop, stays (as with Kueue preemption off);
+    4. kubelet: an admitted pod loses its gate and is Ready ``ready_s`` later; Deployment status follows.
+
+    ``violations`` collects what must never happen, checked at every tick.
+    """
+
+    def __init__(
+        self, kube: Emulator, kueue: Kueue, serving: list[ServingDeployment], *, timing: Timing | None = None,
+        cluster_queue: str = "cluster-queue",
+    ) -> None:
+        self.kube, self.kueue, self.serving = kube, kueue, serving
+        self.timing = timing or Timing()
+        self.cluster_queue = cluster_queue
+        self._inactive_since: dict[str, float] = {}
+        self._pending_since: dict[str, float] = {}
+        self._admitted_at: dict[str, float] = {}
+        self._counter = 0
+        self.ticks = 0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.step(loop.time())
+            await asyncio.sleep(self.timing.tick_s)
+
+    def step(self, now: float) -> None:
+        self.ticks += 1
+        for dep in self.serving:
+            self._deployment(dep)
+        self._evictions(now)
+        self._admissions(now)
+        for dep in self.serving:
+            self._kubelet(dep, now)
+
+    # 1. -------------------------------------------------------------------------------------------------
+    def pods(self, dep: ServingDeployment) -> list[JsonObj]:
+        return sorted(
+            (p for p in self.kube.list("v1", "Pod", dep.namespace)
+             if (p["metadata"].get("labels") or {}).get("app") == dep.name),
+            key=lambda p: int(p["metadata"]["annotations"]["ordinal"]),
+        )
+
+    def _deployment(self, dep: ServingDeployment) -> None:
+        want = int(self.kube.get("apps/v1", "Deployment", dep.name, dep.namespace)["spec"]["replicas"])
+        pods = self.pods(dep)
+        for _ in range(len(pods), want):
+            self._counter += 1
+            name = f"{dep.name}-{self._counter}"
+            pod = self.kube.add({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": dep.namespace, "labels": {"app": dep.name},
+                             "annotations": {"ordinal": str(self._counter)}},
+                "spec": {"schedulingGates": [{"name": GATE}],
+                         "containers": [{"name": "main", "image": "tgi",
+                                         "resources": {"requests": {"nvidia.com/gpu": str(dep.gpus)}}}]},
+                "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]},
+            })
+            self.kube.add({
+                "apiVersion": V1BETA2, "kind": "Workload",
+                "metadata": {"name": f"pod-{name}", "namespace": dep.namespace, "labels": {},
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
+                                                  "uid": pod["metadata"]["uid"], "controller": True}]},
+                "spec": {"queueName": "lq", "priority": dep.priority, "podSets": [{
+                    "name": "main", "count": 1,
+                    "template": {"spec": {"containers": [{"name": "main", "resources": {
+                        "requests": {"nvidia.com/gpu": str(dep.gpus)}}}]}},
+                }]},
+            })
+        if len(pods) > want:
+            # The ReplicaSet controller deletes unscheduled (gated) pods first, then the newest.
+            doomed = sorted(pods, key=lambda p: (not _gated(p), -int(p["metadata"]["annotations"]["ordinal"])))
+            for pod in doomed[: len(pods) - want]:
+                name = pod["metadata"]["name"]
+                self.kube.remove("v1", "Pod", name, dep.namespace)
+                self.kube.remove(V1BETA2, "Workload", f"pod-{name}", dep.namespace)
+                self._admitted_at.pop(name, None)
+            self.kueue.recompute(self.cluster_queue)
+
+    # 2. -------------------------------------------------------------------------------------------------
+    def _evictions(self, now: float) -> None:
+        for wl in self.kube.list(V1BETA2, "Workload"):
+            meta = wl["metadata"]
+            uid, active = meta["uid"], wl["spec"].get("active", True)
+            admitted = bool((wl.get("status") or {}).get("admission"))
+            if active:
+                self._inactive_since.pop(uid, None)
+                if _has_condition(wl, "Evicted", "Deactivated"):
+
+                    def change(obj: JsonObj) -> None:
+                        _condition(obj, "Requeued", True, "Reactivated", "The workload was reactivated")
+                        _condition(obj, "Evicted", False, "Reactivated")
+
+                    self.kube.modify(V1BETA2, "Workload", meta["name"], meta["namespace"], change)
+                continue
+            since = self._inactive_since.setdefault(uid, now)
+            if admitted and now - since >= self.timing.evict_s:
+                self.kueue.evict(meta["name"], meta["namespace"], "Deactivated", "The workload is deactivated")
+
+    # 3. -------------------------------------------------------------------------------------------------
+    def _admissions(self, now: float) -> None:
+        pending = []
+        for wl in self.kube.list(V1BETA2, "Workload"):
+            uid = wl["metadata"]["uid"]
+            if not wl["spec"].get("active", True) or (wl.get("status") or {}).get("admission"):
+                self._pending_since.pop(uid, None)
+                continue
+            since = self._pending_since.setdefault(uid, now)
+            if now - since >= self.timing.admit_s:
+                pending.append((since, wl))
+        pending.sort(key=lambda p: (-int(p[1]["spec"].get("priority", 0)), p[0], p[1]["metadata"]["name"]))
+        for _, wl in pending:
+            usage = workload_usage(wl)
+            if all(self.kueue.free(self.cluster_queue, res) >= need - 1e-9 for res, need in usage.items()):
+                self.kueue.admit(wl["metadata"]["name"], wl["metadata"]["namespace"])
+
+    # 4. -------------------------------------------------------------------------------------------------
+    def _kubelet(self, dep: ServingDeployment, now: float) -> None:
+        ready = 0
+        pods = self.pods(dep)
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            wl = self.kube.get(V1BETA2, "Workload", f"pod-{name}", dep.namespace)
+            if _gated(pod) and (wl.get("status") or {}).get("admission"):
+                self._admitted_at[name] = now
+                self.kube.modify("v1", "Pod", name, dep.namespace, lambda p: p["spec"].pop("schedulingGates", None))
+                self.kube.modify("v1", "Pod", name, dep.namespace, status={"phase": "Running"})
+            admitted = self._admitted_at.get(name)
+            if admitted is not None and now - admitted >= self.timing.ready_s:
+                if not _pod_ready(pod):
+                    self.kube.modify("v1", "Pod", name, dep.namespace,
+                                     status={"conditions": [{"type": "Ready", "status": "True"}]})
+                ready += 1
+        status = {"replicas": len(pods), "readyReplicas": ready}
+        current = self.kube.get("apps/v1", "Deployment", dep.name, dep.namespace).get("status") or {}
+        if {k: current.get(k) for k in status} != status:
+            self.kube.modify("apps/v1", "Deployment", dep.name, dep.namespace, status=status)
+
+    # what tests assert -------------------------------------------------------------------------------------
+    def gated(self) -> int:
+        """Serving pods waiting for admission right now, over every Deployment."""
+        return sum(1 for dep in self.serving for pod in self.pods(dep) if _gated(pod))
+
+    def serving_ready(self, dep: ServingDeployment) -> int:
+        return sum(1 for pod in self.pods(dep) if _pod_ready(pod))
+
+
+def _gated(pod: JsonObj) -> bool:
+    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def _pod_ready(pod: JsonObj) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions", []))

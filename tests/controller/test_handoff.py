@@ -1,0 +1,289 @@
+"""The serving↔training hand-off under the real loop, against a Kueue that takes its time.
+
+Each test runs ``Runtime.serve`` (watches, periods, probes: what ``autoscaler run`` runs) against the API-server
+emulation, with ``LiveKueue`` evicting, admitting and readying pods after delays in the ratios of a real cluster
+(``tests.kube.kueue.Timing``), on short real time. Nothing settles the world between passes: the invariants
+are checked at the moment of each write (``Emulator.after``), and the outcomes are waited for, not slept for.
+Kueue's own preemption is off, so every hand-off is our controller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import LoopClock
+from autoscaler.controller.runtime import Runtime
+from tests.controller.helpers import TgiMetrics, pool_on
+from tests.kube import objects
+from tests.kube.emulator import Emulator, Request
+from tests.kube.kueue import V1BETA2, Kueue, LiveKueue, ServingDeployment
+
+WORKLOADS = "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads/*"
+FINETUNE = "job-finetune-gemma-l4-3316f"
+
+
+def policy_text(
+    name: str, target: str, url: str, *, max_replicas: int = 3, min_run_s: float = 0, selector: str = "finetune-job"
+) -> str:
+    return f"""\
+apiVersion: autoscaler.dev/v1alpha1
+kind: ScalingPolicy
+metadata:
+  name: {name}
+spec:
+  target: {{kind: Deployment, name: {target}, namespace: llm}}
+  minReplicas: 1
+  maxReplicas: {max_replicas}
+  evaluationPeriodSeconds: 0.2
+  source: {{type: pods, endpoints: ['{url}']}}
+  signals:
+    - name: queue
+      preset: tgi.queue_size
+  policy:
+    type: queue
+    work: [queue]
+    capacityPerReplica: 10
+    behavior: {{scaleDown: {{stabilizationWindowSeconds: 0}}}}
+  capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2, minRunSeconds: {min_run_s}}}
+  preemptible:
+    - namespace: llm
+      selector: {{matchLabels: {{app: {selector}}}}}
+"""
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+@dataclass
+class World:
+    """The tutorial's cluster, live: a ClusterQueue, the fine-tune Job (4 GPUs) and TGI Deployments."""
+
+    kube: Emulator
+    api: client.ApiClient
+    kueue: Kueue
+    live: LiveKueue
+    policies: Path
+    metrics: dict[str, TgiMetrics]
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def runtime(self, identity: str = "controller-a") -> Runtime:
+        cfg = ControllerConfig.model_validate(
+            {"leaderElection": {"enabled": False}, "reloadPollSeconds": 0.1, "fastPollSeconds": 0.1}
+        )
+        clock = LoopClock()
+        return Runtime(api=self.api, config=cfg, policies_dir=self.policies, clock=clock, identity=identity,
+                       namespace="autoscaler", source=pool_on(clock))  # type: ignore[arg-type]
+
+    def start(self, rt: Runtime) -> tuple[asyncio.Event, asyncio.Task[None]]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(rt.serve(stop))
+        self.tasks.append(task)
+        return stop, task
+
+    def workload(self, name: str = FINETUNE) -> dict[str, Any]:
+        wl = self.kube.get(V1BETA2, "Workload", name, "llm")
+        return {"active": wl["spec"].get("active", True), "admitted": bool((wl.get("status") or {}).get("admission")),
+                "annotations": wl["metadata"].get("annotations") or {}}
+
+    def replicas(self, name: str) -> int:
+        return int(self.kube.get("apps/v1", "Deployment", name, "llm")["spec"]["replicas"])
+
+    def training_writes(self) -> list[bool]:
+        """``spec.active`` of every accepted training Workload patch, in order."""
+        return [
+            bool(r.body["spec"]["active"]) for r in self.kube.writes()
+            if r.method == "PATCH" and r.name == FINETUNE and r.status < 300 and "spec" in (r.body or {})
+        ]
+
+
+Builder = Callable[..., Awaitable[World]]
+
+
+@pytest.fixture
+async def make_world(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path
+) -> AsyncIterator[Builder]:
+    """Builds worlds, and stops their controllers and Kueue before the client and the emulator go away."""
+    built: list[World] = []
+
+    async def make(targets: tuple[str, ...] = ("tgi-gemma-deployment",), nominal: str = "6") -> World:
+        w = await build(kube, kube_client, kueue, tmp_path, list(targets), nominal)
+        built.append(w)
+        return w
+
+    yield make
+    for w in built:
+        for task in w.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for m in w.metrics.values():
+            await m.stop()
+
+
+@pytest.fixture
+async def world(make_world: Builder) -> World:
+    return await make_world()
+
+
+async def build(
+    kube: Emulator, api: client.ApiClient, kueue: Kueue, tmp_path: Path, targets: list[str], nominal: str = "6"
+) -> World:
+    kube.add(objects.cluster_queue(nominal=nominal))
+    kube.add(objects.local_queue())
+    job = kube.add(objects.job())
+    kube.add(objects.workload(FINETUNE, owner=job, priority=20))
+    kueue.admit(FINETUNE)
+    serving = []
+    for name in targets:
+        dep = objects.deployment(name, replicas=1, ready=0)
+        dep["spec"]["selector"] = {"matchLabels": {"app": name}}
+        dep["spec"]["template"]["metadata"]["labels"] = {"app": name}
+        dep["status"] = {"replicas": 0, "readyReplicas": 0}
+        kube.add(dep)
+        serving.append(ServingDeployment(name))
+    live = LiveKueue(kube, kueue, serving)
+    t0 = asyncio.get_running_loop().time() - 100
+    for t in (t0, t0 + 10, t0 + 20):  # the first replica is admitted and ready before the test starts
+        live.step(t)
+    metrics = {}
+    for name in targets:
+        metrics[name] = TgiMetrics()
+        await metrics[name].start()
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    return World(kube, api, kueue, live, policies, metrics)
+
+
+def run_kueue(w: World) -> None:
+    w.tasks.append(asyncio.create_task(w.live.run()))
+
+
+def watch_reactivations(w: World) -> list[int]:
+    """Every reactivation of training made while a serving pod waited for admission (must stay empty)."""
+    bad: list[int] = []
+
+    def check() -> None:
+        last: Request = w.kube.writes()[-1]
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is True and w.live.gated():
+            bad.append(w.live.gated())
+
+    w.kube.after("PATCH", WORKLOADS, check, times=10_000)
+    return bad
+
+
+async def test_no_reactivation_while_serving_waits(world: World) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    bad = watch_reactivations(w)
+    run_kueue(w)
+    w.start(w.runtime())
+    tgi.queue = 15  # 2 replicas = 4 GPUs; the fine-tune holds 4 of the 6
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert w.workload()["active"] is False
+    # The second replica waited ~evict_s for the fine-tune's eviction, then ~ready_s for its model: dozens of
+    # evaluations ran meanwhile (its own scale write and every pod change woke them). None resumed training.
+    assert w.training_writes() == [False]
+    await asyncio.sleep(0.5)  # and it stays stopped while serving needs the GPUs
+    assert w.training_writes() == [False]
+    tgi.queue = 5  # back to 1 replica: scale down, then resume
+    await until(lambda: w.workload()["active"] and w.workload()["admitted"])
+    assert w.replicas("tgi-gemma-deployment") == 1
+    assert w.training_writes() == [False, True]
+    assert bad == []
+
+
+async def test_scale_refused_after_the_check_resumes_training_in_the_same_pass(world: World) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    scale = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
+    # The dry run passes; right after it, RBAC changes and the real write gets 403.
+    w.kube.after("PATCH", scale, lambda: w.kube.deny("patch", "deployments/scale"))
+    run_kueue(w)
+    w.start(w.runtime())
+    tgi.queue = 15
+    await until(lambda: len(w.training_writes()) >= 2)
+    writes = [(r.method, r.path, r.query.get("dryRun"), r.status) for r in w.kube.writes()
+              if r.path == scale or r.name == FINETUNE]
+    assert writes[:4] == [
+        ("PATCH", scale, "All", 200),  # 2. check
+        ("PATCH", writes[1][1], None, 200),  # 3. deactivate
+        ("PATCH", scale, None, 403),  # 3. the scale, refused
+        ("PATCH", writes[1][1], None, 200),  # 4. undo, in the same pass
+    ]
+    assert w.training_writes()[:2] == [False, True]
+    reasons = [(e["reason"], e["type"]) for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
+    # Every step told: the deactivation, the refusal, the resumption.
+    assert ("DeactivateTraining", "Normal") in reasons
+    assert ("ActionFailed", "Warning") in reasons or ("OwnershipConflict", "Warning") in reasons
+    notes = [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == "ReactivateTraining"]
+    assert any("stopped for a scale that did not happen" in n for n in notes)
+    await until(lambda: w.workload()["admitted"] and w.workload()["active"])
+    # From then on the check refuses every pass: the training is never stopped again.
+    await asyncio.sleep(0.5)
+    assert w.training_writes()[2:] == []
+    assert w.replicas("tgi-gemma-deployment") == 1
+
+
+async def test_an_hpa_on_the_target_means_training_is_never_stopped(world: World) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    w.kube.add(objects.hpa("someone-elses"))
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    run_kueue(w)
+    w.start(w.runtime())
+    tgi.queue = 15
+
+    def warned() -> bool:
+        return any(e["reason"] == "HandoffCheckFailed" for e in w.kube.list("events.k8s.io/v1", "Event", "llm"))
+
+    await until(warned)
+    await asyncio.sleep(0.5)
+    assert w.training_writes() == []
+    assert w.workload()["active"] is True
+    (event,) = [e for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == "HandoffCheckFailed"]
+    assert "not stopping llm/job-finetune-gemma-l4-3316f" in event["note"]
+    assert "HorizontalPodAutoscaler someone-elses" in event["note"]
+
+
+async def test_two_policies_on_one_cluster_queue_never_ask_for_more_than_is_free(make_world: Builder) -> None:
+    # 8 GPUs: a (2) + b (2) + the fine-tune (4). Both want 3 replicas (+4 GPUs each): only the fine-tune's 4
+    # can be freed, so together they may ask for 4 more GPUs, never 8.
+    w = await make_world(("tgi-a", "tgi-b"), nominal="8")
+    kube = w.kube
+    for name in ("a", "b"):
+        text = policy_text(f"policy-{name}", f"tgi-{name}", w.metrics[f"tgi-{name}"].url)
+        (w.policies / f"{name}.yaml").write_text(text)
+    over: list[float] = []
+
+    def check() -> None:
+        asked = 2 * (w.replicas("tgi-a") + w.replicas("tgi-b"))
+        training = 4 if w.workload()["active"] else 0
+        if asked + training > 8:
+            over.append(asked + training)
+
+    kube.after("PATCH", "/apis/apps/v1/namespaces/llm/deployments/*/scale", check, times=10_000)
+    run_kueue(w)
+    w.start(w.runtime())
+    w.metrics["tgi-a"].queue = w.metrics["tgi-b"].queue = 25
+    await until(lambda: w.replicas("tgi-a") + w.replicas("tgi-b") == 4 and w.live.gated() == 0)
+    await asyncio.sleep(0.5)
+    assert over == []
+    assert w.replicas("tgi-a") + w.replicas("tgi-b") == 4
+    assert w.training_writes() == [False]
