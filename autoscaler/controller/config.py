@@ -106,6 +106,11 @@ class ControllerConfig(SpecModel):
         default=60.0, gt=0, description="/healthz fails when the control loop made no progress for this long."
     )
     reload_poll_seconds: float = Field(default=2.0, gt=0, description="How often the policies dir is checked.")
+    held_sweep_seconds: float = Field(
+        default=10.0, gt=0,
+        description="How often the Workloads this controller stopped are looked for (also at start-up and after "
+        "every policy change): one no policy covers any more is resumed once it fits.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

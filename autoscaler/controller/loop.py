@@ -43,7 +43,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from autoscaler.controller import kinds
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
@@ -57,12 +57,17 @@ from autoscaler.core.model import (
     Decision,
     Observation,
     PolicyState,
+    QuotaStatus,
     Reason,
     ScaleDecision,
     TrainingAction,
     TrainingDecision,
 )
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
+from autoscaler.core.spec import CapacitySpec
+
+if TYPE_CHECKING:  # the Kubernetes client stays out of what imports the loop
+    from autoscaler.controller.workloads import Held
 
 #: Reasons worth an Event even when the count does not change (they explain a hold the user will ask about).
 NOTABLE_HOLDS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
@@ -111,6 +116,14 @@ class Actuator(Protocol):
     async def check_scale(self, policy: CompiledPolicy, decision: ScaleDecision) -> object:
         """The scale write as a server-side dry run: raises what the real write would (nothing is stored)."""
         ...
+
+
+class Keeper(Protocol):
+    """Finds the Workloads this controller holds down, by the marks on them (``controller.workloads``)."""
+
+    async def held(self, policies: list[CompiledPolicy]) -> list[Held]: ...
+    async def quota(self, capacity: CapacitySpec) -> QuotaStatus: ...
+    async def resume_held(self, held: Held, message: str) -> bool: ...
 
 
 class Leadership(Protocol):
@@ -172,6 +185,13 @@ class Controller:
     _in_flight: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     #: Policies sharing a ClusterQueue evaluate one at a time: each decides on what the previous one did.
     _queue_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    #: Finds and resumes Workloads no policy covers any more (None: no sweep).
+    keeper: Keeper | None = None
+    sweep_s: float = 10.0
+    #: What the last sweep found held down (``observe`` and the metrics show it).
+    held: list[Held] = field(default_factory=list)
+    _next_sweep: float = 0.0
+    _swept_policies: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         self._log = get_logger(component="loop")
@@ -202,6 +222,7 @@ class Controller:
         policies = list(self.store.policies.values())
         prepared = await self.prepare(policies)
         self._note_prepared(prepared)
+        await self.sweep()
         outcomes = await asyncio.gather(
             *(self.evaluate(cp, "once", prepared=prepared.get(cp.name)) for cp in policies)
         )
@@ -275,6 +296,63 @@ class Controller:
             if not probe or outcome.committed:
                 self.outcomes[cp.name] = outcome
             return outcome
+
+    # held Workloads ------------------------------------------------------------------------------------
+    async def sweep(self) -> int:
+        """Find every Workload this controller holds down; resume, once it fits, each that no policy covers
+        any more. At start-up, after every change of the policy set, and every ``sweep_s``. Returns how many
+        were resumed."""
+        if self.keeper is None or self.dry_run or not self.leader.holds():
+            return 0
+        self._swept_policies = frozenset(self.store.policies)
+        self._next_sweep = self.clock.monotonic() + self.sweep_s
+        try:
+            self.held = await self.keeper.held(list(self.store.policies.values()))
+        except Exception as exc:
+            self.telemetry.errors.labels("sweep").inc()
+            self._log.warning("sweep_failed", error=_one_line(exc))
+            return 0
+        uncovered: dict[tuple[str, str], list[Held]] = {}
+        for h in self.held:
+            if not h.covered and h.cluster_queue and h.resource:
+                uncovered.setdefault((h.cluster_queue, h.resource), []).append(h)
+        resumed = 0
+        for (cq, res), hs in sorted(uncovered.items()):
+            # Serving on this ClusterQueue waits first: the policies that share it go one at a time with us.
+            async with self._queue_locks.setdefault((cq, res), asyncio.Lock()):
+                try:
+                    quota = await self.keeper.quota(CapacitySpec(cluster_queue=cq, resource=res, per_replica=1))
+                except Exception as exc:
+                    self.telemetry.errors.labels("sweep").inc()
+                    self._log.warning("sweep_failed", cluster_queue=cq, error=_one_line(exc))
+                    continue
+                pending = sum(self._in_flight.get((cq, res), {}).values())
+                quota = dataclasses.replace(quota, pending=pending)
+                by_uid = {h.workload.uid: h for h in hs}
+                for d in arbitration.resume_uncovered(
+                    held=[h.workload for h in hs], quota=quota, claimed=hs[0].claimed
+                ):
+                    try:
+                        done = await self.keeper.resume_held(by_uid[d.workload.uid], d.message)
+                    except Exception as exc:
+                        self.telemetry.errors.labels("act").inc()
+                        self._log.warning("resume_failed", workload=d.workload.key, error=_one_line(exc))
+                        continue
+                    if done:
+                        resumed += 1
+                        self._log.info("decision", reason=d.reason.value, message=d.message,
+                                       workload=d.workload.key, action=d.action.value, dry_run=False)
+                        if self.events is not None:
+                            w = d.workload
+                            ref = ObjectRef("kueue.x-k8s.io/v1beta1", "Workload", w.namespace, w.name, w.uid)
+                            await self.events.record(ref, type_="Normal", reason=d.reason.value, message=d.message,
+                                                     action="reactivate")
+        return resumed
+
+    def _sweep_due(self) -> bool:
+        return self.keeper is not None and (
+            self.clock.monotonic() >= self._next_sweep or self._swept_policies != frozenset(self.store.policies)
+        )
 
     # the pass ledger ----------------------------------------------------------------------------------
     def note_in_flight(self, cp: CompiledPolicy, gated: int) -> None:
@@ -520,6 +598,8 @@ class Controller:
                 pending = {n: w for n, w in self._pending.items() if n in policies}
                 self._pending.clear()
                 batch = dict.fromkeys(due, "period") | pending
+                if self._sweep_due():
+                    await self.sweep()
                 if batch:
                     prepared = await self.prepare(policies[n] for n in batch)
                     self._note_prepared(prepared)

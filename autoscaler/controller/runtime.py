@@ -135,6 +135,7 @@ class Runtime:
             store=self.store, observer=self.observer, actuator=self.actuator, telemetry=self.telemetry,
             clock=self.clock, leader=leader, events=self.events, dry_run=self.dry_run,
             fast_poll_s=cfg.fast_poll_seconds, pass_deadline_s=cfg.pass_deadline_seconds,
+            keeper=kube_actuator.gate, sweep_s=cfg.held_sweep_seconds,
         )
         self.watchers: dict[WatchSpec, tuple[Watcher, asyncio.Task[None]]] = {}
         self._tasks: set[asyncio.Task[ReloadResult]] = set()

@@ -25,7 +25,9 @@ Both Kueue API versions are supported: v1beta2 first, v1beta1 when the server do
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,9 +35,11 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from autoscaler.controller import kinds
 from autoscaler.controller.kube import (
     DEFAULT_RETRY,
     MERGE_PATCH,
+    Forbidden,
     NotFound,
     Refusal,
     RetryPolicy,
@@ -64,6 +68,11 @@ PREEMPTED_AT = "autoscaler.dev/preempted-at"
 #: On the Workload: when this controller last resumed it (the minimum run time after a resume).
 RESUMED_AT = "autoscaler.dev/resumed-at"
 PREEMPTION_MEMORY_S = 3600.0
+#: On the Workload, JSON: what it was stopped for, by stable identities: ``{"target": "Deployment/ns/name",
+#: "targetUID": ..., "clusterQueue": ..., "resource": ...}``. Kept after a resume (the ClusterQueue it claims
+#: room in until Kueue admits it). A restarted controller, or one whose policy was deleted, renamed or had its
+#: selector changed, finds every Workload it holds down from these marks alone (``KueueGate.held``).
+HELD_FOR = "autoscaler.dev/held-for"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
 
@@ -86,6 +95,36 @@ OWNER_KINDS = (
     OwnerKind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     OwnerKind("ray.io", "v1", "rayjobs", "RayJob"),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A Workload this controller holds down, as its marks record it (see ``HELD_FOR``)."""
+
+    workload: TrainingWorkload
+    cluster_queue: str
+    resource: str
+    #: The policy that stopped it (informational: policies are found again by what they select).
+    policy: str
+    target: str
+    target_uid: str
+    reason: str
+    held_s: float | None
+    #: A current policy's ``preemptible`` selection covers it (that policy resumes it); else the sweep does.
+    covered: bool
+    #: Chips of Workloads we resumed on the same ClusterQueue that Kueue has not admitted yet.
+    claimed: float = 0.0
+
+
+def _held_info(annotations: dict[str, str]) -> JsonObj | None:
+    text = annotations.get(HELD_FOR)
+    if text is None:
+        return {} if DEACTIVATED_BY in annotations else None  # marked by a version without HELD_FOR
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 class UnresolvableWorkload(Refusal):
@@ -210,6 +249,8 @@ class KueueGate:
         self.owner_kinds = owner_kinds
         self._custom: Any = client.CustomObjectsApi(api)
         self._version: str | None = None
+        #: Namespaces where a held Workload was seen (for ``held`` when cluster-wide lists are forbidden).
+        self._held_namespaces: set[str] = set()
 
     # --- Kueue API version ---------------------------------------------------------------------------------
 
@@ -321,7 +362,7 @@ class KueueGate:
             active=bool(spec.get("active", True)),
             admitted=is_admitted(wl),
             uid=meta.get("uid", ""),
-            deactivated_by_us=annotations.get(DEACTIVATED_BY) == owner,
+            deactivated_by_us=DEACTIVATED_BY in annotations,
             since_checkpoint_s=None if checkpoint is None else max(0.0, now - checkpoint),
             preempted_at=tuple(
                 t for t in _parse_times(annotations.get(PREEMPTED_AT)) if now - t < PREEMPTION_MEMORY_S
@@ -403,11 +444,7 @@ class KueueGate:
                 DEACTIVATED_BY: owner, DEACTIVATED_REASON: reason[:1000], DEACTIVATED_AT: stamp,
                 PREEMPTED_AT: ",".join(_stamp(t) for t in [*history, now]),
             }
-            if annotations.get(DEACTIVATED_BY) not in (None, owner):
-                raise UnresolvableWorkload(
-                    f"Workload {workload.key} is marked {DEACTIVATED_BY}={annotations[DEACTIVATED_BY]}; "
-                    f"policy {owner} leaves it alone"
-                )
+            new_annotations[HELD_FOR] = json.dumps(await self._held_for(spec), sort_keys=True)
             await self._patch(wl, {"annotations": new_annotations}, active=False)
             return True
 
@@ -419,12 +456,93 @@ class KueueGate:
         async def attempt() -> bool:
             wl = await self._read_own(spec, workload, owner)
             annotations = (wl.get("metadata") or {}).get("annotations") or {}
-            if annotations.get(DEACTIVATED_BY) != owner:
+            if DEACTIVATED_BY not in annotations:
                 if (wl.get("spec") or {}).get("active", True):
                     return False  # already running and not marked: nothing to do
                 raise UnresolvableWorkload(
-                    f"Workload {workload.key} was not deactivated by policy {owner}; it will not resume it"
+                    f"Workload {workload.key} was not deactivated by this controller; policy {owner} will not "
+                    "resume it"
                 )
+            cleared: dict[str, str | None] = dict.fromkeys((DEACTIVATED_BY, DEACTIVATED_REASON, DEACTIVATED_AT))
+            await self._patch(wl, {"annotations": {**cleared, RESUMED_AT: _stamp(self.now())}}, active=True)
+            return True
+
+        return await retrying(self.retry, attempt)
+
+    async def _held_for(self, spec: Spec) -> JsonObj:
+        """The stable identities a deactivation is recorded under (the target's UID read now)."""
+        assert spec.capacity is not None
+        ref = spec.target.ref()
+        try:
+            target = await get_json(self.api, kinds.of(ref.kind).object_path(ref))
+            uid = str((target.get("metadata") or {}).get("uid") or "")
+        except NotFound:
+            uid = ""
+        return {"target": ref.key, "targetUID": uid, "clusterQueue": spec.capacity.cluster_queue,
+                "resource": spec.capacity.resource}
+
+    async def held(self, policies: list[CompiledPolicy]) -> list[Held]:
+        """Every Workload this controller holds down (its mark, still inactive), and whether a current policy's
+        ``preemptible`` selection still covers it. Listed cluster-wide when allowed, else in the namespaces of
+        the policies and of every Workload seen held before (``controller/workloads`` RBAC is per namespace)."""
+        version = await self.version()
+        covered: set[str] = set()
+        for cp in policies:
+            if cp.policy.spec.capacity is not None:
+                covered.update(w.uid for w in await self.find(cp.policy.spec, owner=cp.name))
+        try:
+            listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "workloads"))
+            items: list[JsonObj] = listed.get("items") or []
+        except (Forbidden, NotFound):
+            namespaces = {p.namespace for cp in policies for p in cp.policy.spec.preemptible} | self._held_namespaces
+            items = []
+            for ns in sorted(namespaces):
+                items.extend(await self._list_workloads(ns))
+        now = self.now()
+        out: list[Held] = []
+        claims: dict[tuple[str, str], float] = {}
+        for wl in items:
+            meta, annotations = wl.get("metadata") or {}, (wl.get("metadata") or {}).get("annotations") or {}
+            info = _held_info(annotations)
+            if info is None:
+                continue
+            cq, res = str(info.get("clusterQueue") or ""), str(info.get("resource") or "")
+            active, admitted = bool((wl.get("spec") or {}).get("active", True)), is_admitted(wl)
+            if active and not admitted:
+                claims[(cq, res)] = claims.get((cq, res), 0.0) + workload_chips(wl, res)  # resumed, not admitted
+            if DEACTIVATED_BY not in annotations or active:
+                continue
+            self._held_namespaces.add(str(meta.get("namespace")))
+            stopped = _parse_time(annotations.get(DEACTIVATED_AT))
+            out.append(Held(
+                workload=TrainingWorkload(
+                    namespace=str(meta.get("namespace")), name=str(meta.get("name")), priority=await self._priority(wl),
+                    chips=round(workload_chips(wl, res)), active=False, admitted=admitted,
+                    uid=str(meta.get("uid") or ""), deactivated_by_us=True,
+                ),
+                cluster_queue=cq, resource=res, policy=str(annotations.get(DEACTIVATED_BY)),
+                target=str(info.get("target") or ""), target_uid=str(info.get("targetUID") or ""),
+                reason=str(annotations.get(DEACTIVATED_REASON) or ""),
+                held_s=None if stopped is None else max(0.0, now - stopped),
+                covered=str(meta.get("uid")) in covered,
+            ))
+        return [dataclasses.replace(h, claimed=claims.get((h.cluster_queue, h.resource), 0.0)) for h in out]
+
+    async def resume_held(self, held: Held, message: str) -> bool:
+        """Resume a Workload no policy covers any more: same UID, still marked by us, still inactive."""
+
+        async def attempt() -> bool:
+            w = held.workload
+            try:
+                wl: JsonObj = await call(self._custom.get_namespaced_custom_object(
+                    KUEUE_GROUP, await self.version(), w.namespace, "workloads", w.name))
+            except NotFound:
+                return False
+            annotations = (wl.get("metadata") or {}).get("annotations") or {}
+            if (wl.get("metadata") or {}).get("uid") != w.uid or DEACTIVATED_BY not in annotations:
+                return False
+            if (wl.get("spec") or {}).get("active", True):
+                return False
             cleared: dict[str, str | None] = dict.fromkeys((DEACTIVATED_BY, DEACTIVATED_REASON, DEACTIVATED_AT))
             await self._patch(wl, {"annotations": {**cleared, RESUMED_AT: _stamp(self.now())}}, active=True)
             return True

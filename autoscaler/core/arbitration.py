@@ -335,6 +335,33 @@ def _reactivate(
     return Plan(desired=desired, training=tuple(decisions))
 
 
+def resume_uncovered(
+    *, held: Sequence[TrainingWorkload], quota: QuotaStatus, claimed: float = 0.0
+) -> list[TrainingDecision]:
+    """Workloads this controller stopped that no policy covers any more (its policy was deleted or renamed, or
+    its selector changed) are resumed by transition 3's rule: never while serving waits for admission on the
+    ClusterQueue (``quota.pending``), highest priority first, while they fit in what is free less what
+    Workloads resumed earlier still claim (``claimed``); one that does not fit stops the rest."""
+    if quota.pending > _EPS:
+        return []
+    room = quota.free - claimed
+    out: list[TrainingDecision] = []
+    for w in sorted(held, key=lambda w: (-w.priority, w.key)):
+        needs = 0 if w.admitted else w.chips
+        if needs > room + _EPS:
+            break
+        room -= needs
+        out.append(TrainingDecision(
+            workload=w, action=TrainingAction.REACTIVATE, reason=Reason.REACTIVATE_TRAINING,
+            message=(
+                f"reactivating {w.key} ({w.chips} {quota.resource}): no policy covers it any more (deleted, "
+                f"renamed or its preemptible selector changed) and {_units(room + needs)} {quota.resource} are "
+                f"free in ClusterQueue {quota.cluster_queue} with no serving replica waiting"
+            ),
+        ))
+    return out
+
+
 def in_apply_order(decisions: Sequence[Decision]) -> list[Decision]:
     """The order every caller applies one evaluation's decisions in: deactivations, then the scale, then
     reactivations. Stopping training before asking for replicas lets the stopped Workloads' quota go to the

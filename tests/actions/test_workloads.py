@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from autoscaler.controller.workloads import (
     DEACTIVATED_AT,
     DEACTIVATED_BY,
     DEACTIVATED_REASON,
+    HELD_FOR,
     PREEMPTED_AT,
     RESUMED_AT,
     KueueGate,
@@ -167,6 +169,7 @@ async def test_deactivate_then_a_restarted_gate_reactivates(
     kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
 ) -> None:
     tutorial(kube, kueue)
+    target = kube.add(objects.deployment())
     cp = policy()
     first = gate(kube_client)
     (wl,) = (await first.training(cp))[0]
@@ -181,6 +184,11 @@ async def test_deactivate_then_a_restarted_gate_reactivates(
             "annotations": {
                 DEACTIVATED_BY: "tgi-gemma", DEACTIVATED_REASON: "serving needs 2 GPUs",
                 DEACTIVATED_AT: "2026-11-30T10:00:00Z", PREEMPTED_AT: "2026-11-30T10:00:00Z",
+                # What it was stopped for, by stable identities: found again whatever happens to the policy.
+                HELD_FOR: json.dumps({
+                    "clusterQueue": "cluster-queue", "resource": objects.GPU,
+                    "target": "Deployment/llm/tgi-gemma-deployment", "targetUID": target["metadata"]["uid"],
+                }, sort_keys=True),
             },
         },
         "spec": {"active": False},
@@ -266,7 +274,7 @@ async def test_never_resumes_what_someone_else_stopped(
     (wl,) = (await g.training(cp))[0]
     assert wl.deactivated_by_us is False
     kube.strict = True
-    with pytest.raises(UnresolvableWorkload, match="was not deactivated by policy tgi-gemma"):
+    with pytest.raises(UnresolvableWorkload, match="was not deactivated by this controller"):
         await g.reactivate(cp.policy.spec, wl, owner=cp.name)
     # Nor does another policy's deactivation count as ours.
     assert await g.deactivate(cp.policy.spec, wl, owner=cp.name) is False

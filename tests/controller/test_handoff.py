@@ -82,7 +82,8 @@ class World:
 
     def runtime(self, identity: str = "controller-a") -> Runtime:
         cfg = ControllerConfig.model_validate(
-            {"leaderElection": {"enabled": False}, "reloadPollSeconds": 0.1, "fastPollSeconds": 0.1}
+            {"leaderElection": {"enabled": False}, "reloadPollSeconds": 0.1, "fastPollSeconds": 0.1,
+             "heldSweepSeconds": 0.2}
         )
         clock = LoopClock()
         return Runtime(api=self.api, config=cfg, policies_dir=self.policies, clock=clock, identity=identity,
@@ -228,12 +229,16 @@ async def test_scale_refused_after_the_check_resumes_training_in_the_same_pass(w
         ("PATCH", writes[1][1], None, 200),  # 4. undo, in the same pass
     ]
     assert w.training_writes()[:2] == [False, True]
+
+    def notes(reason: str) -> list[str]:
+        return [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == reason]
+
+    # The undo's Event follows its write.
+    await until(lambda: any("stopped for a scale that did not happen" in n for n in notes("ReactivateTraining")))
     reasons = [(e["reason"], e["type"]) for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
     # Every step told: the deactivation, the refusal, the resumption.
     assert ("DeactivateTraining", "Normal") in reasons
     assert ("ActionFailed", "Warning") in reasons or ("OwnershipConflict", "Warning") in reasons
-    notes = [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == "ReactivateTraining"]
-    assert any("stopped for a scale that did not happen" in n for n in notes)
     await until(lambda: w.workload()["admitted"] and w.workload()["active"])
     # From then on the check refuses every pass: the training is never stopped again.
     await asyncio.sleep(0.5)
@@ -287,3 +292,131 @@ async def test_two_policies_on_one_cluster_queue_never_ask_for_more_than_is_free
     assert over == []
     assert w.replicas("tgi-a") + w.replicas("tgi-b") == 4
     assert w.training_writes() == [False]
+
+
+def stranded(w: World) -> list[str]:
+    """Training Workloads stopped (or still marked by us) although serving no longer needs their chips."""
+    out = []
+    for wl in w.kube.list(V1BETA2, "Workload", "llm"):
+        if wl["metadata"]["name"].startswith("pod-"):
+            continue
+        annotations = wl["metadata"].get("annotations") or {}
+        if not wl["spec"].get("active", True) or "autoscaler.dev/deactivated-by" in annotations:
+            out.append(wl["metadata"]["name"])
+    return out
+
+
+def kill_after(w: World, method: str, path: str, when: Callable[[Request], bool], task: asyncio.Task[None]) -> None:
+    """Cancel the controller right after the first request that matches (an abrupt kill mid-hand-off)."""
+    done = False
+
+    def hook() -> None:
+        nonlocal done
+        last = w.kube.requests[-1]
+        if not done and when(last):
+            done = True
+            task.cancel()
+
+    w.kube.after(method, path, hook, times=10_000)
+
+
+SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
+
+
+def _replicas_to(n: int) -> Callable[[Request], bool]:
+    return lambda r: r.query.get("dryRun") is None and r.status < 300 and r.body["spec"]["replicas"] == n
+
+
+KILL_POINTS = [
+    pytest.param("PATCH", WORKLOADS, lambda r: r.status < 300 and r.body["spec"]["active"] is False,
+                 id="after-deactivate-before-scale"),
+    pytest.param("PATCH", SCALE, lambda r: r.query.get("dryRun") == "All", id="after-the-check-before-deactivate"),
+    pytest.param("PATCH", SCALE, _replicas_to(2), id="after-scale-up-before-eviction"),
+    pytest.param("PATCH", SCALE, _replicas_to(1), id="after-scale-down-before-reactivate"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "when"), KILL_POINTS)
+async def test_killed_at_each_step_strands_nothing_after_a_restart(
+    world: World, method: str, path: str, when: Callable[[Request], bool]
+) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    bad = watch_reactivations(w)
+    run_kueue(w)
+    _, first = w.start(w.runtime("controller-a"))
+    kill_after(w, method, path, when, first)
+    tgi.queue = 15
+    scale_down = "scale-down" in str(when) or when is KILL_POINTS[3].values[2]
+    if scale_down:
+        await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+        tgi.queue = 5
+    await until(first.done)
+    # A new controller process: nothing in memory, only what is in the cluster.
+    w.start(w.runtime("controller-b"))
+    if not scale_down:
+        await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+        assert w.workload()["active"] is False
+        assert w.training_writes().count(False) <= 1, "never stopped twice"
+        tgi.queue = 5
+    await until(lambda: not stranded(w) and w.workload()["admitted"])
+    assert w.replicas("tgi-gemma-deployment") == 1
+    assert bad == []
+
+
+async def test_a_renamed_policy_resumes_what_the_old_name_stopped(world: World) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    run_kueue(w)
+    rt = w.runtime()
+    w.start(rt)
+    tgi.queue = 15
+    await until(lambda: w.workload()["active"] is False)
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-renamed", "tgi-gemma-deployment", tgi.url))
+    await until(lambda: "tgi-renamed" in rt.store.policies)
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    tgi.queue = 5
+    await until(lambda: not stranded(w) and w.workload()["admitted"])
+    assert w.training_writes() == [False, True]
+
+
+@pytest.mark.parametrize("change", ["delete", "selector"])
+async def test_a_policy_deleted_or_narrowed_mid_handoff_leaves_nothing_stranded(world: World, change: str) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    policy = w.policies / "tgi.yaml"
+    policy.write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    bad = watch_reactivations(w)
+    run_kueue(w)
+    rt = w.runtime()
+    w.start(rt)
+    tgi.queue = 15
+    await until(lambda: w.workload()["active"] is False)  # mid-hand-off: stopped, second replica not admitted
+    if change == "delete":
+        policy.unlink()
+        await until(lambda: not rt.store.policies)
+    else:
+        policy.write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url, selector="something-else"))
+        await until(lambda: rt.store.policies["tgi-gemma"].policy.spec.preemptible[0].selector.match_labels
+                    == {"app": "something-else"})
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    await asyncio.sleep(0.6)  # several sweeps: the 4 GPUs are serving's now, the fine-tune does not fit
+    assert w.workload()["active"] is False
+    held = {h.workload.name: h for h in rt.controller.held}
+    assert held[FINETUNE].covered is False
+    assert held[FINETUNE].target == "Deployment/llm/tgi-gemma-deployment"
+    if change == "delete":
+        # Nobody scales the Deployment any more: its owner does, by hand.
+        w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
+    else:
+        tgi.queue = 5
+    await until(lambda: not stranded(w) and w.workload()["admitted"])
+    assert bad == []
+
+    def told() -> bool:
+        events = w.kube.list("events.k8s.io/v1", "Event", "llm")
+        return any("no policy covers it any more" in e["note"] for e in events if e["reason"] == "ReactivateTraining")
+
+    await until(told)
