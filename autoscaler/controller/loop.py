@@ -222,10 +222,10 @@ class Controller:
         policies = list(self.store.policies.values())
         prepared = await self.prepare(policies)
         self._note_prepared(prepared)
-        await self.sweep()
         outcomes = await asyncio.gather(
             *(self.evaluate(cp, "once", prepared=prepared.get(cp.name)) for cp in policies)
         )
+        await self.sweep()
         await self._after_pass([cp.name for cp in policies])
         self.telemetry.tick()
         return all(o.ok for o in outcomes)

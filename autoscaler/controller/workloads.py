@@ -485,7 +485,10 @@ class KueueGate:
         """Every Workload this controller holds down (its mark, still inactive), and whether a current policy's
         ``preemptible`` selection still covers it. Listed cluster-wide when allowed, else in the namespaces of
         the policies and of every Workload seen held before (``controller/workloads`` RBAC is per namespace)."""
-        version = await self.version()
+        try:
+            version = await self.version()
+        except NotFound:
+            return []  # Kueue is not installed: nothing can be held
         covered: set[str] = set()
         for cp in policies:
             if cp.policy.spec.capacity is not None:
