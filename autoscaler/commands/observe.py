@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autoscaler.core.sourcespec import SourceSpec
-    from autoscaler.sources.command import PodLookup, ReplicaLookup
+    from autoscaler.sources.command import Lookups
 
 
 def register(sub: Any) -> None:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     return command.run_observe(args)
 
 
-def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]:
+def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[Lookups]:
     """Replica and pod lookups against a cluster, with the controller's target reader."""
     from autoscaler.controller import lookups  # noqa: PLC0415 - the Kubernetes client (~0.5 s), only for a cluster
 

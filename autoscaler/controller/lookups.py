@@ -8,21 +8,24 @@ in, so ``observe`` run against a cluster sees the replicas and pods exactly as `
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 
 from autoscaler.controller import kube
 from autoscaler.controller.targets import ScaleTarget
+from autoscaler.controller.workloads import KueueGate
+from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import ReplicaStatus, TargetRef
+from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import (
     ClusterUnavailable,
     ClusterUnreachable,
     LookupFailed,
-    PodLookup,
-    ReplicaLookup,
+    Lookups,
 )
 
 #: How long one target's read may take before observe calls the count unknown.
@@ -33,7 +36,7 @@ _OBSERVER = "autoscaler-observe"
 
 
 @asynccontextmanager
-async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[tuple[ReplicaLookup, PodLookup]]:
+async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[Lookups]:
     """Lookups against the cluster of ``kubeconfig`` (else ``$KUBECONFIG``, in-cluster, ``~/.kube/config``)."""
     try:
         api = await kube.connect(kubeconfig)
@@ -75,7 +78,20 @@ async def cluster_lookups(kubeconfig: str | None) -> AsyncIterator[tuple[Replica
             raise got
         return got[0]
 
+    gate = KueueGate(api)
+
+    async def held(policies: Sequence[ScalingPolicy]) -> list[dict[str, Any]]:
+        """The Workloads the controller holds down, as ``autoscaler run`` finds them (``KueueGate.held``)."""
+        found = await gate.held([compile_policy(p) for p in policies])
+        return [
+            {"workload": h.workload.key, "uid": h.workload.uid, "chips": h.workload.chips, "resource": h.resource,
+             "cluster_queue": h.cluster_queue, "admitted": h.workload.admitted, "held_s": h.held_s,
+             "policy": h.policy, "target": h.target, "target_uid": h.target_uid, "covered": h.covered,
+             "reason": h.reason}
+            for h in found
+        ]
+
     try:
-        yield replicas, pods
+        yield Lookups(replicas, pods, held)
     finally:
         await api.close()

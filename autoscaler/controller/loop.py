@@ -326,7 +326,7 @@ class Controller:
                     self.telemetry.errors.labels("sweep").inc()
                     self._log.warning("sweep_failed", cluster_queue=cq, error=_one_line(exc))
                     continue
-                pending = sum(self._in_flight.get((cq, res), {}).values())
+                pending = self._pending_on((cq, res)) + max(h.waiting for h in hs)
                 quota = dataclasses.replace(quota, pending=pending)
                 by_uid = {h.workload.uid: h for h in hs}
                 for d in arbitration.resume_uncovered(
@@ -375,15 +375,18 @@ class Controller:
         if queue is None or obs.quota is None:
             return obs
         self.note_in_flight(cp, obs.replicas.gated)
-        own = cp.policy.spec.target.ref().key
+        pending = self._pending_on(queue, besides=cp.policy.spec.target.ref().key)
+        return dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending))
+
+    def _pending_on(self, queue: tuple[str, str], *, besides: str | None = None) -> float:
+        """Serving chips asked for and not admitted on ``queue``, over the targets of current policies."""
         live = {
             other.policy.spec.target.ref().key for other in self.store.policies.values() if _queue_key(other) == queue
         }
         ledger = self._in_flight.get(queue, {})
         for key in [k for k in ledger if k not in live]:
             ledger.pop(key)  # its policy is gone: nobody will update it again
-        pending = sum(v for k, v in ledger.items() if k != own)
-        return dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending))
+        return sum(v for k, v in ledger.items() if k != besides)
 
     async def _evaluate(
         self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None

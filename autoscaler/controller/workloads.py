@@ -114,6 +114,9 @@ class Held:
     covered: bool
     #: Chips of Workloads we resumed on the same ClusterQueue that Kueue has not admitted yet.
     claimed: float = 0.0
+    #: Chips of higher-priority Workloads waiting for admission in its LocalQueue (serving pods, say): they
+    #: get the room first, so it is not resumed while they wait.
+    waiting: float = 0.0
 
 
 def _held_info(annotations: dict[str, str]) -> JsonObj | None:
@@ -251,6 +254,8 @@ class KueueGate:
         self._version: str | None = None
         #: Namespaces where a held Workload was seen (for ``held`` when cluster-wide lists are forbidden).
         self._held_namespaces: set[str] = set()
+        #: Whether to try one cluster-wide list (granted only by an opt-in ClusterRole; see docs/controller.md).
+        self._list_all = True
 
     # --- Kueue API version ---------------------------------------------------------------------------------
 
@@ -493,14 +498,21 @@ class KueueGate:
         for cp in policies:
             if cp.policy.spec.capacity is not None:
                 covered.update(w.uid for w in await self.find(cp.policy.spec, owner=cp.name))
-        try:
-            listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "workloads"))
-            items: list[JsonObj] = listed.get("items") or []
-        except (Forbidden, NotFound):
+        items: list[JsonObj] | None = None
+        if self._list_all:
+            try:
+                listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "workloads"))
+                items = listed.get("items") or []
+            except (Forbidden, NotFound):
+                self._list_all = False  # the shipped RBAC grants Workloads per namespace: do not ask again
+        if items is None:
             namespaces = {p.namespace for cp in policies for p in cp.policy.spec.preemptible} | self._held_namespaces
             items = []
             for ns in sorted(namespaces):
-                items.extend(await self._list_workloads(ns))
+                try:
+                    items.extend(await self._list_workloads(ns))
+                except (Forbidden, NotFound):
+                    continue  # a namespace we may no longer read
         now = self.now()
         out: list[Held] = []
         claims: dict[tuple[str, str], float] = {}
@@ -529,7 +541,23 @@ class KueueGate:
                 held_s=None if stopped is None else max(0.0, now - stopped),
                 covered=str(meta.get("uid")) in covered,
             ))
-        return [dataclasses.replace(h, claimed=claims.get((h.cluster_queue, h.resource), 0.0)) for h in out]
+        queued = [
+            (q, str((q.get("metadata") or {}).get("namespace")), (q.get("spec") or {}).get("queueName"))
+            for q in items if (q.get("spec") or {}).get("active", True) and not is_admitted(q)
+        ]
+        result = []
+        for h in out:
+            wl_queue = next((i.get("spec") or {}).get("queueName") for i in items
+                            if (i.get("metadata") or {}).get("uid") == h.workload.uid)
+            waiting = 0.0
+            for q, q_ns, q_queue in queued:
+                same_queue = q_ns == h.workload.namespace and q_queue == wl_queue
+                if same_queue and await self._priority(q) > h.workload.priority:
+                    waiting += workload_chips(q, h.resource)
+            result.append(dataclasses.replace(
+                h, claimed=claims.get((h.cluster_queue, h.resource), 0.0), waiting=waiting
+            ))
+        return result
 
     async def resume_held(self, held: Held, message: str) -> bool:
         """Resume a Workload no policy covers any more: same UID, still marked by us, still inactive."""

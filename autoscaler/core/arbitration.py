@@ -340,14 +340,17 @@ def resume_uncovered(
 ) -> list[TrainingDecision]:
     """Workloads this controller stopped that no policy covers any more (its policy was deleted or renamed, or
     its selector changed) are resumed by transition 3's rule: never while serving waits for admission on the
-    ClusterQueue (``quota.pending``), highest priority first, while they fit in what is free less what
-    Workloads resumed earlier still claim (``claimed``); one that does not fit stops the rest."""
+    ClusterQueue (``quota.pending``), highest priority first, while their chips are free (less what Workloads
+    resumed earlier still claim, ``claimed``; one not evicted yet waits until it is); one that does not fit
+    stops the rest."""
     if quota.pending > _EPS:
         return []
     room = quota.free - claimed
     out: list[TrainingDecision] = []
     for w in sorted(held, key=lambda w: (-w.priority, w.key)):
-        needs = 0 if w.admitted else w.chips
+        # Even if not evicted yet, its chips count as needed: with no policy left, nobody knows who they were
+        # freed for, so it waits until they are free again.
+        needs = w.chips
         if needs > room + _EPS:
             break
         room -= needs

@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from prometheus_api_client import PrometheusConnect
@@ -54,7 +54,19 @@ ReplicaLookup = Callable[[TargetRef], Awaitable[ReplicaStatus | None]]
 PodLookup = Callable[[TargetRef], Awaitable[tuple[PodRef, ...]]]
 
 #: Opens lookups against a cluster from an optional kubeconfig path; raises ``ClusterUnavailable``.
-ClusterLookups = Callable[[str | None], AbstractAsyncContextManager[tuple[ReplicaLookup, PodLookup]]]
+#: The Workloads the controller holds down (its marks on them), for the policies shown; one dict per Workload.
+HeldLookup = Callable[[Sequence[ScalingPolicy]], Awaitable[list[dict[str, Any]]]]
+
+
+class Lookups(NamedTuple):
+    """What ``observe`` reads from a cluster."""
+
+    replicas: ReplicaLookup
+    pods: PodLookup
+    held: HeldLookup | None = None
+
+
+ClusterLookups = Callable[[str | None], AbstractAsyncContextManager[Lookups]]
 
 #: The controller config's ``defaultSource`` from a config file (``--config``), as ``run`` reads it; raises
 #: ``UsageError``. The command-line layer passes the controller's loader in (this layer may not import it).
@@ -143,8 +155,10 @@ async def observe_once(
     pods: PodLookup = _no_pods,
     clock: Callable[[], float] = time.time,
     default_source: SourceSpec | None = None,
+    held: HeldLookup | None = None,
 ) -> dict[str, Any]:
-    """One observation of every policy: ``{"targets": [...]}`` as ``observe --json`` prints it."""
+    """One observation of every policy: ``{"targets": [...]}`` as ``observe --json`` prints it, and, against a
+    cluster, ``"held"``: the Workloads the controller holds down and why."""
     targets = [p.spec.target.ref() for p in policies]
     found_pods = await asyncio.gather(*(pods(t) for t in targets))
     requests = []
@@ -175,7 +189,13 @@ async def observe_once(
                 "decision": decision,
             }
         )
-    return {"time": now, "targets": out}
+    view: dict[str, Any] = {"time": now, "targets": out}
+    if held is not None:
+        try:
+            view["held"] = await held(policies)
+        except Exception as exc:  # Kueue unreadable: the signals and decisions still show
+            view["held_error"] = f"{type(exc).__name__}: {exc}"
+    return view
 
 
 def _fmt_value(v: Any) -> str:
@@ -199,6 +219,16 @@ def render(view: dict[str, Any]) -> str:
             lines.append(f"  decision: {d['current']} → {d['desired']} ({d['reason']}): {d['message']}")
         else:
             lines.append(f"  decision: {d['state']}: {d['reason']}")
+    if "held" in view:
+        lines.append(f"training held down by the controller: {len(view['held']) or 'none'}")
+        for h in view["held"]:
+            since = "" if h["held_s"] is None else f" for {h['held_s']:.0f}s"
+            state = "admitted, being evicted" if h["admitted"] else "evicted"
+            cover = f"policy {h['policy']}" if h["covered"] else "no policy covers it: resumed once it fits"
+            lines.append(f"  {h['workload']}  {h['chips']:g} {h['resource']} in {h['cluster_queue']}, {state}{since}; "
+                         f"for {h['target']} ({cover}): {h['reason']}")
+    if "held_error" in view:
+        lines.append(f"training held down by the controller: unknown ({view['held_error']})")
     return "\n".join(lines)
 
 
@@ -236,11 +266,13 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
         stack.push_async_callback(pool.aclose)
         replicas: ReplicaLookup = fixed_replicas(args.replicas)
         pods: PodLookup = _no_pods
+        held: HeldLookup | None = None
         cluster: ClusterLookups | None = getattr(args, "cluster", None)
         kubeconfig: str | None = getattr(args, "kubeconfig", None)
         if args.replicas is None and cluster is not None:
             try:
-                replicas, pods = await stack.enter_async_context(cluster(kubeconfig))
+                found = await stack.enter_async_context(cluster(kubeconfig))
+                replicas, pods, held = found.replicas, found.pods, found.held
             except ClusterUnavailable as exc:
                 if kubeconfig is not None:
                     raise UsageError(str(exc)) from None
@@ -251,7 +283,7 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
             failed.clear()
             view = await observe_once(
                 policies, source=pool, deadline_s=args.deadline, replicas=replicas, pods=pods,
-                default_source=args.default_source,
+                default_source=args.default_source, held=held,
             )
             print(json.dumps(view) if args.json else render(view), flush=True)
             if args.once:

@@ -100,3 +100,34 @@ async def test_an_unreadable_kubeconfig_is_one_line_and_exit_1(
     assert code == 1
     assert err.startswith("autoscaler observe: cannot load Kubernetes credentials from ")
     assert "Traceback" not in err + out
+
+
+async def test_observe_shows_the_training_the_controller_holds_down_and_why(
+    kube: Emulator, tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube.add(objects.deployment(replicas=2))
+    kube.add(objects.cluster_queue())
+    kube.add(objects.local_queue())
+    job = kube.add(objects.job())
+    held_for = json.dumps({"clusterQueue": "cluster-queue", "resource": objects.GPU,
+                           "target": "Deployment/llm/tgi-gemma-deployment", "targetUID": "u-1"})
+    kube.add(objects.workload("job-finetune-gemma-l4-3316f", owner=job, priority=20, active=False, annotations={
+        "autoscaler.dev/deactivated-by": "tgi-gemma", "autoscaler.dev/held-for": held_for,
+        "autoscaler.dev/deactivated-reason": "serving needs 2 replicas",
+        "autoscaler.dev/deactivated-at": "2026-11-30T10:00:00Z",
+    }))
+    kube.add(objects.workload("job-other-1a2b3", priority=20, active=False))  # someone else's: not shown
+    f = tmp_path / "tgi.yaml"
+    f.write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}"))
+    argv = ["--policy", str(f), "--kubeconfig", str(kubeconfig(tmp_path, kube.url)), "--once"]
+    code, out, _ = await observe([*argv, "--json"], capsys)
+    assert code == 0
+    (held,) = json.loads(out)["held"]
+    assert (held["workload"], held["chips"], held["target"], held["covered"], held["admitted"]) == (
+        "llm/job-finetune-gemma-l4-3316f", 4, "Deployment/llm/tgi-gemma-deployment", True, False,
+    )
+    assert held["reason"] == "serving needs 2 replicas"
+    code, out, _ = await observe(argv, capsys)
+    assert "training held down by the controller: 1" in out
+    assert "llm/job-finetune-gemma-l4-3316f  4 nvidia.com/gpu in cluster-queue, evicted" in out
+    assert not [r for r in kube.requests if r.is_write], "observe never writes"
