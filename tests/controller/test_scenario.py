@@ -46,11 +46,13 @@ def training(kube: Emulator) -> dict[str, object]:
 
 
 def actions(kube: Emulator) -> list[tuple[str, str, tuple[str, object]]]:
-    """The writes that change the cluster (not Events), as (method, content type, (field, value))."""
+    """The writes that change the cluster (not Events), as (method, content type, (field, value)); a
+    server-side dry run shows as method ``PATCH?dryRun``."""
     out: list[tuple[str, str, tuple[str, object]]] = []
     for r in kube.writes():
         if r.path == SCALE:
-            out.append((r.method, r.content_type, ("replicas", r.body["spec"]["replicas"])))
+            method = f"{r.method}?dryRun" if r.query.get("dryRun") == "All" else r.method
+            out.append((method, r.content_type, ("replicas", r.body["spec"]["replicas"])))
         elif r.path == WORKLOAD:
             out.append((r.method, r.content_type, ("active", r.body["spec"]["active"])))
     return out
@@ -95,8 +97,9 @@ async def test_tutorial_timeline(
     await passes(rt, kube, kueue, clock, 3)
     assert replicas(kube) == 2
     assert training(kube) == {"active": False, "by": "tgi-gemma", "admitted": False}
-    # Deactivate first (merge patch on Workload.spec.active), then scale once the quota has room.
+    # Check the scale (server-side dry run), deactivate (merge patch on Workload.spec.active), then scale.
     assert actions(kube) == [
+        ("PATCH?dryRun", "application/merge-patch+json", ("replicas", 2)),
         ("PATCH", "application/merge-patch+json", ("active", False)),
         ("PATCH", "application/merge-patch+json", ("replicas", 2)),
     ]
