@@ -111,6 +111,11 @@ class ControllerConfig(SpecModel):
         description="How often the Workloads this controller stopped are looked for (also at start-up and after "
         "every policy change): one no policy covers any more is resumed once it fits.",
     )
+    held_sweep_all_namespaces: bool = Field(
+        default=False,
+        description="Look for held Workloads in every namespace (needs list on workloads cluster-wide); by "
+        "default only in the policies' namespaces and those where a held Workload was seen.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

@@ -105,6 +105,7 @@ class Runtime:
             on_error=lambda: self.telemetry.errors.labels("events").inc(),
         )
         kube_actuator = KubeActuator(self.api, now=self.clock.wall)
+        kube_actuator.gate.list_all = cfg.held_sweep_all_namespaces
         self.training = SharedTraining(kube_actuator.gate, now=self.clock.monotonic)
         self.actuator = InvalidatingActuator(kube_actuator, self.training)
         self.observer = PolicyObserver(

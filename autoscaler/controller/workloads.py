@@ -254,8 +254,9 @@ class KueueGate:
         self._version: str | None = None
         #: Namespaces where a held Workload was seen (for ``held`` when cluster-wide lists are forbidden).
         self._held_namespaces: set[str] = set()
-        #: Whether to try one cluster-wide list (granted only by an opt-in ClusterRole; see docs/controller.md).
-        self._list_all = True
+        #: List Workloads cluster-wide in ``held`` (needs ``list workloads`` cluster-wide; the shipped RBAC grants
+        #: Workloads per namespace): config ``heldSweepAllNamespaces``.
+        self.list_all = False
 
     # --- Kueue API version ---------------------------------------------------------------------------------
 
@@ -499,12 +500,12 @@ class KueueGate:
             if cp.policy.spec.capacity is not None:
                 covered.update(w.uid for w in await self.find(cp.policy.spec, owner=cp.name))
         items: list[JsonObj] | None = None
-        if self._list_all:
+        if self.list_all:
             try:
                 listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "workloads"))
                 items = listed.get("items") or []
             except (Forbidden, NotFound):
-                self._list_all = False  # the shipped RBAC grants Workloads per namespace: do not ask again
+                self.list_all = False  # not granted after all: per namespace from now on
         if items is None:
             namespaces = {p.namespace for cp in policies for p in cp.policy.spec.preemptible} | self._held_namespaces
             items = []

@@ -73,8 +73,8 @@ class TrainingJob:
     """One checkpointed training job (one Kueue Workload)."""
 
     __slots__ = (
-        "admitted_at", "after", "chips", "evicted_at", "first_admission", "grace_s", "interval_s", "labels",
-        "lost_s", "name", "namespace", "offset_s", "preemptions", "priority", "release_at", "restore_s",
+        "admitted_at", "after", "chips", "evicted_at", "evictions", "first_admission", "grace_s", "interval_s",
+        "labels", "lost_s", "name", "namespace", "offset_s", "preemptions", "priority", "release_at", "restore_s",
         "save_on_preemption", "save_s", "state", "useful_s",
     )
 
@@ -104,6 +104,8 @@ class TrainingJob:
         self.useful_s = 0.0
         self.lost_s = 0.0
         self.preemptions = 0
+        #: When it was stopped (preempted or deactivated): the per-job preemption rate is read from it.
+        self.evictions: list[float] = []
 
     def work(self, now: float) -> SegmentWork:
         """This admission's work inside the simulated window (work before time 0 is not counted)."""
@@ -131,6 +133,7 @@ class TrainingJob:
             self.lost_s += w.computed_s - w.checkpointed_s
             hold = self.grace_s
         self.preemptions += 1
+        self.evictions.append(now)
         self.first_admission = False
         self.evicted_at = now
         self.after = JobState.DEACTIVATED if deactivate else JobState.QUEUED

@@ -64,6 +64,8 @@ class RunResult:
     pipeline: str = ""
     #: Every change of the desired count: (time, from, to, reason, message).
     scale_events: list[tuple[float, int, int, str, str]] = field(default_factory=list)
+    #: Per training job, when it was stopped (within the horizon).
+    evictions: dict[str, list[float]] = field(default_factory=dict)
     #: The run stopped once ``late`` exceeded ``stop_after_misses``: its figures are partial, and all that
     #: is known of its attainment is that it stays below 1 − late / requests.
     stopped_early: bool = False
@@ -467,6 +469,7 @@ class Simulation:
             notes=self.notes,
             pipeline=getattr(self.controller, "pipeline_name", ""),
             scale_events=self.scale_events,
+            evictions={j.name: [t for t in j.evictions if t <= self.horizon] for j in self.jobs},
             stopped_early=stopped_early,
             late=pool.late,
         )

@@ -14,6 +14,7 @@ from autoscaler.controller.workloads import (
     DEACTIVATED_BY,
     DEACTIVATED_REASON,
     HELD_FOR,
+    LAST_CHECKPOINT,
     PREEMPTED_AT,
     RESUMED_AT,
     KueueGate,
@@ -326,3 +327,39 @@ async def test_server_errors_on_deactivate_are_retried_within_a_bound(
             await g.deactivate(cp.policy.spec, wl, owner=cp.name)
         assert len(kube.writes()) == FAST_RETRY.attempts
         assert kube.get(V1BETA2, "Workload", WL_NAME, "llm")["spec"].get("active", True) is True
+
+
+def jobset(name: str, *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """The codelab's training as a JobSet: one replicated Job whose pods carry ``app: finetune-job``."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": name, "namespace": "llm", "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                     "annotations": annotations or {}},
+        "spec": {"suspend": True, "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": {
+            "parallelism": 2, "completions": 2,
+            "template": {"metadata": {"labels": {"app": "finetune-job"}},
+                         "spec": {"containers": [objects.container({objects.GPU: "2"})]}},
+        }}}]},
+    }
+
+
+async def test_jobsets_and_jobs_found_through_owner_references_with_their_last_checkpoint(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """Training as the seeds run it: the tutorial's batch/v1 Job and the codelab's JobSet, each found through
+    its Workload's controller ownerReference; the time since each one's last checkpoint is read from the
+    ``autoscaler.dev/last-checkpoint-time`` annotation its training loop writes (RFC 3339 or unix seconds)."""
+    kube.add(objects.cluster_queue())
+    fresh = kube.add(jobset("pretrain", annotations={LAST_CHECKPOINT: "2026-11-30T09:59:30Z"}))  # 30 s before now
+    stale = kube.add(objects.job())
+    kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm",
+                metadata={"annotations": {LAST_CHECKPOINT: str(1796032800 - 540)}})  # unix seconds, 9 min ago
+    unknown = kube.add(jobset("no-annotation"))
+    kube.add(objects.workload("jobset-pretrain-0a1b2", owner=fresh, priority=5))
+    kube.add(objects.workload("job-finetune-gemma-l4-3316f", owner=stale, priority=5))
+    kube.add(objects.workload("jobset-no-annotation-9f8e7", owner=unknown, priority=5))
+    found = {w.name: w for w in await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")}
+    assert {n: w.since_checkpoint_s for n, w in found.items()} == {
+        "jobset-pretrain-0a1b2": 30.0, "job-finetune-gemma-l4-3316f": 540.0, "jobset-no-annotation-9f8e7": None,
+    }
+    assert {w.chips for w in found.values()} == {4}
