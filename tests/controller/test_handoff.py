@@ -43,7 +43,7 @@ spec:
   target: {{kind: Deployment, name: {target}, namespace: llm}}
   minReplicas: 1
   maxReplicas: {max_replicas}
-  evaluationPeriodSeconds: 0.2
+  evaluationPeriodSeconds: 1
   source: {{type: pods, endpoints: ['{url}']}}
   signals:
     - name: queue
