@@ -615,6 +615,8 @@ class Controller:
                 if self._pending:
                     continue
                 next_due = min(self._due.values(), default=now + 1.0)
+                if self.keeper is not None:
+                    next_due = min(next_due, self._next_sweep)
                 timeout = max(0.0, min(next_due - self.clock.monotonic(), 1.0))
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
                 # arrives as the wake-up fires, and the loop would then never stop.

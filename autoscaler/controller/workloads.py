@@ -252,7 +252,7 @@ class KueueGate:
         self.owner_kinds = owner_kinds
         self._custom: Any = client.CustomObjectsApi(api)
         self._version: str | None = None
-        #: Namespaces where a held Workload was seen (for ``held`` when cluster-wide lists are forbidden).
+        #: Namespaces of every policy seen and of every Workload stopped or seen held (where ``held`` looks).
         self._held_namespaces: set[str] = set()
         #: List Workloads cluster-wide in ``held`` (needs ``list workloads`` cluster-wide; the shipped RBAC grants
         #: Workloads per namespace): config ``heldSweepAllNamespaces``.
@@ -451,6 +451,8 @@ class KueueGate:
                 PREEMPTED_AT: ",".join(_stamp(t) for t in [*history, now]),
             }
             new_annotations[HELD_FOR] = json.dumps(await self._held_for(spec), sort_keys=True)
+            # Remembered before the write: the sweep finds it even if its policy is deleted before a sweep ran.
+            self._held_namespaces.add(workload.namespace)
             await self._patch(wl, {"annotations": new_annotations}, active=False)
             return True
 
@@ -507,7 +509,8 @@ class KueueGate:
             except (Forbidden, NotFound):
                 self.list_all = False  # not granted after all: per namespace from now on
         if items is None:
-            namespaces = {p.namespace for cp in policies for p in cp.policy.spec.preemptible} | self._held_namespaces
+            self._held_namespaces |= {p.namespace for cp in policies for p in cp.policy.spec.preemptible}
+            namespaces = set(self._held_namespaces)
             items = []
             for ns in sorted(namespaces):
                 try:

@@ -402,6 +402,7 @@ async def test_a_policy_deleted_or_narrowed_mid_handoff_leaves_nothing_stranded(
         await until(lambda: rt.store.policies["tgi-gemma"].policy.spec.preemptible[0].selector.match_labels
                     == {"app": "something-else"})
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    await until(lambda: FINETUNE in {h.workload.name for h in rt.controller.held})  # a sweep found it
     await asyncio.sleep(0.6)  # several sweeps: the 4 GPUs are serving's now, the fine-tune does not fit
     assert w.workload()["active"] is False
     held = {h.workload.name: h for h in rt.controller.held}
