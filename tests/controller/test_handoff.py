@@ -378,6 +378,12 @@ async def test_a_renamed_policy_resumes_what_the_old_name_stopped(world: World) 
     await until(lambda: "tgi-renamed" in rt.store.policies)
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
     tgi.queue = 5
+    # The target is marked managed-by the old name: the renamed policy will not scale it (one owner per
+    # target, a Warning Event says so), so its owner scales it down by hand, or clears the mark.
+    annotations = w.kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["metadata"].get("annotations")
+    if (annotations or {}).get("autoscaler.dev/managed-by") == "tgi-gemma":
+        w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
+    # The Workload the old name stopped is the renamed policy's to resume (our marks, not a policy name).
     await until(lambda: not stranded(w) and w.workload()["admitted"])
     assert w.training_writes() == [False, True]
 
