@@ -46,6 +46,7 @@ from autoscaler.controller.kube import (
     call,
     get_json,
     parse_quantity,
+    request_json,
     retrying,
 )
 from autoscaler.core import arbitration
@@ -63,6 +64,9 @@ DEACTIVATED_AT = "autoscaler.dev/deactivated-at"
 #: On the training Job/JobSet (or its Workload): when the job last completed a checkpoint, RFC 3339 or unix
 #: seconds. The training loop (or a sidecar watching its checkpoint directory) updates it after each save.
 LAST_CHECKPOINT = "autoscaler.dev/last-checkpoint-time"
+#: On the training Job/JobSet: when this controller asked it to checkpoint before being stopped (capacity
+#: ``checkpointRequestSeconds``). A training loop that honours it saves at once and updates LAST_CHECKPOINT.
+CHECKPOINT_REQUESTED = "autoscaler.dev/checkpoint-requested-at"
 #: On the Workload: when this controller stopped it, comma-separated, the last hour only (the per-job cap).
 PREEMPTED_AT = "autoscaler.dev/preempted-at"
 #: On the Workload: when this controller last resumed it (the minimum run time after a resume).
@@ -374,6 +378,7 @@ class KueueGate:
                 t for t in _parse_times(annotations.get(PREEMPTED_AT)) if now - t < PREEMPTION_MEMORY_S
             ),
             resumed_at=_parse_time(annotations.get(RESUMED_AT)),
+            checkpoint_requested_at=_parse_time(job_annotations.get(CHECKPOINT_REQUESTED)),
         )
 
     async def quota(self, capacity: CapacitySpec) -> QuotaStatus:
@@ -404,6 +409,8 @@ class KueueGate:
             return await self.deactivate(
                 policy.policy.spec, decision.workload, owner=policy.name, reason=decision.message
             )
+        if decision.action is TrainingAction.REQUEST_CHECKPOINT:
+            return await self.request_checkpoint(policy.policy.spec, decision.workload, owner=policy.name)
         return await self.reactivate(policy.policy.spec, decision.workload, owner=policy.name)
 
     async def _read_own(self, spec: Spec, workload: TrainingWorkload, owner: str) -> JsonObj:
@@ -454,6 +461,24 @@ class KueueGate:
             # Remembered before the write: the sweep finds it even if its policy is deleted before a sweep ran.
             self._held_namespaces.add(workload.namespace)
             await self._patch(wl, {"annotations": new_annotations}, active=False)
+            return True
+
+        return await retrying(self.retry, attempt)
+
+    async def request_checkpoint(self, spec: Spec, workload: TrainingWorkload, *, owner: str) -> bool:
+        """Ask the Workload's job (its controller owner: a Job or JobSet) to checkpoint now: a merge patch of
+        ``CHECKPOINT_REQUESTED`` on the job. Nothing is stopped."""
+
+        async def attempt() -> bool:
+            wl = await self._read_own(spec, workload, owner)
+            ref = _controller_owner(wl)
+            kind = next((k for k in self.owner_kinds if ref is not None and ref.get("kind") == k.kind), None)
+            if ref is None or kind is None:
+                raise UnresolvableWorkload(f"Workload {workload.key} has no Job/JobSet/RayJob owner to ask")
+            prefix = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+            path = f"{prefix}/namespaces/{workload.namespace}/{kind.plural}/{ref['name']}"
+            body = {"metadata": {"annotations": {CHECKPOINT_REQUESTED: _stamp(self.now())}}}
+            await request_json(self.api, "PATCH", path, body=body, content_type=MERGE_PATCH)
             return True
 
         return await retrying(self.retry, attempt)

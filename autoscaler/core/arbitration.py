@@ -65,8 +65,8 @@ VictimChooser = Callable[[Sequence[TrainingWorkload], float], list[TrainingWorkl
 # A small tolerance so "4.000000001 GPUs" from milli-quantities does not deny a fit.
 _EPS = 1e-9
 HOUR_S = 3600.0
-#: Up to this many candidates every subset is tried (2^12 = 4,096 sums); above it, a greedy pass.
-EXHAUSTIVE_MAX = 12
+#: Up to this many candidates every subset is tried (2^10 = 1,024 sums); above it, a greedy pass.
+EXHAUSTIVE_MAX = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +172,24 @@ def least_work_lost(candidates: Sequence[TrainingWorkload], shortfall: float) ->
     if sum(w.chips for w in pool) < shortfall - _EPS:
         return pool
     if len(pool) <= EXHAUSTIVE_MAX:
-        best: tuple[TrainingWorkload, ...] | None = None
+        # The first three terms of the key are sums: compare those cheaply, the full key only on a tie.
+        parts = [
+            (w.chips if work_at_risk(w) is None else 0, work_at_risk(w) or 0.0, w.chips) for w in pool
+        ]
+        best: tuple[int, ...] | None = None
+        best_sums: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         for r in range(1, len(pool) + 1):
-            for combo in itertools.combinations(pool, r):
-                enough = sum(w.chips for w in combo) >= shortfall - _EPS
-                if enough and (best is None or _set_key(combo) < _set_key(best)):
-                    best = combo
-        return sorted(best or (), key=lambda w: _set_key([w]))
+            for combo in itertools.combinations(range(len(pool)), r):
+                chips = sum(parts[i][2] for i in combo)
+                if chips < shortfall - _EPS:
+                    continue
+                sums = (sum(parts[i][0] for i in combo), sum(parts[i][1] for i in combo), chips)
+                if sums < best_sums or (
+                    sums == best_sums and best is not None
+                    and _set_key([pool[i] for i in combo]) < _set_key([pool[i] for i in best])
+                ):
+                    best, best_sums = combo, sums
+        return sorted((pool[i] for i in best or ()), key=lambda w: _set_key([w]))
     # Many candidates: cheapest per chip first, then give back what turns out not to be needed.
     order = sorted(pool, key=lambda w: (work_at_risk(w) is None, (work_at_risk(w) or 0.0) / max(w.chips, 1), w.key))
     chosen: list[TrainingWorkload] = []
@@ -265,6 +276,12 @@ def _scale_up(
     reachable = min(desired, current + math.floor(max(0.0, headroom + sum(w.chips for w in eligible)) / per + _EPS))
     shortfall = (reachable - current) * per - headroom
     victims = choose(eligible, shortfall) if shortfall > _EPS else []
+    stopping, saving = _checkpoint_first(capacity, victims, now)
+    if saving:
+        # Serving asks only for what fits without the victims still saving: a pending replica would make
+        # Kueue preempt them at once, losing the work the checkpoint is about to keep.
+        reachable = min(reachable, current + math.floor(
+            max(0.0, headroom + sum(v.chips for v in stopping)) / per + _EPS))
     decisions = tuple(
         TrainingDecision(
             workload=v,
@@ -275,16 +292,56 @@ def _scale_up(
                 f"grow {current}→{reachable} replicas: they need {_units(need)} {res}; {acct.describe()}"
             ),
         )
-        for v in victims
+        for v in stopping
+    ) + tuple(
+        TrainingDecision(
+            workload=v,
+            action=TrainingAction.REQUEST_CHECKPOINT,
+            reason=Reason.REQUEST_CHECKPOINT,
+            message=(
+                f"asking {v.key} to checkpoint before it is stopped ({_risk_text(v)}); serving waits up to "
+                f"{capacity.checkpoint_request_seconds:g}s for it"
+            ),
+        )
+        for v, ask in saving if ask
     )
     if reachable == desired:
         return Plan(desired=desired, training=decisions)
     parts = [f"{desired} replicas need {_units(need)} more {res}; {acct.describe()}"]
+    parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
     if victims:
         parts.append(f"deactivating {', '.join(v.key for v in victims)}")
     parts.extend(f"not stopping {why}" for why in held.values())
     message = f"limited by capacity: only {reachable} replicas fit even with all eligible training stopped; "
     return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
+
+
+def _checkpoint_first(
+    capacity: CapacitySpec, victims: Sequence[TrainingWorkload], now: float
+) -> tuple[list[TrainingWorkload], list[tuple[TrainingWorkload, bool]]]:
+    """Split victims into those to stop now and those to let save first (with whether to ask now).
+
+    With ``checkpointRequestSeconds`` T > 0, a victim whose last checkpoint is older than T (or unknown) is
+    asked to checkpoint (``REQUEST_CHECKPOINT``) and stopped once its last checkpoint is newer than the request,
+    or T after the request, whichever comes first. A request older than 2 T belongs to an earlier hand-off:
+    it is asked again. The request time lives on the job, so a restart neither repeats nor forgets it."""
+    t = capacity.checkpoint_request_seconds
+    if t <= 0:
+        return list(victims), []
+    stopping: list[TrainingWorkload] = []
+    saving: list[tuple[TrainingWorkload, bool]] = []
+    for v in victims:
+        if v.since_checkpoint_s is not None and v.since_checkpoint_s <= t:
+            stopping.append(v)  # saved recently: little to lose, no reason to wait
+            continue
+        asked = v.checkpoint_requested_at
+        if asked is None or now - asked >= 2 * t:
+            saving.append((v, True))
+        elif now - asked >= t:
+            stopping.append(v)  # asked, not saved in time: stop it anyway
+        else:
+            saving.append((v, False))  # asked, saving: wait
+    return stopping, saving
 
 
 def _reactivate(
@@ -373,6 +430,7 @@ def in_apply_order(decisions: Sequence[Decision]) -> list[Decision]:
     training = [d for d in decisions if isinstance(d, TrainingDecision)]
     scale = [d for d in decisions if isinstance(d, ScaleDecision)]
     return [
+        *(d for d in training if d.action is TrainingAction.REQUEST_CHECKPOINT),
         *(d for d in training if d.action is TrainingAction.DEACTIVATE),
         *scale,
         *(d for d in training if d.action is TrainingAction.REACTIVATE),

@@ -129,6 +129,8 @@ class TrainingWorkload:
     preempted_at: tuple[float, ...] = ()
     #: When this controller last resumed it (unix seconds), for the minimum run time after a resume.
     resumed_at: float | None = None
+    #: When this controller last asked its job to checkpoint (``autoscaler.dev/checkpoint-requested-at``).
+    checkpoint_requested_at: float | None = None
 
     @property
     def key(self) -> str:
@@ -186,6 +188,7 @@ class Reason(enum.StrEnum):
     SCALE_TO_ZERO = "ScaleToZero"
     ACTIVATE_FROM_ZERO = "ActivateFromZero"
     DEACTIVATE_TRAINING = "DeactivateTraining"
+    REQUEST_CHECKPOINT = "CheckpointRequested"  # a victim is asked to save before it is stopped
     REACTIVATE_TRAINING = "ReactivateTraining"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # serving wants more than quota can give
 
@@ -210,6 +213,7 @@ class ScaleDecision:
 class TrainingAction(enum.StrEnum):
     DEACTIVATE = "deactivate"
     REACTIVATE = "reactivate"
+    REQUEST_CHECKPOINT = "request-checkpoint"
 
 
 @dataclass(frozen=True, slots=True)

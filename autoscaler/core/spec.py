@@ -244,6 +244,13 @@ class CapacitySpec(SpecModel):
         description="A Workload this controller resumed is not stopped again for this long (estimate: a few "
         "checkpoint intervals, so a resumed job saves at least once before it can be stopped again).",
     )
+    checkpoint_request_seconds: float = Field(
+        default=0.0, ge=0,
+        description="0: off. Else, before stopping a victim whose last checkpoint is older than this, ask its "
+        "job to checkpoint (annotation autoscaler.dev/checkpoint-requested-at on the Job/JobSet) and wait up to "
+        "this long for a newer autoscaler.dev/last-checkpoint-time; serving's scale-up waits meanwhile. For "
+        "training loops that honour the request.",
+    )
     max_preemptions_per_hour: int = Field(
         default=2, ge=0,
         description="This controller stops one Workload at most this many times in any hour; past it serving "

@@ -103,6 +103,11 @@ class TrainingSpec(SpecModel):
                     "checkpoint interval past its last checkpoint (False: all just checkpointed).",
     )
     labels: dict[str, str] = Field(default_factory=dict, description="Workload labels (preemptible selectors).")
+    checkpoint_on_request: bool = Field(
+        default=False,
+        description="The training loop honours autoscaler.dev/checkpoint-requested-at: it starts a save at "
+        "once (checkpointSaveSeconds) when asked (policies with capacity.checkpointRequestSeconds).",
+    )
 
 
 class PipelineSpec(SpecModel):

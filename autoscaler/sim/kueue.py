@@ -73,14 +73,16 @@ class TrainingJob:
     """One checkpointed training job (one Kueue Workload)."""
 
     __slots__ = (
-        "admitted_at", "after", "chips", "evicted_at", "evictions", "first_admission", "grace_s", "interval_s",
-        "labels", "lost_s", "name", "namespace", "offset_s", "preemptions", "priority", "release_at", "restore_s",
-        "save_on_preemption", "save_s", "state", "useful_s",
+        "admitted_at", "after", "chips", "evicted_at", "evictions", "first_admission", "grace_s",
+        "honours_requests", "interval_s", "labels", "lost_s", "name", "namespace", "offset_s", "preemptions",
+        "priority", "rebased", "release_at", "requested_at", "restore_s", "save_on_preemption", "save_s", "state",
+        "useful_s",
     )
 
     def __init__(self, *, name: str, namespace: str, priority: int, chips: int, interval_s: float,
                  save_s: float, restore_s: float, grace_s: float = 0.0, save_on_preemption: bool = False,
-                 offset_s: float = 0.0, labels: dict[str, str] | None = None) -> None:
+                 offset_s: float = 0.0, labels: dict[str, str] | None = None,
+                 honours_requests: bool = False) -> None:
         self.name = name
         self.namespace = namespace
         self.priority = priority
@@ -106,6 +108,11 @@ class TrainingJob:
         self.preemptions = 0
         #: When it was stopped (preempted or deactivated): the per-job preemption rate is read from it.
         self.evictions: list[float] = []
+        #: Saves at once when asked (``checkpoint_on_request``); when it was last asked; whether the running
+        #: segment started from such a save (no restore: the job never stopped).
+        self.honours_requests = honours_requests
+        self.requested_at: float | None = None
+        self.rebased = False
 
     def work(self, now: float) -> SegmentWork:
         """This admission's work inside the simulated window (work before time 0 is not counted)."""
@@ -113,12 +120,32 @@ class TrainingJob:
             w = segment_work(now + self.offset_s, restore_s=0.0, interval_s=self.interval_s, save_s=self.save_s)
             return SegmentWork(max(0.0, w.computed_s - self.offset_s), max(0.0, w.checkpointed_s - self.offset_s),
                                w.since_checkpoint_s)
-        return segment_work(now - self.admitted_at, restore_s=self.restore_s, interval_s=self.interval_s,
+        # After a requested save the job never stopped: its new cycle starts without a restore.
+        restore = 0.0 if self.rebased else self.restore_s
+        return segment_work(now - self.admitted_at, restore_s=restore, interval_s=self.interval_s,
                             save_s=self.save_s)
 
     def admit(self, now: float) -> None:
         self.state = JobState.RUNNING
         self.admitted_at = now
+        self.rebased = False
+
+    def request_checkpoint(self, now: float) -> float | None:
+        """Asked to checkpoint: when the save it starts now completes, or None if it does not honour requests
+        (or is not running). Its computation since the last checkpoint is saved then (``checkpoint_saved``)."""
+        self.requested_at = now
+        if not self.honours_requests or self.state is not JobState.RUNNING:
+            return None
+        return now + self.save_s
+
+    def checkpoint_saved(self, asked: float, now: float) -> None:
+        """The save asked for at ``asked`` completed at ``now`` (if the job ran throughout): what it computed up
+        to ``asked`` is kept, and a new checkpoint cycle starts now."""
+        if self.state is not JobState.RUNNING or self.admitted_at > asked:
+            return  # stopped (or restarted) before the save completed: nothing was saved
+        self.useful_s += self.work(asked).computed_s
+        self.admitted_at = now
+        self.rebased = True
 
     def evict(self, now: float, *, deactivate: bool, reconcile_s: float = 0.0) -> float:
         """Kueue evicts the job now (SIGTERM after ``reconcile_s``): keep the checkpointed work (all of it if
@@ -157,6 +184,7 @@ class TrainingJob:
             admitted=running or self.state is JobState.TERMINATING,
             deactivated_by_us=deactivated_by_us,
             since_checkpoint_s=self.work(now).since_checkpoint_s if running else None,
+            checkpoint_requested_at=self.requested_at,
         )
 
 

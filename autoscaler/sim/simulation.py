@@ -143,11 +143,14 @@ class Simulation:
                 restore_s=t.restore_seconds, grace_s=t.termination_grace_period_seconds,
                 save_on_preemption=t.save_on_preemption, labels=dict(t.labels),
                 offset_s=(i / t.count) * t.checkpoint_interval_seconds if t.staggered else 0.0,
+                honours_requests=t.checkpoint_on_request,
             )
             for t in cluster.spec.training
             for i in range(t.count)
         ]
         self.deactivated_by_us: set[str] = set()
+        #: Called when a requested checkpoint completes (a controller re-evaluates then).
+        self.on_checkpoint: list[Callable[[float], object]] = []
         self.serving_chips = 0
         self.training_chips = 0
         self._last_account = 0.0
@@ -305,6 +308,17 @@ class Simulation:
             self.deactivated_by_us.add(job.name)
             self.deactivations += 1
             self._admit_serving(now)
+        elif decision.action is TrainingAction.REQUEST_CHECKPOINT:
+            done = job.request_checkpoint(now)
+            if done is not None:
+                asked = now
+
+                def saved(t: float) -> None:
+                    job.checkpoint_saved(asked, t)
+                    for hook in self.on_checkpoint:  # the controller's fast probe sees it within a second
+                        hook(t)
+
+                self.every(done, saved)
         elif decision.action is TrainingAction.REACTIVATE and (
             job.state is kueue.JobState.DEACTIVATED
             or (job.state is kueue.JobState.TERMINATING and job.after is kueue.JobState.DEACTIVATED)
@@ -591,3 +605,6 @@ class PolicyController:
 
         sim.every(0.0, scrape)
         sim.every(self.period, evaluate)
+        # A victim's requested checkpoint completing is what the controller's fast probe (re-reading training
+        # every second) would see: evaluate then rather than a period later.
+        sim.on_checkpoint.append(evaluate)

@@ -10,6 +10,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.controller.kube import Forbidden, ServerError
 from autoscaler.controller.workloads import (
+    CHECKPOINT_REQUESTED,
     DEACTIVATED_AT,
     DEACTIVATED_BY,
     DEACTIVATED_REASON,
@@ -363,3 +364,21 @@ async def test_jobsets_and_jobs_found_through_owner_references_with_their_last_c
         "jobset-pretrain-0a1b2": 30.0, "job-finetune-gemma-l4-3316f": 540.0, "jobset-no-annotation-9f8e7": None,
     }
     assert {w.chips for w in found.values()} == {4}
+
+
+async def test_a_checkpoint_request_annotates_the_job_and_stops_nothing(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
+) -> None:
+    tutorial(kube, kueue)
+    cp = policy()
+    g = gate(kube_client)
+    (wl,) = (await g.training(cp))[0]
+    ask = TrainingDecision(wl, TrainingAction.REQUEST_CHECKPOINT, Reason.REQUEST_CHECKPOINT, "save first")
+    assert await g.apply(cp, ask) is True
+    (write,) = kube.writes()
+    assert (write.method, write.path, write.content_type) == (
+        "PATCH", "/apis/batch/v1/namespaces/llm/jobs/finetune-gemma-l4", "application/merge-patch+json"
+    )
+    assert write.body == {"metadata": {"annotations": {CHECKPOINT_REQUESTED: "2026-11-30T10:00:00Z"}}}
+    (again,) = (await g.training(cp))[0]
+    assert (again.active, again.checkpoint_requested_at) == (True, NOW)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autoscaler.core import arbitration
@@ -361,6 +361,7 @@ def test_kueue_order_is_still_available_for_comparison() -> None:
     assert actions(result) == [("deactivate", "a")]
 
 
+@settings(deadline=None)  # up to 2^10 subsets on a shared 2-core machine
 @given(
     chips=st.lists(st.integers(1, 8), min_size=1, max_size=14),
     since=st.lists(st.one_of(st.none(), st.floats(0, 5000)), min_size=14, max_size=14),
@@ -416,3 +417,47 @@ BORROW_CASES = [
 @pytest.mark.parametrize(("own", "others", "cohort", "expected"), BORROW_CASES)
 def test_kueue_borrowable(own: Any, others: Any, cohort: bool, expected: float) -> None:
     assert arbitration.kueue_borrowable(own, others, in_cohort=cohort) == expected
+
+
+# --- asking for a checkpoint first (capacity.checkpointRequestSeconds) -----------------------------------------
+
+
+def spec_with(**capacity: Any) -> Spec:
+    doc = policy_doc()
+    doc["spec"]["capacity"].update(capacity)
+    return ScalingPolicy.model_validate(doc).spec
+
+
+ASK = spec_with(checkpointRequestSeconds=60)
+
+
+def test_a_stale_victim_is_asked_to_checkpoint_and_serving_waits() -> None:
+    now = 10_000.0
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (ckpt("stale", 500),)), desired=2, now=now)
+    assert actions(result) == [("request-checkpoint", "stale")]
+    assert result.desired == 1, "a pending replica would make Kueue preempt it before it saves"
+    assert "waiting for llm/stale to checkpoint" in result.message
+    # Asked 20 s ago, still saving: wait, do not ask again.
+    asked = ckpt("stale", 520, checkpoint_requested_at=now - 20)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (asked,)), desired=2, now=now)
+    assert (result.desired, result.training) == (1, ())
+    # Saved (its last checkpoint is newer than the request): stopped now, serving scales.
+    saved = ckpt("stale", 5, checkpoint_requested_at=now - 35)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (saved,)), desired=2, now=now)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "stale")])
+    # Asked 70 s ago and never saved (the job ignores requests): stopped anyway.
+    ignored = ckpt("stale", 570, checkpoint_requested_at=now - 70)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (ignored,)), desired=2, now=now)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "stale")])
+
+
+def test_a_fresh_victim_is_stopped_without_asking() -> None:
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (ckpt("fresh", 40),)), desired=2, now=1.0)
+    assert actions(result) == [("deactivate", "fresh")]
+
+
+def test_requests_go_first_in_apply_order() -> None:
+    ask = TrainingDecision(wl("a"), TrainingAction.REQUEST_CHECKPOINT, Reason.REQUEST_CHECKPOINT, "")
+    stop = TrainingDecision(wl("b"), TrainingAction.DEACTIVATE, Reason.DEACTIVATE_TRAINING, "")
+    scale = ScaleDecision(TARGET, 1, 2, Reason.SCALE_UP, "")
+    assert arbitration.in_apply_order([scale, stop, ask]) == [ask, stop, scale]

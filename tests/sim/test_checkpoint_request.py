@@ -1,0 +1,44 @@
+"""A simulated training job asked to checkpoint before it is stopped (capacity.checkpointRequestSeconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.sim.kueue import JobState, TrainingJob
+
+
+def job(*, honours: bool) -> TrainingJob:
+    """A trainer that does not save on SIGTERM (else Kueue's own preemption would keep its work too)."""
+    j = TrainingJob(name="t", namespace="training", priority=1, chips=4, interval_s=600, save_s=20, restore_s=60,
+                    honours_requests=honours, save_on_preemption=False)
+    j.admit(0.0)  # running before the window: warm, no restore
+    return j
+
+
+def test_a_job_that_honours_the_request_keeps_its_work() -> None:
+    j = job(honours=True)
+    done = j.request_checkpoint(300.0)
+    assert done == 320.0
+    assert j.workload(310.0).checkpoint_requested_at == 300.0
+    j.checkpoint_saved(300.0, 320.0)
+    assert j.useful_s == 300.0
+    assert j.workload(330.0).since_checkpoint_s == pytest.approx(10.0)
+    j.evict(330.0, deactivate=True)
+    assert j.useful_s == 300.0
+    assert j.lost_s == pytest.approx(10.0)
+
+
+def test_a_job_that_ignores_it_loses_what_kueue_alone_would() -> None:
+    j = job(honours=False)
+    assert j.request_checkpoint(300.0) is None
+    j.evict(330.0, deactivate=True)
+    assert (j.useful_s, j.lost_s) == (0.0, 330.0)
+
+
+def test_stopped_before_the_save_completes_nothing_is_saved() -> None:
+    j = job(honours=True)
+    j.request_checkpoint(300.0)
+    j.evict(310.0, deactivate=True)
+    j.checkpoint_saved(300.0, 320.0)
+    assert j.state is JobState.TERMINATING
+    assert j.useful_s == 0.0
