@@ -531,6 +531,16 @@ def test_a_wrong_token_prior_is_corrected_once_then_held(
     assert _reversals(moves) <= 1, moves
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known defect, found by the property above with a random seed: servers 3.2x slower than the prior "
+    "under a steady 15-replica demand reverse twice (up, down, up) before holding; docs/slo.md, known defects",
+)
+def test_known_defect_a_much_slower_server_reverses_twice() -> None:
+    moves = _moves(Driver(config(**TOKENS)), 1, 350, busy=15.0, share=0.0, capacity=0.3125, usable=1.0, fill=0.25)
+    assert _reversals(moves) <= 1, moves
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     busy=st.floats(0, 20), usable=st.floats(0.2, 1), fill=st.floats(0.1, 1), start=st.integers(1, 40),
