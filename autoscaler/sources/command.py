@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -274,7 +275,8 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
                 found = await stack.enter_async_context(cluster(kubeconfig))
                 replicas, pods, held = found.replicas, found.pods, found.held
             except ClusterUnavailable as exc:
-                if kubeconfig is not None:
+                if kubeconfig is not None or os.environ.get("KUBECONFIG"):
+                    # Credentials were named (flag or environment) and are unusable: say so, as run does.
                     raise UsageError(str(exc)) from None
                 # Outside a cluster without credentials: show the signals; the decision says what is missing.
         failed: list[str] = []

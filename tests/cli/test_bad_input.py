@@ -127,6 +127,8 @@ CASES = [
                  id="observe-fifo-policy"),
     pytest.param(Case("observe", lambda f: ["--policy", str(f.long_expression), "--once", "--replicas", "1"], 1,
                       "limit is"), id="observe-2988-terms"),
+    pytest.param(Case("observe", lambda f: ["--policy", str(POLICY), "--once"], 1, "no such file",
+                      env={"KUBECONFIG": "/nonexistent/kubeconfig"}), id="observe-kubeconfig-env-missing"),
     # record
     pytest.param(Case("record", lambda f: ["--policy", str(POLICY), "--start", "-1h", "--out", str(f.existing)], 1,
                       "not a directory"), id="record-out-existing-file"),
