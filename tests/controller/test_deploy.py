@@ -368,3 +368,58 @@ async def test_hpa_floor_needs_and_gets_exactly_its_component(
         assert kube.rbac_denied  # the HPA's read before its patch is refused already
         assert all("horizontalpodautoscalers" in d for d in kube.rbac_denied), kube.rbac_denied
         assert kube.get("autoscaling/v2", "HorizontalPodAutoscaler", "tgi-hpa", "llm")["spec"]["minReplicas"] == 1
+
+
+@needs_kubectl
+@pytest.mark.parametrize("with_component",
+                         [pytest.param(True, id="leaderworkerset"), pytest.param(False, id="base-only")])
+async def test_a_leaderworkerset_policy_needs_and_gets_exactly_its_component(
+    with_component: bool, kube: Emulator, kube_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """A policy scaling a LeaderWorkerSet (whole slice groups, as the shipped prefill/decode example does) runs
+    without a 403 under gmp + components/leaderworkerset and writes ``leaderworkersets/scale``; under the gmp
+    overlay alone its reads are refused: the base grants nothing on LeaderWorkerSets."""
+    docs = render("overlays/gmp", ("components/leaderworkerset",) if with_component else ())
+    kube.add(objects.leader_worker_set("jetstream", "llm", replicas=1, size=2))
+    for worker in (0, 1):
+        kube.add(objects.pod(f"jetstream-0-{worker}" if worker else "jetstream-0", labels={
+            "leaderworkerset.sigs.k8s.io/name": "jetstream", "leaderworkerset.sigs.k8s.io/group-index": "0",
+            "leaderworkerset.sigs.k8s.io/worker-index": str(worker)}))
+    kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
+    tgi = TgiMetrics()
+    await tgi.start()
+    policy = {
+        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "slices"},
+        "spec": {
+            "target": {"kind": "LeaderWorkerSet", "name": "jetstream", "namespace": "llm"},
+            "minReplicas": 1, "maxReplicas": 4,
+            "source": {"type": "pods", "endpoints": [tgi.url]},
+            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
+            "policy": {"type": "hpa", "metrics": [
+                {"signal": "queue", "type": "External", "target": {"type": "AverageValue", "averageValue": 5}}]},
+        },
+    }
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "slices.yaml").write_text(yaml.safe_dump(policy))
+    clock = ManualClock()
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}})
+    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "p", clock=clock, identity="pod-a",
+                 namespace="autoscaler-system", source=pool_on(clock))
+    assert rt.store.reload().loaded
+    tgi.queue = 15
+    for _ in range(3):
+        await rt.controller.run_once()
+        clock.advance(15)
+    await rt.observer.aclose()
+    await tgi.stop()
+    lws_requests = [r for r in kube.requests if r.resource.startswith("leaderworkersets")]
+    assert lws_requests
+    if with_component:
+        assert kube.rbac_denied == []
+        assert any(r.resource == "leaderworkersets/scale" and r.verb == "patch" and r.status < 300
+                   for r in kube.writes())
+        assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream", "llm")["spec"]["replicas"] > 1
+    else:
+        assert kube.rbac_denied
+        assert all("leaderworkersets" in d for d in kube.rbac_denied), kube.rbac_denied
+        assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream", "llm")["spec"]["replicas"] == 1
