@@ -325,6 +325,25 @@ async def test_the_controller_runs_the_shipped_policies_under_the_shipped_rbac(
     assert unused == set(), "rules no request needed: remove them or say why in UNEXERCISED"
 
 
+async def _three_passes(kube_client: client.ApiClient, tmp_path: Path, policy: dict[str, Any], tgi: TgiMetrics,
+                        queue: int) -> None:
+    """Run one policy file (no leader election, the controller's defaults) for three passes at ``queue``,
+    then stop the runtime's sources and the exporter."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / f"{policy['metadata']['name']}.yaml").write_text(yaml.safe_dump(policy))
+    clock = ManualClock()
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}})
+    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "p", clock=clock, identity="pod-a",
+                 namespace="autoscaler-system", source=pool_on(clock))
+    assert rt.store.reload().loaded
+    tgi.queue = queue
+    for _ in range(3):
+        await rt.controller.run_once()
+        clock.advance(15)
+    await rt.observer.aclose()
+    await tgi.stop()
+
+
 @needs_kubectl
 @pytest.mark.parametrize("with_component", [pytest.param(True, id="hpa-floor"), pytest.param(False, id="base-only")])
 async def test_hpa_floor_needs_and_gets_exactly_its_component(
@@ -345,19 +364,7 @@ async def test_hpa_floor_needs_and_gets_exactly_its_component(
     obj["spec"]["actuation"] = {"mode": "hpaFloor", "hpaName": "tgi-hpa"}
     obj["spec"].pop("capacity")  # advising an HPA: no training arbitration here
     obj["spec"].pop("preemptible")
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "hpa-floor.yaml").write_text(yaml.safe_dump(obj))
-    clock = ManualClock()
-    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}})
-    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "p", clock=clock, identity="pod-a",
-                 namespace="autoscaler-system", source=pool_on(clock))
-    assert rt.store.reload().loaded
-    tgi.queue = 25
-    for _ in range(3):
-        await rt.controller.run_once()
-        clock.advance(15)
-    await rt.observer.aclose()
-    await tgi.stop()
+    await _three_passes(kube_client, tmp_path, obj, tgi, queue=25)
     hpa_writes = [r for r in kube.writes() if r.resource == "horizontalpodautoscalers" and r.verb == "patch"]
     if with_component:
         assert hpa_writes
@@ -399,19 +406,7 @@ async def test_a_leaderworkerset_policy_needs_and_gets_exactly_its_component(
                 {"signal": "queue", "type": "External", "target": {"type": "AverageValue", "averageValue": 5}}]},
         },
     }
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "slices.yaml").write_text(yaml.safe_dump(policy))
-    clock = ManualClock()
-    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}})
-    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "p", clock=clock, identity="pod-a",
-                 namespace="autoscaler-system", source=pool_on(clock))
-    assert rt.store.reload().loaded
-    tgi.queue = 15
-    for _ in range(3):
-        await rt.controller.run_once()
-        clock.advance(15)
-    await rt.observer.aclose()
-    await tgi.stop()
+    await _three_passes(kube_client, tmp_path, policy, tgi, queue=15)
     lws_requests = [r for r in kube.requests if r.resource.startswith("leaderworkersets")]
     assert lws_requests
     if with_component:
