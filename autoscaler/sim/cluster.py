@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.spec import DNS_LABEL_PATTERN, Metadata
 from autoscaler.core.specbase import SpecModel
+from autoscaler.core.topology import Shape
 from autoscaler.sim import profiles as profiles_mod
 from autoscaler.sim.yamldoc import SimFileError, load_model
 
@@ -69,12 +70,27 @@ class PoolSpec(SpecModel):
         description="Replicas ready at time 0; default: the warm start (the fleet the oracle's schedule family "
                     "holds at the start of the simulated window, docs/simulate.md).",
     )
+    slice_topology: str | None = Field(
+        default=None,
+        description="With spec.topology: the TPU slice one replica (LWS group) takes, e.g. 2x2x2 (the "
+                    "cloud.google.com/gke-tpu-slice-topology annotation); its chips are the replica's chips.",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolSpec:
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        _check_shape(self.slice_topology, self.chips_per_replica, "chipsPerReplica")
         return self
+
+
+def _check_shape(text: str | None, chips: int | None, field_name: str) -> None:
+    """A slice topology parses, and agrees with an explicit chip count."""
+    if text is None:
+        return
+    shape = Shape.parse(text)  # ValueError with the reason
+    if chips is not None and chips != shape.chips:
+        raise ValueError(f"sliceTopology {text} is {shape.chips} chips but {field_name} is {chips}")
 
 
 class TrainingSpec(SpecModel):
@@ -108,6 +124,17 @@ class TrainingSpec(SpecModel):
         description="The training loop honours autoscaler.dev/checkpoint-requested-at: it starts a save at "
         "once (checkpointSaveSeconds) when asked (policies with capacity.checkpointRequestSeconds).",
     )
+    slice_topology: str | None = Field(
+        default=None,
+        description="With spec.topology: the slice each job's Workload takes (a JobSet replica's "
+                    "cloud.google.com/gke-tpu-slice-topology), e.g. 2x2x2, or 4x4x8 for a super-slice that "
+                    "joins two 4x4x4 blocks; its chips must equal chips.",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> TrainingSpec:
+        _check_shape(self.slice_topology, self.chips, "chips")
+        return self
 
 
 class PipelineSpec(SpecModel):
@@ -134,6 +161,39 @@ class KueueSpec(SpecModel):
     )
 
 
+class TopologySpec(SpecModel):
+    """Physical TPU blocks carved into slices on admission (GKE dynamic slicing, the TPU7x codelab).
+
+    With it, admission is by placement (``autoscaler.core.topology``, the controller's own fit check), not
+    by the ClusterQueue's number: a slice is admitted only where a whole aligned region of its shape is free
+    (a super-slice takes whole free blocks), and Kueue's preemption stops the training that frees one.
+    """
+
+    block_shape: str = Field(default="4x4x4", description="One block's topology (TPU7x: 4x4x4, 64 chips).")
+    blocks: list[str] = Field(min_length=1, description="The blocks' names (the codelab: two node pools).")
+    provisioning_seconds: float = Field(
+        default=0.0, ge=0,
+        description="From Kueue's admission to a usable slice: the slice controller's AdmissionCheck "
+                    "configuring the ICI/OCS links of the carved slice (estimate). Paid by serving groups "
+                    "(before their cold start) and by re-admitted training (before its restore).",
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> TopologySpec:
+        Shape.parse(self.block_shape)
+        if len(set(self.blocks)) != len(self.blocks):
+            raise ValueError("block names must be unique")
+        return self
+
+    @property
+    def shape(self) -> Shape:
+        return Shape.parse(self.block_shape)
+
+    @property
+    def total_chips(self) -> int:
+        return self.shape.chips * len(self.blocks)
+
+
 class SloSpec(SpecModel):
     ttft_seconds: float = Field(default=2.0, gt=0)
     attainment: float = Field(default=0.99, gt=0, le=1, description="The oracle meets at least this fraction.")
@@ -158,6 +218,9 @@ class ClusterSpec(SpecModel):
         default_factory=dict, description="Policy name -> pipeline name; others use pipeline 'default'."
     )
     kueue: KueueSpec = Field(default_factory=KueueSpec)
+    topology: TopologySpec | None = Field(
+        default=None, description="Physical TPU blocks: admission by slice placement (docs/simulate.md)."
+    )
     slo: SloSpec = Field(default_factory=SloSpec)
     scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)
 
@@ -171,6 +234,8 @@ class ClusterSpec(SpecModel):
             raise ValueError("training names must be unique")
         if "default" not in self.metric_pipelines:
             raise ValueError("metricPipelines needs a 'default' pipeline (the one policies see unless mapped)")
+        if self.topology is not None:
+            self._check_topology(self.topology)
         for policy, pipe in self.policy_pipelines.items():
             if pipe not in self.metric_pipelines:
                 raise ValueError(
@@ -178,6 +243,24 @@ class ClusterSpec(SpecModel):
                     f"defined: {', '.join(sorted(self.metric_pipelines))}"
                 )
         return self
+
+    def _check_topology(self, topo: TopologySpec) -> None:
+        block = topo.shape
+        units = [(f"pools.{p.name}", p.slice_topology) for p in self.pools] + [
+            (f"training.{t.name}", t.slice_topology) for t in self.training
+        ]
+        for where, text in units:
+            if text is None:
+                raise ValueError(f"{where}: sliceTopology is required when spec.topology is set")
+            shape = Shape.parse(text)
+            if shape.chips > block.chips:
+                if shape.chips % block.chips or shape.chips // block.chips > len(topo.blocks):
+                    raise ValueError(f"{where}: sliceTopology {text} ({shape.chips} chips) is not a whole number "
+                                     f"of the {len(topo.blocks)} blocks of {topo.block_shape}")
+            elif not any(all(b % s == 0 for s, b in zip(o.dims, block.dims, strict=True))
+                         for o in shape.orientations()):
+                raise ValueError(f"{where}: sliceTopology {text} does not tile a {topo.block_shape} block "
+                                 "in any orientation (each side must divide the block's)")
 
 
 class SimulatedCluster(BaseModel):
@@ -214,7 +297,24 @@ class Cluster:
         return self.profiles[pool.profile]
 
     def chips_per_replica(self, pool: PoolSpec) -> int:
+        if pool.slice_topology is not None:
+            return Shape.parse(pool.slice_topology).chips
         return pool.chips_per_replica or self.profile(pool).chips
+
+    def lead_seconds(self, pool: PoolSpec) -> float:
+        """From asking for a replica to its serving, with room for it: Kueue's admission, the slice's
+        provisioning (with a topology) and the cold start."""
+        topo = self.spec.topology
+        return (self.profile(pool).cold_start.total + self.spec.kueue.admission_seconds
+                + (topo.provisioning_seconds if topo is not None else 0.0))
+
+    @property
+    def capacity_chips(self) -> int:
+        """Chips serving and training can hold: the quota, or fewer when the blocks hold fewer (the TPU7x
+        codelab's ClusterQueue declares 999999 chips; its two blocks have 128)."""
+        topo = self.spec.topology
+        nominal = self.spec.quota.nominal
+        return nominal if topo is None else min(nominal, topo.total_chips)
 
     def pipeline_for(self, policy_name: str) -> PipelineSpec:
         return self.spec.metric_pipelines[self.spec.policy_pipelines.get(policy_name, "default")]

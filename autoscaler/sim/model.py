@@ -160,7 +160,7 @@ class ServingPool:
         chips_per_replica: int,
         requests: Requests,
         events: list[tuple[float, int, int, int, int]],
-        on_chips_released: Callable[[float], None],
+        on_chips_released: Callable[[float, Replica], None],
         routing: str = "least-request",
         client_timeout_s: float | None = None,
         seed: int = 0,
@@ -243,7 +243,7 @@ class ServingPool:
             return
         if rep.state is ReplicaState.STARTING:
             rep.state = ReplicaState.GONE
-            self.on_chips_released(now)
+            self.on_chips_released(now, rep)
             return
         rep.state = ReplicaState.DRAINING
         self._ready_cache = None
@@ -257,7 +257,7 @@ class ServingPool:
     def _maybe_gone(self, rep: Replica, now: float) -> None:
         if rep.state is ReplicaState.DRAINING and rep.n_out == 0:
             rep.state = ReplicaState.GONE
-            self.on_chips_released(now)
+            self.on_chips_released(now, rep)
 
     def removal_order(self) -> list[Replica]:
         """Which replicas go first on scale-down: pending, then starting (newest first), then the ready

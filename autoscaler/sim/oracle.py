@@ -144,9 +144,9 @@ def warm_fleet(trace: Trace, cluster: Cluster, pool: PoolSpec) -> int:
     """An estimate of the warm start when the oracle is not computed: the most replicas the schedule family
     at utilization 1 needs in any window of the first cold start (nothing started later is ready sooner).
     With the oracle, runs start with the fleet the oracle's schedule holds at time 0 instead."""
-    hi = min(pool.max_replicas, cluster.spec.quota.nominal // cluster.chips_per_replica(pool))
+    hi = min(pool.max_replicas, cluster.capacity_chips // cluster.chips_per_replica(pool))
     load = demand(trace, cluster, pool, WARM_WINDOW_S)
-    lead = cluster.profile(pool).cold_start.total + cluster.spec.kueue.admission_seconds
+    lead = cluster.lead_seconds(pool)
     first = max(1, math.ceil(lead / WARM_WINDOW_S))
     need = max(*load[: first + 1], 0.0)
     return max(pool.min_replicas, min(hi, math.ceil(need - 1e-9)))
@@ -227,7 +227,7 @@ def lower_bound_chip_s(
         lam = step / LAMBDA_STEPS
         mix = lam * total + sum(min(0.0, (1 - lam) * w - lam * d) for w, d in zip(slack, decode, strict=True))
         busy = max(busy, mix)
-    cold = prof.cold_start.total + cluster.spec.kueue.admission_seconds
+    cold = cluster.lead_seconds(pool)
     extra = 0
     if busy > initial_replicas * horizon and horizon > cold:
         extra = math.ceil((busy - initial_replicas * horizon) / (horizon - cold) - 1e-9)
@@ -267,12 +267,11 @@ class Search:
         self.routing = routing
         self.seed = seed
         self.constant_fleets = constant_fleets
-        prof = cluster.profile(pool)
         chips = cluster.chips_per_replica(pool)
-        self.hi = min(pool.max_replicas, cluster.spec.quota.nominal // chips)
+        self.hi = min(pool.max_replicas, cluster.capacity_chips // chips)
         self.lo = pool.min_replicas
         # A replica is ready a cold start plus Kueue's admission after it is asked for.
-        self.lead_s = prof.cold_start.total + cluster.spec.kueue.admission_seconds
+        self.lead_s = cluster.lead_seconds(pool)
         self._loads = {w: demand(trace, cluster, pool, w) for w in self.windows}
         self._by_schedule: dict[tuple[tuple[float, int], ...], Candidate] = {}
         #: Per (window, floor): (u, candidate) sorted by u.

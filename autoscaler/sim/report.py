@@ -68,7 +68,20 @@ def score(
         "training_goodput": round(useful / free, 4) if free > 0 else None,
         "scale_actions": result.scale_actions,
         "preemptions": result.preemptions,
+        **_slices(result),
         "notes": list(result.notes),
+    }
+
+
+def _slices(result: RunResult) -> dict[str, Any]:
+    """Under a topology: every scale step must be a whole slice that fits (the audit's violations, none
+    expected), and how long scale-ups waited because none fitted."""
+    if not result.topology:
+        return {}
+    return {
+        "slice_admissions": result.slice_admissions,
+        "slice_violations": list(result.slice_violations),
+        "unplaced_replica_hours": round(result.unplaced_replica_s / 3600, 4),
     }
 
 

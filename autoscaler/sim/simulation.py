@@ -28,9 +28,11 @@ from autoscaler.core.model import (
     TrainingDecision,
     TrainingWorkload,
 )
+from autoscaler.core.topology import Occupant, Shape, find_place
 from autoscaler.sim import kueue, pipeline
 from autoscaler.sim.cluster import Cluster, PipelineSpec, PoolSpec
-from autoscaler.sim.model import DECODE_DONE, PREFILL_DONE, ReplicaState, Requests, ServingPool
+from autoscaler.sim.model import DECODE_DONE, PREFILL_DONE, Replica, ReplicaState, Requests, ServingPool
+from autoscaler.sim.slices import SlicePlacement
 from autoscaler.sim.traces import Trace
 
 #: After the last arrival, stop waiting for stragglers after this long (they count as SLO misses).
@@ -77,6 +79,12 @@ class RunResult:
     routing: str = ""
     preemption_times: list[float] = field(default_factory=list)
     quota: int = 0
+    #: With a topology: slices admitted, placement problems the audit found (none expected), and the
+    #: replica-seconds scale-ups waited because no whole slice fitted (Kueue kept them pending).
+    slice_admissions: int = 0
+    slice_violations: list[str] = field(default_factory=list)
+    unplaced_replica_s: float = 0.0
+    topology: bool = False
 
 
 class Controller(Protocol):
@@ -98,6 +106,7 @@ class Simulation:
         arbiter: kueue.Arbiter | None = None,
         horizon_s: float | None = None,
         record_every_s: float = 10.0,
+        keep_placement_log: bool = False,
         pool: PoolSpec | None = None,
         initial_replicas: int | None = None,
         slo_ttft_s: float | None = None,
@@ -128,13 +137,28 @@ class Simulation:
         #: Kueue's reconcile delays every admission (added to the cold start) and every eviction.
         self.reconcile_s = cluster.spec.kueue.admission_seconds
         self.pool.cold_start_s += self.reconcile_s
+        topo_spec = cluster.spec.topology
+        if topo_spec is not None:
+            # The slice controller's AdmissionCheck provisions the carved slice before the group's pods start.
+            self.pool.cold_start_s += topo_spec.provisioning_seconds
         if slo_ttft_s is not None:
             self.pool.slo_s = slo_ttft_s
         #: Stop as soon as more requests than this have missed the SLO (the oracle's search only needs to
         #: know that a schedule fails); the result is then marked ``stopped_early``.
         self.stop_after_misses = stop_after_misses
-        self.quota = cluster.spec.quota.nominal
+        #: Chips serving and training may hold: the quota, or the blocks' chips when they are fewer.
+        self.quota = cluster.capacity_chips
         self.serving_priority = cluster.spec.serving_priority
+        topo = cluster.spec.topology
+        #: With a topology, admission is by slice placement (``sim.slices``, on the core's pure fit check).
+        self.slices: SlicePlacement | None = (
+            SlicePlacement(topo.shape, topo.blocks, keep_log=keep_placement_log) if topo is not None else None
+        )
+        self._provision_s = topo.provisioning_seconds if topo is not None else 0.0
+        self._pool_shape = (Shape.parse(self.pool_spec.slice_topology)
+                            if self.pool_spec.slice_topology is not None else None)
+        self._job_shape: dict[str, Shape] = {}
+        self._unplaced_s = 0.0
         self.jobs: list[kueue.TrainingJob] = [
             kueue.TrainingJob(
                 name=t.name if t.count == 1 else f"{t.name}-{i}",
@@ -148,6 +172,14 @@ class Simulation:
             for t in cluster.spec.training
             for i in range(t.count)
         ]
+        if self.slices is not None:
+            for t in cluster.spec.training:
+                for i in range(t.count):
+                    assert t.slice_topology is not None  # the cluster file's validation requires it
+                    self._job_shape[t.name if t.count == 1 else f"{t.name}-{i}"] = Shape.parse(t.slice_topology)
+            for job in self.jobs:
+                # A re-admitted Workload waits for its slice to be provisioned before it restores.
+                job.restore_s += self._provision_s
         self.deactivated_by_us: set[str] = set()
         #: Called when a requested checkpoint completes (a controller re-evaluates then).
         self.on_checkpoint: list[Callable[[float], object]] = []
@@ -185,6 +217,10 @@ class Simulation:
         for _ in range(n0):
             rep = self.pool.add_replica(0.0, ready=True)
             self.serving_chips += rep.chips
+            if (self.slices is not None and self._pool_shape is not None
+                    and self.slices.place(rep.name, self._pool_shape, preemptible=False, now=0.0) is None):
+                raise ValueError(f"initialReplicas {n0}: replica {rep.index + 1} finds no free "
+                                     f"{self._pool_shape} slice in the blocks")
         if self.serving_chips > self.quota:
             raise ValueError(
                 f"initialReplicas {n0} × {self.pool.chips} chips exceed the quota of {self.quota} chips"
@@ -204,6 +240,8 @@ class Simulation:
             dt = t1 - t0
             self.serving_chip_s += self.serving_chips * dt
             self.free_chip_s += (self.quota - self.serving_chips) * dt
+            if self.slices is not None:
+                self._unplaced_s += dt * sum(1 for r in self.pool.replicas if r.state is ReplicaState.PENDING)
         self._last_account = now
 
     # ----- Kueue --------------------------------------------------------------------------------------
@@ -224,6 +262,8 @@ class Simulation:
             self._account(t)
             job.released()
             self.training_chips -= job.chips
+            if self.slices is not None:
+                self.slices.release(job.name)
             self._admit_serving(t)
             self._admit_training(t)
 
@@ -235,6 +275,9 @@ class Simulation:
         Chips of victims still in their grace period are promised to the replicas waiting for them, so a
         replica that will fit once they are gone preempts nothing more (as Kueue does not preempt twice
         for one pending Workload)."""
+        if self.slices is not None:
+            self._admit_serving_slices(now)
+            return
         free = self._free()
         incoming = sum(j.chips for j in self.jobs if j.state is kueue.JobState.TERMINATING)
         for rep in self.pool.replicas:
@@ -260,20 +303,67 @@ class Simulation:
             incoming -= rep.chips - free
             free = 0
 
+    def _admit_serving_slices(self, now: float) -> None:
+        """Under a topology: a pending group is admitted where a whole slice of its shape is free (the core's
+        ``find_place``); else it waits for a place that terminating victims will free (promised to it, so
+        the next group does not count it), else Kueue preempts, in its candidate order, the training whose
+        stopping makes a place (``SlicePlacement.kueue_victims``)."""
+        slices, shape = self.slices, self._pool_shape
+        assert slices is not None
+        assert shape is not None
+        leaving = [j.name for j in self.jobs if j.state is kueue.JobState.TERMINATING]
+        reserved: list[Occupant] = []
+        for rep in self.pool.replicas:
+            if rep.state is not ReplicaState.PENDING:
+                continue
+            if not reserved and slices.place(rep.name, shape, preemptible=False, now=now) is not None:
+                self._account(now)
+                self.serving_chips += rep.chips
+                self.pool.admitted(rep, now)
+                continue
+            candidates = sorted(
+                (j for j in self._running_jobs() if j.priority < self.serving_priority),
+                key=lambda j: (j.priority, -j.admitted_at, j.name),
+            )
+            victims = slices.kueue_victims(shape, [j.name for j in candidates], waiting=leaving, reserved=reserved)
+            if victims is None:
+                return  # stays pending until a place frees
+            by_name = {j.name: j for j in candidates}
+            for name in victims:
+                self._evict(by_name[name], now, deactivate=False)
+                leaving.append(name)
+            # The place the leaving victims free is promised to this group.
+            place = slices.inventory(without=leaving, extra=reserved)
+            regions = find_place(place, shape)
+            assert regions is not None  # kueue_victims made room
+            reserved.append(Occupant(key=f"promised/{rep.name}", regions=regions))
+
     def _admit_training(self, now: float) -> None:
         if any(r.state is ReplicaState.PENDING for r in self.pool.replicas):
             return  # serving waits: Kueue admits the higher priority first
         queued = [j for j in self.jobs if j.state is kueue.JobState.QUEUED]
         if not queued:
             return
+        if self.slices is not None:
+            # Kueue's order (highest priority, then the longest waiting); a job is admitted where its whole
+            # slice fits, a smaller one may pass a larger one that does not (BestEffortFIFO).
+            for job in sorted(queued, key=lambda j: (-j.priority, j.evicted_at, j.name)):
+                if self.slices.place(job.name, self._job_shape[job.name],
+                                     preemptible=job.priority < self.serving_priority, now=now) is not None:
+                    self._account(now)
+                    job.admit(now)
+                    self.training_chips += job.chips
+            return
         for job in self.arbiter.admissible(free=self._free(), queued=queued, now=now):
             self._account(now)
             job.admit(now)
             self.training_chips += job.chips
 
-    def _chips_released(self, now: float) -> None:
+    def _chips_released(self, now: float, rep: Replica) -> None:
         self._account(now)
         self.serving_chips -= self.pool.chips
+        if self.slices is not None:
+            self.slices.release(rep.name)
         self._admit_serving(now)
         self._admit_training(now)
 
@@ -349,7 +439,9 @@ class Simulation:
 
     def quota_status(self) -> QuotaStatus:
         q = self.cluster.spec.quota
-        return QuotaStatus(q.cluster_queue, q.resource, float(q.nominal),
+        # With a topology the blocks' chips stand for the ClusterQueue's placeholder number (the inventory
+        # declared in the controller's config, issue 14): 999999 would hide every shortage.
+        return QuotaStatus(q.cluster_queue, q.resource, float(self.quota),
                            float(self.serving_chips + self.training_chips))
 
     def training_workloads(
@@ -477,6 +569,10 @@ class Simulation:
             routing=self.routing,
             preemption_times=self.preemption_times,
             quota=self.quota,
+            slice_admissions=self.slices.admissions if self.slices is not None else 0,
+            slice_violations=list(self.slices.violations) if self.slices is not None else [],
+            unplaced_replica_s=self._unplaced_s,
+            topology=self.slices is not None,
             scale_actions=self.scale_actions,
             preemptions=self.preemptions,
             timeline=self.timeline,
