@@ -9,6 +9,7 @@ from autoscaler.core import topology
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import kueue, slices, traces
 from autoscaler.sim.simulation import FixedController, RunResult, Simulation
+from autoscaler.sim.yamldoc import SimFileError
 
 CODELAB = cluster_mod.bundled("cluster-tpu7x-codelab.yaml")
 
@@ -80,7 +81,7 @@ def test_the_super_slice_is_one_unit_that_frees_both_blocks() -> None:
     res = sim.run()
     # One serving group preempts the one Workload; both blocks free at once, serving takes one 2x2x2 and the
     # twelve sub-slice Workloads fill twelve of the fifteen slices left.
-    assert res.evictions[super_job.name] and len(res.evictions[super_job.name]) == 1
+    assert len(res.evictions[super_job.name]) == 1
     assert super_job.name not in sim.slices.holders
     running = [j for j in sim.jobs if j.state is kueue.JobState.RUNNING]
     assert len(running) == 12
@@ -107,7 +108,7 @@ def test_kueue_preempts_only_what_frees_a_place() -> None:
 def test_the_audit_catches_an_overlapping_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     """The audit shares no code with the fit check: a fit check that ignores occupants is caught."""
     first = topology.Region("a", (0, 0, 0), topology.Shape(2, 2, 2))
-    monkeypatch.setattr(slices.topology, "find_place", lambda inv, shape: (first,))
+    monkeypatch.setattr(topology, "find_place", lambda inv, shape: (first,))
     place = slices.SlicePlacement(topology.Shape.parse("4x4x4"), ["a"])
     place.place("x", topology.Shape(2, 2, 2), preemptible=False, now=0.0)
     place.place("y", topology.Shape(2, 2, 2), preemptible=False, now=0.0)
@@ -116,11 +117,11 @@ def test_the_audit_catches_an_overlapping_fit(monkeypatch: pytest.MonkeyPatch) -
 
 def test_the_audit_catches_a_misaligned_or_partial_slice(monkeypatch: pytest.MonkeyPatch) -> None:
     bad = topology.Region("a", (1, 0, 0), topology.Shape(2, 2, 2))
-    monkeypatch.setattr(slices.topology, "find_place", lambda inv, shape: (bad,))
+    monkeypatch.setattr(topology, "find_place", lambda inv, shape: (bad,))
     place = slices.SlicePlacement(topology.Shape.parse("4x4x4"), ["a"])
     place.place("x", topology.Shape(2, 2, 2), preemptible=False, now=0.0)
     assert any("not aligned" in v for v in place.violations)
-    monkeypatch.setattr(slices.topology, "find_place",
+    monkeypatch.setattr(topology, "find_place",
                         lambda inv, shape: (topology.Region("a", (0, 0, 0), topology.Shape(4, 4, 4)),))
     place2 = slices.SlicePlacement(topology.Shape.parse("4x4x4"), ["a", "b"])
     place2.place("s", topology.Shape(4, 4, 8), preemptible=True, now=0.0)
@@ -138,6 +139,6 @@ def test_a_slice_shape_the_blocks_cannot_hold_is_a_clear_error(tmp_path: object,
     src = src.replace("chips: 128", f"chips: {topology.Shape.parse(text).chips}")
     path = pathlib.Path(str(tmp_path)) / "c.yaml"
     path.write_text(src)
-    with pytest.raises(cluster_mod.SimFileError) as err:
+    with pytest.raises(SimFileError) as err:
         cluster_mod.load(path)
     assert message in str(err.value)
