@@ -162,7 +162,10 @@ class TargetKindInfo:
         live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
         created = int((obj.get("status") or {}).get("replicas") or len(live))
         gated = gated_replicas(spec, created, sum(1 for p in live if kueue_gated(p)))
-        return ReplicaStatus(spec=spec, ready=ready, starting=max(0, spec - ready), pods=statuses, gated=gated)
+        # A replica waiting for Kueue admission is not starting: nothing is on its way until it is admitted.
+        return ReplicaStatus(
+            spec=spec, ready=ready, starting=max(0, spec - ready - gated), pods=statuses, gated=gated
+        )
 
     def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
         """The serving pods metric sources read."""
@@ -202,7 +205,7 @@ class GroupedKindInfo(TargetKindInfo):
         created = int((obj.get("status") or {}).get("replicas") or len(groups))
         gated = gated_replicas(spec, created, gated_groups)
         return ReplicaStatus(
-            spec=spec, ready=ready, starting=max(0, spec - ready), pods=tuple(statuses), gated=gated
+            spec=spec, ready=ready, starting=max(0, spec - ready - gated), pods=tuple(statuses), gated=gated
         )
 
     def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:

@@ -70,7 +70,9 @@ if TYPE_CHECKING:  # the Kubernetes client stays out of what imports the loop
     from autoscaler.controller.workloads import Held
 
 #: Reasons worth an Event even when the count does not change (they explain a hold the user will ask about).
-NOTABLE_HOLDS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
+NOTABLE_HOLDS = frozenset(
+    {Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY, Reason.WAITING_FOR_ADMISSION}
+)
 WARNING_REASONS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
 
 

@@ -31,7 +31,8 @@ from autoscaler.core.model import Reason, ScaleDecision, TrainingAction, Trainin
 from autoscaler.policyfile import crd
 
 #: Reasons that mean the count was held at a bound or by a limit (HPA's ScalingLimited).
-LIMITED = frozenset({Reason.LIMITED_BY_MAX, Reason.LIMITED_BY_MIN, Reason.RATE_LIMITED, Reason.WAITING_FOR_CAPACITY})
+LIMITED = frozenset({Reason.LIMITED_BY_MAX, Reason.LIMITED_BY_MIN, Reason.RATE_LIMITED, Reason.WAITING_FOR_CAPACITY,
+                     Reason.WAITING_FOR_ADMISSION})
 
 
 def source_name(namespace: str, name: str) -> str:

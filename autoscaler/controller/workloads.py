@@ -329,7 +329,12 @@ class KueueGate:
         for wl in await self._list_workloads(preemptible.namespace):
             ref = _controller_owner(wl)
             owner = owners.get(str(ref.get("uid"))) if ref is not None else None
-            by_label = bool(wanted) and _labels_match((wl.get("metadata") or {}).get("labels") or {}, wanted)
+            # A Workload owned by something that is not a training kind (a serving LeaderWorkerSet, a Pod) is
+            # never training, whatever labels Kueue copied onto it (the codelab's LWS share the queue label).
+            trainable = ref is None or any(ref.get("kind") == k.kind for k in self.owner_kinds)
+            by_label = trainable and bool(wanted) and _labels_match(
+                (wl.get("metadata") or {}).get("labels") or {}, wanted
+            )
             if owner is not None or by_label:
                 matched.append((wl, owner))
         return matched

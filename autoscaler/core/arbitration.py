@@ -232,9 +232,11 @@ def plan(
         return Plan(desired=desired, training=())
     replicas = observation.replicas
     current = replicas.spec
-    if desired > current:
+    # Replicas waiting for admission need room as much as new ones: holding the count while they wait for
+    # quota that training holds would wait forever (nothing is on its way for them).
+    if desired > current or (desired == current and replicas.gated > 0):
         acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
-        return _scale_up(capacity, acct, observation.training, current, desired, now, choose)
+        return _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
     return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated)
 
 
@@ -263,6 +265,7 @@ def _scale_up(
     desired: int,
     now: float,
     choose: VictimChooser,
+    gated: int = 0,
 ) -> Plan:
     per, res = capacity.per_replica, acct.resource
     need = (desired - current) * per
@@ -272,16 +275,22 @@ def _scale_up(
     running = [w for w in training if w.active and w.admitted and w.chips > 0]
     held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
     eligible = [w for w in running if w.key not in held]
-    # Ask only for what can be had: the most replicas that fit with every eligible Workload stopped.
-    reachable = min(desired, current + math.floor(max(0.0, headroom + sum(w.chips for w in eligible)) / per + _EPS))
+    # Ask only for what can be had: the most replicas that fit with every eligible Workload stopped. Never
+    # fewer than now: replicas waiting for admission are not removed for want of room (they wait for it).
+    reachable = max(current, min(
+        desired, current + math.floor((headroom + sum(w.chips for w in eligible)) / per + _EPS)))
     shortfall = (reachable - current) * per - headroom
     victims = choose(eligible, shortfall) if shortfall > _EPS else []
     stopping, saving = _checkpoint_first(capacity, victims, now)
     if saving:
         # Serving asks only for what fits without the victims still saving: a pending replica would make
         # Kueue preempt them at once, losing the work the checkpoint is about to keep.
-        reachable = min(reachable, current + math.floor(
-            max(0.0, headroom + sum(v.chips for v in stopping)) / per + _EPS))
+        reachable = max(current, min(reachable, current + math.floor(
+            (headroom + sum(v.chips for v in stopping)) / per + _EPS)))
+    grow = (
+        f"grow {current}→{reachable} replicas" if reachable > current
+        else f"admit its {gated} replica(s) waiting for admission"
+    )
     decisions = tuple(
         TrainingDecision(
             workload=v,
@@ -289,7 +298,7 @@ def _scale_up(
             reason=Reason.DEACTIVATE_TRAINING,
             message=(
                 f"deactivating {v.key} (priority {v.priority}, {v.chips} {res}, {_risk_text(v)}) so serving can "
-                f"grow {current}→{reachable} replicas: they need {_units(need)} {res}; {acct.describe()}"
+                f"{grow}: they need {_units(need)} {res}; {acct.describe()}"
             ),
         )
         for v in stopping
@@ -305,6 +314,16 @@ def _scale_up(
         )
         for v, ask in saving if ask
     )
+    if desired == current:
+        # Only replicas waiting for admission: say what they wait for, and what is done about it.
+        waiting = [f"{gated} replica(s) waiting for admission need {_units(gated * per)} {res}; {acct.describe()}"]
+        if headroom + sum(w.chips for w in eligible) < -_EPS:
+            waiting.insert(0, "they do not all fit even with all eligible training stopped")
+        waiting.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
+        if stopping:
+            waiting.append(f"deactivating {', '.join(v.key for v in stopping)}")
+        waiting.extend(f"not stopping {why}" for why in held.values())
+        return Plan(desired=desired, training=decisions, message="; ".join(waiting))
     if reachable == desired:
         return Plan(desired=desired, training=decisions)
     parts = [f"{desired} replicas need {_units(need)} more {res}; {acct.describe()}"]

@@ -29,6 +29,7 @@ from autoscaler.core.model import (
     Observation,
     PolicyState,
     Reason,
+    ReplicaStatus,
     ScaleDecision,
     SignalValue,
 )
@@ -332,13 +333,36 @@ def _arbitrate(
 ) -> tuple[list[Decision], PolicyState]:
     """Last step: capacity arbitration, then the scale decision first and the training decisions after it."""
     spec = compiled.policy.spec
+    replicas = observation.replicas
     if spec.capacity is None or observation.quota is None:
-        return _finish([scale(desired, reason, message)], nxt, now, observation.replicas.spec, desired)
+        reason, message = _admission_hold(replicas, desired, reason, message, "")
+        return _finish([scale(desired, reason, message)], nxt, now, replicas.spec, desired)
     plan = arbitration.plan(spec=spec, observation=observation, desired=desired, now=now)
     if plan.desired != desired:
         desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
+    else:
+        reason, message = _admission_hold(replicas, desired, reason, message, plan.message)
     decisions: list[Decision] = [scale(desired, reason, message), *plan.training]
     return _finish(decisions, nxt, now, observation.replicas.spec, desired)
+
+
+#: Holds that replicas waiting for admission explain better (the others say something more pressing).
+_ADMISSION_EXPLAINS = frozenset({Reason.STEADY, Reason.WITHIN_TOLERANCE, Reason.WAITING_FOR_STARTING,
+                                 Reason.STABILIZING, Reason.RATE_LIMITED, Reason.LIMITED_BY_MAX})
+
+
+def _admission_hold(
+    replicas: ReplicaStatus, desired: int, reason: Reason, message: str, plan_message: str
+) -> tuple[Reason, str]:
+    """A hold while replicas wait for Kueue admission is ``WaitingForAdmission``: they are not starting (no
+    capacity is on its way for them until Kueue admits them), and the message says what they wait for."""
+    if replicas.gated <= 0 or desired != replicas.spec or reason not in _ADMISSION_EXPLAINS:
+        return reason, message
+    text = (
+        f"{replicas.gated} of {replicas.spec} replicas wait for Kueue admission (its scheduling gate: quota or "
+        f"topology), not counted as starting"
+    )
+    return Reason.WAITING_FOR_ADMISSION, "; ".join(p for p in (message, text, plan_message) if p)
 
 
 def _finish(

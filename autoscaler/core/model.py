@@ -96,7 +96,9 @@ class ReplicaStatus:
     """Replica counts of the target (groups for a LeaderWorkerSet).
 
     ``spec`` is the desired count currently set on the target (HPA's ``currentReplicas``);
-    ``ready`` are serving; ``starting`` exist but are scheduling, pulling or loading the model.
+    ``ready`` are serving; ``starting`` are admitted (or not under Kueue) and scheduling, pulling or loading
+    the model; ``gated`` wait for Kueue admission and are *not* starting: no capacity is on its way for them
+    until Kueue admits them (``spec = ready + starting + gated``, unready pods of ready replicas aside).
     """
 
     spec: int
@@ -184,6 +186,7 @@ class Reason(enum.StrEnum):
     LIMITED_BY_MIN = "LimitedByMin"
     SCALING_DISABLED = "ScalingDisabled"  # current replicas 0 with minReplicas > 0, or selectPolicy Disabled
     WAITING_FOR_STARTING = "WaitingForStarting"  # starting replicas will absorb the load
+    WAITING_FOR_ADMISSION = "WaitingForAdmission"  # replicas asked for wait for Kueue admission (quota, topology)
     PANIC = "Panic"  # fast window triggered
     SCALE_TO_ZERO = "ScaleToZero"
     ACTIVATE_FROM_ZERO = "ActivateFromZero"

@@ -263,11 +263,37 @@ class LabelSelectorSpec(SpecModel):
     match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
 
 
+#: Label keys the JobSet controller puts on the Jobs and pods it creates, never on the JobSet or its pod template
+#: (jobset ``api/jobset/v1alpha2``: ``jobset-name``, ``replicatedjob-name``, ``job-index``, ``job-key``, …).
+CHILD_ONLY_LABEL_PREFIX = "jobset.sigs.k8s.io/"
+
+
 class PreemptibleSpec(SpecModel):
-    """Training workloads this policy may deactivate to make room."""
+    """Training workloads this policy may deactivate to make room.
+
+    ``selector.matchLabels`` is matched against each training job's own labels (Job, JobSet, RayJob) and its
+    pod template's labels as written in the job (``spec.template``, ``spec.replicatedJobs[].template``), never
+    against labels a controller adds to the children it creates later."""
 
     namespace: str = Field(pattern=DNS_LABEL_PATTERN)
-    selector: LabelSelectorSpec = Field(default_factory=LabelSelectorSpec)
+    selector: LabelSelectorSpec = Field(
+        default_factory=LabelSelectorSpec,
+        description="Matched against each Job/JobSet/RayJob's own labels and its pod template's labels as "
+        "written in the job; not against labels controllers add to child Jobs or pods.",
+    )
+
+    @field_validator("selector")
+    @classmethod
+    def _matchable(cls, selector: LabelSelectorSpec) -> LabelSelectorSpec:
+        for key in selector.match_labels:
+            if key.startswith(CHILD_ONLY_LABEL_PREFIX):
+                raise ValueError(
+                    f"matchLabels key {key!r} is set by the JobSet controller on the Jobs and pods it creates, "
+                    "never on the JobSet or its pod template, which is what a preemptible selector is matched "
+                    "against: it would select nothing; select by a label the JobSet itself carries (the codelab's "
+                    "JobSets carry kueue.x-k8s.io/queue-name)"
+                )
+        return selector
 
 
 class ActuationSpec(SpecModel):

@@ -434,7 +434,8 @@ class Simulation:
             for r in live
         )
         gated = sum(1 for r in live if r.state is ReplicaState.PENDING)
-        return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready), pods=pods,
+        # As the controller reads them (``controller.kinds``): a replica pending admission is not starting.
+        return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready) - gated, pods=pods,
                              gated=gated)
 
     def quota_status(self) -> QuotaStatus:

@@ -500,3 +500,24 @@ _SELECTORS = st.fixed_dictionaries(
 def test_the_client_side_filter_is_the_servers_selector(selector: dict[str, Any], labels: dict[str, str]) -> None:
     """A batched pod list keeps, per target, exactly the pods a list with the target's own selector returns."""
     assert selector_matches(selector, labels) == label_selector_matches(label_selector(selector), labels)
+
+
+async def test_a_group_waiting_for_kueue_admission_is_not_starting(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """Issue 14: a group whose pods carry Kueue's admission gate is counted as waiting for admission
+    (``gated``), not as ``starting``: nothing is on its way for it until Kueue admits it."""
+    kube.add(objects.leader_worker_set(replicas=3, ready=1, size=2))
+    for group, state in (("0", "ready"), ("1", "loading"), ("2", "gated")):
+        for worker in ("0", "1"):
+            labels = {
+                "leaderworkerset.sigs.k8s.io/name": "jetstream",
+                "leaderworkerset.sigs.k8s.io/group-index": group,
+                "leaderworkerset.sigs.k8s.io/worker-index": worker,
+            }
+            pod = objects.pod(f"jetstream-{group}-{worker}", labels=labels, ready=state == "ready",
+                              phase="Pending" if state == "gated" else "Running")
+            if state == "gated":
+                pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+            kube.add(pod)
+    target = _target(kube_client, policy(kind="LeaderWorkerSet", target="jetstream"))
+    status = await target.replicas()
+    assert (status.spec, status.ready, status.starting, status.gated) == (3, 1, 1, 1)

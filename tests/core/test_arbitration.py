@@ -461,3 +461,48 @@ def test_requests_go_first_in_apply_order() -> None:
     stop = TrainingDecision(wl("b"), TrainingAction.DEACTIVATE, Reason.DEACTIVATE_TRAINING, "")
     scale = ScaleDecision(TARGET, 1, 2, Reason.SCALE_UP, "")
     assert arbitration.in_apply_order([scale, stop, ask]) == [ask, stop, scale]
+
+
+# --- replicas waiting for admission (issue 14) ------------------------------------------------------------
+
+
+def test_a_replica_waiting_for_admission_gets_room_from_training() -> None:
+    # 2 replicas, the second gated for want of quota: the fine-tune holds 4 of the 6. Holding the count must
+    # not mean waiting forever: the fine-tune is stopped for the replica already asked for.
+    obs = observe_inflight(2, 6, (wl(),), gated=1)
+    result = arbitration.plan(spec=SPEC, observation=obs, desired=2)
+    assert result.desired == 2
+    assert actions(result) == [("deactivate", "job-finetune-gemma-l4-3316f")]
+    assert "admit its 1 replica(s) waiting for admission" in result.training[0].message
+    # Room already there (Kueue will admit it on its own): nothing is stopped.
+    obs = observe_inflight(2, 2, (wl(active=False, admitted=False, ours=True),), gated=1)
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=2).training == ()
+
+
+def test_a_replica_that_cannot_be_admitted_is_held_not_removed() -> None:
+    # Nothing eligible to stop (a protected job is not in the list): the gated replica stays asked for, and
+    # the message says it does not fit.
+    obs = observe_inflight(2, 6, (), gated=1)
+    result = arbitration.plan(spec=SPEC, observation=obs, desired=2)
+    assert (result.desired, result.training) == (2, ())
+    assert "do not all fit even with all eligible training stopped" in result.message
+
+
+def test_waiting_for_admission_is_its_own_reason() -> None:
+    # spec 2 = 1 ready + 1 gated; the queue needs 2: the hold says the replica waits for admission.
+    cp = compile_policy(ScalingPolicy.model_validate(policy_doc()))
+    obs = Observation(
+        target=TARGET,
+        replicas=ReplicaStatus(spec=2, ready=1, starting=0, gated=1),
+        signals={"queue": SignalReading(15.0, 1000.0)},
+        training=(wl(),),
+        quota=QuotaStatus("cluster-queue", GPU, nominal=6, reserved=6),
+    )
+    decisions, _ = cp.decide(obs, PolicyState(), 1000.0)
+    scale = decisions[0]
+    assert isinstance(scale, ScaleDecision)
+    assert (scale.desired, scale.reason) == (2, Reason.WAITING_FOR_ADMISSION)
+    assert "1 of 2 replicas wait for Kueue admission" in scale.message
+    assert [(d.action, d.workload.name) for d in decisions[1:] if isinstance(d, TrainingDecision)] == [
+        (TrainingAction.DEACTIVATE, "job-finetune-gemma-l4-3316f")
+    ]

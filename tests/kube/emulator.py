@@ -180,6 +180,16 @@ RESOURCES: tuple[ResourceType, ...] = (
         "kueue.x-k8s.io", ("v1beta1", "v1beta2"), "resourceflavors", "ResourceFlavor", namespaced=False,
         builtin=False, status=False,
     ),
+    # Topology-aware admission (the TPU dynamic-slicing codelab): Kueue's Topology and AdmissionCheck, and Nodes.
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta1", "v1beta2"), "topologies", "Topology", namespaced=False, builtin=False,
+        status=False,
+    ),
+    ResourceType(
+        "kueue.x-k8s.io", ("v1beta1", "v1beta2"), "admissionchecks", "AdmissionCheck", namespaced=False,
+        builtin=False,
+    ),
+    ResourceType("", ("v1",), "nodes", "Node", namespaced=False),
     ResourceType("coordination.k8s.io", ("v1",), "leases", "Lease", status=False),
     # Ours (deploy/base/crd.yaml): a namespaced custom resource with a status subresource.
     ResourceType("autoscaler.dev", ("v1alpha1",), "scalingpolicies", "ScalingPolicy", builtin=False),

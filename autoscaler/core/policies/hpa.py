@@ -382,7 +382,8 @@ class HpaAlgorithm:
             replicas, ratio = value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
             within = current != 0 and tol.within(ratio)
             return name, replicas, within, ("value", usage, target_text, ratio, ready, current, replicas)
-        counted = status.ready + status.starting
+        # HPA counts every pod of the target; one waiting for Kueue admission is an unready pod to it.
+        counted = status.ready + status.starting + status.gated
         replicas, ratio = average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
         return name, replicas, tol.within(ratio), ("average", usage, target_text, ratio, counted, current, replicas)
 
@@ -407,14 +408,15 @@ class HpaAlgorithm:
                 total = milli(value)
                 basis = "total"
             ratio = (total // ready) / target
-            if not (replicas.starting and ratio > 1.0):
+            unready = replicas.starting + replicas.gated  # HPA: a pod pending admission is unready
+            if not (unready and ratio > 1.0):
                 # ``pods_replicas`` without pods to adjust for (none missing; none unready, or not scaling up):
                 # the ready count scaled by the ratio, or the current count within tolerance.
                 within = tol.within(ratio)
                 count = current if within else math.ceil(ratio * ready)
                 why = ("pods", basis, (total, ready, 0, 0), target_text, ratio, None, current, count)
                 return name, count, within, why
-            usage = PodsUsage(total=total, count=ready, ready=ready, unready=replicas.starting)
+            usage = PodsUsage(total=total, count=ready, ready=ready, unready=unready)
         count, ratio, new_ratio = pods_replicas(current=current, usage=usage, target=target, tol=tol)
         within = tol.within(ratio) or (new_ratio is not None and tol.within(new_ratio))
         counts = (usage.total, usage.count, usage.missing, usage.unready)
