@@ -502,7 +502,9 @@ def test_the_client_side_filter_is_the_servers_selector(selector: dict[str, Any]
     assert selector_matches(selector, labels) == label_selector_matches(label_selector(selector), labels)
 
 
-async def test_a_group_waiting_for_kueue_admission_is_not_starting(kube: Emulator, kube_client: client.ApiClient) -> None:
+async def test_a_group_waiting_for_kueue_admission_is_not_starting(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
     """Issue 14: a group whose pods carry Kueue's admission gate is counted as waiting for admission
     (``gated``), not as ``starting``: nothing is on its way for it until Kueue admits it."""
     kube.add(objects.leader_worker_set(replicas=3, ready=1, size=2))

@@ -22,6 +22,8 @@ NAMESPACE = "llm-d-pd-disaggregation"
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
+EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LEVELS = (
     "cloud.google.com/gce-topology-block",
     "cloud.google.com/gke-tpu-partition-4x4x4-id",
@@ -139,13 +141,13 @@ def vllm_lws(role: str, *, replicas: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "namespace": NAMESPACE,
-                     "annotations": {"leaderworkerset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-tpu-slice"},
+                     "annotations": {EXCLUSIVE: "cloud.google.com/gke-tpu-slice"},
                      "labels": {**labels, "kueue.x-k8s.io/queue-name": "lq"}},
         "spec": {"replicas": replicas, "leaderWorkerTemplate": {
             "size": 2, "restartPolicy": "RecreateGroupOnPodRestart",
             "leaderTemplate": template, "workerTemplate": template}},
         "status": {"replicas": 0, "readyReplicas": 0,
-                   "hpaPodSelector": f"leaderworkerset.sigs.k8s.io/name={name},leaderworkerset.sigs.k8s.io/worker-index=0"},
+                   "hpaPodSelector": f"{LWS_NAME}={name},leaderworkerset.sigs.k8s.io/worker-index=0"},
     }
 
 
