@@ -18,9 +18,11 @@ independent crossing; otherwise the scale-up rate limit of the previous trials w
 
 With ``--background N`` the direct pipeline is measured while the same controller holds N other policies,
 each scaling its own Deployment (namespace ``bg``) on its own pod endpoint (``/m/<i>`` of one more exporter,
-steady at a queue that needs no change), all probed every second like the measured one. The API server and
-the exporters run in the same process as the controller (as in the default run), so their CPU is counted
-against the reaction: pessimistic, on a shared 2-core machine.
+whose queue moves at every scrape but never needs a second replica), all probed every second like the
+measured one. There the API server and every exporter run in a **child process** (as the API server and
+the pods do in a cluster), so the controller's process is the controller alone; the child still shares
+this machine's 2 cores with it. The child flips the queue and stamps the scale write's arrival on the
+monotonic clock both processes share (``time.monotonic``).
 
 Run: ``python -m bench.controller_reaction [--trials N] [--background N]``.
 """
@@ -30,14 +32,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing as mp
 import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -151,10 +157,14 @@ async def prometheus(target: str, tmp: Path) -> AsyncIterator[str]:
 
 
 async def background_exporter() -> tuple[web.AppRunner, str]:
-    """``/m/<i>``: a TGI exposition with a steady queue (one replica is enough), one path per background pod."""
+    """``/m/<i>``: a TGI exposition, one path per background pod, whose queue moves at every scrape (as a real
+    server's does) but stays where one replica is enough (3..7 with 10 per replica): every background signal
+    changes every round, so nothing may be skipped for being unchanged."""
+    rng = random.Random(7)
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(text="# TYPE tgi_queue_size gauge\ntgi_queue_size 5\n", content_type="text/plain")
+        text = f"# TYPE tgi_queue_size gauge\ntgi_queue_size {rng.randint(3, 7)}\n"
+        return web.Response(text=text, content_type="text/plain")
 
     app = web.Application()
     app.router.add_get("/m/{i}", metrics)
@@ -174,26 +184,122 @@ def background_policies(count: int, exporter: str) -> dict[str, str]:
     return {f"background-{k:03d}.yaml": "---\n".join(docs[k * 100:(k + 1) * 100]) for k in range((count + 99) // 100)}
 
 
-async def main_many(trials: int, background: int) -> dict[str, list[float]]:
-    logs.configure("error")
-    kube = Emulator()
-    await kube.start()
-    kube.add(objects.deployment(replicas=1))
-    for i in range(background):
-        kube.add(objects.deployment(f"app-{i:05d}", "bg", replicas=1))
-    tgi = TgiMetrics()
-    await tgi.start()
-    runner, exporter = await background_exporter()
+def serve_world(conn: Connection, background: int) -> None:
+    """Child process: the API server, the measured TGI server and the background exporter. Answers the
+    parent's commands: ``jump`` (queue 5 → 25; replies ``t0``, then ``arrived`` when the scale write reaches
+    the server), ``calm`` (queue back to 5), ``shrink`` (the Deployment back to 1 replica)."""
+
+    async def main() -> None:
+        logs.configure("error")
+        kube = Emulator()
+        kube.add(objects.deployment(replicas=1))
+        for i in range(background):
+            kube.add(objects.deployment(f"app-{i:05d}", "bg", replicas=1))
+        await kube.start()
+        tgi = TgiMetrics()
+        await tgi.start()
+        tgi.queue = 5
+        _, exporter = await background_exporter()
+        conn.send((kube.url, tgi.url, exporter))
+
+        def command() -> None:
+            what = conn.recv()
+            if what == "jump":
+                kube.after("PATCH", SCALE, lambda: conn.send(("arrived", time.monotonic())))
+                conn.send(("t0", time.monotonic()))
+                tgi.queue = 25
+            elif what == "calm":
+                tgi.queue = 5
+                conn.send(("calm", time.monotonic()))
+            elif what == "shrink":
+                kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
+                conn.send(("shrink", time.monotonic()))
+
+        asyncio.get_running_loop().add_reader(conn.fileno(), command)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+async def measure_apart(conn: Connection, urls: tuple[str, str, str], background: int, trials: int,
+                        rng: random.Random, tmp: Path, warmup_s: float) -> list[float]:
+    """``measure`` against the child process's world (see ``serve_world``)."""
+    kube_url, tgi_url, exporter = urls
+    (tmp / "policies").mkdir(parents=True, exist_ok=True)
+    (tmp / "policies" / "tgi.yaml").write_text(
+        tgi_policy(source=f"{{type: pods, endpoints: ['{tgi_url}']}}", capacity=False))
+    for name, text in background_policies(background, exporter).items():
+        (tmp / "policies" / name).write_text(text)
+    clock = LoopClock()
+
+    def factory(spec: SourceSpec) -> MetricSource:
+        return PodsSource(clock=clock.wall) if spec.type == "pods" else default_factory(spec)
+
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
+    loop.add_reader(conn.fileno(), lambda: inbox.put_nowait(conn.recv()))
+
+    async def ask(what: str) -> float:
+        conn.send(what)
+        while True:
+            kind, at = await inbox.get()
+            if kind == what or (what == "jump" and kind == "t0"):
+                return at
+
+    api = client.ApiClient(client.Configuration(host=kube_url))
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "fastPollSeconds": 1.0,
+                                           "logLevel": "error"})
+    rt = Runtime(api=api, config=cfg, policies_dir=tmp / "policies", clock=clock, namespace="autoscaler",
+                 source=SourcePool(factory))
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    out: list[float] = []
     try:
-        with tempfile.TemporaryDirectory() as d:
-            direct = tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False)
-            values = await measure(kube, tgi, direct, trials, random.Random(20261130), Path(d),
-                                   background_policies(background, exporter), warmup_s=30.0)
+        await asyncio.sleep(warmup_s)  # policies loaded, watches synced, first evaluations done
+        for _ in range(trials):
+            await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe rounds
+            t0 = await ask("jump")
+            try:
+                async with asyncio.timeout(120):
+                    while (got := await inbox.get())[0] != "arrived":
+                        pass
+            except TimeoutError:
+                print("trial: no scale write within 120 s", file=sys.stderr, flush=True)
+                continue
+            out.append(got[1] - t0)
+            print(f"trial: {got[1] - t0:.2f} s", file=sys.stderr, flush=True)
+            await ask("calm")
+            await asyncio.sleep(1.5)
+            await ask("shrink")
+            # Each trial is an independent crossing from a steady state (see ``measure``).
+            rt.controller.states.clear()
+            await asyncio.sleep(1.5)
     finally:
-        await runner.cleanup()
-        await tgi.stop()
-        await kube.stop()
+        loop.remove_reader(conn.fileno())
+        stop.set()
+        await task
+        await api.close()
+    return out
+
+
+async def main_many(trials: int, background: int, conn: Connection, urls: tuple[str, str, str],
+                    warmup_s: float) -> dict[str, list[float]]:
+    logs.configure("error")
+    with tempfile.TemporaryDirectory() as d:
+        values = await measure_apart(conn, urls, background, trials, random.Random(20261130), Path(d), warmup_s)
     return {f"direct, with {background} other policies": values}
+
+
+def run_many(trials: int, background: int, warmup_s: float) -> dict[str, list[float]]:
+    parent, child = mp.Pipe()
+    proc = mp.get_context("fork").Process(target=serve_world, args=(child, background), daemon=True)
+    proc.start()
+    try:
+        urls: Any = parent.recv()
+        return asyncio.run(main_many(trials, background, parent, urls, warmup_s))
+    finally:
+        proc.terminate()
+        proc.join(10)
 
 
 def hpa_model(write_latencies: list[float], rng: random.Random, draws: int = 10_000) -> list[float]:
@@ -252,9 +358,11 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--background", type=int, default=0, metavar="N",
                         help="other policies the controller holds (each probed, each its own pod endpoint)")
+    parser.add_argument("--warmup", type=float, default=30.0, metavar="S",
+                        help="with --background: seconds before the first trial (loading, first evaluations)")
     args = parser.parse_args()
     if args.background:
-        results = asyncio.run(main_many(args.trials, args.background))
+        results = run_many(args.trials, args.background, args.warmup)
     else:
         results = asyncio.run(main_async(args.trials))
     print(f"{'pipeline':45} {'n':>6} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")

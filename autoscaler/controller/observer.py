@@ -18,14 +18,21 @@ Batching (``PolicyObserver.prepare``): the loop hands over every policy of a pas
 read together (``KubeTargets.observe_many``: per namespace, not per target) and every signal of every
 policy goes to the source in **one** ``read``, so a source sends one query per signal for all targets.
 ``observe(policy, prepared)`` then only adds the training picture (``SharedTraining``).
+
+Probes (``PolicyObserver.probe``) screen many policies a second, so they read no target from the API server:
+every observation keeps its target's view (``views``, an informer-like cache), a watched change of the
+target drops it (``forget``), and a probe uses the view while it is younger than twice its policy's period
+(only the others are read, in bulk). A probe's verdict only selects which policies to evaluate at once; that
+evaluation reads the target afresh before anything is written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client, watch
@@ -134,10 +141,50 @@ class PolicyObserver:
     default_source: SourceSpec | None = None
     deadline_s: float = 5.0
 
+    #: Each policy's last target view and when it was read (``now``): what probes screen on.
+    views: dict[str, tuple[float, TargetView]] = field(default_factory=dict)
+    now: Callable[[], float] = time.monotonic
+
     async def prepare(self, policies: Sequence[CompiledPolicy]) -> dict[str, Prepared | Exception]:
         """Targets and signals of many policies in batches: the targets per namespace, the signals in one
         source read. A policy whose target could not be read gets the error."""
+        return await self._gather(policies, await self._read_views(policies))
+
+    async def probe(self, policies: Sequence[CompiledPolicy]) -> dict[str, Prepared | Exception]:
+        """``prepare`` for a round of probes: each target as last read, when that read is younger than twice
+        its policy's period and no watched change dropped it; only the other targets are read (in bulk)."""
+        now = self.now()
+        views: dict[str, TargetView | Exception] = {}
+        stale: list[CompiledPolicy] = []
+        for cp in policies:
+            kept = self.views.get(cp.name)
+            if kept is not None and now - kept[0] <= 2 * cp.policy.spec.evaluation_period_seconds:
+                views[cp.name] = kept[1]
+            else:
+                stale.append(cp)
+        if stale:
+            views.update(await self._read_views(stale))
+        return await self._gather(policies, views)
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Drop these policies' kept target views (their target changed: the next probe reads it again)."""
+        for name in names:
+            self.views.pop(name, None)
+
+    async def _read_views(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+        now = self.now()
         views = await self.targets.observe_many(policies)
+        for name, view in views.items():
+            if isinstance(view, Exception):
+                self.views.pop(name, None)
+            else:
+                self.views[name] = (now, view)
+        return views
+
+    async def _gather(
+        self, policies: Sequence[CompiledPolicy], views: dict[str, TargetView | Exception]
+    ) -> dict[str, Prepared | Exception]:
+        """The signals of every policy whose view is known, in one source read."""
         prepared: dict[str, Prepared | Exception] = {}
         plans: list[tuple[CompiledPolicy, TargetView, dict[str, SignalReading], list[SignalRequest]]] = []
         for cp in policies:
@@ -175,8 +222,10 @@ class PolicyObserver:
         if prepared is not None:
             replicas, signals = prepared.replicas, prepared.signals
         else:
-            replicas, pods = await self.targets.observe(policy)
-            signals = await self.read_signals(policy, pods)
+            now = self.now()
+            view = await self.targets.observe(policy)
+            self.views[policy.name] = (now, view)
+            replicas, signals = view.replicas, await self.read_signals(policy, view.pods)
         workloads: tuple[TrainingWorkload, ...] = ()
         quota: QuotaStatus | None = None
         if spec.capacity is not None:

@@ -149,6 +149,10 @@ class PolicyStore:
             self.rejections.pop(f, None)
             self._where.pop(f, None)
         changed = [f for f in sorted(seen) if self._hashes.get(f) != seen[f]]
+        if not removed and not changed:
+            # Nothing to settle: the policy set stays the same object (the loop's indexes key on it), and
+            # the ownership rule is not re-run over every policy every poll (0.2 s at 1,000 policies).
+            return ReloadResult(False, (), (), (), (), ())
         loaded: list[str] = []
         rejected: list[Rejection] = []
         for f in changed:

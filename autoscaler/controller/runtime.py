@@ -114,6 +114,7 @@ class Runtime:
             source=self.source or SourcePool(),
             default_source=cfg.default_source,
             deadline_s=cfg.signal_deadline_seconds,
+            now=self.clock.monotonic,
         )
         self.elector: LeaderElector | None = None
         leader: Leadership
@@ -339,6 +340,7 @@ class Runtime:
             names = self.controller.policies_for_training(spec.namespace)
         elif (kind := kinds.by_resource(spec.group, spec.plural)) is not None:
             names = self.controller.policies_for_target(TargetRef(kind.kind, name, spec.namespace).key)
+            self.observer.forget(names)  # probes must not screen on the view from before this change
         else:
             names = []
         if names:

@@ -1,0 +1,117 @@
+"""Probes at scale: a probe round screens on the targets as last read (no API read), and only a policy
+whose decision would change is evaluated at once, on a fresh read, before anything is written.
+
+Against the emulated API server and a stand-in TGI server; the clock is explicit (``ManualClock``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller.loop import _chunks
+from autoscaler.controller.observer import WatchSpec
+from autoscaler.controller.runtime import Runtime
+from autoscaler.core.engine import compile_policy
+from autoscaler.policyfile.loader import load_text
+from tests.controller.helpers import ManualClock, TgiMetrics, runtime
+from tests.controller.policies import tgi_policy
+from tests.kube import objects
+from tests.kube.emulator import Emulator
+
+TARGET = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment"
+
+
+@pytest.fixture
+async def tgi() -> AsyncIterator[TgiMetrics]:
+    server = TgiMetrics()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def rt(kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path) -> AsyncIterator[Runtime]:
+    kube.add(objects.deployment(replicas=1))
+    clock = ManualClock()
+    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
+    r.store.reload()
+    tgi.queue = 5
+    assert await r.controller.run_once()  # an evaluation: the observer keeps the target's view
+    # Probed between periods (the loop sets this after each periodic evaluation).
+    r.controller._due["tgi-gemma"] = clock.monotonic() + 15
+    yield r
+    await r.observer.aclose()
+
+
+def replicas(kube: Emulator) -> int:
+    return int(kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"])
+
+
+async def settle(rt: Runtime) -> None:
+    """Wait for the evaluations the last probe round started."""
+    await asyncio.gather(*list(rt.controller._escalations))
+
+
+async def test_a_probe_round_reads_no_target_from_the_api_server(kube: Emulator, rt: Runtime, tgi: TgiMetrics) -> None:
+    kube.requests.clear()
+    scrapes = tgi.scrapes
+    await rt.controller.probe_round()
+    await settle(rt)
+    assert tgi.scrapes == scrapes + 1  # the signal is read afresh
+    assert kube.requests == []  # the target is not: it is the view the last evaluation kept
+
+
+async def test_a_crossing_is_evaluated_on_a_fresh_read_before_the_write(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics
+) -> None:
+    kube.requests.clear()
+    tgi.queue = 25  # needs 3 replicas
+    await rt.controller.probe_round()
+    await settle(rt)
+    assert replicas(kube) == 3
+    paths = [(r.method, r.path) for r in kube.requests]
+    write = paths.index(("PATCH", TARGET + "/scale"))
+    assert ("GET", TARGET) in paths[:write]  # the evaluation read the target itself
+    assert rt.controller.outcomes["tgi-gemma"].acted == ("scale",)
+
+
+async def test_nothing_is_written_from_the_kept_view(kube: Emulator, rt: Runtime, tgi: TgiMetrics) -> None:
+    # Someone scaled the target to 3 since the last evaluation; no watch runs here, so the kept view still
+    # says 1. The screen (1 replica for a queue of 25) would scale; the fresh evaluation sees 3 and holds.
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 3},
+                status={"replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
+    kube.requests.clear()
+    tgi.queue = 25
+    await rt.controller.probe_round()
+    await settle(rt)
+    assert kube.writes() == []
+    assert replicas(kube) == 3
+
+
+async def test_a_watched_change_of_the_target_drops_its_kept_view(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics
+) -> None:
+    obj = kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")
+    rt._on_watch_event(WatchSpec("apps", "v1", "deployments", "llm"), "MODIFIED", obj)
+    kube.requests.clear()
+    await rt.controller.probe_round()
+    await settle(rt)
+    assert ("GET", TARGET) in [(r.method, r.path) for r in kube.requests]
+
+
+def test_a_pass_is_chunked_with_each_cluster_queue_in_one_chunk() -> None:
+    texts = [
+        tgi_policy(name=f"p{i}", target=f"t{i}", capacity=i % 3 == 0) for i in range(10)
+    ]
+    policies = [compile_policy(lp.policy) for lp in load_text("---\n".join(texts), "many.yaml")]
+    chunks = _chunks(policies, 3)
+    assert sorted(cp.name for c in chunks for cp in c) == sorted(cp.name for cp in policies)
+    with_queue = [i for i, c in enumerate(chunks) if any(cp.policy.spec.capacity is not None for cp in c)]
+    assert len(with_queue) == 1  # p0, p3, p6, p9 share cluster-queue: one chunk, the first one's
+    assert [cp.name for cp in chunks[0]][:1] == ["p0"]
+    assert all(len(c) <= 3 for i, c in enumerate(chunks) if i not in with_queue)
