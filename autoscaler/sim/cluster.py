@@ -194,6 +194,30 @@ class TopologySpec(SpecModel):
         return self.shape.chips * len(self.blocks)
 
 
+class KvTransferSpec(SpecModel):
+    """Moving a prompt's KV cache from the prefill group that computed it to the decode group that continues
+    it (the codelab's TPUConnectorHMA, kv_producer -> kv_consumer): ``baseMs + tokens × bytesPerToken /
+    gigabytesPerSecond``. It occupies neither group's compute (an estimate: the transfer overlaps decoding)."""
+
+    base_ms: float = Field(default=20.0, ge=0, description="Fixed cost per request: handshake, routing (estimate).")
+    bytes_per_token: float = Field(gt=0, description="KV bytes per prompt token of the model.")
+    gigabytes_per_second: float = Field(gt=0, description="Achieved bandwidth between the two slices.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Per field: a source or 'estimate: why'.")
+
+    def seconds(self, tokens: int) -> float:
+        return self.base_ms / 1000.0 + tokens * self.bytes_per_token / (self.gigabytes_per_second * 1e9)
+
+
+class DisaggregationSpec(SpecModel):
+    """Prefill and decode on separate pools (llm-d P/D): a request is prefilled by the prefill pool, its KV
+    cache moves to a decode group, which generates the rest. TTFT ends when the decode group has the request
+    in its batch (the first token streams from there, as llm-d's decode sidecar returns it)."""
+
+    prefill_pool: str = Field(pattern=DNS_LABEL_PATTERN)
+    decode_pool: str = Field(pattern=DNS_LABEL_PATTERN)
+    kv_transfer: KvTransferSpec
+
+
 class SloSpec(SpecModel):
     ttft_seconds: float = Field(default=2.0, gt=0)
     attainment: float = Field(default=0.99, gt=0, le=1, description="The oracle meets at least this fraction.")
@@ -221,6 +245,9 @@ class ClusterSpec(SpecModel):
     topology: TopologySpec | None = Field(
         default=None, description="Physical TPU blocks: admission by slice placement (docs/simulate.md)."
     )
+    disaggregation: DisaggregationSpec | None = Field(
+        default=None, description="Prefill and decode pools of one model, sized and scored together."
+    )
     slo: SloSpec = Field(default_factory=SloSpec)
     scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)
 
@@ -236,6 +263,13 @@ class ClusterSpec(SpecModel):
             raise ValueError("metricPipelines needs a 'default' pipeline (the one policies see unless mapped)")
         if self.topology is not None:
             self._check_topology(self.topology)
+        dis = self.disaggregation
+        if dis is not None:
+            for role, name in (("prefillPool", dis.prefill_pool), ("decodePool", dis.decode_pool)):
+                if name not in names:
+                    raise ValueError(f"disaggregation.{role} names unknown pool {name!r}; pools: {', '.join(names)}")
+            if dis.prefill_pool == dis.decode_pool:
+                raise ValueError("disaggregation: prefillPool and decodePool must be different pools")
         for policy, pipe in self.policy_pipelines.items():
             if pipe not in self.metric_pipelines:
                 raise ValueError(
@@ -307,6 +341,17 @@ class Cluster:
         topo = self.spec.topology
         return (self.profile(pool).cold_start.total + self.spec.kueue.admission_seconds
                 + (topo.provisioning_seconds if topo is not None else 0.0))
+
+    def pool_named(self, name: str) -> PoolSpec:
+        return next(p for p in self.spec.pools if p.name == name)
+
+    @property
+    def disaggregated(self) -> tuple[PoolSpec, PoolSpec] | None:
+        """(prefill, decode) pools when the cluster serves disaggregated, else None."""
+        dis = self.spec.disaggregation
+        if dis is None:
+            return None
+        return self.pool_named(dis.prefill_pool), self.pool_named(dis.decode_pool)
 
     @property
     def capacity_chips(self) -> int:

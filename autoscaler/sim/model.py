@@ -51,6 +51,10 @@ HISTOGRAM_BOUNDS = (
 PREFILL_DONE = 1
 DECODE_DONE = 2
 READY = 3
+#: Pool i's events carry kind + i × POOL_KIND_STRIDE (one heap for every pool of a run).
+POOL_KIND_STRIDE = 4
+#: A prompt's KV cache reaching the decode pool (disaggregated serving): (time, seq, HANDOFF, request, 0).
+HANDOFF = 1000
 
 
 class ReplicaState(enum.Enum):
@@ -164,8 +168,13 @@ class ServingPool:
         routing: str = "least-request",
         client_timeout_s: float | None = None,
         seed: int = 0,
+        kind_offset: int = 0,
     ) -> None:
         self.name = name
+        self.kind_offset = kind_offset
+        #: Called with (request, time) when a request gets its first token here (the prefill pool hands its
+        #: KV cache to the decode pool).
+        self.on_first_token: Callable[[int, float], None] | None = None
         self.profile = profile
         self.chips = chips_per_replica
         self.req = requests
@@ -198,7 +207,18 @@ class ServingPool:
     def _push(self, t: float, kind: int, rep: Replica, version: int = 0) -> None:
         # The sequence number breaks time ties in creation order: deterministic, and never compares replicas.
         self.seq += 1
-        heapq.heappush(self.events, (t, self.seq, kind, rep.index, version))
+        heapq.heappush(self.events, (t, self.seq, kind + self.kind_offset, rep.index, version))
+
+    def set_prefill_only(self) -> None:
+        """A prefill pool of a disaggregated deployment: prompts are computed one at a time, so one request
+        holds the engine and the rest wait (vLLM schedules a prefill-only instance by its token budget: the
+        prompts beyond it are ``num_requests_waiting``, not running)."""
+        self._slots = 1
+
+    def set_prefill_free(self) -> None:
+        """A decode pool of a disaggregated deployment: the prompt's KV cache arrives computed, so taking a
+        request into the batch costs no prefill time (the transfer is modelled between the pools)."""
+        self._prefill_tps = float("inf")
 
     # ----- replica lifecycle --------------------------------------------------------------------------
     def live(self) -> list[Replica]:
@@ -361,6 +381,8 @@ class ServingPool:
         rep.ttft_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.arrival[rid])] += 1
         if now - req.arrival[rid] > self.slo_s:
             self.late += 1
+        if self.on_first_token is not None:
+            self.on_first_token(rid, now)
         rep.prefilling = False
         rep.V_t = now
         remaining = req.outputs[rid] - 1  # the prefill produced the first token

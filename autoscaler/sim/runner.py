@@ -12,7 +12,7 @@ from typing import Any
 
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
-from autoscaler.sim import BASELINES, baselines, oracle, report, traces
+from autoscaler.sim import BASELINES, baselines, disagg, oracle, report, traces
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim.simulation import Controller, FixedController, PolicyController, RunResult, Simulation
 
@@ -139,6 +139,38 @@ def header(trace: traces.Trace, cluster: cluster_mod.Cluster, pool: cluster_mod.
     return lines + feasibility_warnings(feas, pool.profile, slo_ttft_s)
 
 
+def _run_disaggregated(opts: Options, cluster: cluster_mod.Cluster, trace: traces.Trace, slo: float, target: float,
+                       routing: str, progress: Callable[[str], None] | None) -> Outcome:
+    """Both pools of a disaggregated cluster in every run (``autoscaler.sim.disagg``)."""
+    pair = cluster.disaggregated
+    assert pair is not None
+    out = disagg.run_rows(cluster=cluster, trace=trace, policies=opts.policies, wanted=opts.baselines, slo=slo,
+                          target=target, routing=routing, seed=opts.seed, progress=progress)
+    results: list[RunResult] = out.pop("results")
+    summary: dict[str, Any] = dict(out)
+    summary["feasibility"] = feasibility(trace, cluster, pair[0], slo)
+    summary["routing"] = routing
+    summary["initial_replicas"] = sum(out["initial_by_pool"].values())
+    summary["trace"] = trace.describe()
+    summary["cluster"] = {
+        "name": cluster.name,
+        "source": cluster.source,
+        "pools": {p.name: {"role": role, "profile": p.profile, "chips_per_replica": cluster.chips_per_replica(p),
+                           "lead_s": cluster.lead_seconds(p)}
+                  for role, p in zip(("prefill", "decode"), pair, strict=True)},
+        "capacity_chips": cluster.capacity_chips,
+        "quota_chips": cluster.spec.quota.nominal,
+        "topology": cluster.spec.topology.model_dump(by_alias=True) if cluster.spec.topology else None,
+        "kv_transfer": (cluster.spec.disaggregation.kv_transfer.model_dump(by_alias=True)
+                        if cluster.spec.disaggregation else None),
+        "training_jobs": sum(t.count for t in cluster.spec.training),
+        "pipelines": {name: spec.model_dump(by_alias=True) for name, spec in cluster.spec.metric_pipelines.items()},
+    }
+    summary["slo"] = {"ttft_s": slo, "attainment_target": target}
+    summary["seed"] = opts.seed
+    return Outcome(summary, results, trace, cluster, slo)
+
+
 def run(opts: Options, *, progress: Callable[[str], None] | None = None,
         announce: Callable[[str], None] | None = None) -> Outcome:
     """Load everything, run every controller, score. Raises the loaders' errors on bad input.
@@ -164,12 +196,21 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
                 f"no pool {opts.pool!r} in {cluster.source}; pools: {', '.join(p.name for p in cluster.spec.pools)}"
             )
         pool = match[0]
+    pair = cluster.disaggregated
+    if pair is not None:
+        pool = pair[0]  # the trace arrives at the prefill pool
     slo = opts.slo_ttft_s if opts.slo_ttft_s is not None else cluster.spec.slo.ttft_seconds
     target = cluster.spec.slo.attainment
     routing = opts.routing or pool.routing
     if announce is not None:
         for line in header(trace, cluster, pool, slo, routing):
             announce(line)
+        if pair is not None:
+            announce(f"disaggregated: prefill pool {pair[0].name}, decode pool {pair[1].name} "
+                     f"({cluster.chips_per_replica(pair[1])} chips per group); every row sizes both, "
+                     "scored together")
+    if pair is not None:
+        return _run_disaggregated(opts, cluster, trace, slo, target, routing, progress)
 
     controllers: list[Controller] = []
     for name, pol in opts.policies:

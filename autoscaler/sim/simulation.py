@@ -31,7 +31,16 @@ from autoscaler.core.model import (
 from autoscaler.core.topology import Occupant, Shape, find_place
 from autoscaler.sim import kueue, pipeline
 from autoscaler.sim.cluster import Cluster, PipelineSpec, PoolSpec
-from autoscaler.sim.model import DECODE_DONE, PREFILL_DONE, Replica, ReplicaState, Requests, ServingPool
+from autoscaler.sim.model import (
+    DECODE_DONE,
+    HANDOFF,
+    POOL_KIND_STRIDE,
+    PREFILL_DONE,
+    Replica,
+    ReplicaState,
+    Requests,
+    ServingPool,
+)
 from autoscaler.sim.slices import SlicePlacement
 from autoscaler.sim.traces import Trace
 
@@ -85,6 +94,8 @@ class RunResult:
     slice_violations: list[str] = field(default_factory=list)
     unplaced_replica_s: float = 0.0
     topology: bool = False
+    #: Serving chip-seconds per pool (disaggregated runs have two).
+    pool_chip_s: dict[str, float] = field(default_factory=dict)
 
 
 class Controller(Protocol):
@@ -109,6 +120,7 @@ class Simulation:
         keep_placement_log: bool = False,
         pool: PoolSpec | None = None,
         initial_replicas: int | None = None,
+        initial_by_pool: dict[str, int] | None = None,
         slo_ttft_s: float | None = None,
         stop_after_misses: int | None = None,
         routing: str | None = None,
@@ -121,28 +133,52 @@ class Simulation:
         self.arbiter: kueue.Arbiter = arbiter or kueue.KueueArbiter()
         self.horizon = horizon_s if horizon_s is not None else trace.duration_s
         self.events: list[tuple[float, int, int, int, int]] = []
-        self.requests = Requests(trace.arrivals, trace.inputs, trace.outputs)
+        pair = cluster.disaggregated
+        if pair is not None:
+            self.pool_spec = pair[0]  # the trace arrives at the prefill pool
         self.routing = routing if routing is not None else self.pool_spec.routing
-        self.pool = ServingPool(
-            name=self.pool_spec.name,
-            profile=cluster.profile(self.pool_spec),
-            chips_per_replica=cluster.chips_per_replica(self.pool_spec),
-            requests=self.requests,
-            events=self.events,
-            on_chips_released=self._chips_released,
-            routing=self.routing,
-            client_timeout_s=self.pool_spec.client_timeout_seconds,
-            seed=seed,
-        )
+        specs = list(pair) if pair is not None else [self.pool_spec]
+        #: Disaggregated: the prefill pool computes each prompt (one output token: its KV cache) and hands it
+        #: to the decode pool after the KV transfer; TTFT and the SLO are the decode pool's.
+        self.pools: list[ServingPool] = []
+        for i, spec in enumerate(specs):
+            outputs = [1] * len(trace.arrivals) if pair is not None and i == 0 else trace.outputs
+            sp = ServingPool(
+                name=spec.name,
+                profile=cluster.profile(spec),
+                chips_per_replica=cluster.chips_per_replica(spec),
+                requests=Requests(trace.arrivals, trace.inputs, outputs),
+                events=self.events,
+                on_chips_released=self._chips_released,
+                routing=self.routing if i == 0 else spec.routing,
+                client_timeout_s=spec.client_timeout_seconds,
+                seed=seed + i,
+                kind_offset=i * POOL_KIND_STRIDE,
+            )
+            self.pools.append(sp)
+        self.pool = self.pools[0]
+        self._pool_chips = {sp.name: 0 for sp in self.pools}
+        self.pool_chip_s = {sp.name: 0.0 for sp in self.pools}
+        self.pool_specs = {spec.name: spec for spec in specs}
+        #: The pool whose first tokens are the client's (TTFT, the SLO, stopping early).
+        self.score_pool = self.pools[-1]
+        self.requests = self.score_pool.req
+        self._kv = cluster.spec.disaggregation.kv_transfer if cluster.spec.disaggregation is not None else None
+        if pair is not None:
+            self.pool.on_first_token = self._handoff
+            self.pool.set_prefill_only()
+            # The decode group receives the KV cache: no prefill compute of its own.
+            self.score_pool.set_prefill_free()
         #: Kueue's reconcile delays every admission (added to the cold start) and every eviction.
         self.reconcile_s = cluster.spec.kueue.admission_seconds
-        self.pool.cold_start_s += self.reconcile_s
         topo_spec = cluster.spec.topology
-        if topo_spec is not None:
-            # The slice controller's AdmissionCheck provisions the carved slice before the group's pods start.
-            self.pool.cold_start_s += topo_spec.provisioning_seconds
+        for sp in self.pools:
+            sp.cold_start_s += self.reconcile_s
+            if topo_spec is not None:
+                # The slice controller's AdmissionCheck provisions the carved slice before the pods start.
+                sp.cold_start_s += topo_spec.provisioning_seconds
         if slo_ttft_s is not None:
-            self.pool.slo_s = slo_ttft_s
+            self.score_pool.slo_s = slo_ttft_s
         #: Stop as soon as more requests than this have missed the SLO (the oracle's search only needs to
         #: know that a schedule fails); the result is then marked ``stopped_early``.
         self.stop_after_misses = stop_after_misses
@@ -155,8 +191,8 @@ class Simulation:
             SlicePlacement(topo.shape, topo.blocks, keep_log=keep_placement_log) if topo is not None else None
         )
         self._provision_s = topo.provisioning_seconds if topo is not None else 0.0
-        self._pool_shape = (Shape.parse(self.pool_spec.slice_topology)
-                            if self.pool_spec.slice_topology is not None else None)
+        self._shape_of = {spec.name: Shape.parse(spec.slice_topology) for spec in specs
+                          if spec.slice_topology is not None}
         self._job_shape: dict[str, Shape] = {}
         self._unplaced_s = 0.0
         self.jobs: list[kueue.TrainingJob] = [
@@ -204,26 +240,36 @@ class Simulation:
         self.deactivations = 0
         self.reactivations = 0
         self.now = 0.0
-        if initial_replicas is not None:
-            n0 = initial_replicas
-        elif self.pool_spec.initial_replicas is not None:
-            n0 = self.pool_spec.initial_replicas
-        else:
-            # Imported here: the oracle module imports this one.
-            from autoscaler.sim.oracle import warm_fleet  # noqa: PLC0415
+        self.initial_by_pool: dict[str, int] = {}
+        for sp, spec in zip(self.pools, specs, strict=True):
+            if initial_by_pool is not None and spec.name in initial_by_pool:
+                n0 = initial_by_pool[spec.name]
+            elif initial_replicas is not None and pair is None:
+                n0 = initial_replicas
+            elif spec.initial_replicas is not None:
+                n0 = spec.initial_replicas
+            elif pair is not None:
+                n0 = spec.min_replicas  # the disaggregated runner passes the oracle's warm start
+            else:
+                # Imported here: the oracle module imports this one.
+                from autoscaler.sim.oracle import warm_fleet  # noqa: PLC0415
 
-            n0 = warm_fleet(trace, cluster, self.pool_spec)
-        self.initial_replicas = n0
-        for _ in range(n0):
-            rep = self.pool.add_replica(0.0, ready=True)
-            self.serving_chips += rep.chips
-            if (self.slices is not None and self._pool_shape is not None
-                    and self.slices.place(rep.name, self._pool_shape, preemptible=False, now=0.0) is None):
-                raise ValueError(f"initialReplicas {n0}: replica {rep.index + 1} finds no free "
-                                     f"{self._pool_shape} slice in the blocks")
+                n0 = warm_fleet(trace, cluster, spec)
+            self.initial_by_pool[spec.name] = n0
+            shape = self._shape_of.get(spec.name)
+            for _ in range(n0):
+                rep = sp.add_replica(0.0, ready=True)
+                self.serving_chips += rep.chips
+                self._pool_chips[sp.name] += rep.chips
+                if (self.slices is not None and shape is not None
+                        and self.slices.place(rep.name, shape, preemptible=False, now=0.0) is None):
+                    raise ValueError(f"initialReplicas {n0} of pool {spec.name}: replica {rep.index + 1} finds no "
+                                     f"free {shape} slice in the blocks")
+        self.initial_replicas = sum(self.initial_by_pool.values())
         if self.serving_chips > self.quota:
             raise ValueError(
-                f"initialReplicas {n0} × {self.pool.chips} chips exceed the quota of {self.quota} chips"
+                f"initialReplicas {self.initial_replicas} × {self.pool.chips} chips exceed the quota of "
+                f"{self.quota} chips"
             )
         self._admit_training(0.0)
 
@@ -239,9 +285,12 @@ class Simulation:
         if t1 > t0:
             dt = t1 - t0
             self.serving_chip_s += self.serving_chips * dt
+            for name, chips in self._pool_chips.items():
+                self.pool_chip_s[name] += chips * dt
             self.free_chip_s += (self.quota - self.serving_chips) * dt
             if self.slices is not None:
-                self._unplaced_s += dt * sum(1 for r in self.pool.replicas if r.state is ReplicaState.PENDING)
+                self._unplaced_s += dt * sum(1 for p in self.pools for r in p.replicas
+                                             if r.state is ReplicaState.PENDING)
         self._last_account = now
 
     # ----- Kueue --------------------------------------------------------------------------------------
@@ -280,14 +329,13 @@ class Simulation:
             return
         free = self._free()
         incoming = sum(j.chips for j in self.jobs if j.state is kueue.JobState.TERMINATING)
-        for rep in self.pool.replicas:
-            if rep.state is not ReplicaState.PENDING:
-                continue
+        for pool, rep in self._pending():
             if free >= rep.chips:
                 self._account(now)
                 self.serving_chips += rep.chips
+                self._pool_chips[pool.name] += rep.chips
                 free -= rep.chips
-                self.pool.admitted(rep, now)
+                pool.admitted(rep, now)
                 continue
             if free + incoming < rep.chips:
                 victims = self.arbiter.victims(
@@ -308,18 +356,17 @@ class Simulation:
         ``find_place``); else it waits for a place that terminating victims will free (promised to it, so
         the next group does not count it), else Kueue preempts, in its candidate order, the training whose
         stopping makes a place (``SlicePlacement.kueue_victims``)."""
-        slices, shape = self.slices, self._pool_shape
+        slices = self.slices
         assert slices is not None
-        assert shape is not None
         leaving = [j.name for j in self.jobs if j.state is kueue.JobState.TERMINATING]
         reserved: list[Occupant] = []
-        for rep in self.pool.replicas:
-            if rep.state is not ReplicaState.PENDING:
-                continue
+        for pool, rep in self._pending():
+            shape = self._shape_of[pool.name]
             if not reserved and slices.place(rep.name, shape, preemptible=False, now=now) is not None:
                 self._account(now)
                 self.serving_chips += rep.chips
-                self.pool.admitted(rep, now)
+                self._pool_chips[pool.name] += rep.chips
+                pool.admitted(rep, now)
                 continue
             candidates = sorted(
                 (j for j in self._running_jobs() if j.priority < self.serving_priority),
@@ -338,8 +385,15 @@ class Simulation:
             assert regions is not None  # kueue_victims made room
             reserved.append(Occupant(key=f"promised/{rep.name}", regions=regions))
 
+    def _pending(self) -> list[tuple[ServingPool, Replica]]:
+        """Serving groups waiting for admission, across pools, in creation order (Kueue's FIFO)."""
+        out = [(p, r) for p in self.pools for r in p.replicas if r.state is ReplicaState.PENDING]
+        if len(self.pools) > 1:
+            out.sort(key=lambda pr: pr[1].created_at)  # stable: pool order breaks ties
+        return out
+
     def _admit_training(self, now: float) -> None:
-        if any(r.state is ReplicaState.PENDING for r in self.pool.replicas):
+        if self._pending():
             return  # serving waits: Kueue admits the higher priority first
         queued = [j for j in self.jobs if j.state is kueue.JobState.QUEUED]
         if not queued:
@@ -361,26 +415,37 @@ class Simulation:
 
     def _chips_released(self, now: float, rep: Replica) -> None:
         self._account(now)
-        self.serving_chips -= self.pool.chips
+        self.serving_chips -= rep.chips
+        self._pool_chips[rep.name.rsplit("-", 1)[0]] -= rep.chips  # replicas are named POOL-INDEX
         if self.slices is not None:
             self.slices.release(rep.name)
         self._admit_serving(now)
         self._admit_training(now)
 
     # ----- actuation ----------------------------------------------------------------------------------
-    def set_desired(self, desired: int, now: float, *, reason: str = "", message: str = "") -> None:
-        live = self.pool.live()
+    def _handoff(self, rid: int, now: float) -> None:
+        """A prompt's prefill is done: its KV cache reaches the decode pool after the transfer."""
+        assert self._kv is not None
+        pool = self.pool
+        pool.seq += 1
+        heapq.heappush(self.events, (now + self._kv.seconds(pool.req.inputs[rid]), pool.seq, HANDOFF, rid, 0))
+
+    def set_desired(self, desired: int, now: float, *, reason: str = "", message: str = "",
+                    pool: ServingPool | None = None) -> None:
+        pool = pool or self.pool
+        live = pool.live()
         if desired == len(live):
             return
         self.scale_actions += 1
-        self.scale_events.append((now, len(live), desired, reason, message))
+        label = f"{pool.name}: " if len(self.pools) > 1 else ""
+        self.scale_events.append((now, len(live), desired, reason, label + message))
         if desired > len(live):
             for _ in range(desired - len(live)):
-                self.pool.add_replica(now)
+                pool.add_replica(now)
             self._admit_serving(now)
         else:
-            for rep in self.pool.removal_order()[: len(live) - desired]:
-                self.pool.remove(rep, now)
+            for rep in pool.removal_order()[: len(live) - desired]:
+                pool.remove(rep, now)
             self._admit_serving(now)
             self._admit_training(now)
 
@@ -422,8 +487,15 @@ class Simulation:
             self._admit_training(now)
 
     # ----- observation --------------------------------------------------------------------------------
-    def replica_status(self, now: float) -> ReplicaStatus:
-        live = self.pool.live()
+    def pool_for(self, target_key: str) -> ServingPool | None:
+        """The pool a policy's target names (None: no pool of this cluster)."""
+        for sp in self.pools:
+            if self.pool_specs[sp.name].target.ref().key == target_key:
+                return sp
+        return None
+
+    def replica_status(self, now: float, pool: ServingPool | None = None) -> ReplicaStatus:
+        live = (pool or self.pool).live()
         ready = [r for r in live if r.state is ReplicaState.READY]
         pods = tuple(
             PodStatus(
@@ -454,7 +526,7 @@ class Simulation:
 
     # ----- the loop -----------------------------------------------------------------------------------
     def _record(self, now: float) -> float:
-        live = self.pool.live()
+        live = [r for p in self.pools for r in p.live()]
         self.timeline.append(TimelinePoint(
             t=now,
             ready=sum(1 for r in live if r.state is ReplicaState.READY),
@@ -488,6 +560,7 @@ class Simulation:
 
         self.every(self.horizon, close)
         pool, events, req = self.pool, self.events, self.requests
+        pools, score = self.pools, self.score_pool
         arrivals = req.arrival
         n = len(arrivals)
         i = 0
@@ -519,6 +592,22 @@ class Simulation:
                         break
                     self.now = t_ev
                     _, _, kind, idx, version = heappop(events)
+                    if kind >= POOL_KIND_STRIDE:  # another pool's event, or a KV hand-off between pools
+                        if kind == HANDOFF:
+                            score.route(idx, t_ev)
+                            continue
+                        other = pools[kind // POOL_KIND_STRIDE]
+                        kind %= POOL_KIND_STRIDE
+                        rep = other.replicas[idx]
+                        if kind == DECODE_DONE:
+                            other.on_decode_done(rep, version, t_ev)
+                        elif kind == PREFILL_DONE:
+                            other.on_prefill_done(rep, t_ev)
+                        else:
+                            other.on_ready(rep, t_ev)
+                        if self._tickers_changed:
+                            break
+                        continue
                     rep = replicas[idx]
                     if kind == DECODE_DONE:
                         pool.on_decode_done(rep, version, t_ev)
@@ -532,10 +621,11 @@ class Simulation:
                     break
             if self._tickers_changed:
                 continue
-            finished = pool.completed + pool.rejected + pool.abandoned
+            # Every request ends once: completed by the scoring pool, or rejected or abandoned by any pool.
+            finished = score.completed + sum(p.rejected + p.abandoned for p in pools)
             if tick is None or t_tick > end_limit or (i >= n and finished >= n and t_tick > self.horizon):
                 break
-            if stop_limit is not None and pool.late > stop_limit:
+            if stop_limit is not None and sum(p.late for p in pools) > stop_limit:
                 stopped_early = True
                 break
             t = t_tick
@@ -565,14 +655,15 @@ class Simulation:
             training_useful_chip_s=useful,
             training_lost_chip_s=lost,
             training_unsaved_chip_s=unsaved,
-            rejected_requests=pool.rejected,
-            abandoned_requests=pool.abandoned,
+            rejected_requests=sum(p.rejected for p in pools),
+            abandoned_requests=sum(p.abandoned for p in pools),
             routing=self.routing,
             preemption_times=self.preemption_times,
             quota=self.quota,
             slice_admissions=self.slices.admissions if self.slices is not None else 0,
             slice_violations=list(self.slices.violations) if self.slices is not None else [],
             unplaced_replica_s=self._unplaced_s,
+            pool_chip_s=dict(self.pool_chip_s),
             topology=self.slices is not None,
             scale_actions=self.scale_actions,
             preemptions=self.preemptions,
@@ -582,7 +673,7 @@ class Simulation:
             scale_events=self.scale_events,
             evictions={j.name: [t for t in j.evictions if t <= self.horizon] for j in self.jobs},
             stopped_early=stopped_early,
-            late=pool.late,
+            late=sum(p.late for p in pools),
         )
 
 
@@ -657,22 +748,24 @@ class PolicyController:
 
     def start(self, sim: Simulation) -> None:
         target = self.compiled.policy.spec.target.ref()
-        pool_target = sim.pool_spec.target.ref()
-        if target.key != pool_target.key:
+        own = sim.pool_for(target.key)
+        pool = own or sim.pool
+        if own is None:
+            pool_target = sim.pool_spec.target.ref()
             sim.notes.append(
-                f"{self.name}: targets {target.key}; simulated on pool {sim.pool.name} ({pool_target.key})"
+                f"{self.name}: targets {target.key}; simulated on pool {pool.name} ({pool_target.key})"
             )
         servers = {b.server for b in self.bindings}
-        server = sim.pool.profile.server
+        server = pool.profile.server
         other = sorted(s for s in servers if s != server)
         if other:
             sim.notes.append(
-                f"{self.name}: reads {', '.join(other)} metrics but pool {sim.pool.name} runs {server}; "
+                f"{self.name}: reads {', '.join(other)} metrics but pool {pool.name} runs {server}; "
                 f"the simulated replica exports the equivalent gauge under the requested name"
             )
 
         def scrape(now: float) -> float:
-            gauges = {r.name: sim.pool.gauges(r, now) for r in sim.pool.ready()}
+            gauges = {r.name: pool.gauges(r, now) for r in pool.ready()}
             self.pipeline.scrape(now, gauges)
             return now + self.pipe_spec.scrape_interval_seconds
 
@@ -686,7 +779,7 @@ class PolicyController:
         def evaluate(now: float) -> float:
             obs = Observation(
                 target=target,
-                replicas=sim.replica_status(now),
+                replicas=sim.replica_status(now, pool),
                 signals=self.pipeline.visible(now),
                 training=sim.training_workloads(now, selected),
                 quota=sim.quota_status(),
@@ -695,7 +788,7 @@ class PolicyController:
             self.state = state
             for d in arbitration.in_apply_order(decisions):  # the controller's order
                 if isinstance(d, ScaleDecision):
-                    sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message)
+                    sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message, pool=pool)
                 else:
                     sim.apply_training(d, now)
             return now + self.period

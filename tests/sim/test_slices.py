@@ -19,10 +19,11 @@ def _trace(duration: float = 300.0, rate: float = 10.0) -> traces.Trace:
     return traces.reshape(raw, time_scale=1.0, rate_scale=rate, duration_s=duration, start_s=0.0, seed=0)
 
 
-def _run(replicas: int, *, initial: int = 2, duration: float = 300.0) -> tuple[Simulation, RunResult]:
+def _run(replicas: int, *, duration: float = 300.0) -> tuple[Simulation, RunResult]:
     cl = cluster_mod.load(CODELAB)
+    # The fixed count drives the prefill pool (the first); decode holds its two groups.
     sim = Simulation(cluster=cl, trace=_trace(duration), controller=FixedController("fixed", replicas),
-                     initial_replicas=initial, keep_placement_log=True)
+                     initial_by_pool={"prefill": 2, "decode": 2}, keep_placement_log=True)
     return sim, sim.run()
 
 
@@ -40,11 +41,11 @@ def test_every_placement_equals_the_pure_fit_and_passes_the_audit() -> None:
     for adm in sim.slices.log:
         assert adm.regions == topology.find_place(adm.before, adm.shape), adm.key
     assert res.slice_violations == []
-    # 2 serving + 12 sub-slice jobs leave 2 of 16 slices free: growing to 6 groups takes those two and
-    # preempts exactly two sub-slices (the 4x4x8 super-slice never fits while serving runs).
+    # 4 serving groups + 12 sub-slice jobs fill the 16 slices: growing prefill from 2 to 6 groups preempts
+    # exactly four sub-slices (the 4x4x8 super-slice never fits while serving runs).
     serving = [a for a in sim.slices.log if a.key.startswith("prefill-")]
     assert len(serving) == 6
-    assert res.preemptions == 2
+    assert res.preemptions == 4
 
 
 def test_a_slice_that_does_not_fit_is_never_admitted() -> None:
@@ -54,8 +55,8 @@ def test_a_slice_that_does_not_fit_is_never_admitted() -> None:
         "training": [t.model_copy(update={"priority": 5000}) for t in cl.spec.training],
     })
     cl = cluster_mod.Cluster(cl.doc.model_copy(update={"spec": spec}), cl.profiles, cl.source)
-    sim = Simulation(cluster=cl, trace=_trace(), controller=FixedController("fixed", 8), initial_replicas=2,
-                     keep_placement_log=True)
+    sim = Simulation(cluster=cl, trace=_trace(), controller=FixedController("fixed", 8),
+                     initial_by_pool={"prefill": 2, "decode": 0}, keep_placement_log=True)
     res = sim.run()
     # 16 slices: 2 serving + 12 sub-slice jobs (the super-slice cannot fit) leave 2 free slices.
     ready_or_starting = [r for r in sim.pool.replicas if r.state.value in ("starting", "ready")]
@@ -70,8 +71,8 @@ def test_a_slice_that_does_not_fit_is_never_admitted() -> None:
 def test_the_super_slice_is_one_unit_that_frees_both_blocks() -> None:
     cl = cluster_mod.load(CODELAB)
     # Nothing serves at time 0: the 4x4x8 super-slice (priority 2000) takes both blocks, the sub-slices queue.
-    sim = Simulation(cluster=cl, trace=_trace(120.0), controller=FixedController("fixed", 1), initial_replicas=0,
-                     keep_placement_log=True)
+    sim = Simulation(cluster=cl, trace=_trace(120.0), controller=FixedController("fixed", 1),
+                     initial_by_pool={"prefill": 0, "decode": 0}, keep_placement_log=True)
     assert sim.slices is not None
     super_job = next(j for j in sim.jobs if j.chips == 128)
     assert super_job.state is kueue.JobState.RUNNING

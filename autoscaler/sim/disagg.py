@@ -1,0 +1,490 @@
+"""``autoscaler simulate`` on a disaggregated cluster: prefill and decode pools sharing one budget, scored
+together.
+
+A row is a set of controllers, one per pool (a policy file's documents each drive the pool their target
+names); every row runs in one simulation of both pools, Kueue and the training, and is scored on the
+client's TTFT (arrival to the decode group taking the request) and on both pools' chip-hours together.
+
+Rows: ``hpa`` (the tutorials' HPA on each pool), ``hpa-tuned`` (per pool, with hindsight: the prefill HPA
+tuned with the decode HPA at the tutorials' setting, then the decode HPA tuned with the prefill one chosen),
+``keda`` (per pool), ``kueue-only`` (our policies without their capacity blocks), ``static-peak`` (each pool
+at the oracle's peak), the policies, and the oracle.
+
+The oracle for two pools (``PairSearch``): the single-pool schedule family per pool, each with its own demand
+(prefill: prompt tokens / prefill rate; decode: generated tokens at a full batch's cost per token) and its
+own utilization factor, so a schedule is a pair ``(u_prefill, u_decode)`` per window length. The pools share
+the blocks: a schedule whose groups do not fit waits in the simulation like any policy's. The search per
+window length: a joint bisection on a common ``u``, then a bisection on each pool's ``u`` with the other
+held, plus the constant fleets ``(n_p, n_d)``; every schedule simulated in the same model, cached, and the
+answer for an attainment is the cheapest simulated pair reaching it. Re-solved at each row's attainment
+when the row is cheaper than every pair found so far.
+
+The lower bound for two pools (``pair_lower_bound_chip_s``): prefill busy time (one prompt at a time per
+group) for every request that must get its first token inside the window, plus decode slot-time: a request
+holds a slot from its first token (at most arrival + SLO) until it is done or the window ends, at least
+``(output − 1) × decodeStep(1)`` (no step is faster than a batch of one), and a group has ``slots`` slots;
+the ``N − ⌈A·N⌉`` requests with the largest combined cost may be missed and are dropped. Each pool also
+holds at least its ``minReplicas`` all the time; the bound is the larger of the two sums. Provable, loose.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.core.engine import compile_policy
+from autoscaler.core.spec import ScalingPolicy
+from autoscaler.sim import baselines, oracle, report, traces
+from autoscaler.sim.cluster import Cluster, PoolSpec
+from autoscaler.sim.simulation import Controller, PolicyController, RunResult, Simulation
+
+#: Window lengths of the pair search (two of the single-pool search's four: each costs ~20 simulations here).
+PAIR_WINDOWS_S = (30.0, 60.0)
+U_RANGE = (0.2, 4.0)
+U_RESOLUTION = 0.02
+
+
+class CombinedController:
+    """Several controllers in one run, each driving the pool its target names."""
+
+    def __init__(self, name: str, kind: str, parts: Sequence[Controller]) -> None:
+        self.name = name
+        self.kind = kind
+        self.parts = list(parts)
+        self.pipeline_name = ",".join(sorted({getattr(p, "pipeline_name", "") for p in parts} - {""}))
+
+    def start(self, sim: Simulation) -> None:
+        for part in self.parts:
+            part.start(sim)
+
+
+class PairScheduleController:
+    """A precomputed schedule per pool (the oracle, static-peak)."""
+
+    def __init__(self, name: str, schedules: dict[str, list[tuple[float, int]]], kind: str = "oracle") -> None:
+        self.name = name
+        self.kind = kind
+        self.schedules = schedules
+
+    def start(self, sim: Simulation) -> None:
+        for pool in sim.pools:
+            sched = self.schedules.get(pool.name, [])
+            if not sched:
+                continue
+            steps = iter(sched)
+            current = [next(steps)]
+
+            def fn(now: float, _pool: Any = pool, _it: Any = steps, _cur: list[Any] = current) -> float | None:
+                sim.set_desired(_cur[0][1], now, reason="Schedule", message="perfect-foresight schedule", pool=_pool)
+                nxt = next(_it, None)
+                if nxt is None:
+                    return None
+                _cur[0] = nxt
+                return float(nxt[0])
+
+            sim.every(sched[0][0], fn)
+
+
+def pool_demand(trace: traces.Trace, cluster: Cluster, pool: PoolSpec, role: str, window_s: float) -> list[float]:
+    """Replica-equivalents of one role's work per window (before the utilization factor)."""
+    prof = cluster.profile(pool)
+    n = max(1, math.ceil((trace.duration_s + 1e-9) / window_s))
+    load = [0.0] * n
+    if role == "prefill":
+        tps = prof.prefill_tokens_per_second
+        for a, i in zip(trace.arrivals, trace.inputs, strict=True):
+            load[min(n - 1, int(a / window_s))] += i / tps
+    else:
+        per_token = prof.decode_step.seconds(prof.slots) / prof.slots
+        for a, o in zip(trace.arrivals, trace.outputs, strict=True):
+            load[min(n - 1, int(a / window_s))] += max(0, o - 1) * per_token
+    return [x / window_s for x in load]
+
+
+def pair_lower_bound_chip_s(trace: traces.Trace, cluster: Cluster, slo_ttft_s: float, target: float) -> float:
+    """A provable floor on both pools' serving chip-seconds at attainment ``target`` (module docstring)."""
+    pair = cluster.disaggregated
+    assert pair is not None
+    prefill, decode = pair
+    pp, dp = cluster.profile(prefill), cluster.profile(decode)
+    cp, cd = cluster.chips_per_replica(prefill), cluster.chips_per_replica(decode)
+    horizon = trace.duration_s
+    step1 = dp.decode_step.seconds(1)
+    costs = []
+    for a, i, o in zip(trace.arrivals, trace.inputs, trace.outputs, strict=True):
+        inside = horizon - a - slo_ttft_s
+        if inside < 0:
+            costs.append(0.0)  # its first token may come after the window: no work is forced inside it
+            continue
+        pre = cp * i / pp.prefill_tokens_per_second
+        dec = cd * min(max(0, o - 1) * step1, inside) / dp.slots
+        costs.append(pre + dec)
+    n = len(costs)
+    drop = oracle.misses_allowed(n, target)
+    kept = sorted(costs)[: n - drop] if drop > 0 else costs
+    floor = horizon * (prefill.min_replicas * cp + decode.min_replicas * cd)
+    return max(sum(kept), floor)
+
+
+@dataclass
+class PairCandidate:
+    schedules: dict[str, list[tuple[float, int]]]
+    attainment: float
+    chip_s: float
+    exact: bool
+    label: str
+    result: RunResult | None = None
+
+    @property
+    def peaks(self) -> dict[str, int]:
+        return {name: max((n for _, n in s), default=0) for name, s in self.schedules.items()}
+
+
+@dataclass
+class PairOracle:
+    target: float
+    candidate: PairCandidate
+    met_target: bool
+    schedules_simulated: int = 0
+
+    @property
+    def result(self) -> RunResult:
+        assert self.candidate.result is not None
+        return self.candidate.result
+
+
+@dataclass
+class PairSearch:
+    cluster: Cluster
+    trace: traces.Trace
+    slo_ttft_s: float
+    routing: str | None = None
+    seed: int = 0
+    progress: Callable[[str], None] | None = None
+    windows: tuple[float, ...] = PAIR_WINDOWS_S
+    u_range: tuple[float, float] = U_RANGE
+    #: Search the constant pairs too (the family's degenerate members); off only to weaken it in a test.
+    constant_fleets: bool = True
+    evaluated: int = 0
+    _cache: dict[tuple[Any, ...], PairCandidate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        pair = self.cluster.disaggregated
+        assert pair is not None
+        self.prefill, self.decode = pair
+        cap = self.cluster.capacity_chips
+        self.bounds = {
+            p.name: (p.min_replicas, min(p.max_replicas, cap // self.cluster.chips_per_replica(p))) for p in pair
+        }
+        self.lead = {p.name: self.cluster.lead_seconds(p) for p in pair}
+        self.loads = {
+            (w, role): pool_demand(self.trace, self.cluster, p, role, w)
+            for w in self.windows for role, p in (("prefill", self.prefill), ("decode", self.decode))
+        }
+
+    # ----- one pair of schedules --------------------------------------------------------------------
+    def initial(self, schedules: dict[str, list[tuple[float, int]]]) -> dict[str, int]:
+        out = {}
+        for name, sched in schedules.items():
+            lo = self.bounds[name][0]
+            out[name] = sched[0][1] if sched and sched[0][0] == 0.0 else lo
+        return out
+
+    def simulate(self, schedules: dict[str, list[tuple[float, int]]], label: str, stop: int | None,
+                 name: str = "oracle") -> PairCandidate:
+        key = tuple((k, tuple(v)) for k, v in sorted(schedules.items()))
+        hit = self._cache.get(key)
+        if hit is not None and (hit.exact or stop is not None):
+            return hit
+        sim = Simulation(cluster=self.cluster, trace=self.trace, controller=PairScheduleController(name, schedules),
+                         initial_by_pool=self.initial(schedules), slo_ttft_s=self.slo_ttft_s,
+                         stop_after_misses=stop, routing=self.routing, seed=self.seed)
+        res = sim.run()
+        self.evaluated += 1
+        n = max(1, len(self.trace.arrivals))
+        att = (1.0 - res.late / n) if res.stopped_early else oracle.attainment(res, self.slo_ttft_s)
+        cand = PairCandidate(schedules, att, res.serving_chip_s, not res.stopped_early, label,
+                             res if not res.stopped_early else None)
+        self._cache[key] = cand
+        self._prune()
+        if self.progress is not None:
+            self.progress(f"oracle: {label}: attainment {att:.4f}, {res.serving_chip_s / 3600:.2f} chip-h")
+        return cand
+
+    def _prune(self) -> None:
+        """Keep full results only on the cost/attainment frontier (a run holds every request's times)."""
+        exact = sorted((c for c in self._cache.values() if c.exact), key=lambda c: (c.chip_s, -c.attainment))
+        best_att = -1.0
+        for c in exact:
+            if c.attainment > best_att:
+                best_att = c.attainment
+            else:
+                c.result = None
+
+    def schedules_for(self, window_s: float, u_p: float, u_d: float) -> dict[str, list[tuple[float, int]]]:
+        out = {}
+        for role, pool, u in (("prefill", self.prefill, u_p), ("decode", self.decode, u_d)):
+            lo, hi = self.bounds[pool.name]
+            out[pool.name] = oracle.schedule_for(self.loads[(window_s, role)], utilization=u, window_s=window_s,
+                                                 cold_start_s=self.lead[pool.name], lo=lo, hi=hi)
+        return out
+
+    def _passes(self, window_s: float, u_p: float, u_d: float, target: float) -> bool:
+        stop = oracle.misses_allowed(len(self.trace.arrivals), target)
+        c = self.simulate(self.schedules_for(window_s, u_p, u_d),
+                          f"W={window_s:g}s u=({u_p:.3f},{u_d:.3f})", stop)
+        return c.exact and c.attainment >= target
+
+    def _bisect(self, ok: Callable[[float], bool], lo: float, hi: float) -> float | None:
+        """The largest u in [lo, hi] (log scale) with ok(u), assuming ok is monotone decreasing; None if not
+        even ok(lo)."""
+        if not ok(lo):
+            return None
+        if ok(hi):
+            return hi
+        a, b = math.log(lo), math.log(hi)
+        while b - a > U_RESOLUTION:
+            mid = (a + b) / 2
+            if ok(math.exp(mid)):
+                a = mid
+            else:
+                b = mid
+        return math.exp(a)
+
+    # ----- the search -------------------------------------------------------------------------------
+    def solve(self, target: float, *, windows: Sequence[float] | None = None) -> PairOracle:
+        lo_u, hi_u = self.u_range
+        for w in windows or self.windows:
+            def joint(x: float, _w: float = w) -> bool:
+                return self._passes(_w, x, x, target)
+
+            u = self._bisect(joint, lo_u, hi_u)
+            if u is None:
+                continue
+
+            def prefill_only(x: float, _w: float = w, _u: float = u) -> bool:
+                return self._passes(_w, x, _u, target)
+
+            u_p = self._bisect(prefill_only, u, hi_u) or u
+
+            def decode_only(x: float, _w: float = w, _p: float = u_p) -> bool:
+                return self._passes(_w, _p, x, target)
+
+            self._bisect(decode_only, u, hi_u)
+        if self.constant_fleets:
+            self._constant_fleets(target)
+        return self.best(target)
+
+    def _constant_fleets(self, target: float) -> None:
+        """Constant pairs (n_p, n_d): for each prefill count, the fewest decode groups that pass."""
+        stop = oracle.misses_allowed(len(self.trace.arrivals), target)
+        lo_p, hi_p = self.bounds[self.prefill.name]
+        lo_d, hi_d = self.bounds[self.decode.name]
+        best = self.best(target)
+        chips_p = self.cluster.chips_per_replica(self.prefill)
+        chips_d = self.cluster.chips_per_replica(self.decode)
+        horizon = self.trace.duration_s
+        for n_p in range(lo_p, hi_p + 1):
+            if best.met_target and (n_p * chips_p + lo_d * chips_d) * horizon >= best.candidate.chip_s:
+                break
+
+            def passes(n_d: int, _n_p: int = n_p) -> bool:
+                c = self.simulate({self.prefill.name: [(0.0, _n_p)], self.decode.name: [(0.0, n_d)]},
+                                  f"constant ({_n_p}, {n_d})", stop)
+                return c.exact and c.attainment >= target
+
+            if not passes(hi_d):
+                continue
+            a, b = lo_d - 1, hi_d  # passes(b), not known for a
+            while b - a > 1:
+                mid = (a + b) // 2
+                if mid >= lo_d and passes(mid):
+                    b = mid
+                else:
+                    a = mid
+            best = self.best(target)
+
+    def best(self, target: float) -> PairOracle:
+        ok = [c for c in self._cache.values() if c.exact and c.attainment >= target]
+        if ok:
+            cand = min(ok, key=lambda c: (c.chip_s, -c.attainment))
+            met = True
+        else:
+            exact = [c for c in self._cache.values() if c.exact]
+            cand = max(exact, key=lambda c: (c.attainment, -c.chip_s)) if exact else PairCandidate(
+                {}, 0.0, math.inf, False, "none")
+            met = False
+        if met and cand.result is None:
+            cand = self.simulate(cand.schedules, cand.label, None)  # the frontier dropped its details
+            self._cache[tuple((k, tuple(v)) for k, v in sorted(cand.schedules.items()))] = cand
+        return PairOracle(target, cand, met, self.evaluated)
+
+    def at_equal_slo(self, attainment: float, chip_s: float) -> PairOracle:
+        found = self.best(attainment)
+        if found.met_target and found.candidate.chip_s <= chip_s:
+            return found
+        # The row is cheaper than every pair simulated so far at its attainment: search again, at it.
+        cheapest_window = min(self.windows)
+        return self.solve(attainment, windows=[cheapest_window])
+
+
+# ----- the rows ---------------------------------------------------------------------------------------
+def _policy_controllers(cluster: Cluster, policies: Sequence[ScalingPolicy], name: str, kind: str,
+                        pipeline_of: Callable[[ScalingPolicy], str]) -> CombinedController:
+    parts: list[Controller] = []
+    for pol in policies:
+        pipe = pipeline_of(pol)
+        parts.append(PolicyController(compile_policy(pol), cluster.spec.metric_pipelines[pipe], pipe, kind=kind,
+                                      name=f"{name}/{pol.metadata.name}"))
+    return CombinedController(name, kind, parts)
+
+
+def _hpa_pipe(cluster: Cluster) -> Callable[[ScalingPolicy], str]:
+    return lambda _pol: cluster.pipeline_name_for("hpa")
+
+
+def run_rows(
+    *, cluster: Cluster, trace: traces.Trace, policies: Sequence[tuple[str, ScalingPolicy]], wanted: Sequence[str],
+    slo: float, target: float, routing: str | None, seed: int, progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """Every row of a disaggregated run; returns the summary pieces and the results (for the plot)."""
+    pair = cluster.disaggregated
+    assert pair is not None
+    prefill, decode = pair
+    search = PairSearch(cluster=cluster, trace=trace, slo_ttft_s=slo, routing=routing, seed=seed, progress=progress)
+    orc: PairOracle | None = None
+    if "oracle" in wanted or "static-peak" in wanted:
+        orc = search.solve(target)
+    n0 = search.initial(orc.candidate.schedules) if orc is not None and orc.candidate.schedules else {
+        prefill.name: prefill.initial_replicas or prefill.min_replicas,
+        decode.name: decode.initial_replicas or decode.min_replicas,
+    }
+
+    def simulate(ctl: Controller, stop: int | None = None) -> RunResult:
+        if progress is not None:
+            progress(f"{ctl.name}: simulating")
+        return Simulation(cluster=cluster, trace=trace, controller=ctl, initial_by_pool=n0, slo_ttft_s=slo,
+                          routing=routing, seed=seed, stop_after_misses=stop).run()
+
+    results: list[RunResult] = []
+    tuned_info: dict[str, Any] | None = None
+    if "static-peak" in wanted and orc is not None:
+        peaks = orc.candidate.peaks
+        results.append(simulate(PairScheduleController(
+            "static-peak", {name: [(0.0, n)] for name, n in peaks.items()}, kind="baseline")))
+    if "hpa" in wanted:
+        hpas = [baselines.hpa_policy(cluster, p, name=f"hpa-{p.name}") for p in pair]
+        results.append(simulate(_policy_controllers(cluster, hpas, "hpa", "baseline", _hpa_pipe(cluster))))
+    if "hpa-tuned" in wanted:
+        tuned, tuned_info = _tune_pair(cluster, trace, pair, slo, target, simulate, progress)
+        results.append(tuned)
+    if "keda" in wanted:
+        keda_name, keda_pipe = baselines.keda_pipeline(cluster)
+        parts: list[Controller] = [
+            PolicyController(compile_policy(baselines.keda_policy(cluster, p)), keda_pipe, keda_name,
+                             kind="baseline", name=f"keda/{p.name}") for p in pair
+        ]
+        results.append(simulate(CombinedController("keda", "baseline", parts)))
+    pols = [pol for _, pol in policies]
+    if "kueue-only" in wanted and pols:
+        stripped = [baselines.kueue_only_policy(p) or p for p in pols]
+        results.append(simulate(_policy_controllers(cluster, stripped, "kueue-only", "baseline",
+                                                    lambda p: cluster.pipeline_name_for(p.metadata.name))))
+    if pols:
+        label = "+".join(name for name, _ in policies)
+        results.append(simulate(_policy_controllers(cluster, pols, label, "policy",
+                                                    lambda p: cluster.pipeline_name_for(p.metadata.name))))
+
+    rows: dict[str, Any] = {}
+    for r in results:
+        att = oracle.attainment(r, slo)
+        at_equal = search.at_equal_slo(att, r.serving_chip_s) if "oracle" in wanted else None
+        rows[r.name] = _row(r, slo, at_equal, pair_lower_bound_chip_s(trace, cluster, slo, att))
+        rows[r.name]["tuned_with_hindsight"] = r.name == "hpa-tuned"
+    out: dict[str, Any] = {"policies": rows, "results": results, "initial_by_pool": n0}
+    if tuned_info is not None:
+        out["hpa_tuned"] = tuned_info
+    if orc is not None and "oracle" in wanted:
+        final = search.best(target)
+        o = _row(final.result, slo, final, pair_lower_bound_chip_s(trace, cluster, slo, target))
+        o.update({
+            "method": "cheapest simulated pair of perfect-foresight schedules (prefill, decode) meeting the "
+                      "attainment target: per window length a joint bisection on the utilization factor, then "
+                      "one per pool, plus constant pairs (docs/simulate.md)",
+            "attainment_target": target,
+            "met_target": final.met_target,
+            "found_by": final.candidate.label,
+            "peak_replicas": final.candidate.peaks,
+            "schedules_simulated": search.evaluated,
+            "search": {"windows_s": list(search.windows), "utilization_range": list(search.u_range),
+                       "utilization_resolution": U_RESOLUTION},
+        })
+        out["oracle"] = o
+        results.append(final.result)
+    out["lower_bound_accelerator_hours"] = round(pair_lower_bound_chip_s(trace, cluster, slo, target) / 3600, 4)
+    return out
+
+
+def _row(r: RunResult, slo: float, at_equal: PairOracle | None, bound: float) -> dict[str, Any]:
+    row = report.score(r, slo_ttft_s=slo, oracle=None, lower_bound_chip_s=bound)
+    if at_equal is not None:
+        if at_equal.met_target and at_equal.candidate.chip_s > 0:
+            row["oracle_hours_at_equal_slo"] = round(at_equal.candidate.chip_s / 3600, 4)
+            row["cost_vs_oracle"] = round(r.serving_chip_s / at_equal.candidate.chip_s, 4)
+        else:
+            row["oracle_attainment_gap"] = round(at_equal.target - at_equal.candidate.attainment, 6)
+    row["pool_accelerator_hours"] = {k: round(v / 3600, 4) for k, v in r.pool_chip_s.items()}
+    return row
+
+
+def _tune_pair(
+    cluster: Cluster, trace: traces.Trace, pair: tuple[PoolSpec, PoolSpec], slo: float, target: float,
+    simulate: Callable[[Controller, int | None], RunResult], progress: Callable[[str], None] | None,
+) -> tuple[RunResult, dict[str, Any]]:
+    """``hpa-tuned`` per pool, with hindsight: the prefill HPA tuned with the decode HPA at the tutorials'
+    setting, then the decode HPA tuned with the chosen prefill HPA (each ``baselines.tune_hpa``'s grid)."""
+    hpa_pipe = cluster.pipeline_name_for("hpa")
+    pipe = cluster.spec.metric_pipelines[hpa_pipe]
+    chosen: dict[str, ScalingPolicy] = {p.name: baselines.hpa_policy(cluster, p, name=f"hpa-{p.name}") for p in pair}
+    full: dict[int, RunResult] = {}
+    runs: list[dict[str, Any]] = []
+    n = max(1, len(trace.arrivals))
+
+    for pool in pair:
+        def evaluate(pol: ScalingPolicy, stop: int | None, _pool: PoolSpec = pool) -> tuple[float, float, bool]:
+            parts: list[Controller] = [
+                PolicyController(compile_policy(pol if p.name == _pool.name else chosen[p.name]), pipe, hpa_pipe,
+                                 kind="baseline", name=f"hpa-tuned/{p.name}") for p in pair
+            ]
+            res = simulate(CombinedController("hpa-tuned", "baseline", parts), stop)
+            att = (1.0 - res.late / n) if res.stopped_early else oracle.attainment(res, slo)
+            if not res.stopped_early:
+                full[id(pol)] = res
+            metric = pol.spec.policy.metrics[0]  # type: ignore[union-attr]
+            runs.append({"pool": _pool.name, "preset": pol.spec.signals[0].preset,
+                         "average_value": metric.target.average_value, "slo_attainment": round(att, 6),
+                         "serving_accelerator_hours": round(res.serving_chip_s / 3600, 4),
+                         "stopped_early": res.stopped_early})
+            if progress is not None:
+                progress(f"hpa-tuned {_pool.name}: {pol.spec.signals[0].preset} {metric.target.average_value:g}: "
+                         f"attainment {att:.4f}")
+            return att, res.serving_chip_s, not res.stopped_early
+
+        best, _tried = baselines.tune_hpa(cluster, pool, attainment_target=target, evaluate=evaluate,
+                                          misses_allowed=oracle.misses_allowed(n, target))
+        chosen[pool.name] = best
+        last = full[id(best)]
+    info = {
+        "tuned_with_hindsight": True,
+        "method": "per pool, bisection on each HPA metric's target for the cheapest run reaching the attainment "
+                  "target, on this very trace: prefill first (decode at the tutorials' HPA), then decode "
+                  "(prefill at its chosen HPA)",
+        "chosen": {name: {"preset": pol.spec.signals[0].preset,
+                          "average_value": pol.spec.policy.metrics[0].target.average_value}  # type: ignore[union-attr]
+                   for name, pol in chosen.items()},
+        "runs": runs,
+    }
+    last.name = "hpa-tuned"
+    return last, info
