@@ -357,10 +357,13 @@ def run_rows(
     orc: PairOracle | None = None
     if "oracle" in wanted or "static-peak" in wanted:
         orc = search.solve(target)
-    n0 = search.initial(orc.candidate.schedules) if orc is not None and orc.candidate.schedules else {
-        prefill.name: prefill.initial_replicas or prefill.min_replicas,
-        decode.name: decode.initial_replicas or decode.min_replicas,
-    }
+    # Warm start: both pools' initialReplicas when the file fixes them, else the oracle's fleet at time 0.
+    if prefill.initial_replicas is not None and decode.initial_replicas is not None:
+        n0 = {prefill.name: prefill.initial_replicas, decode.name: decode.initial_replicas}
+    elif orc is not None and orc.candidate.schedules:
+        n0 = search.initial(orc.candidate.schedules)
+    else:
+        n0 = {p.name: p.initial_replicas if p.initial_replicas is not None else p.min_replicas for p in pair}
 
     def simulate(ctl: Controller, stop: int | None = None) -> RunResult:
         if progress is not None:

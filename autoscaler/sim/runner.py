@@ -210,6 +210,10 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
                      f"({cluster.chips_per_replica(pair[1])} chips per group); every row sizes both, "
                      "scored together")
     if pair is not None:
+        for flag, value in (("--initial-replicas", opts.initial_replicas), ("--pool", opts.pool)):
+            if value is not None:
+                raise ValueError(f"{flag} does not apply to a disaggregated cluster ({cluster.source}): every run "
+                                 "drives both pools; set initialReplicas on each pool in the file instead")
         return _run_disaggregated(opts, cluster, trace, slo, target, routing, progress)
 
     controllers: list[Controller] = []

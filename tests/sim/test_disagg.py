@@ -150,3 +150,27 @@ def test_the_pair_lower_bound_by_hand() -> None:
     floor = 99.0 * (8 + 8)  # one group of each pool all the time
     assert disagg.pair_lower_bound_chip_s(trace, cl, SLO, 1.0) == pytest.approx(max(pre + dec, floor))
     assert math.isfinite(floor)
+
+
+def test_simulate_on_the_codelab_cluster_scores_both_pools_with_warm_start_and_feasibility() -> None:
+    from autoscaler.sim import runner  # noqa: PLC0415
+
+    pols = [(p.metadata.name, p) for p in load_file(Path(__file__).resolve().parents[2] / "policies"
+                                                    / "lws-prefill-decode.yaml")]
+    lines: list[str] = []
+    out = runner.run(runner.Options(cluster=CODELAB, policies=pols, baselines=("kueue-only", "oracle"),
+                                    duration_s=300.0), announce=lines.append)
+    s = out.summary
+    assert any(line.startswith("feasibility on vllm-qwen35-397b-tpu7x-2x2x2") for line in lines)
+    assert any(line.startswith("disaggregated: prefill pool prefill, decode pool decode") for line in lines)
+    assert set(s["initial_by_pool"]) == {"prefill", "decode"}
+    assert all(v >= 1 for v in s["initial_by_pool"].values())  # the oracle's fleet at time 0, at least min
+    assert set(s["policies"]) == {"kueue-only", "qwen-prefill+qwen-decode"}
+    for row in [*s["policies"].values(), s["oracle"]]:
+        assert set(row["pool_accelerator_hours"]) == {"prefill", "decode"}
+        assert row["slice_violations"] == []
+        assert row["serving_accelerator_hours"] == pytest.approx(sum(row["pool_accelerator_hours"].values()),
+                                                                 abs=2e-4)
+    assert s["lower_bound_accelerator_hours"] <= s["oracle"]["serving_accelerator_hours"]
+    with pytest.raises(ValueError, match="does not apply to a disaggregated cluster"):
+        runner.run(runner.Options(cluster=CODELAB, policies=pols, baselines=(), duration_s=60.0, initial_replicas=2))
