@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
         "cost ≤ 1.15× oracle at equal SLO": ratio is not None and ratio <= 1.15,
         "training lost ≤ ½ of kueue-only's": ours["training_lost_chip_hours"]
         <= 0.5 * kueue["training_lost_chip_hours"] + 1e-9,
-        "every scale step a whole slice that fits (all rows)": all(not r.get("slice_violations") for r in rows.values()),
+        "every scale step a whole slice that fits (all rows)": all(
+            not r.get("slice_violations") for r in rows.values()),
         "at least as good as hpa-tuned on attainment and cost": ours["slo_attainment"] >= tuned["slo_attainment"]
         and ours["serving_accelerator_hours"] <= tuned["serving_accelerator_hours"],
     }
