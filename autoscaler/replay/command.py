@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from autoscaler.core.engine import compile_policy  # noqa: PLC0415 - see run
-    from autoscaler.replay import engine, report, traces  # noqa: PLC0415 - see run
+    from autoscaler.replay import engine, plot, report, traces  # noqa: PLC0415 - see run (plot imports matplotlib only to draw)
 
     flap_window_s = report.DEFAULT_FLAP_WINDOW_S if args.flap_window is None else args.flap_window
     if args.actuation_delay and args.mode != "whatif":
@@ -187,35 +187,53 @@ def _run(args: argparse.Namespace) -> int:
         if show:
             from tqdm import tqdm  # noqa: PLC0415 - only for a terminal
 
-            def total(n: int) -> None:
-                nonlocal bar
-                bar = tqdm(total=n, unit="eval", file=sys.stderr, leave=False, mininterval=0.2)
-
-            result = engine.run(compiled, trace, options, progress=lambda k: bar.update(k), total=total)  # noqa: PLW0108 - bar is set by total()
+            replay = engine.stream(compiled, trace, options, progress=lambda k: bar.update(k))  # noqa: PLW0108 - bar is set below
+            bar = tqdm(total=replay.evaluations, unit="eval", file=sys.stderr, leave=False, mininterval=0.2)
         else:
-            result = engine.run(compiled, trace, options)
+            replay = engine.stream(compiled, trace, options)
+        counts = report.Tally(replay, flap_window_s=flap_window_s)
+        # The plot keeps a few points per pixel column, gathered as the evaluations pass (no matplotlib yet).
+        columns = None if args.no_plot else plot.Columns(replay, evaluations=replay.evaluations, start=replay.start)
+        try:
+            writer = report.DecisionWriter(out / "decisions.jsonl", replay.target)
+        except OSError as exc:
+            raise UsageError(f"{out}: cannot write the results: {exc.strerror or exc}") from None
+        # Each evaluation goes to the writers as it is made; none is kept.
+        with writer:
+            add_line, add_count = writer.add, counts.add
+            if columns is None:
+                for step in replay.steps:
+                    add_line(step)
+                    add_count(step)
+            else:
+                add_column = columns.add
+                for step in replay.steps:
+                    add_line(step)
+                    add_count(step)
+                    add_column(step)
     except engine.EvaluationError as exc:
         when = report.rfc3339(exc.time)
         raise UsageError(
             f"evaluation at {when} failed inside the decision core ({exc}); this is a bug, not your input: "
             "please report it with the policy and trace"
         ) from None
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write the results: {exc.strerror or exc}") from None
     finally:
         if bar is not None:
             bar.close()
 
-    summary = report.summarize(result, flap_window_s=flap_window_s, inputs=trace.files)
+    summary = counts.summary(inputs=trace.files)
     try:
-        report.write_decisions(result, out / "decisions.jsonl")
         report.write_summary(summary, out / "summary.json")
-        if not args.no_plot:
-            from autoscaler.replay import plot  # noqa: PLC0415 - matplotlib takes ~1 s to import
-
-            plot.plot(result, out / "replay.png")
+        if columns is not None:
+            columns.finish()
+            plot.plot(columns, out / "replay.png")
     except OSError as exc:
         raise UsageError(f"{out}: cannot write the results: {exc.strerror or exc}") from None
     if not args.quiet:
-        report.print_table(result, summary, sys.stdout, flap_window_s=flap_window_s)
+        report.print_table(counts, summary, sys.stdout)
         written = ["decisions.jsonl", "summary.json"] + ([] if args.no_plot else ["replay.png"])
         print(f"\nwritten to {out}/: {', '.join(written)}")
     return 0
+

@@ -21,13 +21,12 @@ Two modes:
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 from autoscaler.core.engine import CompiledPolicy, decide
-from autoscaler.core.fast import collector_paused, quick_init
+from autoscaler.core.fast import quick_init
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -37,7 +36,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.signals import aggregate_of
 from autoscaler.core.spec import SignalSpec
-from autoscaler.replay.traces import AGGREGATES, Series, Trace, TraceError, combine
+from autoscaler.replay.traces import AGGREGATES, Series, Trace, TraceError, combine, total
 
 Mode = Literal["recorded", "whatif"]
 
@@ -132,52 +131,6 @@ class Fleet:
         self.spec = desired
 
 
-def latest_index(stamps: list[float], times: list[float]) -> list[int]:
-    """At each of ``times``, the index of the latest of ``stamps`` (increasing) at or before it; -1 before the
-    first."""
-    return [bisect_right(stamps, now) - 1 for now in times]
-
-
-def latest(series: Series, origin: str, times: list[float]) -> list[SignalReading | None]:
-    """At each of ``times`` (increasing), the latest sample at or before it as a reading carrying the sample's
-    own timestamp; None before the first sample. A sample's reading is one object, shared until the next."""
-    out: list[SignalReading | None] = []
-    append = out.append
-    stamps, values = series.times, series.values
-    last = -1
-    reading: SignalReading | None = None
-    for i in latest_index(stamps, times):
-        if i != last:
-            reading = SignalReading(values[i], stamps[i], source=origin)
-            last = i
-        append(reading)
-    return out
-
-
-def latest_pods(
-    pods: dict[str, Series], origin: str, times: list[float], max_age_s: float
-) -> list[SignalReading | None]:
-    """At each of ``times``, every pod's latest sample at or before it (no older than ``max_age_s``), as one
-    per-pod reading that the core combines by its one rule (``core.signals.combine_pods``), exactly as it does
-    the controller's; None before any pod has a sample. Its value is the pods' sum, for display only."""
-    indexes = {pod: latest_index(series.times, times) for pod, series in pods.items()}
-    out: list[SignalReading | None] = []
-    for k, now in enumerate(times):
-        values: dict[str, float] = {}
-        stamps: dict[str, float] = {}
-        for pod, series in pods.items():
-            i = indexes[pod][k]
-            if i >= 0 and now - series.times[i] <= max_age_s:
-                values[pod] = series.values[i]
-                stamps[pod] = series.times[i]
-        if not values:
-            seen = any(indexes[pod][k] >= 0 for pod in pods)
-            out.append(SignalReading(None, None, origin, None, {}, {}) if seen else None)
-            continue
-        out.append(SignalReading(math.fsum(values.values()), min(stamps.values()), origin, None, values, stamps))
-    return out
-
-
 #: Labels naming the pod of a recorded per-pod series (``autoscaler record``): a server's own, or the TPU
 #: device plugin's (scraped in kube-system, the workload's pod is ``exported_pod``).
 POD_LABELS = ("pod", "exported_pod")
@@ -265,6 +218,25 @@ def _why_aggregate(sig: SignalSpec) -> str:
     return f"preset {sig.preset}" if sig.preset is not None else "scope total"
 
 
+@dataclass
+class Stream:
+    """A replay in progress: what is replayed, known before the first evaluation, and ``steps``, the evaluations
+    in order, each made when asked for (iterate once). Nothing keeps a step once it has been handed on, so a
+    replay's memory does not grow with its length: the writers keep what they need (``report``, ``plot``)."""
+
+    policy: str
+    target: str
+    mode: Mode
+    period_s: float
+    #: How many evaluations ``steps`` yields; the first is at ``start``, every ``period_s`` after.
+    evaluations: int
+    start: float
+    steps: Iterator[Step]
+    notes: list[str] = field(default_factory=list)
+    #: The recorded replica count (None when the trace has none).
+    recorded: Series | None = None
+
+
 def run(
     compiled: CompiledPolicy,
     trace: Trace,
@@ -273,8 +245,24 @@ def run(
     progress: Callable[[int], None] | None = None,
     total: Callable[[int], None] | None = None,
 ) -> Replay:
-    """Replay ``trace`` through ``compiled``. ``total(n)`` is told the evaluation count once, ``progress(k)``
-    the number of evaluations done since its last call (for a progress bar)."""
+    """Replay ``trace`` through ``compiled`` and keep every step (for tests and short traces; the command streams
+    with ``stream``). ``total``/``progress`` as for ``stream``."""
+    s = stream(compiled, trace, options, progress=progress)
+    if total is not None:
+        total(s.evaluations)
+    return Replay(s.policy, s.target, s.mode, s.period_s, list(s.steps), s.notes, s.recorded)
+
+
+def stream(
+    compiled: CompiledPolicy,
+    trace: Trace,
+    options: Options,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> Stream:
+    """Check ``trace`` against ``compiled`` (raising ``TraceError`` at once, before any evaluation) and return the
+    replay as a ``Stream`` whose steps are made one at a time. ``progress(k)`` is told the number of evaluations
+    done since its last call (for a progress bar; ``Stream.evaluations`` is the total)."""
     spec = compiled.policy.spec
     inputs, notes = prepare(compiled, trace, options.mode)
     recorded = trace.replicas
@@ -304,15 +292,85 @@ def run(
             f"{', '.join(trace.files)}: {count:,} evaluations every {period:g}s from the first sample to the last; "
             f"more than {MAX_EVALUATIONS:,}: are some timestamps wrong, or is evaluationPeriodSeconds too small?"
         )
-    if total is not None:
-        total(count)
+    steps = _steps(compiled, inputs, recorded, options, start, count, progress)
+    return Stream(compiled.name, spec.target.ref().key, options.mode, period, count, start, steps, notes, recorded)
 
-    result = Replay(compiled.name, spec.target.ref().key, options.mode, period, notes=notes, recorded=recorded)
+
+class _Cursor:
+    """The latest sample at or before ``now`` of one series, for increasing ``now``: the index only moves forward
+    (amortised O(1) per evaluation, where a bisection per evaluation would be O(log n)), and a sample's reading is
+    one object, shared until the next sample is reached."""
+
+    __slots__ = ("at", "origin", "reading", "stamps", "values")
+
+    def __init__(self, series: Series, origin: str) -> None:
+        self.stamps = series.times
+        self.values = series.values
+        self.origin = origin
+        self.at = -1  # the index of the latest sample at or before the last ``now``; -1 before the first
+        self.reading: SignalReading | None = None
+
+    def advance(self, now: float) -> int:
+        stamps = self.stamps
+        at = self.at
+        last = len(stamps) - 1
+        while at < last and stamps[at + 1] <= now:
+            at += 1
+        self.at = at
+        return at
+
+    def read(self, now: float) -> SignalReading | None:
+        before = self.at
+        at = self.advance(now)
+        if at != before:
+            self.reading = SignalReading(self.values[at], self.stamps[at], source=self.origin)
+        return self.reading
+
+
+class _PodCursors:
+    """Every pod's latest sample at or before ``now`` (no older than ``max_age_s``), as one per-pod reading that
+    the core combines by its one rule (``core.signals.combine_pods``), exactly as it does the controller's; None
+    before any pod has a sample. Its value is the pods' sum, for display only."""
+
+    __slots__ = ("max_age_s", "origin", "pods")
+
+    def __init__(self, pods: dict[str, Series], origin: str, max_age_s: float) -> None:
+        self.pods = [(pod, _Cursor(series, origin)) for pod, series in pods.items()]
+        self.origin = origin
+        self.max_age_s = max_age_s
+
+    def read(self, now: float) -> SignalReading | None:
+        values: dict[str, float] = {}
+        stamps: dict[str, float] = {}
+        seen = False
+        for pod, cursor in self.pods:
+            i = cursor.advance(now)
+            if i >= 0:
+                seen = True
+                stamp = cursor.stamps[i]
+                if now - stamp <= self.max_age_s:
+                    values[pod] = cursor.values[i]
+                    stamps[pod] = stamp
+        if not values:
+            return SignalReading(None, None, self.origin, None, {}, {}) if seen else None
+        return SignalReading(total(values.values()), min(stamps.values()), self.origin, None, values, stamps)
+
+
+def _steps(
+    compiled: CompiledPolicy,
+    inputs: list[_Input],
+    recorded: Series | None,
+    options: Options,
+    start: float,
+    count: int,
+    progress: Callable[[int], None] | None,
+) -> Iterator[Step]:
+    """The evaluations at ``start + k × period``, ``k < count``, each made when the consumer asks for it."""
+    spec = compiled.policy.spec
+    period = spec.evaluation_period_seconds
     target = spec.target.ref()
     first_recorded = int(recorded.values[0]) if recorded is not None else options.initial_replicas
     assert first_recorded is not None or options.mode == "whatif"
-
-    times = [start + k * period for k in range(count)]
     state = PolicyState()
     # whatif: starts from --initial-replicas, else the first recorded count, else minReplicas.
     if options.initial_replicas is not None:
@@ -324,36 +382,18 @@ def run(
     fleet = Fleet(initial, options.actuation_delay_s)
     # The recorded count at each evaluation (before its first sample: --initial-replicas, else the first one).
     before_first = options.initial_replicas if options.initial_replicas is not None else first_recorded
-    if recorded is not None:
-        rec_values = recorded.values
-        rec_counts = [before_first if i < 0 else int(rec_values[i] or 0) for i in latest_index(recorded.times, times)]
-    else:
-        rec_counts = [before_first] * count
+    rec_cursor = _Cursor(recorded, "") if recorded is not None else None
     rec_known = recorded is not None or options.initial_replicas is not None
     whatif = options.mode == "whatif"
-    # Each signal's reading at every evaluation; a row of them per evaluation. Before a signal's first sample
-    # there is none (the core reports it missing): from `complete` on, every signal has one.
     names = [inp.name for inp in inputs]
-    # Building them (one reading per sample) and the loop below make no reference cycles but hundreds of thousands
-    # of small objects the result keeps: the cyclic collector would traverse them again and again as they pile
-    # up (a quarter of the replay time). It is off from here to the end of the loop (core.fast).
-    paused = collector_paused()  # entered and left by hand: the long loop below stays as it is
-    paused.__enter__()
-    try:
-        columns = [
-            latest(inp.series, inp.origin, times)
-            if inp.pods is None
-            else latest_pods(inp.pods, inp.origin, times, inp.max_age_s)
-            for inp in inputs
-        ]
-    except BaseException:
-        paused.__exit__(None, None, None)
-        raise
-    complete = max(_first_present(column) for column in columns)
+    cursors = [
+        _Cursor(inp.series, inp.origin) if inp.pods is None else _PodCursors(inp.pods, inp.origin, inp.max_age_s)
+        for inp in inputs
+    ]
+    reads = [cursor.read for cursor in cursors]
     # whatif: perReplica signals are rescaled when our ready count differs from the recorded one.
     rescaled = [j for j, inp in enumerate(inputs) if inp.per_replica] if whatif else []
     prev_recorded: int | None = None
-    steps = result.steps
     batch = 0
     # recorded mode: the real scale history (recorded changes within EVENT_HORIZON_S).
     ups: tuple[tuple[float, int], ...] = ()
@@ -361,75 +401,70 @@ def run(
     last: float | None = None
     status: ReplicaStatus | None = None
 
-    try:  # the collector is off (see above) until the loop ends
-        for k, (now, row, rec_now) in enumerate(zip(times, zip(*columns, strict=True), rec_counts, strict=True)):
-            if whatif:
-                status = fleet.status(now)
-            elif status is None or status.spec != rec_now:
-                # Immutable: one status object while the recorded count holds.
-                assert rec_now is not None
-                status = ReplicaStatus(spec=rec_now, ready=rec_now, starting=0)
+    for k in range(count):
+        now = start + k * period
+        if rec_cursor is not None:
+            i = rec_cursor.advance(now)
+            rec_now = before_first if i < 0 else int(rec_cursor.values[i] or 0)
+        else:
+            rec_now = before_first
+        if whatif:
+            status = fleet.status(now)
+        elif status is None or status.spec != rec_now:
+            # Immutable: one status object while the recorded count holds.
+            assert rec_now is not None
+            status = ReplicaStatus(spec=rec_now, ready=rec_now, starting=0)
 
-            if k >= complete:
-                readings: dict[str, SignalReading] = dict(zip(names, row, strict=True))
-            else:
-                readings = {name: reading for name, reading in zip(names, row, strict=True) if reading is not None}
-            if rescaled and rec_now is not None and rec_now != status.ready:
-                for j in rescaled:
-                    reading = row[j]
-                    if reading is not None and reading.value is not None:
-                        # Conserve the load: the recorded replicas' per-replica value spread over our serving ones.
-                        value = reading.value * rec_now / max(status.ready, 1)
-                        readings[names[j]] = SignalReading(value, reading.timestamp, source=reading.source)
+        # Before a signal's first sample there is no reading (the core reports it missing).
+        row = [read(now) for read in reads]
+        readings = {name: reading for name, reading in zip(names, row, strict=True) if reading is not None}
+        if rescaled and rec_now is not None and rec_now != status.ready:
+            for j in rescaled:
+                reading = row[j]
+                if reading is not None and reading.value is not None:
+                    # Conserve the load: the recorded replicas' per-replica value spread over our serving ones.
+                    value = reading.value * rec_now / max(status.ready, 1)
+                    readings[names[j]] = SignalReading(value, reading.timestamp, source=reading.source)
 
-            observation = Observation(target, status, readings)
-            try:
-                decisions, new_state = decide(compiled, observation, state, now)
-            except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
-                raise EvaluationError(now, exc) from exc
-            decision = decisions[0]
-            assert isinstance(decision, ScaleDecision)
-            steps.append(Step(now, status, rec_now if rec_known else None, decision, readings))
+        observation = Observation(target, status, readings)
+        try:
+            decisions, new_state = decide(compiled, observation, state, now)
+        except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
+            raise EvaluationError(now, exc) from exc
+        decision = decisions[0]
+        assert isinstance(decision, ScaleDecision)
+        step = Step(now, status, rec_now if rec_known else None, decision, readings)
 
-            if not whatif:
-                # The decision was not applied: the scale history (which rate policies read) is the recorded
-                # changes, not the decisions the policy would have taken.
-                if prev_recorded is not None and rec_now is not None and rec_now != prev_recorded:
-                    horizon = now - EVENT_HORIZON_S
-                    ups = tuple(e for e in ups if e[0] > horizon)
-                    downs = tuple(e for e in downs if e[0] > horizon)
-                    if rec_now > prev_recorded:
-                        ups = (*ups, (now, rec_now - prev_recorded))
-                    else:
-                        downs = (*downs, (now, prev_recorded - rec_now))
-                    last = now
-                if (
-                    new_state.scale_up_events != ups
-                    or new_state.scale_down_events != downs
-                    or new_state.last_scale_time != last
-                ):
-                    new_state = new_state.with_scale_history(ups, downs, last)
-                state = new_state
-                prev_recorded = rec_now
-            else:
-                state = new_state
-                fleet.apply(decision.desired, now)
-
-            if progress is not None:
-                batch += 1
-                if batch == 1000:
-                    progress(batch)
-                    batch = 0
-    finally:
-        paused.__exit__(None, None, None)
+        if not whatif:
+            # The decision was not applied: the scale history (which rate policies read) is the recorded
+            # changes, not the decisions the policy would have taken.
+            if prev_recorded is not None and rec_now is not None and rec_now != prev_recorded:
+                horizon = now - EVENT_HORIZON_S
+                ups = tuple(e for e in ups if e[0] > horizon)
+                downs = tuple(e for e in downs if e[0] > horizon)
+                if rec_now > prev_recorded:
+                    ups = (*ups, (now, rec_now - prev_recorded))
+                else:
+                    downs = (*downs, (now, prev_recorded - rec_now))
+                last = now
+            if (
+                new_state.scale_up_events != ups
+                or new_state.scale_down_events != downs
+                or new_state.last_scale_time != last
+            ):
+                new_state = new_state.with_scale_history(ups, downs, last)
+            state = new_state
+            prev_recorded = rec_now
+        else:
+            state = new_state
+            fleet.apply(decision.desired, now)
+        yield step
+        if progress is not None:
+            batch += 1
+            if batch == 1000:
+                progress(batch)
+                batch = 0
     if progress is not None and batch:
         progress(batch)
-    return result
 
 
-def _first_present(column: list[SignalReading | None]) -> int:
-    """The index of the first reading in ``column`` (its length when there is none)."""
-    for k, reading in enumerate(column):
-        if reading is not None:
-            return k
-    return len(column)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 
 import orjson
 
@@ -87,72 +87,131 @@ class ScaleEvent:
         return self.after > self.before
 
 
-def scale_events(steps: list[Step], flap_window_s: float = DEFAULT_FLAP_WINDOW_S) -> list[ScaleEvent]:
-    events: list[ScaleEvent] = []
-    if not steps:
-        return events
-    previous = steps[0].decision.current
-    for step in steps:
+class Info(Protocol):
+    """What is replayed, known before the first evaluation (``engine.Stream`` and ``engine.Replay`` both say it)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def period_s(self) -> float: ...
+    @property
+    def notes(self) -> list[str]: ...
+
+
+class Tally:
+    """The summary and the scale events, counted one evaluation at a time (``add``): a few counters, the previous
+    scale event and the first ``TABLE_EVENTS`` events for the table; never the evaluations themselves."""
+
+    def __init__(self, info: Info, *, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) -> None:
+        self.info = info
+        self.flap_window_s = flap_window_s
+        self.evaluations = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        #: The first TABLE_EVENTS scale events (all are in decisions.jsonl).
+        self.events: list[ScaleEvent] = []
+        self.ups = 0
+        self.downs = 0
+        self.flaps = 0
+        self._previous: int | None = None  # the previous evaluation's desired count
+        self._last_event: ScaleEvent | None = None
+        self._at_count: Counter[int] = Counter()
+        self._by_reason: Counter[Reason] = Counter()
+        self._unknown = 0
+        self._desired_sum = 0
+        self._recorded_seconds = 0.0
+        self._recorded_known = True
+
+    def add(self, step: Step) -> None:
         d = step.decision
-        if d.desired == previous:
-            continue
-        up = d.desired > previous
-        last = events[-1] if events else None
-        flap = last is not None and last.up != up and step.time - last.time <= flap_window_s
-        events.append(ScaleEvent(step.time, previous, d.desired, d.reason.value, d.message, flap))
-        previous = d.desired
-    return events
+        desired = d.desired
+        if self._previous is None:
+            self.first = step.time
+            self._previous = d.current  # the first evaluation is compared with the current count
+        self.last = step.time
+        self.evaluations += 1
+        if desired != self._previous:
+            self._event(step, self._previous)
+            self._previous = desired
+        self._at_count[desired] += 1
+        self._by_reason[d.reason] += 1
+        self._desired_sum += desired
+        ok = SignalState.OK
+        for v in d.signals.values():
+            if v.state is not ok:
+                self._unknown += 1
+                break
+        if step.recorded is None:
+            self._recorded_known = False
+        else:
+            self._recorded_seconds += step.recorded * self.info.period_s
+
+    def _event(self, step: Step, before: int) -> None:
+        d = step.decision
+        up = d.desired > before
+        last = self._last_event
+        flap = last is not None and last.up != up and step.time - last.time <= self.flap_window_s
+        event = ScaleEvent(step.time, before, d.desired, d.reason.value, d.message, flap)
+        self._last_event = event
+        if up:
+            self.ups += 1
+        else:
+            self.downs += 1
+        self.flaps += flap
+        if len(self.events) < TABLE_EVENTS:
+            self.events.append(event)
+
+    @property
+    def scale_events(self) -> int:
+        return self.ups + self.downs
+
+    def summary(self, inputs: Iterable[str] = ()) -> dict[str, Any]:
+        """The numbers of ``summary.json``."""
+        info = self.info
+        period = info.period_s
+        reasons = {reason.value: n for reason, n in self._by_reason.items()}
+        some = self.first is not None
+        return {
+            "policy": info.policy,
+            "target": info.target,
+            "mode": info.mode,
+            "inputs": list(inputs),
+            "start": rfc3339(self.first) if self.first is not None else None,
+            "end": rfc3339(self.last) if self.last is not None else None,
+            "evaluation_period_s": period,
+            "evaluations": self.evaluations,
+            "scale_ups": self.ups,
+            "scale_downs": self.downs,
+            "flaps": self.flaps,
+            "flap_window_s": self.flap_window_s,
+            "replica_seconds": self._desired_sum * period,
+            "recorded_replica_seconds": self._recorded_seconds if self._recorded_known and some else None,
+            "min_replicas": min(self._at_count, default=None),
+            "max_replicas": max(self._at_count, default=None),
+            "time_at_count_s": {str(n): c * period for n, c in sorted(self._at_count.items())},
+            "evaluations_with_unknown_signals": self._unknown,
+            "decisions_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "notes": list(info.notes),
+        }
+
+
+def tally(replay: Replay, *, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) -> Tally:
+    """The tally of a replay kept in memory (``engine.run``)."""
+    counts = Tally(replay, flap_window_s=flap_window_s)
+    for step in replay.steps:
+        counts.add(step)
+    return counts
 
 
 def summarize(
     replay: Replay, *, flap_window_s: float = DEFAULT_FLAP_WINDOW_S, inputs: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """The numbers of ``summary.json``."""
-    steps = replay.steps
-    period = replay.period_s
-    events = scale_events(steps, flap_window_s)
-    at_count: Counter[int] = Counter()
-    by_reason: Counter[Reason] = Counter()
-    unknown = 0
-    recorded_seconds = 0.0
-    recorded_known = True
-    ok = SignalState.OK
-    for step in steps:
-        d = step.decision
-        at_count[d.desired] += 1
-        by_reason[d.reason] += 1
-        for v in d.signals.values():
-            if v.state is not ok:
-                unknown += 1
-                break
-        if step.recorded is None:
-            recorded_known = False
-        else:
-            recorded_seconds += step.recorded * period
-    desired = [s.decision.desired for s in steps]
-    reasons = {reason.value: n for reason, n in by_reason.items()}
-    return {
-        "policy": replay.policy,
-        "target": replay.target,
-        "mode": replay.mode,
-        "inputs": list(inputs),
-        "start": rfc3339(steps[0].time) if steps else None,
-        "end": rfc3339(steps[-1].time) if steps else None,
-        "evaluation_period_s": period,
-        "evaluations": len(steps),
-        "scale_ups": sum(1 for e in events if e.up),
-        "scale_downs": sum(1 for e in events if not e.up),
-        "flaps": sum(1 for e in events if e.flap),
-        "flap_window_s": flap_window_s,
-        "replica_seconds": sum(desired) * period,
-        "recorded_replica_seconds": recorded_seconds if recorded_known and steps else None,
-        "min_replicas": min(desired, default=None),
-        "max_replicas": max(desired, default=None),
-        "time_at_count_s": {str(n): c * period for n, c in sorted(at_count.items())},
-        "evaluations_with_unknown_signals": unknown,
-        "decisions_by_reason": dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
-        "notes": list(replay.notes),
-    }
+    """The numbers of ``summary.json`` of a replay kept in memory."""
+    return tally(replay, flap_window_s=flap_window_s).summary(inputs)
 
 
 def _json_value(value: float | None) -> float | str | None:
@@ -213,25 +272,50 @@ def decision_line(step: Step, target: str) -> str:
     return orjson.dumps(decision_record(step, target)).decode()
 
 
-def write_decisions(replay: Replay, path: Path) -> None:
-    """One JSON object per evaluation, in time order.
+class DecisionWriter:
+    """``decisions.jsonl``, written as the evaluations are made: one JSON object per evaluation, in time order.
 
     Serialized with ``orjson``: a week at 15 s is 40,320 lines, and it is several times faster than the json
     module or assembling the text by hand. Every value is made JSON-ready first (``decision_record``): orjson
     would write NaN and infinities as null, and ``decisions.jsonl`` spells them ``"NaN"``, ``"+Inf"``, ``"-Inf"``.
+    Lines go to the file in batches of ``BATCH`` (one write each), so at most that many are held.
     """
-    target = replay.target
-    dumps = orjson.dumps
-    newline = orjson.OPT_APPEND_NEWLINE
-    with path.open("wb") as out:
-        lines: list[bytes] = []
+
+    BATCH = 4096
+
+    def __init__(self, path: Path, target: str) -> None:
+        self.target = target
+        self._out: BinaryIO = path.open("wb")
+        self._lines: list[bytes] = []
+
+    def add(self, step: Step) -> None:
+        lines = self._lines
+        lines.append(orjson.dumps(decision_record(step, self.target), option=orjson.OPT_APPEND_NEWLINE))
+        if len(lines) >= self.BATCH:
+            self._out.write(b"".join(lines))
+            lines.clear()
+
+    def close(self) -> None:
+        """Write what is left and close the file (also after an error: what was evaluated is kept)."""
+        try:
+            if self._lines:
+                self._out.write(b"".join(self._lines))
+                self._lines.clear()
+        finally:
+            self._out.close()
+
+    def __enter__(self) -> DecisionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_decisions(replay: Replay, path: Path) -> None:
+    """``decisions.jsonl`` of a replay kept in memory."""
+    with DecisionWriter(path, replay.target) as writer:
         for step in replay.steps:
-            lines.append(dumps(decision_record(step, target), option=newline))
-            if len(lines) >= 4096:
-                out.write(b"".join(lines))
-                lines.clear()
-        if lines:
-            out.write(b"".join(lines))
+            writer.add(step)
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:
@@ -255,20 +339,21 @@ def _wrapped(prefix: str, message: str, width: int) -> str:
 
 
 def print_table(
-    replay: Replay, summary: dict[str, Any], out: TextIO, *, flap_window_s: float = DEFAULT_FLAP_WINDOW_S,
-    width: int | None = None,
+    counts: Tally, summary: dict[str, Any], out: TextIO, *, width: int | None = None
 ) -> None:
     """The summary and the scale events (not every evaluation: that is decisions.jsonl), messages wrapped to
     ``width`` columns (default: the terminal's, ``$COLUMNS`` or 80 when not a terminal)."""
     width = width if width is not None else shutil.get_terminal_size((80, 24)).columns
-    steps = replay.steps
+    flap_window_s = counts.flap_window_s
+    first, last = counts.first, counts.last
+    some = first is not None and last is not None
+    span = last - first if first is not None and last is not None else 0.0
     w = out.write
-    span = steps[-1].time - steps[0].time if steps else 0.0
     w(
         f"replay of policy {summary['policy']} ({summary['target']}), mode {summary['mode']}: "
-        f"{summary['evaluations']} evaluations every {duration(replay.period_s)} over {duration(span)}\n"
+        f"{summary['evaluations']} evaluations every {duration(counts.info.period_s)} over {duration(span)}\n"
     )
-    if steps:
+    if some:
         w(f"  from {summary['start']} to {summary['end']}\n")
     w(
         f"  scale-ups {summary['scale_ups']}, scale-downs {summary['scale_downs']}, "
@@ -277,24 +362,24 @@ def print_table(
     rs = summary["replica_seconds"] / 3600
     rec = summary["recorded_replica_seconds"]
     w(f"  replica-hours {rs:.2f}" + (f" (recorded {rec / 3600:.2f})" if rec is not None else "") + "\n")
-    counts = ", ".join(f"{n}: {duration(s)}" for n, s in summary["time_at_count_s"].items())
-    w(f"  time at each count: {counts}\n")
+    at_count = ", ".join(f"{n}: {duration(s)}" for n, s in summary["time_at_count_s"].items())
+    w(f"  time at each count: {at_count}\n")
     w(f"  evaluations with unknown signals: {summary['evaluations_with_unknown_signals']}\n")
     reasons = ", ".join(f"{r} {n}" for r, n in summary["decisions_by_reason"].items())
     w(f"  decisions by reason: {reasons}\n")
     for note in summary["notes"]:
         w(f"  note: {note}\n")
-    events = scale_events(steps, flap_window_s)
+    events = counts.events
     if not events:
         w("no scale events\n")
         return
-    if replay.mode == "recorded":
+    if counts.info.mode == "recorded":
         w("\nscale events (recorded mode: the count did not follow, so these are changes of the desired count):\n")
     else:
         w("\nscale events:\n")
     w(f"  {'time':<20}  {'from':>4} → {'to':<4}  {'reason':<18}  message\n")
-    for e in events[:TABLE_EVENTS]:
+    for e in events:
         mark = " (flap)" if e.flap else ""
         w(_wrapped(f"  {rfc3339(e.time):<20}  {e.before:>4} → {e.after:<4}  {e.reason:<18}  ", e.message + mark, width))
-    if len(events) > TABLE_EVENTS:
-        w(f"  … {len(events) - TABLE_EVENTS} more scale events in decisions.jsonl\n")
+    if counts.scale_events > len(events):
+        w(f"  … {counts.scale_events - len(events)} more scale events in decisions.jsonl\n")

@@ -71,12 +71,24 @@ class Trace:
 # ---------------------------------------------------------------- combining several series into one
 
 
+def total(values: Iterable[float]) -> float:
+    """The exact sum (``math.fsum``); NaN when +Inf meets -Inf (fsum raises there: no sum exists, and the core
+    judges NaN unknown), ±Inf when finite values overflow."""
+    values = list(values)
+    try:
+        return math.fsum(values)
+    except ValueError:
+        return math.nan
+    except OverflowError:
+        return sum(values)
+
+
 def _sum(values: Sequence[float]) -> float:
-    return math.fsum(values)
+    return total(values)
 
 
 def _avg(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values)
+    return total(values) / len(values)
 
 
 AGGREGATES: dict[str, Callable[[Sequence[float]], float]] = {"sum": _sum, "avg": _avg, "max": max, "min": min}

@@ -115,10 +115,9 @@ def test_decision_lines_are_strict_json(tmp_path: Path) -> None:
 
 
 def test_table_lists_scale_events_and_flaps() -> None:
-    replay = replay_of([3, 2, 2])
-    summary = report.summarize(replay)
+    counts = report.tally(replay_of([3, 2, 2]))
     out = io.StringIO()
-    report.print_table(replay, summary, out)
+    report.print_table(counts, counts.summary(), out)
     text = out.getvalue()
     assert "scale-ups 1, scale-downs 1, flaps 1" in text
     assert "1970-01-01T00:00:00Z     2 → 3" in text
@@ -152,7 +151,8 @@ def _long_replay() -> Replay:
 def test_messages_wrap_to_the_terminal_width_and_are_never_cut(width: int) -> None:
     replay = _long_replay()
     out = io.StringIO()
-    report.print_table(replay, report.summarize(replay), out, width=width)
+    counts = report.tally(replay)
+    report.print_table(counts, counts.summary(), out, width=width)
     lines = out.getvalue().splitlines()
     start = next(i for i, ln in enumerate(lines) if "ScaleUp" in ln and "→ 3" in ln)
     event = lines[start:start + 1 + next((j for j, ln in enumerate(lines[start + 1:]) if not ln.startswith(" " * 6)),
@@ -165,7 +165,7 @@ def test_messages_wrap_to_the_terminal_width_and_are_never_cut(width: int) -> No
 
 def test_terminal_width_comes_from_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "90")
-    replay = _long_replay()
+    counts = report.tally(_long_replay())
     out = io.StringIO()
-    report.print_table(replay, report.summarize(replay), out)
+    report.print_table(counts, counts.summary(), out)
     assert max(len(ln) for ln in out.getvalue().splitlines() if "signal" in ln) <= 90
