@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.replay import traces
 from autoscaler.replay.traces import RawSignal, Series, TraceError
@@ -35,15 +38,15 @@ def test_csv_unix_seconds_gaps_and_prometheus_spellings(tmp_path: Path) -> None:
     )
     trace = traces.load([path])
     backlog = trace.signals["backlog"].series[0]
-    assert backlog.times == [100.0, 130.0, 145.0]  # the empty cell is a gap, not a zero
+    assert list(backlog.times) == [100.0, 130.0, 145.0]  # the empty cell is a gap, not a zero
     assert backlog.values[0] == 1.0
     assert math.isinf(backlog.values[1])
     kv = trace.signals["kv"].series[0]
     assert math.isnan(kv.values[1])
     assert kv.values[3] == -1.0  # kept: the core judges negative values unknown
     assert trace.replicas is not None
-    assert trace.replicas.times == [100.0, 115.0, 145.0]
-    assert trace.replicas.values == [2.0, 2.0, 3.0]
+    assert list(trace.replicas.times) == [100.0, 115.0, 145.0]
+    assert list(trace.replicas.values) == [2.0, 2.0, 3.0]
 
 
 @pytest.mark.parametrize(
@@ -63,7 +66,7 @@ def test_timestamps(text: str, expected: float) -> None:
 def test_csv_header_is_case_insensitive_for_timestamp_and_a_bom_is_ignored(tmp_path: Path) -> None:
     path = _write(tmp_path / "t.csv", "\ufeffTIMESTAMP,backlog\n2023-11-16T18:15:46Z,4\n")
     trace = traces.load([path])
-    assert trace.signals["backlog"].series[0].times == [1700158546.0]
+    assert list(trace.signals["backlog"].series[0].times) == [1700158546.0]
     assert trace.replicas is None
 
 
@@ -83,7 +86,7 @@ def test_query_range_single_files_and_csv_together(tmp_path: Path) -> None:
     csv_path = _write(tmp_path / "t.csv", "timestamp,backlog,replicas\n10,3,1\n")
     trace = traces.load([kv, csv_path])
     assert set(trace.signals) == {"backlog", "kv"}
-    assert trace.signals["kv"].series[0].values == [0.5, 0.75]
+    assert list(trace.signals["kv"].series[0].values) == [0.5, 0.75]
     assert trace.replicas is not None
 
 
@@ -98,8 +101,8 @@ def test_query_range_single_files_and_csv_together(tmp_path: Path) -> None:
 def test_combine_several_series(how: str, expected: list[float]) -> None:
     raw = RawSignal("x", "f", (Series([0.0, 15.0], [1.0, 2.0]), Series([15.0, 30.0], [3.0, 4.0])))
     combined = traces.combine(raw, how)
-    assert combined.times == [0.0, 15.0, 30.0]
-    assert combined.values == expected
+    assert list(combined.times) == [0.0, 15.0, 30.0]
+    assert list(combined.values) == expected
 
 
 def test_combine_nan_in_one_series_makes_the_total_nan() -> None:
@@ -228,3 +231,65 @@ def test_recorded_replicas_twice_is_an_error(tmp_path: Path) -> None:
     b = _write(tmp_path / "t.csv", "timestamp,backlog,replicas\n10,1,1\n")
     with pytest.raises(TraceError, match="recorded replicas are already read"):
         traces.load([a, b])
+
+
+# ---------------------------------------------------------------- query_range dumps read as columns
+
+
+def _same(a: list[Series], b: list[Series]) -> bool:
+    """Equal series, NaN equal to NaN (compared by their bytes)."""
+    return len(a) == len(b) and all(
+        x.labels == y.labels and bytes(memoryview(array("d", x.times))) == bytes(memoryview(array("d", y.times)))
+        and bytes(memoryview(array("d", x.values))) == bytes(memoryview(array("d", y.values)))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+SAMPLE_TIME = st.one_of(
+    st.integers(0, 2_000_000_000), st.floats(-1e12, 1e12), st.sampled_from([0, 1e11, -0.0, 1700000000.5])
+)
+SAMPLE_VALUE = st.one_of(
+    st.floats().map(repr),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e3", " 2 ", "x", "1,5", "]", "1_0", "", "０"]),
+    st.integers(-5, 5),  # not a string: an error of the full parse
+)
+LABEL = st.one_of(st.text(max_size=8), st.sampled_from(['"values":[[1,"2"]]', "\\", '\x00values 0', "],"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    series=st.lists(
+        st.tuples(
+            st.dictionaries(st.sampled_from(["pod", "namespace", "__name__"]), LABEL, max_size=2),
+            st.lists(st.tuples(SAMPLE_TIME, SAMPLE_VALUE), max_size=8).map(lambda pairs: sorted(pairs, key=str)),
+        ),
+        max_size=3,
+    ),
+    indent=st.sampled_from([None, 1, 2]),
+    sort=st.booleans(),
+)
+def test_the_columnar_read_of_a_dump_is_the_full_parse_or_declines(
+    series: list[tuple[dict[str, str], list[tuple[Any, Any]]]], indent: int | None, sort: bool
+) -> None:
+    """On any dump, valid or not, oddly formatted or with labels that look like values: the columnar reader
+    returns exactly what the full parse returns, or None (and the full parse then gives the answer or the error)."""
+    doc = _matrix(*[[list(p) for p in pairs] for _, pairs in series], labels=[labels for labels, _ in series])
+    text = json.dumps(doc, indent=indent, sort_keys=sort)
+    fast = traces._columnar(text)
+    if fast is None:
+        return
+    assert _same(fast, traces._parsed(text, "t.json"))
+
+
+def test_a_dump_as_prometheus_writes_it_is_read_as_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dump `curl .../api/v1/query_range` saves (compact, times as numbers, values as strings, NaN/Inf spelled
+    as Prometheus does) takes the columnar path, and reads as the full parse reads it."""
+    values = [[1700000000 + 15 * i + (0.5 if i % 3 else 0), v] for i, v in enumerate(["1", "NaN", "+Inf", "-1.5e-3"])]
+    text = json.dumps(_matrix(values, values[:2], labels=[{"pod": "a"}, {"pod": "b"}]), separators=(",", ":"))
+    fast = traces._columnar(text)
+    assert fast is not None
+    assert _same(fast, traces._parsed(text, "t.json"))
+    assert list(fast[1].times) == [1700000000.0, 1700000015.5]
+    path = _write(tmp_path / "b.json", text)
+    monkeypatch.setattr(traces, "_parsed", lambda *_: pytest.fail("the whole document was parsed"))
+    assert _same(traces.read_query_range(path), fast)
