@@ -22,8 +22,14 @@ and every replica beyond the initial fleet ``n0`` is ready at most ``H − coldS
 ``chips × (busy + extra × coldStart)``. It ignores queueing, KV limits, routing and the metric pipeline,
 so it is loose; what it guarantees is that nothing (the oracle included) can be cheaper.
 
-**Oracle** (``Search``): the cheapest simulated schedule in a family of perfect-foresight schedules:
+**Oracle** (``Search``): the cheapest simulated schedule of three families of perfect-foresight schedules:
 
+0. Per-window fleet levels (``LevelMenu``, ``Search._solve_levels``): per window of ``LEVEL_WINDOW_S`` a
+   menu of fleet levels, each with its chip-seconds and the misses the constant fleet at that level has
+   there; a Lagrangian sweep (dynamic programming over the windows, starts priced) traces the hull of
+   (misses, cost); the cheapest hull plan that simulates to the attainment is found by bisection, and the
+   gap to the plan before it is filled by mixing the two window by window. This is the family that trades
+   attainment for cost at every attainment (the two below only do so coarsely).
 1. Demand. Each request's service cost in replica-seconds on a full batch:
    ``input / prefillTokensPerSecond + (output − 1) × decodeStep(slots) / slots``. Summed per window of ``W``
    seconds and divided by ``W``, it is the replicas that window keeps busy; a request started near the end
@@ -37,15 +43,16 @@ so it is loose; what it guarantees is that nothing (the oracle included) can be 
    ``U_RANGE`` until the bracket is narrower than ``U_RESOLUTION`` (attainment falls as ``u`` grows).
    Every schedule is simulated in the very same model as the policies (same Kueue, servers, routing, warm
    start), and cached by its replica counts (many ``u`` give the same schedule), so re-solving at another
-   attainment mostly reuses simulations. Constant fleets (the family's degenerate member) are searched too,
-   by bisection on the count. A deep re-solve (when a compared run beat the first answer) also searches
-   every window with a standing floor of one and two replicas below the smallest passing constant fleet.
+   attainment mostly reuses simulations; one asking for far more than the cheapest schedule already found
+   is not simulated (``PRUNE_MARGIN``). Constant fleets are searched too, by bisection on the count. A deep
+   re-solve (when a compared run beat the first answer) also searches every window with a standing floor
+   of one and two replicas below the smallest passing constant fleet.
    The answer for an attainment ``A`` is the cheapest schedule ever simulated
-   whose attainment is ``≥ A``, whichever window or step found it.
+   whose attainment is ``≥ A``, whichever family, window or step found it.
 
-The oracle is not a proof of optimality (a schedule outside the family may be cheaper); the lower bound is.
+The oracle is not a proof of optimality (a schedule outside the families may be cheaper); the lower bound is.
 The tests check on both bundled traces that no simple competitor is cheaper than the oracle at equal or
-better attainment, that a weakened search fails that check, and that the bound is below everything.
+better attainment, at every attainment, that a weakened search fails that check, and that the bound is below everything.
 """
 
 from __future__ import annotations
@@ -68,6 +75,17 @@ U_RANGE: tuple[float, float] = (0.2, 4.0)
 U_RESOLUTION = 0.02
 #: Grid of the lower bound's multiplier λ (any λ gives a valid bound; the grid picks the best of them).
 LAMBDA_STEPS = 50
+#: Window length of the per-window level family (seconds): its menu and its schedules change level only at
+#: these boundaries.
+LEVEL_WINDOW_S = 30.0
+#: When the hull's last plan (fewest estimated misses) fails an attainment, this many plans below it are
+#: tried too (real misses are not monotone along the hull; trying them all would cost a simulation each).
+LEVEL_WALK = 2
+#: A schedule that asks for more than the cheapest one simulated at an attainment, by more than this factor
+#: (what it asks for × this > that one's cost), is not simulated for it: it cannot win. Simulated costs stay
+#: within 3 % of what the schedule asks for on both bundled traces (replicas waiting for preempted chips
+#: are not paid); 0.9 leaves room for longer waits.
+PRUNE_MARGIN = 0.9
 #: The window the warm-start fleet is read from: the replicas that carry the first minute at utilization 1.
 WARM_WINDOW_S = 60.0
 
@@ -86,6 +104,9 @@ class Candidate:
     exact: bool = True
     #: The standing floor of a floored schedule (0: none).
     floor: int = 0
+    #: Which family it belongs to: ``utilization`` (windowed demand over ``u``), ``constant`` or ``levels``
+    #: (per-window fleet levels chosen from the menu, see ``LevelFamily``).
+    family: str = "utilization"
 
     @property
     def peak(self) -> int:
@@ -161,9 +182,19 @@ def schedule_for(
         max(lo, floor, min(hi, math.ceil(max(load[w], load[w - 1] if w else 0.0) / utilization - 1e-9)))
         for w in range(len(load))
     ]
-    top = max(need)
-    # Intervals per level k (1-based): keep through short gaps, start a cold start early.
-    keep_gap = cold_start_s + window_s
+    return schedule_from_levels(need, window_s=window_s, lead_s=cold_start_s, lo=lo,
+                                keep_gap_s=cold_start_s + window_s)
+
+
+def schedule_from_levels(
+    need: Sequence[int], *, window_s: float, lead_s: float, lo: int, keep_gap_s: float
+) -> list[tuple[float, int]]:
+    """The replica schedule ``[(time, count)]`` that has ``need[w]`` replicas ready in window ``w``: replica
+    ``k`` (1-based) runs through the windows needing ``≥ k``, is asked for ``lead_s`` before its first such
+    window (ready in time; its chips are paid while it starts) and is kept through gaps up to
+    ``keep_gap_s`` (stopping and starting again would cost more). Replicas up to ``lo`` never stop."""
+    top = max(need, default=0)
+    end_s = len(need) * window_s
     changes: dict[float, int] = {}
     for k in range(1, top + 1):
         intervals: list[list[float]] = []
@@ -171,14 +202,14 @@ def schedule_for(
             if n < k:
                 continue
             start, end = w * window_s, (w + 1) * window_s
-            if intervals and start - intervals[-1][1] <= keep_gap:
+            if intervals and start - intervals[-1][1] <= keep_gap_s:
                 intervals[-1][1] = end
             else:
                 intervals.append([start, end])
         for start, end in intervals:
-            begin = max(0.0, start - cold_start_s) if k > lo else 0.0
+            begin = max(0.0, start - lead_s) if k > lo else 0.0
             changes[begin] = changes.get(begin, 0) + 1
-            if end < len(need) * window_s:
+            if end < end_s:
                 changes[end] = changes.get(end, 0) - 1
     schedule: list[tuple[float, int]] = []
     count = 0
@@ -189,6 +220,138 @@ def schedule_for(
         elif not schedule or schedule[-1][1] != count:
             schedule.append((t, count))
     return schedule
+
+
+def misses_per_window(result: RunResult, slo_ttft_s: float, window_s: float, windows: int) -> list[int]:
+    """SLO misses (late, rejected, abandoned or unfinished) among the requests arriving in each window."""
+    out = [0] * windows
+    req = result.requests
+    for a, f in zip(req.arrival, req.first_token, strict=True):
+        if not f - a <= slo_ttft_s:  # NaN (never served) is a miss too
+            out[min(windows - 1, int(a / window_s))] += 1
+    return out
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """A fleet level per window, with its estimated cost (chip-seconds, starts included) and misses."""
+
+    levels: tuple[int, ...]
+    chip_s: float
+    misses: float
+
+
+class LevelMenu:
+    """Per window, a menu of fleet levels, each with its chip-seconds and its SLO misses; a plan picks one
+    level per window.
+
+    The misses of level ``k`` in window ``w`` are those of the requests arriving in ``w`` when the constant
+    fleet ``k`` serves the whole trace (simulated in the model, so routing, batching, server limits and
+    queues built up at that level are in them), made non-increasing in ``k``. A level costs
+    ``chips × k × window``; every replica added costs a start (``chips × lead``: cold start, Kueue's
+    admission and the victims' exit, paid while it starts). For a multiplier ``λ`` (chip-seconds one miss
+    is worth), ``plan`` minimises ``cost + λ × misses`` over every choice of levels by dynamic programming
+    over the windows (state: the level), so starts and stops are priced exactly; sweeping ``λ`` traces the
+    lower convex hull of (misses, cost): ``hull``. The misses are estimates (a window after a lower level
+    inherits its queue); the search simulates each plan it uses.
+    """
+
+    def __init__(self, *, misses: dict[int, list[int]], window_s: float, chips: int, lead_s: float,
+                 initial: int | None) -> None:
+        self.levels = sorted(misses)
+        self.window_s = window_s
+        self.chips = chips
+        self.lead_s = lead_s
+        self.initial = initial
+        windows = len(misses[self.levels[0]])
+        # Non-increasing in the level: more replicas never miss more (a lower level's figure is the bound).
+        self.misses: list[list[float]] = []
+        for w in range(windows):
+            row: list[float] = []
+            for k in self.levels:
+                row.append(min(float(misses[k][w]), row[-1]) if row else float(misses[k][w]))
+            self.misses.append(row)
+
+    def _start_cost(self, w: int) -> float:
+        """Chip-seconds of adding one replica ready for window ``w``: a lead, or (warm start) since time 0."""
+        if self.initial is None:
+            return self.chips * min(self.lead_s, w * self.window_s)
+        return self.chips * self.lead_s
+
+    def plan(self, lam: float) -> LevelPlan:
+        levels = self.levels
+        n = len(levels)
+        per_level = [self.chips * k * self.window_s for k in levels]
+        # cost[i]: the cheapest cost + λ·misses of windows 0..w ending at level levels[i].
+        c0 = self._start_cost(0)
+        start = [0.0 if self.initial is None else c0 * max(0, k - self.initial) for k in levels]
+        cost = [start[i] + per_level[i] + lam * self.misses[0][i] for i in range(n)]
+        back: list[list[int]] = []
+        for w in range(1, len(self.misses)):
+            c = self._start_cost(w)
+            # From a higher or equal level (stopping is free): suffix minimum.
+            down = [0] * n
+            best = n - 1
+            for i in range(n - 1, -1, -1):
+                if cost[i] <= cost[best]:
+                    best = i
+                down[i] = best
+            # From a lower level: pay a start per replica added; prefix minimum of cost[j] − c·k_j.
+            new: list[float] = []
+            arg: list[int] = []
+            up_best = -1
+            row = self.misses[w]
+            for i in range(n):
+                j = down[i]
+                value, src = cost[j], j
+                if up_best >= 0:
+                    via_up = cost[up_best] + c * (levels[i] - levels[up_best])
+                    if via_up < value:
+                        value, src = via_up, up_best
+                if up_best < 0 or cost[i] - c * levels[i] < cost[up_best] - c * levels[up_best]:
+                    up_best = i
+                new.append(value + per_level[i] + lam * row[i])
+                arg.append(src)
+            back.append(arg)
+            cost = new
+        i = min(range(n), key=lambda k: cost[k])
+        chosen = [i]
+        for arg in reversed(back):
+            i = arg[i]
+            chosen.append(i)
+        chosen.reverse()
+        plan = tuple(levels[i] for i in chosen)
+        return LevelPlan(plan, self.cost(plan), sum(self.misses[w][i] for w, i in enumerate(chosen)))
+
+    def cost(self, plan: Sequence[int]) -> float:
+        """Estimated chip-seconds of a plan: its levels, plus a start per replica added."""
+        total = sum(self.chips * k * self.window_s for k in plan)
+        prev = plan[0] if self.initial is None else self.initial
+        for w, k in enumerate(plan):
+            total += self._start_cost(w) * max(0, k - prev)
+            prev = k
+        return total
+
+    def hull(self, max_vertices: int = 400) -> list[LevelPlan]:
+        """Every vertex of the lower convex hull of (misses, cost) over all plans, cheapest first: the
+        plans some ``λ`` makes optimal, found by splitting at the ``λ`` where two known vertices tie."""
+        total = 1.0 + sum(row[0] for row in self.misses)
+        cheapest = self.plan(self.chips * self.window_s / (2.0 * total))
+        safest = self.plan(2.0 * self.chips * max(self.levels) * (len(self.misses) * self.window_s + self.lead_s))
+        found = {cheapest.levels: cheapest, safest.levels: safest}
+        stack = [(cheapest, safest)]
+        while stack and len(found) < max_vertices:
+            a, b = stack.pop()
+            if a.misses <= b.misses or b.chip_s <= a.chip_s:
+                continue
+            lam = (b.chip_s - a.chip_s) / (a.misses - b.misses)
+            p = self.plan(lam)
+            line = a.chip_s + lam * a.misses
+            if p.levels in found or p.chip_s + lam * p.misses >= line - 1e-9 * max(1.0, line):
+                continue
+            found[p.levels] = p
+            stack += [(a, p), (p, b)]
+        return sorted(found.values(), key=lambda p: (p.chip_s, p.misses))
 
 
 def attainment(result: RunResult, slo_ttft_s: float) -> float:
@@ -234,6 +397,15 @@ def lower_bound_chip_s(
     return chips * (busy + extra * cold)
 
 
+def eviction_seconds(cluster: Cluster) -> float:
+    """The longest a preempted training job holds its chips: Kueue's reconcile, then its checkpoint save
+    (when it saves on SIGTERM within its grace period) or its whole grace period. 0 without training."""
+    holds = [t.checkpoint_save_seconds if t.save_on_preemption and t.checkpoint_save_seconds
+             <= t.termination_grace_period_seconds else t.termination_grace_period_seconds
+             for t in cluster.spec.training]
+    return cluster.spec.kueue.admission_seconds + max(holds) if holds else 0.0
+
+
 class Search:
     """The oracle's schedule search over one trace, cluster and pool, with every simulation cached."""
 
@@ -253,6 +425,8 @@ class Search:
         routing: str | None = None,
         seed: int = 0,
         constant_fleets: bool = True,
+        levels: bool = True,
+        level_window_s: float = LEVEL_WINDOW_S,
     ) -> None:
         self.cluster = cluster
         self.trace = trace
@@ -267,11 +441,18 @@ class Search:
         self.routing = routing
         self.seed = seed
         self.constant_fleets = constant_fleets
+        self.levels = levels
+        self.level_window_s = level_window_s
         chips = cluster.chips_per_replica(pool)
         self.hi = min(pool.max_replicas, cluster.capacity_chips // chips)
         self.lo = pool.min_replicas
         # A replica is ready a cold start plus Kueue's admission after it is asked for.
         self.lead_s = cluster.lead_seconds(pool)
+        # A level schedule also waits for the chips of the training it preempts: their exit after Kueue's
+        # reconcile (the checkpoint save, or the whole grace period).
+        self.level_lead_s = self.lead_s + eviction_seconds(cluster)
+        self._menu: LevelMenu | None = None
+        self._hull: list[LevelPlan] | None = None
         self._loads = {w: demand(trace, cluster, pool, w) for w in self.windows}
         self._by_schedule: dict[tuple[tuple[float, int], ...], Candidate] = {}
         #: Per (window, floor): (u, candidate) sorted by u.
@@ -296,19 +477,17 @@ class Search:
                           controller=ScheduleController("oracle", sched), initial_replicas=self.initial_for(sched),
                           slo_ttft_s=self.slo, stop_after_misses=stop_after, routing=self.routing, seed=self.seed)
 
-    def evaluate(self, window_s: float, u: float, *, target: float | None = None, floor: int = 0) -> Candidate:
-        """Simulate the schedule of ``(window_s, u)`` (once: cached by its replica counts).
+    def _cached(self, sched: list[tuple[float, int]], target: float | None, *, window_s: float, u: float,
+                floor: int = 0, family: str = "utilization", label: str = "") -> Candidate:
+        """Simulate ``sched`` once (cached by its replica counts; again only when a run that stopped early is
+        needed in full, or might pass ``target``).
 
         With ``target``, the simulation stops as soon as the schedule has missed more requests than
         ``target`` allows: all a bisection step needs to know is that it fails.
         """
-        sched = schedule_for(self._loads[window_s], utilization=u, window_s=window_s, cold_start_s=self.lead_s,
-                             lo=self.lo, hi=self.hi, floor=floor)
         key = tuple(sched)
         cand = self._by_schedule.get(key)
-        if cand is None or (not cand.exact and target is not None and cand.attainment >= target) or (
-            not cand.exact and target is None
-        ):
+        if cand is None or (not cand.exact and (target is None or cand.attainment >= target)):
             self.evaluated += 1
             n = len(self.trace.arrivals)
             stop_after = misses_allowed(n, target) if target is not None else None
@@ -316,18 +495,48 @@ class Search:
             # Stopped early, only an upper bound is known: at least ``late`` requests missed.
             att = (1.0 - res.late / max(n, 1)) if res.stopped_early else attainment(res, self.slo)
             cand = Candidate(window_s, u, sched, att, res.serving_chip_s, res, exact=not res.stopped_early,
-                             floor=floor)
+                             floor=floor, family=family)
             self._by_schedule[key] = cand
             if self.progress is not None:
                 what = f"attainment {att:.4f}" if cand.exact else f"attainment < {att:.4f} (stopped early)"
-                self.progress(f"oracle: window {window_s:g}s, utilization {u:.3f}: {what}")
+                self.progress(f"oracle: {label or family}: {what}")
+        return cand
+
+    def evaluate(self, window_s: float, u: float, *, target: float | None = None, floor: int = 0) -> Candidate:
+        """Simulate the schedule of ``(window_s, u)`` (see ``_cached``)."""
+        sched = schedule_for(self._loads[window_s], utilization=u, window_s=window_s, cold_start_s=self.lead_s,
+                             lo=self.lo, hi=self.hi, floor=floor)
+        cand = self._cached(sched, target, window_s=window_s, u=u, floor=floor,
+                            label=f"window {window_s:g}s, utilization {u:.3f}")
         entries = self._by_window.setdefault((window_s, floor), [])
         bisect.insort(entries, (u, cand), key=lambda e: e[0])
         return cand
 
     def _passes(self, window_s: float, u: float, target: float, floor: int = 0) -> bool:
+        """Whether the schedule of ``(window_s, u)`` reaches ``target``; a schedule too dear to win counts
+        as passing unsimulated (a bisection then moves on to cheaper ones)."""
+        sched = schedule_for(self._loads[window_s], utilization=u, window_s=window_s, cold_start_s=self.lead_s,
+                             lo=self.lo, hi=self.hi, floor=floor)
+        if self._too_dear(sched, target):
+            return True
         cand = self.evaluate(window_s, u, target=target, floor=floor)
         return cand.exact and cand.attainment >= target
+
+    def requested_chip_s(self, sched: list[tuple[float, int]]) -> float:
+        """The chip-seconds a schedule asks for over the billed span (a simulation pays within a few % of
+        it: replicas waiting for chips are not paid, draining ones are)."""
+        ends = [t for t, _ in sched[1:]] + [self.trace.duration_s]
+        chips = self.cluster.chips_per_replica(self.pool)
+        return chips * sum(n * max(0.0, min(end, self.trace.duration_s) - t)
+                           for (t, n), end in zip(sched, ends, strict=True))
+
+    def _too_dear(self, sched: list[tuple[float, int]], target: float) -> bool:
+        """True when ``sched`` asks for so much more than the cheapest schedule already simulated at
+        ``target`` that it cannot be the answer (``PRUNE_MARGIN`` below what it asks for)."""
+        if tuple(sched) in self._by_schedule:
+            return False  # already simulated: the cache answers
+        known = [c.chip_s for c in self._by_schedule.values() if c.exact and c.attainment >= target]
+        return bool(known) and self.requested_chip_s(sched) * PRUNE_MARGIN > min(known)
 
     # ----- one attainment -------------------------------------------------------------------------------
     def _bisect(self, window_s: float, target: float, floor: int = 0) -> None:
@@ -340,10 +549,14 @@ class Search:
         failing = [u for u, c in entries if c.attainment < target and u_lo <= u <= u_hi and (lo is None or u > lo)]
         hi = min(failing) if failing else None
         if lo is None:
-            # The most generous schedule runs to the end, pass or fail: it is the fallback when none passes.
-            first = self.evaluate(window_s, u_lo, floor=floor)
-            if first.attainment < target:
-                return  # not even the most generous schedule of this window reaches it
+            # The most generous schedule runs to the end, pass or fail: it is the fallback when none passes
+            # (unless a cheaper schedule already reaches the target: then it is not needed).
+            first_sched = schedule_for(self._loads[window_s], utilization=u_lo, window_s=window_s,
+                                       cold_start_s=self.lead_s, lo=self.lo, hi=self.hi, floor=floor)
+            if not self._too_dear(first_sched, target):
+                first = self.evaluate(window_s, u_lo, floor=floor)
+                if first.attainment < target:
+                    return  # not even the most generous schedule of this window reaches it
             lo = u_lo
         if hi is None:
             if self._passes(window_s, u_hi, target, floor):
@@ -366,17 +579,7 @@ class Search:
 
     def _constant(self, n: int, target: float | None) -> Candidate:
         """A constant fleet of ``n`` (the family's degenerate member: no window follows the load)."""
-        sched = [(0.0, n)]
-        key = tuple(sched)
-        cand = self._by_schedule.get(key)
-        if cand is None or (not cand.exact and (target is None or cand.attainment >= target)):
-            self.evaluated += 1
-            size = len(self.trace.arrivals)
-            res = self._simulation(sched, misses_allowed(size, target) if target is not None else None).run()
-            att = (1.0 - res.late / max(size, 1)) if res.stopped_early else attainment(res, self.slo)
-            cand = Candidate(0.0, 0.0, sched, att, res.serving_chip_s, res, exact=not res.stopped_early)
-            self._by_schedule[key] = cand
-        return cand
+        return self._cached([(0.0, n)], target, window_s=0.0, u=0.0, family="constant", label=f"constant {n}")
 
     def _bisect_constant(self, target: float) -> None:
         """The smallest constant fleet reaching ``target`` (attainment grows with the fleet)."""
@@ -390,6 +593,72 @@ class Search:
                 lo = mid
         self._constant(hi, target)
 
+    # ----- the level family -----------------------------------------------------------------------------
+    def level_menu(self) -> LevelMenu:
+        """The menu: every constant fleet from the pool's minimum to the most the quota allows, simulated to
+        the end once, its misses counted per window."""
+        if self._menu is None:
+            windows = max(1, math.ceil((self.trace.duration_s + 1e-9) / self.level_window_s))
+            misses = {k: misses_per_window(self._constant(k, None).result, self.slo, self.level_window_s, windows)
+                      for k in range(self.lo, self.hi + 1)}
+            self._menu = LevelMenu(misses=misses, window_s=self.level_window_s,
+                                   chips=self.cluster.chips_per_replica(self.pool), lead_s=self.level_lead_s,
+                                   initial=self.initial_replicas)
+        return self._menu
+
+    def level_hull(self) -> list[LevelPlan]:
+        if self._hull is None:
+            self._hull = self.level_menu().hull()
+        return self._hull
+
+    def _level_passes(self, levels: Sequence[int], target: float | None, label: str) -> bool:
+        sched = schedule_from_levels(levels, window_s=self.level_window_s, lead_s=self.level_lead_s, lo=self.lo,
+                                     keep_gap_s=self.level_lead_s)
+        if target is not None and self._too_dear(sched, target):
+            return True
+        cand = self._cached(sched, target, window_s=self.level_window_s, u=0.0, family="levels",
+                            label=f"levels {label}")
+        return target is not None and cand.exact and cand.attainment >= target
+
+    def _solve_levels(self, target: float) -> None:
+        """The cheapest level plan reaching ``target``: bisection along the hull (cheapest first) for the
+        first vertex whose simulation passes, then between it and the failing vertex before it, plans that
+        take the passing vertex's levels in the first ``T`` windows where the two differ and the failing
+        one's elsewhere, bisection on ``T``: the hull's vertices are far apart where the estimated misses
+        jump (a level that collapses under its queue), and these mixes fill the gap (serve well, then
+        shed load)."""
+        hull = self.level_hull()
+        last = len(hull) - 1
+        # The plan with the fewest estimated misses need not simulate best (estimates ignore the queue a
+        # window inherits): when it fails, the next ones down are tried too, while their estimate still
+        # reaches the target.
+        ok = last
+        while not self._level_passes(hull[ok].levels, target, f"hull {ok}/{last}"):
+            ok -= 1
+            if ok < last - LEVEL_WALK or ok < 0 or 1.0 - hull[ok].misses / max(1, len(self.trace.arrivals)) < target:
+                return  # no vertex expected to reach it does
+        fail = -1
+        while ok - fail > 1:
+            mid = (fail + ok) // 2
+            if self._level_passes(hull[mid].levels, target, f"hull {mid}/{last}"):
+                ok = mid
+            else:
+                fail = mid
+        if fail < 0:
+            return  # the cheapest vertex passes
+        low, high = hull[fail].levels, hull[ok].levels
+        differ = [w for w, (x, y) in enumerate(zip(low, high, strict=True)) if x != y]
+        # ``high`` in the first ``t`` differing windows, ``low`` elsewhere: t = 0 fails, t = len(differ) passes.
+        t_fail, t_ok = 0, len(differ)
+        while t_ok - t_fail > 1:
+            t = (t_fail + t_ok) // 2
+            chosen = set(differ[:t])
+            mix = [high[w] if w in chosen else low[w] for w in range(len(low))]
+            if self._level_passes(mix, target, f"hull {ok} in its first {t} of {len(differ)} differing windows"):
+                t_ok = t
+            else:
+                t_fail = t
+
     def solve(self, target: float, *, windows: int | None = None, deep: bool = False) -> OracleResult:
         """The cheapest simulated schedule with attainment ≥ ``target``.
 
@@ -399,6 +668,8 @@ class Search:
         standing floor of one and two replicas below the smallest constant fleet that reaches ``target``
         (the shape bursts shorter than a cold start call for).
         """
+        if self.levels:
+            self._solve_levels(target)  # first: its menu simulates every constant fleet in full
         if self.constant_fleets:
             self._bisect_constant(target)
         order = self.window_order(target) if windows is not None and not deep else list(self.windows)

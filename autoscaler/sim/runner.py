@@ -294,8 +294,10 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
         o = report.score(orc.result, slo_ttft_s=slo, oracle=orc,
                          lower_bound_chip_s=bound(target, search.initial_for(orc.schedule)))
         o.update({
-            "method": "cheapest simulated perfect-foresight schedule meeting the attainment target, "
-                      "bisection on the utilization factor per window length (docs/simulate.md)",
+            "method": "cheapest simulated perfect-foresight schedule meeting the attainment target: per-window "
+                      "fleet levels chosen by a Lagrangian sweep over a menu of levels, bisection on the "
+                      "utilization factor per window length, and constant fleets (docs/simulate.md)",
+            "family": orc.candidate.family,
             "attainment_target": target,
             "met_target": orc.met_target,
             "utilization": round(orc.utilization, 4),
@@ -307,6 +309,9 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
                 "utilization_range": list(search.u_range),
                 "utilization_resolution": search.u_resolution,
                 "range_edge_reached_in_windows_s": sorted(search.edge_hits),
+                "level_window_s": search.level_window_s if search.levels else None,
+                "level_lead_s": search.level_lead_s,
+                "level_hull_plans": len(search.level_hull()) if search.levels else 0,
             },
         })
         summary["oracle"] = o
