@@ -51,11 +51,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from autoscaler.controller import kinds
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
@@ -88,6 +89,8 @@ NOTABLE_HOLDS = frozenset(
 WARNING_REASONS = frozenset({Reason.METRICS_UNKNOWN, Reason.FALLBACK, Reason.WAITING_FOR_CAPACITY})
 
 
+T = TypeVar("T")
+
 #: A policy due within this many seconds is evaluated now (see ``Controller.run``).
 DUE_SLACK_S = 1e-3
 
@@ -112,8 +115,15 @@ class LoopClock:
 
 
 class Observer(Protocol):
-    async def prepare(self, policies: list[CompiledPolicy]) -> dict[str, Prepared | Exception]:
-        """Read what many policies' observations share, in batches (by policy name)."""
+    async def prepare(
+        self, policies: list[CompiledPolicy], *, since: float | None = None
+    ) -> dict[str, Prepared | Exception]:
+        """Read what many policies' observations share, in batches (by policy name); targets read at or after
+        ``since`` (by ``read_targets``) are not read again."""
+        ...
+
+    async def read_targets(self, policies: list[CompiledPolicy]) -> None:
+        """Read (and keep) the targets of a whole pass at once, before it is prepared chunk by chunk."""
         ...
 
     async def probe(self, policies: list[CompiledPolicy]) -> dict[str, Prepared | Exception]:
@@ -278,11 +288,7 @@ class Controller:
     async def run_once(self) -> bool:
         """``--once``: evaluate every policy once; True when nothing failed."""
         policies = list(self.store.policies.values())
-        prepared = await self.prepare(policies)
-        self._note_prepared(prepared)
-        outcomes = await asyncio.gather(
-            *(self.evaluate(cp, "once", prepared=prepared.get(cp.name)) for cp in policies)
-        )
+        outcomes = await self._pass(policies, lambda cp, part: self.evaluate(cp, "once", prepared=part))
         await self.sweep()
         await self._after_pass([cp.name for cp in policies])
         self.telemetry.tick()
@@ -297,7 +303,9 @@ class Controller:
             self.telemetry.errors.labels("status").inc()
             self._log.warning("status_failed", error=_one_line(exc))
 
-    async def prepare(self, policies: Iterable[CompiledPolicy]) -> dict[str, tuple[int, Prepared | Exception]]:
+    async def prepare(
+        self, policies: Iterable[CompiledPolicy], since: float | None = None
+    ) -> dict[str, tuple[int, Prepared | Exception]]:
         """Observe a pass in bulk; each part is stamped with its policy's evaluation count, so that it is
         used only if no evaluation of that policy started (and perhaps acted) since. Policies being
         evaluated right now are left out."""
@@ -308,7 +316,7 @@ class Controller:
         t0 = self.clock.monotonic()
         try:
             async with asyncio.timeout(self.pass_deadline_s):
-                found = await self.observer.prepare(idle)
+                found = await self.observer.prepare(idle, since=since)
         except TimeoutError:
             self.telemetry.errors.labels("deadline").inc()
             self._log.warning("deadline_exceeded", phase="prepare", deadline_s=self.pass_deadline_s,
@@ -320,6 +328,32 @@ class Controller:
             return {}
         self.telemetry.loop_latency.labels("prepare").observe(self.clock.monotonic() - t0)
         return {name: (stamps[name], part) for name, part in found.items() if name in stamps}
+
+    async def _pass(
+        self,
+        policies: list[CompiledPolicy],
+        evaluate: Callable[[CompiledPolicy, tuple[int, Prepared | Exception] | None], Awaitable[T]],
+    ) -> list[T]:
+        """Evaluate a pass chunk by chunk (see the module docstring): a big pass's targets read once, then
+        per chunk its signals in one read and its evaluations at once."""
+        since = None
+        if len(policies) > self.pass_chunk:
+            since = self.clock.monotonic()
+            await self._read_targets(policies)
+        out: list[T] = []
+        for chunk in _chunks(policies, self.pass_chunk):
+            prepared = await self.prepare(chunk, since)
+            self._note_prepared(prepared)
+            out.extend(await asyncio.gather(*(evaluate(cp, prepared.get(cp.name)) for cp in chunk)))
+        return out
+
+    async def _read_targets(self, policies: list[CompiledPolicy]) -> None:
+        """A big pass's targets in one bulk read; what fails here is read again (and reported) per chunk."""
+        try:
+            async with asyncio.timeout(self.pass_deadline_s):
+                await self.observer.read_targets(policies)
+        except Exception as exc:
+            self._log.warning("read_targets_failed", error=_one_line(exc), policies=len(policies))
 
     async def evaluate(
         self,
@@ -663,12 +697,7 @@ class Controller:
                 if self._sweep_due():
                     await self.sweep()
                 if batch:
-                    for chunk in _chunks([policies[n] for n in batch], self.pass_chunk):
-                        prepared = await self.prepare(chunk)
-                        self._note_prepared(prepared)
-                        await asyncio.gather(
-                            *(self._run_one(cp, batch[cp.name], prepared.get(cp.name)) for cp in chunk)
-                        )
+                    await self._pass([policies[n] for n in batch], functools.partial(self._run_batched, batch))
                     await self._after_pass(list(batch))
                 self.telemetry.tick()
                 self._wake.clear()
@@ -689,12 +718,18 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
 
+    def _run_batched(
+        self, batch: dict[str, str], cp: CompiledPolicy, prepared: tuple[int, Prepared | Exception] | None
+    ) -> Awaitable[Outcome]:
+        return self._run_one(cp, batch[cp.name], prepared)
+
     async def _run_one(
         self, cp: CompiledPolicy, why: str, prepared: tuple[int, Prepared | Exception] | None = None
-    ) -> None:
+    ) -> Outcome:
         self.telemetry.triggers.labels(why if why in ("period", "watch", "reload") else "other").inc()
-        await self.evaluate(cp, why, prepared=prepared)
+        outcome = await self.evaluate(cp, why, prepared=prepared)
         self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
+        return outcome
 
     async def _probe_forever(self) -> None:
         start = self.clock.monotonic()

@@ -115,3 +115,26 @@ def test_a_pass_is_chunked_with_each_cluster_queue_in_one_chunk() -> None:
     assert len(with_queue) == 1  # p0, p3, p6, p9 share cluster-queue: one chunk, the first one's
     assert [cp.name for cp in chunks[0]][:1] == ["p0"]
     assert all(len(c) <= 3 for i, c in enumerate(chunks) if i not in with_queue)
+
+
+async def test_a_pass_in_chunks_reads_the_targets_once(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
+                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(7)]
+    for i in range(7):
+        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
+    r = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
+    (tmp_path / "tgi.yaml").unlink()
+    (tmp_path / "many.yaml").write_text("---\n".join(docs))
+    r.store.reload()
+    r.controller.pass_chunk = 3
+    tgi.queue = 5
+    kube.requests.clear()
+    scrapes = tgi.scrapes
+    assert await r.controller.run_once()
+    lists = [q for q in kube.requests if q.method == "GET" and q.path == "/apis/apps/v1/namespaces/llm/deployments"]
+    assert len(lists) == 1  # one bulk read for the pass, not one per chunk
+    assert tgi.scrapes - scrapes == 3  # the signals are read chunk by chunk: 3 chunks
+    assert len(r.controller.outcomes) == 7
+    await r.observer.aclose()
