@@ -63,7 +63,7 @@ async def test_healthz_fails_when_the_loop_wedges_although_the_reload_task_is_al
     rt = world.runtime(livenessStallSeconds=60)
     wedge: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def wedged(policies: object) -> dict[str, tuple[int, Prepared | Exception]]:
+    async def wedged(policies: object, since: float | None = None) -> dict[str, tuple[int, Prepared | Exception]]:
         await asyncio.shield(wedge)  # a bug no deadline can cut (it swallows the cancellation's effect)
         return {}
 
