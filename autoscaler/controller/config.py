@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.core.specbase import SpecModel
+from autoscaler.core.topology import Shape
 from autoscaler.policyfile import files, loader
 
 
@@ -63,6 +64,31 @@ class EventsConfig(SpecModel):
     #: Repeats of the same (object, reason, message) within this window update one Event's series.
     aggregation_window_seconds: float = Field(default=600.0, gt=0)
     reporting_controller: str = "autoscaler.dev/controller"
+
+
+class SliceFlavorConfig(SpecModel):
+    """A ResourceFlavor carved into TPU slices whose nodes do not say where they sit in their block (its Topology
+    has no ``cloud.google.com/gke-tpu-partition-*-id`` levels): the blocks declared (docs/tpu.md)."""
+
+    block_shape: str = Field(description="One physical block, e.g. 4x4x4 (TPU7x: 64 chips, 16 VMs).")
+    host_shape: str = Field(default="2x2x1", description="The chips of one node (TPU7x VM: 2x2x1, 4 chips).")
+    block_label: str = Field(
+        description="The node label whose value names a node's block (e.g. a node-pool label: one pool per "
+        "block). Nodes of one block tile it row-major by name (estimate: GKE publishes no coordinates)."
+    )
+
+    @field_validator("block_shape", "host_shape")
+    @classmethod
+    def _shape(cls, value: str) -> str:
+        Shape.parse(value)  # raises with the form expected
+        return value
+
+    @model_validator(mode="after")
+    def _divides(self) -> SliceFlavorConfig:
+        block, host = Shape.parse(self.block_shape), Shape.parse(self.host_shape)
+        if any(b % h for b, h in zip(block.dims, host.dims, strict=True)):
+            raise ValueError(f"hostShape {host} does not tile blockShape {block}")
+        return self
 
 
 class ControllerConfig(SpecModel):
@@ -115,6 +141,11 @@ class ControllerConfig(SpecModel):
         default=False,
         description="Look for held Workloads in every namespace (needs list on workloads cluster-wide); by "
         "default only in the policies' namespaces and those where a held Workload was seen.",
+    )
+    slice_flavors: dict[str, SliceFlavorConfig] = Field(
+        default_factory=dict,
+        description="ResourceFlavors carved into TPU slices whose nodes cannot say where they sit: their blocks "
+        "declared, by flavor name. A flavor with a Topology of GKE TPU partition levels needs nothing here.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from autoscaler.controller.events import ObjectRef
 from autoscaler.core.model import PodStatus, ReplicaStatus, TargetKind, TargetRef
+from autoscaler.core.topology import Shape
 from autoscaler.sources.base import PodRef
 
 JsonObj = dict[str, Any]
@@ -87,6 +88,22 @@ def pod_ref(pod: JsonObj, *, leader: bool = True) -> PodRef:
         url = f"http://{status['podIP']}:{annotations[METRICS_PORT_ANNOTATION]}{path}"
     node = (pod.get("spec") or {}).get("nodeName") or None  # node-level Cloud Monitoring metrics are read by node
     return PodRef(name=meta.get("name", ""), url=url, leader=leader, ip=status.get("podIP") or None, node=node)
+
+
+#: On a TPU pod template: the slice topology its replica takes on GKE dynamic slicing (``2x2x2``, ``4x4x8``).
+SLICE_TOPOLOGY_ANNOTATION = "cloud.google.com/gke-tpu-slice-topology"
+
+
+def template_slice(templates: Sequence[JsonObj]) -> Shape | None:
+    """The slice topology the first of ``templates`` (pod templates) that names one asks for."""
+    for template in templates:
+        text = ((template.get("metadata") or {}).get("annotations") or {}).get(SLICE_TOPOLOGY_ANNOTATION)
+        if text:
+            try:
+                return Shape.parse(str(text))
+            except ValueError:
+                return None  # not a topology: no slice inventory applies (validate-time is not ours to judge)
+    return None
 
 
 #: The scheduling gate Kueue puts on the pods it manages until their Workload is admitted (pod integration).
@@ -164,7 +181,8 @@ class TargetKindInfo:
         gated = gated_replicas(spec, created, sum(1 for p in live if kueue_gated(p)))
         # A replica waiting for Kueue admission is not starting: nothing is on its way until it is admitted.
         return ReplicaStatus(
-            spec=spec, ready=ready, starting=max(0, spec - ready - gated), pods=statuses, gated=gated
+            spec=spec, ready=ready, starting=max(0, spec - ready - gated), pods=statuses, gated=gated,
+            slice=template_slice([(obj.get("spec") or {}).get("template") or {}]),
         )
 
     def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:
@@ -204,8 +222,10 @@ class GroupedKindInfo(TargetKindInfo):
         gated_groups = sum(1 for members in groups.values() if any(kueue_gated(p) for p in members))
         created = int((obj.get("status") or {}).get("replicas") or len(groups))
         gated = gated_replicas(spec, created, gated_groups)
+        lwt = (obj.get("spec") or {}).get("leaderWorkerTemplate") or {}
         return ReplicaStatus(
-            spec=spec, ready=ready, starting=max(0, spec - ready - gated), pods=tuple(statuses), gated=gated
+            spec=spec, ready=ready, starting=max(0, spec - ready - gated), pods=tuple(statuses), gated=gated,
+            slice=template_slice([lwt.get("leaderTemplate") or {}, lwt.get("workerTemplate") or {}]),
         )
 
     def pod_refs(self, pods: Sequence[JsonObj]) -> tuple[PodRef, ...]:

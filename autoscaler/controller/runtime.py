@@ -26,6 +26,7 @@ from autoscaler.controller import objects as objects_mod
 from autoscaler.controller.actuator import KubeActuator
 from autoscaler.controller.config import ConfigError, ControllerConfig, default_identity, default_namespace, load_config
 from autoscaler.controller.events import EventRecorder, ObjectRef
+from autoscaler.controller.inventory import DeclaredBlocks
 from autoscaler.controller.leader import AlwaysLeader, LeaderElector
 from autoscaler.controller.loop import Clock, Controller, Leadership, LoopClock
 from autoscaler.controller.objects import PolicyObjects, StatusWriter
@@ -34,6 +35,7 @@ from autoscaler.controller.reload import PolicyStore, ReloadResult
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import ScaleDecision, TargetRef, TrainingDecision
+from autoscaler.core.topology import Shape
 from autoscaler.policyfile import crd
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pool import SourcePool
@@ -106,6 +108,10 @@ class Runtime:
         )
         kube_actuator = KubeActuator(self.api, now=self.clock.wall)
         kube_actuator.gate.list_all = cfg.held_sweep_all_namespaces
+        kube_actuator.gate.slices.declared = {
+            name: DeclaredBlocks(Shape.parse(f.block_shape), Shape.parse(f.host_shape), f.block_label)
+            for name, f in cfg.slice_flavors.items()
+        }
         self.training = SharedTraining(kube_actuator.gate, now=self.clock.monotonic)
         self.actuator = InvalidatingActuator(kube_actuator, self.training)
         self.observer = PolicyObserver(

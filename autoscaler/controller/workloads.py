@@ -35,7 +35,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from autoscaler.controller import kinds
+from autoscaler.controller import inventory, kinds
 from autoscaler.controller.kube import (
     DEFAULT_RETRY,
     MERGE_PATCH,
@@ -256,6 +256,8 @@ class KueueGate:
         self.owner_kinds = owner_kinds
         self._custom: Any = client.CustomObjectsApi(api)
         self._version: str | None = None
+        #: The slice inventory of a ClusterQueue flavor with topology-aware admission (``controller.inventory``).
+        self.slices = inventory.SliceReader(api)
         #: Namespaces of every policy seen and of every Workload stopped or seen held (where ``held`` looks).
         self._held_namespaces: set[str] = set()
         #: List Workloads cluster-wide in ``held`` (needs ``list workloads`` cluster-wide; the shipped RBAC grants
@@ -288,7 +290,11 @@ class KueueGate:
         if spec.capacity is None:
             return (), None
         workloads = await self.find(spec, owner=policy.name)
-        return workloads, await self.quota(spec.capacity)
+        quota = await self.quota(spec.capacity)
+        # Where the ClusterQueue's flavor is carved into slices on admission, that, not the quota number, is
+        # what serving can get: its blocks and what occupies them, the same for every policy on it.
+        slices = await self.slices.read(policy, await self.version())
+        return workloads, quota if slices is None else dataclasses.replace(quota, slices=slices)
 
     async def find(self, spec: Spec, *, owner: str) -> tuple[TrainingWorkload, ...]:
         assert spec.capacity is not None
@@ -384,6 +390,7 @@ class KueueGate:
             ),
             resumed_at=_parse_time(annotations.get(RESUMED_AT)),
             checkpoint_requested_at=_parse_time(job_annotations.get(CHECKPOINT_REQUESTED)),
+            slices=inventory.workload_slices(wl, resource),
         )
 
     async def quota(self, capacity: CapacitySpec) -> QuotaStatus:

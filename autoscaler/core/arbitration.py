@@ -45,13 +45,16 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from autoscaler.core import topology
 from autoscaler.core.model import (
     Decision,
     Observation,
     QuotaStatus,
     Reason,
     ScaleDecision,
+    SliceCapacity,
     TrainingAction,
     TrainingDecision,
     TrainingWorkload,
@@ -165,6 +168,18 @@ def _set_key(ws: Sequence[TrainingWorkload]) -> tuple[float, float, float, tuple
     )
 
 
+def victim_rank(training: Sequence[TrainingWorkload]) -> topology.Rank:
+    """The hand-off's order of victim sets (``_set_key``) over Workload keys, for ``topology.choose_yield``:
+    with a slice inventory the victims are chosen among those whose stop frees a placeable region, by the same
+    order as without one (unknown checkpoints last, then the least work lost, the fewest chips, priorities)."""
+    by_key = {w.key: w for w in training}
+
+    def rank(keys: tuple[str, ...]) -> Any:
+        return _set_key([by_key[k] for k in keys])
+
+    return rank
+
+
 def least_work_lost(candidates: Sequence[TrainingWorkload], shortfall: float) -> list[TrainingWorkload]:
     """Among the sets of ``candidates`` that free at least ``shortfall`` chips, the one that loses the least
     work (see ``_set_key``); every candidate when none does."""
@@ -236,6 +251,9 @@ def plan(
     # quota that training holds would wait forever (nothing is on its way for them).
     if desired > current or (desired == current and replicas.gated > 0):
         acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
+        if quota.slices is not None and replicas.slice is not None:
+            return _scale_up_sliced(capacity, acct, quota, replicas.slice, observation.training, current,
+                                    desired, now, replicas.gated)
         return _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
     return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated)
 
@@ -291,28 +309,9 @@ def _scale_up(
         f"grow {current}→{reachable} replicas" if reachable > current
         else f"admit its {gated} replica(s) waiting for admission"
     )
-    decisions = tuple(
-        TrainingDecision(
-            workload=v,
-            action=TrainingAction.DEACTIVATE,
-            reason=Reason.DEACTIVATE_TRAINING,
-            message=(
-                f"deactivating {v.key} (priority {v.priority}, {v.chips} {res}, {_risk_text(v)}) so serving can "
-                f"{grow}: they need {_units(need)} {res}; {acct.describe()}"
-            ),
-        )
-        for v in stopping
-    ) + tuple(
-        TrainingDecision(
-            workload=v,
-            action=TrainingAction.REQUEST_CHECKPOINT,
-            reason=Reason.REQUEST_CHECKPOINT,
-            message=(
-                f"asking {v.key} to checkpoint before it is stopped ({_risk_text(v)}); serving waits up to "
-                f"{capacity.checkpoint_request_seconds:g}s for it"
-            ),
-        )
-        for v, ask in saving if ask
+    decisions = _training_decisions(
+        capacity, stopping, saving,
+        lambda v: f"so serving can {grow}: they need {_units(need)} {res}; {acct.describe()}",
     )
     if desired == current:
         # Only replicas waiting for admission: say what they wait for, and what is done about it.
@@ -332,6 +331,133 @@ def _scale_up(
         parts.append(f"deactivating {', '.join(v.key for v in victims)}")
     parts.extend(f"not stopping {why}" for why in held.values())
     message = f"limited by capacity: only {reachable} replicas fit even with all eligible training stopped; "
+    return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
+
+
+def _training_decisions(
+    capacity: CapacitySpec,
+    stopping: Sequence[TrainingWorkload],
+    saving: Sequence[tuple[TrainingWorkload, bool]],
+    because: Callable[[TrainingWorkload], str],
+) -> tuple[TrainingDecision, ...]:
+    """Deactivations (each saying why: ``because``) and checkpoint requests, as both scale-up rules make them."""
+    res = capacity.resource
+    return tuple(
+        TrainingDecision(
+            workload=v,
+            action=TrainingAction.DEACTIVATE,
+            reason=Reason.DEACTIVATE_TRAINING,
+            message=f"deactivating {v.key} (priority {v.priority}, {v.chips} {res}, {_risk_text(v)}) {because(v)}",
+        )
+        for v in stopping
+    ) + tuple(
+        TrainingDecision(
+            workload=v,
+            action=TrainingAction.REQUEST_CHECKPOINT,
+            reason=Reason.REQUEST_CHECKPOINT,
+            message=(
+                f"asking {v.key} to checkpoint before it is stopped ({_risk_text(v)}); serving waits up to "
+                f"{capacity.checkpoint_request_seconds:g}s for it"
+            ),
+        )
+        for v, ask in saving if ask
+    )
+
+
+#: How many free places ``describe_slices`` counts at most (a message, not a census).
+_FREE_COUNT_MAX = 64
+
+
+def describe_slices(
+    slices: SliceCapacity, shape: topology.Shape, inventory: topology.Inventory, pending_groups: int = 0
+) -> str:
+    """One clause: how many slices of ``shape`` fit now, in what, read from where."""
+    inv = slices.inventory
+    free = len(topology.free_places(inventory, shape, _FREE_COUNT_MAX))
+    text = (
+        f"{free} {shape} slice(s) free in flavor {slices.flavor} ({len(inv.blocks)} {inv.block_shape} "
+        f"blocks, {inv.used_chips} of {inv.total_chips} chips held"
+    )
+    if pending_groups:
+        text += f", {pending_groups} slice(s) asked for by other serving groups Kueue has not admitted yet"
+    return text + (f"; {slices.source})" if slices.source else ")")
+
+
+def _blocks_of(inventory: topology.Inventory, key: str) -> str:
+    blocks = sorted({r.block for o in inventory.occupants if o.key == key for r in o.regions})
+    return f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(blocks)} (one unit)"
+
+
+def _scale_up_sliced(
+    capacity: CapacitySpec,
+    acct: Budget,
+    quota: QuotaStatus,
+    shape: topology.Shape,
+    training: Sequence[TrainingWorkload],
+    current: int,
+    desired: int,
+    now: float,
+    gated: int,
+) -> Plan:
+    """Transition 1/2 where the flavor has a slice inventory: the groups asked for (new ones and those waiting
+    for admission) must each fit as a whole slice of the target's shape in a free region; where none is free,
+    the victims are the running training whose stop frees a region, chosen by the hand-off's order
+    (``victim_rank``). The quota number still caps the count (it rarely binds: the codelab's is 999999)."""
+    slices = quota.slices
+    assert slices is not None
+    per = capacity.per_replica
+    # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``).
+    inv = slices.inventory.without(w.key for w in training if not w.active and w.admitted)
+    # Other targets' groups asked for and not admitted take the free room first (placed as this shape).
+    others = math.ceil(quota.pending / shape.chips - _EPS) if quota.pending > _EPS else 0
+    taken = topology.free_places(inv, shape, others)
+    inv = inv.with_occupants((*inv.occupants, *(
+        topology.Occupant(key=f"pending-serving-{i}", regions=place) for i, place in enumerate(taken))))
+    running = [w for w in training if w.active and w.admitted and w.chips > 0]
+    held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
+    inv = inv.preemptible(w.key for w in running if w.key not in held)
+    want = desired - current + gated
+    desc = describe_slices(slices, shape, inv, others)
+    quota_room = acct.for_serving + gated * per  # chips for this target's asked-for and new groups
+    if len(topology.free_places(inv, shape, want)) >= want and want * per <= quota_room + _EPS:
+        return Plan(desired=desired, training=())
+    groups = topology.plan_groups(inv, shape, want, {}, owner_prefix="serving-new", rank=victim_rank(training))
+    by_key = {w.key: w for w in training}
+    victims = [by_key[k] for k in dict.fromkeys(groups.victims)]
+    stopping, saving = _checkpoint_first(capacity, victims, now)
+    ready = {v.key for v in stopping}
+    usable = 0
+    for choice in groups.placed:
+        if not set(choice.victims) <= ready:
+            break  # a victim still saving: serving asks only for the slices that are free or freed now
+        usable += 1
+    usable = min(usable, math.floor((quota_room + sum(v.chips for v in stopping)) / per + _EPS))
+    reachable = max(current, min(desired, current + usable - gated))
+    frees = {k: choice.regions for choice in groups.placed for k in choice.victims}
+    grow = (
+        f"grow {current}→{reachable} groups" if reachable > current
+        else f"admit its {gated} group(s) waiting for admission"
+    )
+    decisions = _training_decisions(
+        capacity, stopping, saving,
+        lambda v: (
+            f"on {_blocks_of(inv, v.key)} so serving can {grow}: a {shape} slice fits at "
+            f"{', '.join(str(r) for r in frees[v.key])} once it stops; {desc}"
+        ),
+    )
+    if reachable == desired and (desired > current or groups.unplaceable == 0):
+        return Plan(desired=desired, training=decisions, message="" if desired > current else (
+            f"{gated} group(s) waiting for admission need {gated} {shape} slice(s); {desc}"))
+    parts = [f"{want} {shape} slice(s) asked for, {len(groups.placed)} placeable; {desc}"]
+    parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
+    if stopping:
+        parts.append(f"deactivating {', '.join(v.key for v in stopping)}")
+    parts.extend(f"not stopping {why}" for why in held.values())
+    if desired == current:
+        return Plan(desired=desired, training=decisions, message=(
+            "they do not all fit as whole slices even with all eligible training stopped; " + "; ".join(parts)))
+    message = (f"limited by topology: only {reachable} groups fit as whole {shape} slices even with all eligible "
+               "training stopped; ")
     return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
 
 
@@ -388,11 +514,19 @@ def _reactivate(
     claiming = float(sum(w.chips for w in training if w.active and not w.admitted))
     room = quota.free + released - claiming
     decisions: list[TrainingDecision] = []
+    # With a slice inventory, a Workload resumes only once its slices fit whole in regions free *now* (what
+    # this scale-down releases is counted at the next evaluation, once Kueue has released it).
+    inventory = None if quota.slices is None else quota.slices.inventory
     for w in ours:
         # Still admitted (Kueue has not evicted it yet): resuming it needs no new room.
         needs = 0 if w.admitted else w.chips
         if needs > room + _EPS:
             break
+        if inventory is not None and needs and w.slices:
+            placed = _place_all(inventory, w)
+            if placed is None:
+                break
+            inventory = placed
         room -= needs
         after = f" after scaling {current}→{desired}" if released else ""
         queued = f", {_units(claiming)} of them asked for by queued training" if claiming > _EPS else ""
@@ -409,6 +543,16 @@ def _reactivate(
             )
         )
     return Plan(desired=desired, training=tuple(decisions))
+
+
+def _place_all(inventory: topology.Inventory, w: TrainingWorkload) -> topology.Inventory | None:
+    """``inventory`` with every slice of ``w`` placed in a free region, or None when one does not fit."""
+    for index, shape in enumerate(w.slices):
+        place = topology.find_place(inventory, shape)
+        if place is None:
+            return None
+        inventory = inventory.with_occupant(topology.Occupant(key=f"{w.key}#{index}", regions=place))
+    return inventory
 
 
 def resume_uncovered(

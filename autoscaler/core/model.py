@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.core.fast import quick_init
+from autoscaler.core.topology import Inventory, Shape
 
 
 class TargetKind(enum.StrEnum):
@@ -108,6 +109,9 @@ class ReplicaStatus:
     #: Of ``spec``, replicas Kueue has not admitted yet: pods still carrying the ``kueue.x-k8s.io/admission``
     #: scheduling gate, plus replicas whose pods do not exist yet. Their chips are asked for but not reserved.
     gated: int = 0
+    #: The TPU slice one replica (group) takes: ``cloud.google.com/gke-tpu-slice-topology`` on its pod
+    #: template; None when it names none (then no slice inventory applies to it).
+    slice: Shape | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +137,26 @@ class TrainingWorkload:
     resumed_at: float | None = None
     #: When this controller last asked its job to checkpoint (``autoscaler.dev/checkpoint-requested-at``).
     checkpoint_requested_at: float | None = None
+    #: The TPU slices it asks for (``cloud.google.com/gke-tpu-slice-topology`` on its pods, one entry per
+    #: slice: six ``2x2x2`` for the codelab's sub-slicing JobSet, one ``4x4x8`` for its super-slicing one);
+    #: empty when it names none. Where it runs is in ``SliceCapacity.inventory`` (its key).
+    slices: tuple[Shape, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceCapacity:
+    """Where TPU slices can still go in one ResourceFlavor: its physical blocks and what occupies them (every
+    admitted Workload, keyed ``namespace/name``). The same for every policy on the ClusterQueue; the slice one
+    replica of a target takes is ``ReplicaStatus.slice``."""
+
+    flavor: str
+    inventory: Inventory
+    #: Where the inventory was read from, for messages ("nodes placed by the TPU partition levels of …").
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +173,9 @@ class QuotaStatus:
     #: Chips that serving replicas of *other* targets on this ClusterQueue have asked for and Kueue has not
     #: admitted yet (the controller's pass ledger): spoken for, though not in ``reserved``.
     pending: float = 0.0
+    #: The physical slice inventory of the ClusterQueue's flavor, when it has one (Kueue topology-aware
+    #: admission): then what serving can get is what still fits as whole slices, not the quota number.
+    slices: SliceCapacity | None = None
 
     @property
     def free(self) -> float:

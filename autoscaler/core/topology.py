@@ -28,8 +28,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+#: Ranks a set of victims (occupant keys, sorted): the lowest rank is stopped. The arbitration passes the
+#: hand-off's own order (``arbitration.victim_rank``) so there is one victim rule with or without topology.
+Rank = Callable[[tuple[str, ...]], Any]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -103,11 +108,17 @@ class Occupant:
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """The physical blocks of one accelerator pool and what occupies them."""
+    """The physical blocks of one accelerator pool and what occupies them.
+
+    ``levels``: when the cluster fixes where each slice shape may go (a Kueue Topology whose levels are the
+    GKE TPU partitions ``…-partition-2x4x4-id``, …), the partition shapes in their one orientation: a sub-slice
+    is then placed only as one of them (Kueue admits a slice into one domain of the level its shape names).
+    Empty: any aligned orientation (``estimate``)."""
 
     block_shape: Shape
     blocks: tuple[str, ...]
     occupants: tuple[Occupant, ...] = ()
+    levels: tuple[Shape, ...] = ()
 
     @property
     def total_chips(self) -> int:
@@ -118,11 +129,19 @@ class Inventory:
         return sum(o.chips for o in self.occupants)
 
     def with_occupant(self, occupant: Occupant) -> Inventory:
-        return Inventory(self.block_shape, self.blocks, (*self.occupants, occupant))
+        return Inventory(self.block_shape, self.blocks, (*self.occupants, occupant), self.levels)
+
+    def with_occupants(self, occupants: Iterable[Occupant]) -> Inventory:
+        return Inventory(self.block_shape, self.blocks, tuple(occupants), self.levels)
 
     def without(self, keys: Iterable[str]) -> Inventory:
         gone = set(keys)
-        return Inventory(self.block_shape, self.blocks, tuple(o for o in self.occupants if o.key not in gone))
+        return self.with_occupants(o for o in self.occupants if o.key not in gone)
+
+    def preemptible(self, keys: Iterable[str]) -> Inventory:
+        """The same occupants, only ``keys`` marked as preemptible (the arbitration's eligible victims)."""
+        ok = set(keys)
+        return self.with_occupants(Occupant(o.key, o.regions, o.key in ok) for o in self.occupants)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +188,7 @@ def _candidate_regions(inventory: Inventory, shape: Shape) -> list[tuple[Region,
     places: list[tuple[Region, ...]] = []
     for name in inventory.blocks:
         for orient in shape.orientations():
-            if not _fits_in_block(orient, block):
+            if not _fits_in_block(orient, block) or (inventory.levels and orient not in inventory.levels):
                 continue
             for ox in range(0, block.x, orient.x):
                 for oy in range(0, block.y, orient.y):
@@ -206,17 +225,20 @@ def find_place(inventory: Inventory, shape: Shape) -> tuple[Region, ...] | None:
     return None
 
 
-def choose_yield(inventory: Inventory, shape: Shape, costs: Mapping[str, float]) -> YieldChoice | None:
+def choose_yield(
+    inventory: Inventory, shape: Shape, costs: Mapping[str, float], *, rank: Rank | None = None
+) -> YieldChoice | None:
     """The cheapest way to make room for one slice of ``shape``.
 
     ``costs`` maps an occupant's key to the work lost if it stops now (a missing key counts as the
     occupant's chips × 1e9: unknown checkpoint age is the worst case, never free). Among places that can be
-    cleared, the least lost work wins, then the fewest chips stopped, then the first place in order.
+    cleared, the least lost work wins, then the fewest chips stopped, then the first place in order; with
+    ``rank``, the victim set of the lowest rank wins instead (then the first place in order).
     """
     cells = _occupied_cells(inventory)
     by_key = {o.key: o for o in inventory.occupants}
     best: YieldChoice | None = None
-    best_rank: tuple[float, int] | None = None
+    best_rank: Any = None
     for place in _candidate_regions(inventory, shape):
         blockers = _blockers(place, cells)
         if not blockers:
@@ -225,22 +247,23 @@ def choose_yield(inventory: Inventory, shape: Shape, costs: Mapping[str, float])
             continue
         lost = sum(costs.get(k, by_key[k].chips * 1e9) for k in blockers)
         chips = sum(by_key[k].chips for k in blockers)
-        rank = (lost, chips)
-        if best_rank is None or rank < best_rank:
-            best_rank = rank
+        key = (lost, chips) if rank is None else rank(tuple(sorted(blockers)))
+        if best_rank is None or key < best_rank:
+            best_rank = key
             best = YieldChoice(regions=place, victims=tuple(sorted(blockers)), lost_work=lost, chips_stopped=chips)
     return best
 
 
 def plan_groups(
-    inventory: Inventory, shape: Shape, count: int, costs: Mapping[str, float], *, owner_prefix: str = "new"
+    inventory: Inventory, shape: Shape, count: int, costs: Mapping[str, float], *, owner_prefix: str = "new",
+    rank: Rank | None = None,
 ) -> GroupsPlan:
     """Place ``count`` more slices one after another, each in what the previous ones left."""
     placed: list[YieldChoice] = []
     victims: list[str] = []
     current = inventory
     for index in range(count):
-        choice = choose_yield(current, shape, costs)
+        choice = choose_yield(current, shape, costs, rank=rank)
         if choice is None:
             return GroupsPlan(placed=tuple(placed), unplaceable=count - index, victims=tuple(victims))
         placed.append(choice)
@@ -249,3 +272,16 @@ def plan_groups(
             Occupant(key=f"{owner_prefix}-{index}", regions=choice.regions, preemptible=False)
         )
     return GroupsPlan(placed=tuple(placed), unplaceable=0, victims=tuple(victims))
+
+
+def free_places(inventory: Inventory, shape: Shape, limit: int) -> list[tuple[Region, ...]]:
+    """Up to ``limit`` places for slices of ``shape`` that fit now, none overlapping, in deterministic order."""
+    found: list[tuple[Region, ...]] = []
+    current = inventory
+    while len(found) < limit:
+        place = find_place(current, shape)
+        if place is None:
+            break
+        found.append(place)
+        current = current.with_occupant(Occupant(key=f"free-{len(found)}", regions=place))
+    return found

@@ -67,3 +67,17 @@ def test_errors_name_the_field_and_line(tmp_path: Path, text: str, expected: str
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_slice_flavors_are_typed_and_validated() -> None:
+    """Issue 14: blocks declared where the nodes cannot say where they sit (docs/tpu.md)."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    cfg = ControllerConfig.model_validate(
+        {"sliceFlavors": {"slice-rf": {"blockShape": "4x4x4", "blockLabel": "cloud.google.com/gke-nodepool"}}})
+    assert cfg.slice_flavors["slice-rf"].host_shape == "2x2x1"
+    with pytest.raises(ValidationError, match="does not tile"):
+        ControllerConfig.model_validate(
+            {"sliceFlavors": {"f": {"blockShape": "4x4x4", "hostShape": "3x1x1", "blockLabel": "b"}}})
+    with pytest.raises(ValidationError, match="AxB or AxBxC"):
+        ControllerConfig.model_validate({"sliceFlavors": {"f": {"blockShape": "big", "blockLabel": "b"}}})

@@ -49,6 +49,9 @@ UNEXERCISED = {
     ("kueue.x-k8s.io", "workloadpriorityclasses", "get"): "Workloads whose priority is a class, not a number",
     ("events.k8s.io", "events", "patch"): "a repeated Event's series count (tested in test_events)",
     ("apps", "deployments", "get"): "a target read alone (the batched path lists its namespace)",
+    ("kueue.x-k8s.io", "topologies", "get"): "a flavor carved into TPU slices (tests/controller/test_tpu_codelab.py)",
+    ("", "nodes", "list"): "a flavor carved into TPU slices: its blocks (tests/controller/test_tpu_codelab.py)",
+    ("kueue.x-k8s.io", "resourceflavors", "get"): "a flavor's topology (the tutorial's ClusterQueue has none)",
 }
 
 
@@ -235,7 +238,10 @@ def test_namespaced_rights_only_where_the_policies_act(layout: str, tmp_path: Pa
               and d["roleRef"]["name"] != "accel-autoscaler-workloads"]
     assert others == ["accel-autoscaler-quota"]
     quota = _one(docs, "ClusterRole", "accel-autoscaler-quota")
-    assert {r for rule in quota["rules"] for r in rule["resources"]} == {"clusterqueues", "workloadpriorityclasses"}
+    # Read-only, cluster-scoped: quota, priorities, and the TPU slice inventory (flavors, topologies, nodes).
+    assert {r for rule in quota["rules"] for r in rule["resources"]} == {
+        "clusterqueues", "workloadpriorityclasses", "resourceflavors", "topologies", "nodes"}
+    assert {v for rule in quota["rules"] for v in rule["verbs"]} <= {"get", "list"}
     assert not any("*" in v for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]
                    for v in (*r["verbs"], *r["resources"], *r["apiGroups"]))
 

@@ -1,0 +1,113 @@
+"""Issue 14: the TPU slice inventory read from the cluster (nodes, Topology, ResourceFlavor, admitted Workloads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from autoscaler.controller import inventory
+from autoscaler.controller.workloads import KueueGate
+from autoscaler.core import topology
+from autoscaler.core.engine import compile_policy
+from autoscaler.core.topology import Region, Shape
+from autoscaler.policyfile import loader
+from tests.actions.policies import FAST_RETRY
+from tests.actions.test_codelab_selector import EXAMPLE
+from tests.kube import codelab
+from tests.kube.emulator import Emulator
+from tests.kube.tas import LiveTas
+
+SUB = Shape(2, 2, 2)
+
+
+def apply_codelab(kube: Emulator, *, decode: int = 1, prefill: int = 1) -> LiveTas:
+    for obj in [*codelab.kueue_resources(), *codelab.nodes()]:
+        kube.add(obj)
+    kube.add(codelab.vllm_lws("decode", replicas=decode))
+    kube.add(codelab.vllm_lws("prefill", replicas=prefill))
+    kube.add(codelab.subslicing_jobset())
+    tas = LiveTas(kube)
+    for t in (0.0, 0.1, 1.0, 3.0):  # create, reserve, provision, ready
+        tas.step(t)
+    return tas
+
+
+def policies() -> list[Any]:
+    return [compile_policy(p) for p in loader.load_file(EXAMPLE)]
+
+
+async def test_the_codelab_inventory_is_read_from_its_nodes_and_workloads(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    tas = apply_codelab(kube)
+    assert tas.violations == []
+    gate = KueueGate(kube_client, retry=FAST_RETRY, now=lambda: 1796032800.0)
+    training, quota = await gate.training(policies()[1])
+    # The quota number is still read (999999), but the slices say what is left.
+    assert quota is not None
+    assert quota.nominal == 999999
+    slices = quota.slices
+    assert slices is not None
+    inv = slices.inventory
+    assert (slices.flavor, inv.block_shape, inv.blocks) == ("slice-rf", Shape(4, 4, 4), ("cube-a", "cube-b"))
+    assert inv.levels == (Shape(4, 4, 4), Shape(2, 4, 4), Shape(2, 2, 4), Shape(2, 2, 2), Shape(2, 2, 1))
+    assert "32 nodes placed by the TPU partition levels of Topology slice-topology" in slices.source
+    held = {o.key: o for o in inv.occupants}
+    ns = codelab.NAMESPACE
+    assert sorted(held) == [f"{ns}/jobset-kueue-jobset-simple-subslicing",
+                            f"{ns}/leaderworkerset-kueue-vllm-decode-model-streamer-0",
+                            f"{ns}/leaderworkerset-kueue-vllm-prefill-model-streamer-0"]
+    # 6 + 1 + 1 slices of 8 chips; each a whole 2x2x2 partition (2 VMs of 2x2x1).
+    assert inv.used_chips == 64
+    decode = held[f"{ns}/leaderworkerset-kueue-vllm-decode-model-streamer-0"]
+    assert {r.shape for r in decode.regions} == {Shape(2, 2, 1)}
+    cells = {(r.block, c) for r in decode.regions for c in r.cells()}
+    assert len(cells) == 8
+    assert len({b for b, _ in cells}) == 1
+    assert len(topology.free_places(inv, SUB, 64)) == 16 - 8
+    # The training Workload knows the slices it asks for (the reactivation places them).
+    sub = next(w for w in training if w.name == "jobset-kueue-jobset-simple-subslicing")
+    assert sub.slices == (SUB,) * 6
+    assert sub.chips == 48
+
+
+def test_partition_labels_nest_into_coordinates() -> None:
+    nodes = codelab.nodes(("cube-a",))
+    blocks = inventory.blocks_from_partitions(nodes, codelab.LEVELS)
+    assert blocks is not None
+    # x0y0z0w0 is the origin; w1 the next VM along z; z1 the next 2x2x2 along z; y1 along y; x1 along x.
+    assert blocks.regions["gke-tpu7-cube-a-0000"] == Region("cube-a", (0, 0, 0), Shape(2, 2, 1))
+    assert blocks.regions["gke-tpu7-cube-a-0001"] == Region("cube-a", (0, 0, 1), Shape(2, 2, 1))
+    assert blocks.regions["gke-tpu7-cube-a-0010"] == Region("cube-a", (0, 0, 2), Shape(2, 2, 1))
+    assert blocks.regions["gke-tpu7-cube-a-0100"] == Region("cube-a", (0, 2, 0), Shape(2, 2, 1))
+    assert blocks.regions["gke-tpu7-cube-a-1000"] == Region("cube-a", (2, 0, 0), Shape(2, 2, 1))
+    every = {(r.origin, c) for r in blocks.regions.values() for c in r.cells()}
+    assert len({c for _, c in every}) == 64  # the 16 VMs tile the block, no overlap
+    # A Topology without partition levels says nothing about places: declare them instead.
+    assert inventory.blocks_from_partitions(nodes, ["kubernetes.io/hostname"]) is None
+    declared = inventory.blocks_declared(nodes, inventory.DeclaredBlocks(
+        Shape(4, 4, 4), Shape(2, 2, 1), "cloud.google.com/gke-tpu-partition-4x4x4-id"))
+    assert declared is not None
+    assert len({c for r in declared.regions.values() for c in r.cells()}) == 64
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        pytest.param({"levels": ["kubernetes.io/hostname"],
+                      "domains": [{"values": ["h-1"], "count": 1}, {"values": ["h-2"], "count": 1}]}, id="v1beta1"),
+        pytest.param({"levels": ["kubernetes.io/hostname"], "slices": [{
+            "domainCount": 2, "valuesPerLevel": [{"individual": {"prefix": "h-", "roots": ["1", "2"]}}],
+            "podCounts": {"universal": 1}}]}, id="v1beta2-individual"),
+    ],
+)
+def test_both_topology_assignment_forms(assignment: dict[str, Any]) -> None:
+    assert inventory.assigned_domains(assignment) == (["kubernetes.io/hostname"], [["h-1"], ["h-2"]])
+
+
+def test_universal_values_repeat_per_domain() -> None:
+    assignment = {"levels": ["block", "kubernetes.io/hostname"], "slices": [{
+        "domainCount": 2, "valuesPerLevel": [{"universal": "b"}, {"individual": {"roots": ["x", "y"]}}]}]}
+    assert inventory.assigned_domains(assignment)[1] == [["b", "x"], ["b", "y"]]
