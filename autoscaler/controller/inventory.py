@@ -190,10 +190,12 @@ def blocks_declared(nodes: Sequence[JsonObj], declared: DeclaredBlocks) -> Block
 
 
 def occupants(
-    workloads: Iterable[JsonObj], flavor: str, nodes: Sequence[JsonObj], blocks: Blocks
+    workloads: Iterable[JsonObj], flavor: str, nodes: Sequence[JsonObj], blocks: Blocks,
+    owners: dict[str, str] | None = None,
 ) -> tuple[list[Occupant], int]:
-    """Every admitted Workload on the flavor at the nodes its topology assignment names; and how many admitted
-    Workloads on the flavor had no assignment to read (not placed)."""
+    """Every Workload holding a place on the flavor (quota reserved: admitted, or while an AdmissionCheck is
+    pending) at the nodes its topology assignment names; and how many on the flavor had no assignment to read
+    (not placed). Each occupant's controller owner goes into ``owners``: key → ``Kind/namespace/name``."""
     labelled = [(str((n.get("metadata") or {}).get("name")), (n.get("metadata") or {}).get("labels") or {})
                 for n in nodes]
     out: list[Occupant] = []
@@ -219,7 +221,11 @@ def occupants(
             unplaced += 1
             continue
         meta = wl.get("metadata") or {}
-        out.append(Occupant(key=f"{meta.get('namespace')}/{meta.get('name')}", regions=regions))
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        out.append(Occupant(key=key, regions=regions))
+        owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+        if owners is not None and owner is not None:
+            owners[key] = f"{owner.get('kind')}/{meta.get('namespace')}/{owner.get('name')}"
     return out, unplaced
 
 
@@ -248,13 +254,14 @@ class SliceReader:
             nodes, blocks, source = found
             namespaces = sorted({ref.namespace, *(p.namespace for p in spec.preemptible)})
             workloads, where = await self._workloads(version, namespaces)
-            placed, unplaced = occupants(workloads, flavor, nodes, blocks)
+            owners: dict[str, str] = {}
+            placed, unplaced = occupants(workloads, flavor, nodes, blocks, owners)
             names = sorted({r.block for r in blocks.regions.values()})
             inventory = Inventory(blocks.block_shape, tuple(names), tuple(placed), blocks.levels)
             text = f"{source}; Workloads read {where}"
             if unplaced:
                 text += f"; {unplaced} admitted Workload(s) on it without a topology assignment not placed"
-            return SliceCapacity(flavor, inventory, text)
+            return SliceCapacity(flavor, inventory, text, owners)
         return None
 
     async def _flavor(self, flavor: str, version: str) -> tuple[list[JsonObj], Blocks, str] | None:

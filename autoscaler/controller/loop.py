@@ -67,6 +67,7 @@ from autoscaler.controller.telemetry import Telemetry
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
+    AskedReplicas,
     Decision,
     Observation,
     PolicyState,
@@ -228,6 +229,8 @@ class Controller:
     #: not admitted by Kueue yet, as last observed or as this controller just asked. Other policies on the
     #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once).
     _in_flight: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    #: Beside it, per target, the replicas asked for and waiting (for the slice inventory: ``QuotaStatus.asked``).
+    _asked: dict[tuple[str, str], dict[str, AskedReplicas]] = field(default_factory=dict)
     #: Policies sharing a ClusterQueue evaluate one at a time: each decides on what the previous one did.
     _queue_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
     #: Finds and resumes Workloads no policy covers any more (None: no sweep).
@@ -448,28 +451,33 @@ class Controller:
         )
 
     # the pass ledger ----------------------------------------------------------------------------------
-    def note_in_flight(self, cp: CompiledPolicy, gated: int) -> None:
-        """Record ``gated`` replicas of ``cp``'s target as asked for and not admitted yet."""
+    def note_in_flight(self, cp: CompiledPolicy, gated: int, spec: int | None = None) -> None:
+        """Record ``gated`` replicas of ``cp``'s target as asked for and not admitted yet (of ``spec``)."""
         queue, capacity = _queue_key(cp), cp.policy.spec.capacity
         if queue is None or capacity is None:
             return
-        self._in_flight.setdefault(queue, {})[cp.policy.spec.target.ref().key] = gated * capacity.per_replica
+        key = cp.policy.spec.target.ref().key
+        self._in_flight.setdefault(queue, {})[key] = gated * capacity.per_replica
+        if spec is not None:
+            self._asked.setdefault(queue, {})[key] = AskedReplicas(spec, gated)
 
     def _note_prepared(self, prepared: dict[str, tuple[int, Prepared | Exception]]) -> None:
         """A pass's bulk read of the targets fills the ledger before anyone decides (after a restart too)."""
         for name, (_, part) in prepared.items():
             cp = self.store.policies.get(name)
             if cp is not None and isinstance(part, Prepared):
-                self.note_in_flight(cp, part.replicas.gated)
+                self.note_in_flight(cp, part.replicas.gated, part.replicas.spec)
 
     def _with_pending(self, cp: CompiledPolicy, obs: Observation) -> Observation:
         """``obs`` with its own gated replicas recorded and the other targets' on its ClusterQueue as pending."""
         queue = _queue_key(cp)
         if queue is None or obs.quota is None:
             return obs
-        self.note_in_flight(cp, obs.replicas.gated)
-        pending = self._pending_on(queue, besides=cp.policy.spec.target.ref().key)
-        return dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending))
+        self.note_in_flight(cp, obs.replicas.gated, obs.replicas.spec)
+        me = cp.policy.spec.target.ref().key
+        pending = self._pending_on(queue, besides=me)
+        asked = {k: v for k, v in self._asked.get(queue, {}).items() if k != me and k in self._in_flight.get(queue, {})}
+        return dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending, asked=asked))
 
     def _pending_on(self, queue: tuple[str, str], *, besides: str | None = None) -> float:
         """Serving chips asked for and not admitted on ``queue``, over the targets of current policies."""
@@ -609,7 +617,7 @@ class Controller:
                 stopped.clear()  # the scale went through: the stopped Workloads' chips are now serving's
                 # New replicas are gated until Kueue admits them; a scale-down removes gated ones first.
                 up, down = max(0, d.desired - d.current), max(0, d.current - d.desired)
-                self.note_in_flight(cp, max(0, gated + up - down))
+                self.note_in_flight(cp, max(0, gated + up - down), d.desired)
         return None
 
     async def _undo(

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,8 +253,8 @@ def plan(
     if desired > current or (desired == current and replicas.gated > 0):
         acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
         if quota.slices is not None and replicas.slice is not None:
-            return _scale_up_sliced(capacity, acct, quota, replicas.slice, observation.training, current,
-                                    desired, now, replicas.gated)
+            return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
+                                    observation.training, current, desired, now, replicas.gated)
         return _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
     return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated)
 
@@ -392,6 +393,7 @@ def _scale_up_sliced(
     capacity: CapacitySpec,
     acct: Budget,
     quota: QuotaStatus,
+    target: str,
     shape: topology.Shape,
     training: Sequence[TrainingWorkload],
     current: int,
@@ -408,15 +410,28 @@ def _scale_up_sliced(
     per = capacity.per_replica
     # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``).
     inv = slices.inventory.without(w.key for w in training if not w.active and w.admitted)
-    # Other targets' groups asked for and not admitted take the free room first (placed as this shape).
-    others = math.ceil(quota.pending / shape.chips - _EPS) if quota.pending > _EPS else 0
+    # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
+    # gates say: the inventory, read after the replicas, is the fresher word on that.
+    # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:
+    # then the replicas not gated are the placed ones, as the replicas say.
+    placed_by = Counter(slices.owners.values())
+    mine = max(placed_by.get(target, 0), current - gated)
+    # Other targets' groups asked for and not placed yet take the free room first (placed as this shape).
+    if quota.asked:
+        others = sum(
+            a.gated if not placed_by.get(t) else max(0, min(a.gated, a.spec - placed_by[t]))
+            for t, a in quota.asked.items()
+        )
+    else:
+        others = math.ceil(quota.pending / shape.chips - _EPS) if quota.pending > _EPS else 0
     taken = topology.free_places(inv, shape, others)
     inv = inv.with_occupants((*inv.occupants, *(
         topology.Occupant(key=f"pending-serving-{i}", regions=place) for i, place in enumerate(taken))))
     running = [w for w in training if w.active and w.admitted and w.chips > 0]
     held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
     inv = inv.preemptible(w.key for w in running if w.key not in held)
-    want = desired - current + gated
+    want = max(0, desired - mine)
+    waiting = max(0, current - mine)
     desc = describe_slices(slices, shape, inv, others)
     quota_room = acct.for_serving + gated * per  # chips for this target's asked-for and new groups
     if len(topology.free_places(inv, shape, want)) >= want and want * per <= quota_room + _EPS:
@@ -432,11 +447,11 @@ def _scale_up_sliced(
             break  # a victim still saving: serving asks only for the slices that are free or freed now
         usable += 1
     usable = min(usable, math.floor((quota_room + sum(v.chips for v in stopping)) / per + _EPS))
-    reachable = max(current, min(desired, current + usable - gated))
+    reachable = max(current, min(desired, current + usable - waiting))
     frees = {k: choice.regions for choice in groups.placed for k in choice.victims}
     grow = (
         f"grow {current}→{reachable} groups" if reachable > current
-        else f"admit its {gated} group(s) waiting for admission"
+        else f"admit its {waiting} group(s) waiting for admission"
     )
     decisions = _training_decisions(
         capacity, stopping, saving,
@@ -447,7 +462,7 @@ def _scale_up_sliced(
     )
     if reachable == desired and (desired > current or groups.unplaceable == 0):
         return Plan(desired=desired, training=decisions, message="" if desired > current else (
-            f"{gated} group(s) waiting for admission need {gated} {shape} slice(s); {desc}"))
+            f"{waiting} group(s) waiting for admission need as many {shape} slice(s); {desc}"))
     parts = [f"{want} {shape} slice(s) asked for, {len(groups.placed)} placeable; {desc}"]
     parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
     if stopping:

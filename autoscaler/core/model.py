@@ -157,6 +157,18 @@ class SliceCapacity:
     inventory: Inventory
     #: Where the inventory was read from, for messages ("nodes placed by the TPU partition levels of …").
     source: str = ""
+    #: Each occupant's controller owner (``Kind/namespace/name``), by key: a serving target's groups that hold a
+    #: place (admitted, or reserved while an AdmissionCheck such as GKE's slice controller provisions the slice,
+    #: their pods still gated) are found by it, so a group is never placed twice.
+    owners: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AskedReplicas:
+    """What one serving target asked for, as the controller last saw or wrote it."""
+
+    spec: int
+    gated: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +188,10 @@ class QuotaStatus:
     #: The physical slice inventory of the ClusterQueue's flavor, when it has one (Kueue topology-aware
     #: admission): then what serving can get is what still fits as whole slices, not the quota number.
     slices: SliceCapacity | None = None
+    #: Each *other* serving target on this ClusterQueue, by target key (the controller's pass ledger): its
+    #: replicas asked for and those waiting for admission; with ``slices``, those not holding a place yet take
+    #: free room first.
+    asked: Mapping[str, AskedReplicas] = field(default_factory=dict)
 
     @property
     def free(self) -> float:

@@ -167,3 +167,17 @@ def nodes(blocks: tuple[str, ...] = ("cube-a", "cube-b")) -> list[dict[str, Any]
             out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": host, "labels": labels},
                         "status": {"allocatable": {"google.com/tpu": "4"}}})
     return out
+
+
+def router() -> dict[str, Any]:
+    """The llm-d router (``09_deploy_llm_d_router.sh``: a Helm release in gateway mode; its pods carry
+    ``llm-d.ai/igw-mode: llm-d-router-gateway``). Not under Kueue and not a slice: it routes to both pools."""
+    labels = {"llm-d.ai/igw-mode": "llm-d-router-gateway", "app": "llm-d-router"}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "pd-disaggregation-router", "namespace": NAMESPACE, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "epp", "image": "ghcr.io/llm-d/llm-d-inference-scheduler"}]}}},
+        "status": {"replicas": 1, "readyReplicas": 1},
+    }

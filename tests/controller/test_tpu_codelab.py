@@ -1,0 +1,242 @@
+"""Issue 14 item 7: the dynamic-slicing codelab under the real loop, with a Kueue that admits by topology.
+
+The codelab's objects (``tests.kube.codelab``: ClusterQueue ``cq`` with its 999999 quota, Topology
+``slice-topology``, ResourceFlavor ``slice-rf``, AdmissionCheck ``ac``, the WorkloadPriorityClasses, the two
+vLLM LeaderWorkerSets, the llm-d router, the training JobSets, 32 TPU7x nodes in two 4x4x4 blocks) are applied to
+the API-server emulation; ``tests.kube.tas.LiveTas`` plays Kueue with topology-aware admission, the JobSet and
+LWS controllers, the slice controller's provisioning delay and the eviction grace, on short real time. The
+controller is ``Runtime.serve`` (watches, periods, probes) with the two shipped LWS policies
+(``policies/lws-prefill-decode.yaml``), only their metric source pointed at stand-in vLLM servers and their
+periods shortened. Nothing settles the world between steps: outcomes are waited for, invariants are checked at
+every write and every Kueue tick.
+
+Training: the codelab's sub-slicing JobSet (one Workload of six 2x2x2 slices, last checkpoint 15 min ago) and
+eight single-slice JobSets of the same template (one Workload each), checkpointed 1 to 8 minutes ago. With one
+prefill and one decode group, the two blocks are full (48 + 64 + 16 = 128 chips).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.loop import LoopClock
+from autoscaler.controller.runtime import Runtime
+from autoscaler.controller.workloads import DEACTIVATED_BY, LAST_CHECKPOINT
+from autoscaler.core.model import Reason
+from tests.controller.helpers import pool_on
+from tests.kube import codelab
+from tests.kube.emulator import Emulator
+from tests.kube.tas import LWS, V1BETA2, LiveTas, assigned_hosts
+
+NS = codelab.NAMESPACE
+EXAMPLE = Path(__file__).parents[2] / "policies" / "lws-prefill-decode.yaml"
+PREFILL, DECODE = "kueue-vllm-prefill-model-streamer", "kueue-vllm-decode-model-streamer"
+SUB = "jobset-kueue-jobset-simple-subslicing"
+#: Single-slice fine-tunes, seconds since their last checkpoint: ft-8 (1 min) loses least, ft-1 (8 min) most.
+#: Kueue places them in name order, so the cheapest are *not* the first places a placement scan meets.
+FINETUNES = {f"ft-{i}": 60.0 * (9 - i) for i in range(1, 9)}
+
+
+@dataclass
+class VllmMetrics:
+    """A stand-in for a pool's vLLM servers: ``/metrics`` with the V1 gauges the presets read."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv: float = 0.2
+    url: str = ""
+    _runner: web.AppRunner | None = field(default=None, repr=False)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/metrics"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        labels = '{model_name="Qwen/Qwen3.5-397B-A17B-FP8",engine="0"}'
+        text = "".join(
+            f"# TYPE vllm:{name} gauge\nvllm:{name}{labels} {value}\n"
+            for name, value in (("num_requests_running", self.running), ("num_requests_waiting", self.waiting),
+                                ("kv_cache_usage_perc", self.kv))
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+
+def shipped_policies(prefill_url: str, decode_url: str) -> list[dict[str, Any]]:
+    """The shipped example, as a user would adapt it to a test cluster: metrics from the stand-in servers,
+    1 s periods, no minimum run time after a resume, the decode group's cold start as this world's."""
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    for doc, url in zip(docs, (prefill_url, decode_url), strict=True):
+        spec = doc["spec"]
+        spec["source"] = {"type": "pods", "endpoints": [url]}
+        spec["evaluationPeriodSeconds"] = 1
+        spec["capacity"]["minRunSeconds"] = 0
+    decode = docs[1]["spec"]["policy"]
+    decode["replica"]["coldStartSeconds"] = 2  # this world's model load (TasTiming.ready_s), not 300 s
+    decode["scaleDown"] = {"holdSeconds": 2}
+    if docs[0]["spec"]["policy"].get("behavior") is None:
+        docs[0]["spec"]["policy"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    return docs
+
+
+def _stamp(age_s: float) -> str:
+    return datetime.datetime.fromtimestamp(time.time() - age_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def until(condition: Callable[[], bool], timeout: float = 40.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+@dataclass
+class Codelab:
+    kube: Emulator
+    api: client.ApiClient
+    tas: LiveTas
+    policies: Path
+    prefill: VllmMetrics
+    decode: VllmMetrics
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def start(self) -> None:
+        cfg = ControllerConfig.model_validate(
+            {"leaderElection": {"enabled": False}, "reloadPollSeconds": 0.1, "fastPollSeconds": 0.2,
+             "heldSweepSeconds": 0.5})
+        clock = LoopClock()
+        rt = Runtime(api=self.api, config=cfg, policies_dir=self.policies, clock=clock, identity="controller-a",
+                     namespace="autoscaler", source=pool_on(clock))  # type: ignore[arg-type]
+        self.tasks.append(asyncio.create_task(self.tas.run()))
+        self.tasks.append(asyncio.create_task(rt.serve(asyncio.Event())))
+
+    def groups(self, lws: str) -> int:
+        return int(self.kube.get(LWS, "LeaderWorkerSet", lws, NS)["spec"]["replicas"])
+
+    def training(self) -> dict[str, tuple[bool, bool]]:
+        """Every training Workload: (active, admitted)."""
+        return {
+            wl["metadata"]["name"]: (wl["spec"].get("active", True), self.tas.admitted(wl["metadata"]["name"]))
+            for wl in self.kube.list(V1BETA2, "Workload", NS) if wl["metadata"]["name"].startswith("jobset-")
+        }
+
+    def stopped(self) -> list[str]:
+        return sorted(n for n, (active, _) in self.training().items() if not active)
+
+    def events(self, reason: str) -> list[str]:
+        return [str(e.get("note") or e.get("message")) for e in self.kube.list("events.k8s.io/v1", "Event", NS)
+                if e.get("reason") == reason]
+
+
+@pytest.fixture
+async def world(kube: Emulator, kube_client: client.ApiClient, tmp_path: Path) -> AsyncIterator[Codelab]:
+    for obj in [*codelab.kueue_resources(), *codelab.nodes()]:
+        kube.add(obj)
+    kube.add(codelab.router())
+    kube.add(codelab.vllm_lws("prefill"))
+    kube.add(codelab.vllm_lws("decode"))
+    sub = codelab.subslicing_jobset()
+    sub["metadata"]["annotations"] = {LAST_CHECKPOINT: _stamp(900.0)}
+    kube.add(sub)
+    for name, age in FINETUNES.items():
+        ft = codelab.subslicing_jobset()
+        ft["metadata"]["name"] = name
+        ft["metadata"]["annotations"] = {LAST_CHECKPOINT: _stamp(age)}
+        ft["spec"]["replicatedJobs"][0]["replicas"] = 1
+        kube.add(ft)
+    tas = LiveTas(kube)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time() - 100
+    for t in (t0, t0 + 1, t0 + 2, t0 + 5, t0 + 10):  # created, reserved, provisioned, ready: before the test
+        tas.step(t)
+    prefill, decode = VllmMetrics(), VllmMetrics()
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    w = Codelab(kube, kube_client, tas, policies, prefill, decode)
+    w.policies.joinpath("lws-prefill-decode.yaml").write_text(
+        yaml.safe_dump_all(shipped_policies(await prefill.start(), await decode.start())))
+    yield w
+    for task in w.tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    await prefill.stop()
+    await decode.stop()
+
+
+def _full(w: Codelab) -> None:
+    assert all(admitted for _, admitted in w.training().values())
+    assert len(w.tas.used_nodes()) == 32  # 128 chips held: nothing is free
+    assert (w.tas.ready_groups(PREFILL), w.tas.ready_groups(DECODE)) == (1, 1)
+
+
+async def test_serving_grows_in_whole_slices_from_the_cheapest_training_then_gives_it_back(world: Codelab) -> None:
+    w = world
+    _full(w)
+    reactivated_while_waiting: list[str] = []
+
+    def check() -> None:
+        last = w.kube.writes()[-1]
+        body = last.body or {}
+        gated = any(pod["spec"].get("schedulingGates") for pod in w.kube.list("v1", "Pod", NS))
+        if last.status < 300 and body.get("spec", {}).get("active") is True and gated:
+            reactivated_while_waiting.append(last.path)
+
+    w.kube.after("PATCH", f"/apis/kueue.x-k8s.io/*/namespaces/{NS}/workloads/*", check, times=10_000)
+    w.start()
+    # Load rises: prefill has 20 prompts waiting (queue type, 8 per group); decode runs 150 sequences with 20
+    # waiting (slo type, 64 slots per group).
+    w.prefill.waiting = 20
+    w.decode.running, w.decode.waiting, w.decode.kv = 150, 20, 0.6
+    await until(lambda: w.groups(PREFILL) > 1 and w.groups(DECODE) > 1
+                and w.tas.ready_groups(PREFILL) == w.groups(PREFILL)
+                and w.tas.ready_groups(DECODE) == w.groups(DECODE))
+    await asyncio.sleep(1.5)  # a few more passes at the same load: nothing more may be stopped
+    added = w.groups(PREFILL) - 1 + w.groups(DECODE) - 1
+    # Exactly one single-slice Workload per group added, the ones that lose least (the most recent checkpoints),
+    # and never the six-slice JobSet (48 chips × 15 min).
+    cheapest = sorted(FINETUNES, key=FINETUNES.__getitem__)[:added]
+    assert w.stopped() == sorted(f"jobset-{name}" for name in cheapest)
+    assert w.training()[SUB] == (True, True)
+    for name in w.stopped():
+        annotations = w.kube.get(V1BETA2, "Workload", name, NS)["metadata"]["annotations"]
+        assert annotations[DEACTIVATED_BY] in ("qwen-prefill", "qwen-decode")
+    notes = w.events(Reason.DEACTIVATE_TRAINING.value)
+    assert notes
+    assert all("a 2x2x2 slice fits at cube-" in n and "slice(s) free in flavor slice-rf" in n for n in notes)
+    # Every serving group is one whole 2x2x2 slice; no node was ever held twice.
+    for wl in w.kube.list(V1BETA2, "Workload", NS):
+        if wl["metadata"]["name"].startswith("leaderworkerset-"):
+            assert len(assigned_hosts(wl)) == 2
+    assert w.tas.violations == []
+
+    # Load falls: both pools go back to one group, and every stopped fine-tune resumes and is readmitted.
+    w.prefill.waiting = 0
+    w.decode.running, w.decode.waiting, w.decode.kv = 5, 0, 0.05
+    await until(lambda: w.groups(PREFILL) == 1 and w.groups(DECODE) == 1
+                and all(active and admitted for active, admitted in w.training().values()), timeout=60.0)
+    assert w.tas.violations == []
+    assert reactivated_while_waiting == []
+    assert len(w.tas.used_nodes()) == 32
