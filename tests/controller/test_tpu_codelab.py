@@ -240,3 +240,54 @@ async def test_serving_grows_in_whole_slices_from_the_cheapest_training_then_giv
     assert w.tas.violations == []
     assert reactivated_while_waiting == []
     assert len(w.tas.used_nodes()) == 32
+
+
+async def test_a_super_slice_yields_as_one_unit_freeing_both_blocks(
+    kube: Emulator, kube_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """The codelab's super-slicing JobSet (one 4x4x8 over both blocks) runs; the serving groups applied after it
+    wait for admission: no 2x2x2 slice is free anywhere. The super-slice is stopped once, as one unit, and both
+    pools' groups are admitted in the blocks it frees. It does not resume while serving holds slices in them:
+    its 4x4x8 needs both blocks whole."""
+    for obj in [*codelab.kueue_resources(), *codelab.nodes()]:
+        kube.add(obj)
+    sup = codelab.superslicing_jobset()
+    sup["metadata"]["annotations"] = {LAST_CHECKPOINT: _stamp(120.0)}
+    kube.add(sup)
+    tas = LiveTas(kube)
+    t0 = asyncio.get_running_loop().time() - 100
+    for t in (t0, t0 + 1, t0 + 2):
+        tas.step(t)
+    kube.add(codelab.vllm_lws("prefill"))
+    kube.add(codelab.vllm_lws("decode"))
+    for t in (t0 + 3, t0 + 4, t0 + 10):
+        tas.step(t)
+    super_wl = "jobset-kueue-jobset-simple-superslicing"
+    assert tas.admitted(super_wl) and len(tas.used_nodes()) == 32
+    assert tas.ready_groups(PREFILL) == tas.ready_groups(DECODE) == 0  # both wait for admission
+    prefill, decode = VllmMetrics(waiting=4), VllmMetrics(running=10)
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    w = Codelab(kube, kube_client, tas, policies, prefill, decode)
+    policies.joinpath("p.yaml").write_text(yaml.safe_dump_all(shipped_policies(await prefill.start(),
+                                                                                await decode.start())))
+    try:
+        w.start()
+        await until(lambda: tas.ready_groups(PREFILL) == 1 and tas.ready_groups(DECODE) == 1)
+        await asyncio.sleep(1.5)  # more passes: it must stay stopped (its slice does not fit) and stopped once
+        assert w.training() == {super_wl: (False, False)}
+        stops = [r for r in kube.writes() if r.method == "PATCH" and r.path.endswith(f"/workloads/{super_wl}")
+                 and r.status < 300 and (r.body or {}).get("spec", {}).get("active") is False]
+        assert len(stops) == 1
+        notes = w.events(Reason.DEACTIVATE_TRAINING.value)
+        assert len(notes) == 1
+        assert "on blocks cube-a, cube-b (one unit)" in notes[0]
+        assert "admit its 1 group(s) waiting for admission" in notes[0]
+        assert tas.violations == []
+    finally:
+        for task in w.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await prefill.stop()
+        await decode.stop()
