@@ -263,7 +263,8 @@ async def test_a_super_slice_yields_as_one_unit_freeing_both_blocks(
     for t in (t0 + 3, t0 + 4, t0 + 10):
         tas.step(t)
     super_wl = "jobset-kueue-jobset-simple-superslicing"
-    assert tas.admitted(super_wl) and len(tas.used_nodes()) == 32
+    assert tas.admitted(super_wl)
+    assert len(tas.used_nodes()) == 32
     assert tas.ready_groups(PREFILL) == tas.ready_groups(DECODE) == 0  # both wait for admission
     prefill, decode = VllmMetrics(waiting=4), VllmMetrics(running=10)
     policies = tmp_path / "policies"
