@@ -573,6 +573,23 @@ class Controller:
                 await self._event(cp, scale, "Warning", "HandoffCheckFailed", message, "Check")
                 return f"check refused: {_one_line(exc)}" if refused else f"check failed: {_one_line(exc)}"
         stopped: list[TrainingDecision] = []
+        try:
+            return await self._commit(cp, ordered, stopped, acted, log, gated)
+        except asyncio.CancelledError:
+            # Cut between steps (the pass deadline, or shutdown): what was stopped for a scale not yet written is
+            # resumed before the cancellation goes on, so no half-applied hand-off is left behind; the next pass
+            # plans again from the cluster. Not once the lease may be another replica's (its sweep resumes it).
+            if stopped and self.leader.holds():
+                log.warning("handoff_cut", workloads=[d.workload.key for d in stopped])
+                await self._undo(cp, stopped, "the pass was cut short before the scale was written", acted, log)
+            raise
+
+    async def _commit(
+        self, cp: CompiledPolicy, ordered: list[Decision], stopped: list[TrainingDecision], acted: list[str],
+        log: Any, gated: int,
+    ) -> str | None:
+        """Step 3 of ``_act``: the writes in order; ``stopped`` holds the deactivations not yet followed by the
+        scale (what step 4 would undo)."""
         for d in ordered:
             name = _action_name(d)
             if not self.leader.holds():

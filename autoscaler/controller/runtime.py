@@ -112,6 +112,11 @@ class Runtime:
             name: DeclaredBlocks(Shape.parse(f.block_shape), Shape.parse(f.host_shape), f.block_label)
             for name, f in cfg.slice_flavors.items()
         }
+        # Our claims on targets name this controller (its Lease: shared by its replicas), so a policy renamed or
+        # replaced here adopts what the old name claimed (controller/targets.py).
+        le = cfg.leader_election
+        kube_actuator.targets.controller = f"{le.lease_namespace or self.namespace}/{le.lease_name}"
+        kube_actuator.targets.running = lambda: self.store.policies.keys()
         self.training = SharedTraining(kube_actuator.gate, now=self.clock.monotonic)
         self.actuator = InvalidatingActuator(kube_actuator, self.training)
         self.observer = PolicyObserver(

@@ -22,7 +22,12 @@ Every write:
    a direct scale first **claims** an unclaimed target: it writes ``autoscaler.dev/managed-by: <policy>``
    on it (a merge patch carrying the resourceVersion read, so of two controllers claiming at once one gets
    409, re-reads, sees the other's claim and refuses). Every replica of this controller runs the same
-   policy names, so they share the claim; another controller, or another policy, is refused;
+   policy names, so they share the claim; another controller, or another policy, is refused. The claim also
+   names the controller (``autoscaler.dev/managed-by-controller: <namespace>/<lease>``). **Adoption**: a claim
+   this same controller wrote for a policy it no longer runs (renamed or deleted) is taken over by the one
+   policy now targeting the object (the load-time rule allows one per target), so ownership follows the
+   controller's identity, not a policy name; a claim by another controller, or a hand-written one without
+   the controller's name, is never adopted;
 3. sends the resourceVersion it read (optimistic concurrency), so a concurrent change answers 409;
 4. is retried with jittered backoff on 409 (re-reading first) and on 5xx/429, a bounded number of times;
    a 403 is reported at once (``Forbidden``), never retried;
@@ -34,7 +39,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -62,6 +67,8 @@ JsonObj = dict[str, Any]
 
 #: An annotation a user (or another tool) sets on a target to say who owns its replica count.
 MANAGED_BY_ANNOTATION = "autoscaler.dev/managed-by"
+#: Written with our claim: which controller (``<namespace>/<lease name>``) the owning policy runs in.
+MANAGED_BY_CONTROLLER_ANNOTATION = "autoscaler.dev/managed-by-controller"
 #: On an HPA advised in hpaFloor mode: its own minReplicas before we first raised it (we never go below it).
 ORIGINAL_MIN_ANNOTATION = "autoscaler.dev/original-min-replicas"
 FLOOR_BY_ANNOTATION = "autoscaler.dev/floor-by"
@@ -143,12 +150,17 @@ class ScaleTarget:
         actuation: Actuation | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         now: Callable[[], float] = time.time,
+        controller: str = "",
+        running: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.api = api
         self.ref = ref
         self.kind = kinds.of(ref.kind)
         #: Who we are, for ownership checks and annotations: the policy name.
         self.owner = owner
+        #: The controller the policy runs in (empty: no adoption) and the policy names it runs now.
+        self.controller = controller
+        self.running = running
         self.actuation: Actuation = actuation or DirectScale()
         self.retry = retry
         self.now = now
@@ -213,8 +225,9 @@ class ScaleTarget:
 
     async def check_ownership(self, obj: JsonObj, *, allowed_hpa: str | None = None) -> None:
         """Raise ``OwnershipConflict`` when something other than this policy owns the replica count."""
-        owner = ((obj.get("metadata") or {}).get("annotations") or {}).get(MANAGED_BY_ANNOTATION)
-        if owner and owner != self.owner:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        owner = annotations.get(MANAGED_BY_ANNOTATION)
+        if owner and owner != self.owner and not self.adopts(annotations):
             raise OwnershipConflict(
                 f"{self.ref.key} is annotated {MANAGED_BY_ANNOTATION}={owner}; policy {self.owner} will not "
                 "scale it (one owner per target)"
@@ -232,14 +245,28 @@ class ScaleTarget:
                     f"scale it directly (use actuation.mode: hpaFloor with hpaName: {name}, or delete the HPA)"
                 )
 
+    def adopts(self, annotations: dict[str, str]) -> bool:
+        """Whether a claim naming another policy is ours to take over: written by this very controller for a
+        policy it does not run any more (see the module docstring)."""
+        owner = annotations.get(MANAGED_BY_ANNOTATION)
+        return bool(
+            self.controller and self.running is not None and owner
+            and annotations.get(MANAGED_BY_CONTROLLER_ANNOTATION) == self.controller
+            and owner not in self.running()
+        )
+
     async def claim(self, obj: JsonObj) -> bool:
-        """Write ``managed-by: <owner>`` on the target unless it carries it already (the first action's claim);
-        conditional on the resourceVersion read (409 when someone changed it since). True when written."""
+        """Write ``managed-by: <owner>`` (and, with a controller identity, ``managed-by-controller``) on the
+        target unless it carries them already (the first action's claim, or an adoption); conditional on the
+        resourceVersion read (409 when someone changed it since). True when written."""
         meta = obj.get("metadata") or {}
-        if (meta.get("annotations") or {}).get(MANAGED_BY_ANNOTATION) == self.owner:
+        annotations = meta.get("annotations") or {}
+        mine = {MANAGED_BY_ANNOTATION: self.owner}
+        if self.controller:
+            mine[MANAGED_BY_CONTROLLER_ANNOTATION] = self.controller
+        if all(annotations.get(k) == v for k, v in mine.items()):
             return False
-        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
-                             "annotations": {MANAGED_BY_ANNOTATION: self.owner}}}
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": mine}}
         await request_json(self.api, "PATCH", self.kind.object_path(self.ref), body=body, content_type=MERGE_PATCH)
         return True
 
@@ -322,14 +349,15 @@ class HpaFloor(Actuation):
 
 def build_target(
     api: client.ApiClient, spec: Spec, *, owner: str, retry: RetryPolicy = DEFAULT_RETRY,
-    now: Callable[[], float] = time.time,
+    now: Callable[[], float] = time.time, controller: str = "", running: Callable[[], Collection[str]] | None = None,
 ) -> ScaleTarget:
     """The ``ScaleTarget`` for a policy's ``target`` and ``actuation``."""
     actuation: Actuation = DirectScale()
     if spec.actuation.mode == "hpaFloor":
         assert spec.actuation.hpa_name is not None  # the spec requires it
         actuation = HpaFloor(spec.actuation.hpa_name)
-    return ScaleTarget(api, spec.target.ref(), owner=owner, actuation=actuation, retry=retry, now=now)
+    return ScaleTarget(api, spec.target.ref(), owner=owner, actuation=actuation, retry=retry, now=now,
+                       controller=controller, running=running)
 
 
 class KubeTargets:
@@ -341,10 +369,15 @@ class KubeTargets:
         self.api = api
         self.retry = retry
         self.now = now
+        #: This controller's identity on its claims, and the policy names it runs now (the runtime sets both;
+        #: without them no claim is ever adopted).
+        self.controller = ""
+        self.running: Callable[[], Collection[str]] | None = None
 
     def target(self, policy: CompiledPolicy) -> ScaleTarget:
         # Built per call: cheap (no I/O), and a hot-reloaded policy never sees a stale target or mode.
-        return build_target(self.api, policy.policy.spec, owner=policy.name, retry=self.retry, now=self.now)
+        return build_target(self.api, policy.policy.spec, owner=policy.name, retry=self.retry, now=self.now,
+                            controller=self.controller, running=self.running)
 
     async def replicas(self, policy: CompiledPolicy) -> ReplicaStatus:
         return await self.target(policy).replicas()

@@ -30,7 +30,7 @@ from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.leader import LeaderElector
 from autoscaler.controller.reload import PolicyStore
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
+from tests.controller.helpers import T0, ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
 from tests.controller.policies import REPO
 from tests.kube import objects
 from tests.kube.emulator import Emulator, Request
@@ -424,3 +424,41 @@ async def test_a_leaderworkerset_policy_needs_and_gets_exactly_its_component(
         assert kube.rbac_denied
         assert all("leaderworkersets" in d for d in kube.rbac_denied), kube.rbac_denied
         assert kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream", "llm")["spec"]["replicas"] == 1
+
+
+@needs_kubectl
+@pytest.mark.parametrize("with_component",
+                         [pytest.param(True, id="checkpoint-request"), pytest.param(False, id="base-only")])
+async def test_a_policy_asking_for_checkpoints_needs_and_gets_exactly_its_component(
+    with_component: bool, kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path
+) -> None:
+    """The shipped policy with ``capacity.checkpointRequestSeconds`` asks the fine-tune Job to checkpoint before
+    stopping it (a merge patch of its annotation): under gmp + components/checkpoint-request that patch passes
+    with no 403; under the gmp overlay alone it is refused (the base only lists jobs), and nothing is stopped."""
+    docs = render("overlays/gmp", ("components/checkpoint-request",) if with_component else ())
+    cluster = tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    job = cluster["job"]["metadata"]["name"]
+    stale = str(int(T0) - 900)  # its last checkpoint, 15 minutes before the controller's clock starts
+    kube.modify("batch/v1", "Job", job, "llm", metadata={"annotations": {"autoscaler.dev/last-checkpoint-time": stale}})
+    kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
+    tgi = TgiMetrics()
+    await tgi.start()
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "accel-autoscaler-policies")
+    (text,) = cm["data"].values()
+    obj = yaml.safe_load(text.replace("    port: 8000", f"    endpoints: ['{tgi.url}']"))
+    obj["spec"]["capacity"]["checkpointRequestSeconds"] = 60
+    await _three_passes(kube_client, tmp_path, obj, tgi, queue=25)
+    job_patches = [r for r in kube.requests if r.resource == "jobs" and r.verb == "patch"]
+    assert job_patches, "the policy never asked for a checkpoint"
+    annotations = kube.get("batch/v1", "Job", job, "llm")["metadata"].get("annotations") or {}
+    if with_component:
+        assert kube.rbac_denied == []
+        assert all(r.status < 300 for r in job_patches)
+        assert "autoscaler.dev/checkpoint-requested-at" in annotations
+    else:
+        assert kube.rbac_denied
+        assert all("jobs" in d for d in kube.rbac_denied), kube.rbac_denied
+        assert "autoscaler.dev/checkpoint-requested-at" not in annotations
+    wl = kube.get(objects.KUEUE_V1BETA2, "Workload", "job-finetune-gemma-l4-3316f", "llm")
+    assert wl["spec"].get("active", True), "asked to save, not stopped: the request comes first"

@@ -80,10 +80,10 @@ class World:
     metrics: dict[str, TgiMetrics]
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
-    def runtime(self, identity: str = "controller-a") -> Runtime:
+    def runtime(self, identity: str = "controller-a", **config: Any) -> Runtime:
         cfg = ControllerConfig.model_validate(
             {"leaderElection": {"enabled": False}, "reloadPollSeconds": 0.1, "fastPollSeconds": 0.1,
-             "heldSweepSeconds": 0.2}
+             "heldSweepSeconds": 0.2, **config}
         )
         clock = LoopClock()
         return Runtime(api=self.api, config=cfg, policies_dir=self.policies, clock=clock, identity=identity,
@@ -378,14 +378,35 @@ async def test_a_renamed_policy_resumes_what_the_old_name_stopped(world: World) 
     await until(lambda: "tgi-renamed" in rt.store.policies)
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
     tgi.queue = 5
-    # The target is marked managed-by the old name: the renamed policy will not scale it (one owner per
-    # target, a Warning Event says so), so its owner scales it down by hand, or clears the mark.
-    annotations = w.kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["metadata"].get("annotations")
-    if (annotations or {}).get("autoscaler.dev/managed-by") == "tgi-gemma":
-        w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
-    # The Workload the old name stopped is the renamed policy's to resume (our marks, not a policy name).
+    # The target's claim names the old policy, written by this controller (managed-by-controller): the
+    # renamed policy adopts it and scales the target down itself; the Workload the old name stopped is its
+    # to resume (our marks, not a policy name).
     await until(lambda: not stranded(w) and w.workload()["admitted"])
+    assert w.replicas("tgi-gemma-deployment") == 1
+    annotations = w.kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["metadata"]["annotations"]
+    assert annotations["autoscaler.dev/managed-by"] == "tgi-renamed"
+    assert annotations["autoscaler.dev/managed-by-controller"] == "autoscaler/accel-autoscaler"
     assert w.training_writes() == [False, True]
+
+
+async def test_a_claim_by_another_controller_is_never_adopted(world: World) -> None:
+    """One owner per target: a claim naming a policy this controller does not run, written by another
+    controller (or by hand, without a controller's name), is refused, not adopted."""
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", metadata={"annotations": {
+        "autoscaler.dev/managed-by": "theirs", "autoscaler.dev/managed-by-controller": "elsewhere/accel-autoscaler"}})
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    run_kueue(w)
+    w.start(w.runtime())
+    tgi.queue = 15
+
+    def warned() -> bool:
+        return any(e["reason"] == "HandoffCheckFailed" for e in w.kube.list("events.k8s.io/v1", "Event", "llm"))
+
+    await until(warned)
+    assert w.replicas("tgi-gemma-deployment") == 1
+    assert w.training_writes() == []
 
 
 @pytest.mark.parametrize("change", ["delete", "selector"])
@@ -427,3 +448,44 @@ async def test_a_policy_deleted_or_narrowed_mid_handoff_leaves_nothing_stranded(
         return any("no policy covers it any more" in e["note"] for e in events if e["reason"] == "ReactivateTraining")
 
     await until(told)
+
+
+async def test_a_pass_cut_between_the_stop_and_the_scale_resumes_what_it_stopped(world: World) -> None:
+    """The pass deadline cuts the hand-off after the deactivation, while the scale write hangs: nothing is left
+    half-applied. The Workload stopped for that scale is resumed at once, with its Event, before the next
+    pass plans again from the cluster (and then completes the hand-off)."""
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    # The check (a dry run) is answered at once; right after it, the real scale write is held for 3 s, longer
+    # than the pass deadline (1.5 s) and shorter than one API call's (10 s).
+
+    def hold_the_next_write() -> None:
+        w.kube.slow(SCALE, 3.0, method="PATCH", times=1)
+
+    w.kube.after("PATCH", SCALE, hold_the_next_write)
+    scale_stored_at_resume: list[int] = []
+
+    def on_workload_write() -> None:
+        last = w.kube.writes()[-1]
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is True:
+            scale_stored_at_resume.append(w.replicas("tgi-gemma-deployment"))
+
+    w.kube.after("PATCH", WORKLOADS, on_workload_write, times=10_000)
+    run_kueue(w)
+    w.start(w.runtime(passDeadlineSeconds=1.5))
+    tgi.queue = 15
+    await until(lambda: len(w.training_writes()) >= 2)
+    assert w.training_writes()[:2] == [False, True], "stopped, then resumed when the pass was cut"
+    assert scale_stored_at_resume[0] == 1, "resumed while the scale it was stopped for was not written"
+
+    def notes(reason: str) -> list[str]:
+        return [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == reason]
+
+    await until(lambda: any("the pass was cut short before the scale was written" in n
+                            for n in notes("ReactivateTraining")))
+    # The next pass hands off again, without the hold: serving gets its second replica, training is stopped.
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert w.workload()["active"] is False
+    tgi.queue = 5
+    await until(lambda: not stranded(w) and w.workload()["admitted"])
