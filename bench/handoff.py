@@ -1,6 +1,7 @@
 """The serving↔training hand-off against Kueue alone, in simulation: both bundled traces, rate-scales 0.5–1.5.
 
-Run: ``python -m bench.handoff`` from the project root (needs ``../shared/traces``). For each trace and rate
+Run: ``python -m bench.handoff`` from the project root (the traces bundled with the package: a plain clone
+runs it; ``--seeds N``, default 3, each cell averaged over routing seeds 0..N-1). For each trace and rate
 scale, on the same trace and cluster:
 
 - ``kueue-only``: our recommended policy without ``capacity``/``preemptible`` (Kueue's own preemption);
@@ -10,14 +11,18 @@ scale, on the same trace and cluster:
 
 Twice: with the bundled trainers, which save a checkpoint on SIGTERM within their grace period (then Kueue's
 own preemption loses nothing either), and with trainers that do not (``saveOnPreemption: false``: the work
-since the last checkpoint is lost on every stop). Per row: SLO attainment, training work lost and kept
-(chip-hours), preemptions, and the most times one job was stopped within any hour. Goals (issue 11): lost ≤ ½
-of kueue-only's, SLO attainment ≥ kueue-only's, no job stopped more than twice an hour. Whatever comes out is
-printed; nothing is tuned to it.
+since the last checkpoint is lost on every stop). Per row, the mean over the seeds: SLO attainment, training
+work lost, kept (checkpointed) and unsaved when the window ends (computed, not lost: it is kept at the next
+checkpoint), all in chip-hours, preemptions; and the most times one job was stopped within any hour (the
+worst seed). Goals (issue 11): lost ≤ ½ of kueue-only's, SLO attainment ≥ kueue-only's, no job stopped more
+than twice an hour. The seed moves the requests' routing (a ClusterIP Service picks replicas at random): one
+seed's attainment differs from another's by up to ~0.4 pp on the same decisions, so a single seed cannot tell
+a tenth of a point apart. Whatever comes out is printed; nothing is tuned to it.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -31,13 +36,14 @@ from autoscaler.sim import runner
 from autoscaler.sim.simulation import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
 SCENARIOS = (
-    ("conv", TRACES / "AzureLLMInferenceTrace_conv.csv", cluster_mod.bundled("cluster.yaml"),
+    ("conv", cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv"), cluster_mod.bundled("cluster.yaml"),
      ROOT / "policies" / "recommended.yaml"),
-    ("code", TRACES / "AzureLLMInferenceTrace_code.csv", cluster_mod.bundled("cluster-tpu.yaml"),
+    ("code", cluster_mod.bundled("AzureLLMInferenceTrace_code.csv"), cluster_mod.bundled("cluster-tpu.yaml"),
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
+RUNS = ("kueue-only", "ours", "ours+ask")
+METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours")
 RATE_SCALES = (0.5, 1.0, 1.5)
 ASK_SECONDS = 60.0
 
@@ -67,38 +73,47 @@ def cluster_file(source: Path, *, save_on_sigterm: bool, into: Path) -> Path:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="routing seeds per cell (mean; default 3)")
+    args = parser.parse_args(argv)
     print(f"{'trace':<6}{'trainers':<14}{'rate':>5}  {'run':<11}{'SLO att.':>9}{'lost ch-h':>11}{'kept ch-h':>11}"
-          f"{'preempt':>9}{'max/job/h':>10}")
+          f"{'unsaved':>9}{'preempt':>9}{'max/job/h':>10}")
     verdicts: list[tuple[str, bool]] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-handoff-"))
     for name, trace, cluster, policy_file in SCENARIOS:
-        if not trace.is_file():
-            print(f"{name}: {trace} is absent; skipped")
-            continue
         policy = load_file(policy_file)[0]
         for save in (True, False):
             cfile = cluster_file(cluster, save_on_sigterm=save, into=tmp)
             trainers = "save-on-TERM" if save else "no-save"
             for rate in RATE_SCALES:
-                out = runner.run(runner.Options(
-                    requests=trace, cluster=cfile, policies=[("ours", policy), ("ours+ask", with_ask(policy))],
-                    rate_scale=rate, baselines=("kueue-only",),
-                ))
-                rows, results = out.summary["policies"], {r.name: r for r in out.results}
-                for n in ("kueue-only", "ours", "ours+ask"):
-                    row, res = rows[n], results[n]
+                sums = {n: dict.fromkeys(METRICS, 0.0) for n in RUNS}
+                preempt = dict.fromkeys(RUNS, 0.0)
+                worst = dict.fromkeys(RUNS, 0)
+                for seed in range(args.seeds):
+                    out = runner.run(runner.Options(
+                        requests=trace, cluster=cfile, policies=[("ours", policy), ("ours+ask", with_ask(policy))],
+                        rate_scale=rate, baselines=("kueue-only",), seed=seed,
+                    ))
+                    rows, results = out.summary["policies"], {r.name: r for r in out.results}
+                    for n in RUNS:
+                        for m in METRICS:
+                            sums[n][m] += rows[n][m] / args.seeds
+                        preempt[n] += results[n].preemptions / args.seeds
+                        worst[n] = max(worst[n], max_per_hour(results[n]))
+                for n in RUNS:
+                    row = sums[n]
                     print(f"{name:<6}{trainers:<14}{rate:>5g}  {n:<11}{row['slo_attainment']:>9.2%}"
                           f"{row['training_lost_chip_hours']:>11.3f}{row['training_useful_chip_hours']:>11.3f}"
-                          f"{res.preemptions:>9}{max_per_hour(res):>10}", flush=True)
-                base = rows["kueue-only"]
+                          f"{row['training_unsaved_chip_hours']:>9.3f}{preempt[n]:>9.1f}{worst[n]:>10}", flush=True)
+                base = sums["kueue-only"]
                 for n in ("ours", "ours+ask"):
                     tag = f"{name} {trainers} ×{rate:g} {n}"
                     verdicts += [
                         (f"{tag}: lost ≤ ½ kueue-only's",
-                         rows[n]["training_lost_chip_hours"] <= 0.5 * base["training_lost_chip_hours"] + 1e-9),
-                        (f"{tag}: SLO ≥ kueue-only's", rows[n]["slo_attainment"] >= base["slo_attainment"] - 1e-9),
-                        (f"{tag}: ≤ 2 stops per job per hour", max_per_hour(results[n]) <= 2),
+                         sums[n]["training_lost_chip_hours"] <= 0.5 * base["training_lost_chip_hours"] + 1e-9),
+                        (f"{tag}: SLO ≥ kueue-only's", sums[n]["slo_attainment"] >= base["slo_attainment"] - 1e-9),
+                        (f"{tag}: ≤ 2 stops per job per hour", worst[n] <= 2),
                     ]
     for goal, ok in verdicts:
         print(f"  {'met' if ok else 'MISSED'}: {goal}")

@@ -239,6 +239,14 @@ def is_admitted(wl: JsonObj) -> bool:
     return any(c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+def admitted_since(wl: JsonObj) -> float | None:
+    """When Kueue last admitted the Workload (its ``Admitted`` condition's lastTransitionTime), if admitted."""
+    for c in (wl.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Admitted" and c.get("status") == "True":
+            return _parse_time(c.get("lastTransitionTime"))
+    return None
+
+
 class KueueGate:
     """Reads the policy's training Workloads and quota; stops and resumes them. See the module docstring."""
 
@@ -375,6 +383,12 @@ class KueueGate:
         # The job's own annotation (its training loop or a sidecar writes it); the Workload's as a fallback.
         job_annotations = ((job or {}).get("metadata") or {}).get("annotations") or {}
         checkpoint = _parse_time(job_annotations.get(LAST_CHECKPOINT) or annotations.get(LAST_CHECKPOINT))
+        since = None if checkpoint is None else max(0.0, now - checkpoint)
+        admitted_at = admitted_since(wl)
+        if since is not None and admitted_at is not None and checkpoint is not None and admitted_at > checkpoint:
+            # Restarted (resumed, or requeued by Kueue) after that checkpoint: it restored from it, so what a stop
+            # loses now is at most what it did since this admission, not since the checkpoint.
+            since = min(since, max(0.0, now - admitted_at))
         return TrainingWorkload(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -384,7 +398,7 @@ class KueueGate:
             admitted=is_admitted(wl),
             uid=meta.get("uid", ""),
             deactivated_by_us=DEACTIVATED_BY in annotations,
-            since_checkpoint_s=None if checkpoint is None else max(0.0, now - checkpoint),
+            since_checkpoint_s=since,
             preempted_at=tuple(
                 t for t in _parse_times(annotations.get(PREEMPTED_AT)) if now - t < PREEMPTION_MEMORY_S
             ),

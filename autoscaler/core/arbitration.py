@@ -34,6 +34,13 @@ Its transitions:
    scale-down frees minus ``claiming``. **Nothing is reactivated while any serving replica on the
    ClusterQueue waits for admission** (this target's after the scale-down, or another's). A Workload that
    does not fit stops the reactivations (no lower-priority job overtakes it).
+   With the policy's forecast (``ahead``), the chips it needs back within its lead are kept out of the room:
+   nothing is reactivated that serving is forecast to take again (hysteresis).
+4. Acting ahead (``_act_ahead``): serving needs no more now but the policy forecasts ``ahead.replicas`` within
+   ``ahead.within_s`` and they do not fit. Workloads that have just checkpointed are stopped now and serving
+   starts the replicas they make room for (they lose at most two evaluation periods of work, instead of
+   wherever their interval stands when the need is due); with checkpoint requests on, the victims of
+   transition 2 are asked to save now, while serving does not wait yet. Nothing else is stopped early.
 
 The victim choice is a parameter (``choose``), so ``lowest_priority_first`` (Kueue's order) can be compared
 with ``least_work_lost`` on the same rule.
@@ -50,6 +57,7 @@ from typing import Any
 
 from autoscaler.core import topology
 from autoscaler.core.model import (
+    Ahead,
     Decision,
     Observation,
     QuotaStatus,
@@ -71,6 +79,10 @@ _EPS = 1e-9
 HOUR_S = 3600.0
 #: Up to this many candidates every subset is tried (2^10 = 1,024 sums); above it, a greedy pass.
 EXHAUSTIVE_MAX = 10
+#: Acting ahead, a Workload counts as "just checkpointed" for this many evaluation periods after its save: each
+#: evaluation sees a new checkpoint within one period, so two leave room for one late pass, and the work it
+#: then loses is at most that long (a rule of the evaluation rhythm, not a figure fitted to a trace).
+FRESH_EVALUATIONS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +253,10 @@ def plan(
     desired: int,
     now: float = 0.0,
     choose: VictimChooser = least_work_lost,
+    ahead: Ahead | None = None,
 ) -> Plan:
-    """Decide which training to deactivate or reactivate for ``desired`` serving replicas."""
+    """Decide which training to deactivate or reactivate for ``desired`` serving replicas (and, with the policy's
+    forecast ``ahead``, which to stop early at a checkpoint and which to keep down; see transitions 4 and 5)."""
     capacity, quota = spec.capacity, observation.quota
     if capacity is None or quota is None:
         return Plan(desired=desired, training=())
@@ -250,13 +264,25 @@ def plan(
     current = replicas.spec
     # Replicas waiting for admission need room as much as new ones: holding the count while they wait for
     # quota that training holds would wait forever (nothing is on its way for them).
+    acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
     if desired > current or (desired == current and replicas.gated > 0):
-        acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
         if quota.slices is not None and replicas.slice is not None:
             return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
                                     observation.training, current, desired, now, replicas.gated)
         return _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
-    return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated)
+    forecast = 0 if ahead is None else ahead.replicas
+    # Acting ahead counts chips; with TPU slices a stop must free a whole region of the target's shape, which
+    # only transition 2's placement knows: there, serving's own count drives the hand-off.
+    sliced = quota.slices is not None and replicas.slice is not None
+    if ahead is not None and not sliced and desired == current and forecast > current:
+        early = _act_ahead(capacity, acct, observation.training, current, ahead, now, choose,
+                           fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)
+        if early is not None:
+            return early
+    # Reactivation hysteresis: the chips the forecast needs within its lead stay with serving.
+    keep = max(0, forecast - desired) * capacity.per_replica
+    return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated, keep=keep,
+                       ahead=ahead)
 
 
 def _ineligible(capacity: CapacitySpec, w: TrainingWorkload, now: float) -> str | None:
@@ -504,6 +530,74 @@ def _checkpoint_first(
     return stopping, saving
 
 
+def _act_ahead(
+    capacity: CapacitySpec,
+    acct: Budget,
+    training: Sequence[TrainingWorkload],
+    current: int,
+    ahead: Ahead,
+    now: float,
+    choose: VictimChooser,
+    *,
+    fresh_s: float,
+) -> Plan | None:
+    """Transition 4: serving does not need more replicas now, but the policy forecasts ``ahead.replicas``
+    within ``ahead.within_s`` (a hand-off's lead: eviction plus cold start) and they do not fit. Waiting until
+    they are due would stop training wherever it stands; acting now stops only Workloads that have just
+    checkpointed (``since_checkpoint_s`` ≤ ``fresh_s``, or ≤ ``checkpointRequestSeconds`` with requests on),
+    so they lose at most that much work, and starts the replicas they make room for at once. Others are left
+    running (asked to checkpoint, with requests on) until one saves, or until the need is due and transition
+    2 decides. None when there is nothing to do ahead."""
+    per, res = capacity.per_replica, acct.resource
+    headroom = acct.for_serving
+    need = (ahead.replicas - current) * per
+    if need <= headroom + _EPS:
+        return None  # it fits when it is due: nothing to stop early
+    running = [w for w in training if w.active and w.admitted and w.chips > 0]
+    eligible = [w for w in running if _ineligible(capacity, w, now) is None]
+    t = capacity.checkpoint_request_seconds
+    window = max(fresh_s, t)
+    fresh = [w for w in eligible if w.since_checkpoint_s is not None and w.since_checkpoint_s <= window]
+    reachable = min(ahead.replicas, current + math.floor(max(0.0, headroom + sum(w.chips for w in fresh)) / per + _EPS))
+    stopping: list[TrainingWorkload] = []
+    if reachable > current:
+        stopping = choose(fresh, (reachable - current) * per - headroom)
+    asking: list[TrainingWorkload] = []
+    if t > 0:
+        # The rest of the forecast need: ask the victims transition 2 would choose to save now, while serving
+        # does not wait yet; each is stopped here once its save shows.
+        rest = [w for w in eligible if w not in stopping]
+        missing = need - headroom - sum(w.chips for w in stopping)
+        if missing > _EPS:
+            asking = [v for v, ask in _checkpoint_first(capacity, choose(rest, missing), now)[1] if ask]
+    if not stopping and not asking:
+        return None
+    lead = f"the policy forecasts {ahead.replicas} replicas within {ahead.within_s:g}s (now {current})"
+    decisions = tuple(
+        TrainingDecision(
+            workload=v, action=TrainingAction.DEACTIVATE, reason=Reason.DEACTIVATE_TRAINING,
+            message=(
+                f"deactivating {v.key} ahead of need (priority {v.priority}, {v.chips} {res}, {_risk_text(v)}): "
+                f"{lead}; they need {_units(need)} {res}; {acct.describe()}"
+            ),
+        )
+        for v in stopping
+    ) + tuple(
+        TrainingDecision(
+            workload=v, action=TrainingAction.REQUEST_CHECKPOINT, reason=Reason.REQUEST_CHECKPOINT,
+            message=f"asking {v.key} to checkpoint ahead of need ({_risk_text(v)}): {lead}",
+        )
+        for v in asking
+    )
+    desired = max(current, reachable if stopping else current)
+    message = (
+        f"acting ahead: {lead}; starting {desired - current} on the chips of "
+        f"{', '.join(v.key for v in stopping)}, which just checkpointed"
+        if stopping else f"acting ahead: {lead}; asking {', '.join(v.key for v in asking)} to checkpoint first"
+    )
+    return Plan(desired=desired, training=decisions, message=message)
+
+
 def _reactivate(
     capacity: CapacitySpec,
     quota: QuotaStatus,
@@ -511,6 +605,9 @@ def _reactivate(
     current: int,
     desired: int,
     gated: int,
+    *,
+    keep: float = 0.0,
+    ahead: Ahead | None = None,
 ) -> Plan:
     ours = sorted(
         (w for w in training if w.deactivated_by_us and not w.active),
@@ -527,7 +624,7 @@ def _reactivate(
         return Plan(desired=desired, training=())
     released = max(0, removed - gated) * per
     claiming = float(sum(w.chips for w in training if w.active and not w.admitted))
-    room = quota.free + released - claiming
+    room = quota.free + released - claiming - keep
     decisions: list[TrainingDecision] = []
     # With a slice inventory, a Workload resumes only once its slices fit whole in regions free *now* (what
     # this scale-down releases is counted at the next evaluation, once Kueue has released it).
@@ -544,6 +641,10 @@ def _reactivate(
             inventory = placed
         room -= needs
         after = f" after scaling {current}→{desired}" if released else ""
+        kept = (
+            f"; {_units(keep)} {res} kept for the {ahead.replicas} replicas forecast within {ahead.within_s:g}s"
+            if keep > _EPS and ahead is not None else ""
+        )
         queued = f", {_units(claiming)} of them asked for by queued training" if claiming > _EPS else ""
         decisions.append(
             TrainingDecision(
@@ -552,8 +653,8 @@ def _reactivate(
                 reason=Reason.REACTIVATE_TRAINING,
                 message=(
                     f"reactivating {w.key} (priority {w.priority}, {w.chips} {res}): serving needs {desired} "
-                    f"replicas, none waits for admission, and {_units(room + needs + claiming)} {res} are free "
-                    f"in ClusterQueue {cq}{after}{queued}"
+                    f"replicas, none waits for admission, and {_units(room + needs + claiming + keep)} {res} are "
+                    f"free in ClusterQueue {cq}{after}{queued}{kept}"
                 ),
             )
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from autoscaler.core import arbitration, behavior, policies
 from autoscaler.core.model import (
+    Ahead,
     Decision,
     Observation,
     PolicyState,
@@ -166,7 +167,7 @@ def decide(
     out_of_range = _out_of_range(spec, current)
     if out_of_range is not None:
         desired, reason, message = out_of_range
-        return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message)
+        return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message, ahead=rec.ahead)
 
     if rec.replicas is None and not falling:
         why = _unknown_summary(rec, signals)
@@ -214,7 +215,7 @@ def decide(
                 recommendations=nxt.recommendations or ((now, current),),
             )
             return _finish_stage(compiled, observation, nxt, now, scale, current, desired, reason, message,
-                                 norm_reason, norm_message)
+                                 norm_reason, norm_message, ahead=rec.ahead)
         nxt.recommendations = ()
 
     if algorithm.uses_behavior:
@@ -233,7 +234,7 @@ def decide(
             min_replicas=max(spec.min_replicas, 1), max_replicas=spec.max_replicas, recommended=recommended
         )
     return _finish_stage(compiled, observation, nxt, now, scale, current, desired, reason, message,
-                         norm_reason, norm_message)
+                         norm_reason, norm_message, ahead=rec.ahead)
 
 
 def _finish_stage(
@@ -248,13 +249,15 @@ def _finish_stage(
     message: str,
     norm_reason: Reason | None,
     norm_message: str,
+    *,
+    ahead: Ahead | None = None,
 ) -> tuple[list[Decision], PolicyState]:
     if norm_reason is not None:
         reason = norm_reason
         message = f"{message}; {norm_message}" if norm_message else message
     elif desired == current and reason in (Reason.SCALE_UP, Reason.SCALE_DOWN):
         reason = Reason.STEADY
-    return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message)
+    return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message, ahead=ahead)
 
 
 #: HPA's default behavior, for the fallback counts of types without a behavior stage.
@@ -330,6 +333,8 @@ def _arbitrate(
     desired: int,
     reason: Reason,
     message: str,
+    *,
+    ahead: Ahead | None = None,
 ) -> tuple[list[Decision], PolicyState]:
     """Last step: capacity arbitration, then the scale decision first and the training decisions after it."""
     spec = compiled.policy.spec
@@ -337,8 +342,12 @@ def _arbitrate(
     if spec.capacity is None or observation.quota is None:
         reason, message = _admission_hold(replicas, desired, reason, message, "")
         return _finish([scale(desired, reason, message)], nxt, now, replicas.spec, desired)
-    plan = arbitration.plan(spec=spec, observation=observation, desired=desired, now=now)
-    if plan.desired != desired:
+    if ahead is not None:
+        ahead = Ahead(min(ahead.replicas, spec.max_replicas), ahead.within_s)
+    plan = arbitration.plan(spec=spec, observation=observation, desired=desired, now=now, ahead=ahead)
+    if plan.desired > desired:
+        desired, reason, message = plan.desired, Reason.HANDOFF_AHEAD, f"{message}; {plan.message}"
+    elif plan.desired != desired:
         desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
     else:
         reason, message = _admission_hold(replicas, desired, reason, message, plan.message)

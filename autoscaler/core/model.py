@@ -172,6 +172,19 @@ class AskedReplicas:
 
 
 @dataclass(frozen=True, slots=True)
+class Ahead:
+    """A policy's forecast for the hand-off: it expects to need ``replicas`` within ``within_s`` seconds.
+
+    ``within_s`` is the lead a hand-off takes (the victim's eviction plus serving's cold start), so a policy
+    that knows its cold start can say early what the arbitration would otherwise learn only when the
+    replicas are due. It never raises the count the policy decides now; the arbitration uses it to stop
+    training ahead of need at a checkpoint and to keep stopped training down while the need is forecast."""
+
+    replicas: int
+    within_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaStatus:
     """The accelerator quota serving shares, as a Kueue ClusterQueue holds it for one resource."""
 
@@ -233,6 +246,7 @@ class Reason(enum.StrEnum):
     REQUEST_CHECKPOINT = "CheckpointRequested"  # a victim is asked to save before it is stopped
     REACTIVATE_TRAINING = "ReactivateTraining"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # serving wants more than quota can give
+    HANDOFF_AHEAD = "HandoffAhead"  # replicas started ahead of a forecast need, on chips training just saved
 
 
 @quick_init

@@ -240,9 +240,11 @@ class CapacitySpec(SpecModel):
     resource: str = Field(description="e.g. nvidia.com/gpu or google.com/tpu")
     per_replica: float = Field(gt=0, description="Units of the resource one replica (or LWS group) uses.")
     min_run_seconds: float = Field(
-        default=600.0, ge=0,
-        description="A Workload this controller resumed is not stopped again for this long (estimate: a few "
-        "checkpoint intervals, so a resumed job saves at least once before it can be stopped again).",
+        default=0.0, ge=0,
+        description="A Workload this controller resumed is not stopped again for this long. 0 (default): off; "
+        "what a resumed job risks is already counted (the time since its admission), and "
+        "maxPreemptionsPerHour bounds how often one job is stopped. A minimum run time makes the arbitration "
+        "stop a job with more unsaved work instead (docs/controller.md, the hand-off figures).",
     )
     checkpoint_request_seconds: float = Field(
         default=0.0, ge=0,

@@ -172,8 +172,20 @@ class TrainingJob:
         """Its pods are gone: requeued (preempted) or inactive (deactivated) from now on."""
         self.state = self.after
 
-    def workload(self, now: float, *, deactivated_by_us: bool = False) -> TrainingWorkload:
+    def workload(
+        self, now: float, *, deactivated_by_us: bool = False, preempted_at: tuple[float, ...] = (),
+        resumed_at: float | None = None,
+    ) -> TrainingWorkload:
+        """As the controller reads it, with this controller's marks (``preempted-at``, ``resumed-at``)."""
         running = self.state is JobState.RUNNING
+        since: float | None = None
+        if running:
+            w = self.work(now)
+            since = w.since_checkpoint_s
+            if not (self.first_admission and self.admitted_at == 0.0) and w.checkpointed_s == 0.0:
+                # Restarted and not saved since: the controller reads the checkpoint it restored from and bounds
+                # the risk by the time since its admission (restore included), as controller/workloads.py does.
+                since = now - self.admitted_at
         return TrainingWorkload(
             namespace=self.namespace,
             name=self.name,
@@ -183,8 +195,10 @@ class TrainingJob:
                         or (self.state is JobState.TERMINATING and self.after is JobState.DEACTIVATED)),
             admitted=running or self.state is JobState.TERMINATING,
             deactivated_by_us=deactivated_by_us,
-            since_checkpoint_s=self.work(now).since_checkpoint_s if running else None,
+            since_checkpoint_s=since,
             checkpoint_requested_at=self.requested_at,
+            preempted_at=preempted_at,
+            resumed_at=resumed_at,
         )
 
 

@@ -217,6 +217,10 @@ class Simulation:
                 # A re-admitted Workload waits for its slice to be provisioned before it restores.
                 job.restore_s += self._provision_s
         self.deactivated_by_us: set[str] = set()
+        #: The controller's marks on each Workload, as it writes them: when it stopped each job (the per-job cap
+        #: reads the last hour's) and when it last resumed it (minRunSeconds reads it).
+        self.stopped_by_us: dict[str, list[float]] = {}
+        self.resumed_by_us: dict[str, float] = {}
         #: Called when a requested checkpoint completes (a controller re-evaluates then).
         self.on_checkpoint: list[Callable[[float], object]] = []
         self.serving_chips = 0
@@ -461,6 +465,7 @@ class Simulation:
             else:
                 job.state = kueue.JobState.DEACTIVATED
             self.deactivated_by_us.add(job.name)
+            self.stopped_by_us.setdefault(job.name, []).append(now)
             self.deactivations += 1
             self._admit_serving(now)
         elif decision.action is TrainingAction.REQUEST_CHECKPOINT:
@@ -483,6 +488,7 @@ class Simulation:
             else:
                 job.state = kueue.JobState.QUEUED
             self.deactivated_by_us.discard(job.name)
+            self.resumed_by_us[job.name] = now
             self.reactivations += 1
             self._admit_training(now)
 
@@ -521,8 +527,14 @@ class Simulation:
         self, now: float, selected: Callable[[kueue.TrainingJob], bool] | None = None
     ) -> tuple[TrainingWorkload, ...]:
         """The Workloads a policy sees: like the controller, only those its ``preemptible`` selectors match."""
-        return tuple(j.workload(now, deactivated_by_us=j.name in self.deactivated_by_us) for j in self.jobs
-                     if selected is None or selected(j))
+        return tuple(
+            j.workload(
+                now, deactivated_by_us=j.name in self.deactivated_by_us,
+                preempted_at=tuple(t for t in self.stopped_by_us.get(j.name, ()) if now - t < arbitration.HOUR_S),
+                resumed_at=self.resumed_by_us.get(j.name),
+            )
+            for j in self.jobs if selected is None or selected(j)
+        )
 
     # ----- the loop -----------------------------------------------------------------------------------
     def _record(self, now: float) -> float:

@@ -382,3 +382,25 @@ async def test_a_checkpoint_request_annotates_the_job_and_stops_nothing(
     assert write.body == {"metadata": {"annotations": {CHECKPOINT_REQUESTED: "2026-11-30T10:00:00Z"}}}
     (again,) = (await g.training(cp))[0]
     assert (again.active, again.checkpoint_requested_at) == (True, NOW)
+
+
+async def test_a_job_restarted_after_its_checkpoint_risks_only_what_it_did_since_its_admission(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """A job resumed (or requeued by Kueue) after its last checkpoint restored from it: stopping it loses what it
+    did since it was admitted again (its ``Admitted`` condition's time), not everything since the checkpoint."""
+    kube.add(objects.cluster_queue())
+    job = kube.add(objects.job())
+    kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm",
+                metadata={"annotations": {LAST_CHECKPOINT: str(NOW - 900)}})  # saved 15 min ago, then stopped
+    kube.add(objects.workload(WL_NAME, owner=job, priority=5))
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                "lastTransitionTime": "2026-11-30T09:59:00Z"}  # admitted again 60 s ago
+    kube.modify(V1BETA2, "Workload", WL_NAME, "llm", status={"conditions": [admitted]})
+    (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+    assert w.since_checkpoint_s == 60.0
+    # Admitted before the checkpoint: the checkpoint is what counts.
+    kube.modify(V1BETA2, "Workload", WL_NAME, "llm",
+                status={"conditions": [{**admitted, "lastTransitionTime": "2026-11-30T09:00:00Z"}]})
+    (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+    assert w.since_checkpoint_s == 900.0

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from autoscaler.core import arbitration
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import (
+    Ahead,
     Observation,
     PolicyState,
     QuotaStatus,
@@ -386,14 +387,18 @@ def test_anti_thrash_min_run_and_preemption_cap() -> None:
     now = 10_000.0
     just_resumed = ckpt("resumed", 10, resumed_at=now - 60)
     twice = ckpt("twice", 10, preempted_at=(now - 3000, now - 100))
+    min_run = spec_with(minRunSeconds=600)
+    # Off by default: the just-resumed job (10 s of work at risk) may be stopped; the capped one never.
     result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (just_resumed, twice)), desired=2, now=now)
+    assert actions(result) == [("deactivate", "resumed")]
+    result = arbitration.plan(spec=min_run, observation=observe(1, 6, (just_resumed, twice)), desired=2, now=now)
     assert result.desired == 1
     assert result.training == ()
     assert "resumed 60s ago (minRunSeconds 600)" in result.message
     assert "already stopped 2× in the last hour (maxPreemptionsPerHour 2)" in result.message
     # An hour later both may be stopped again; the fresher checkpoint goes.
     later = now + 3600
-    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (just_resumed, twice)), desired=2, now=later)
+    result = arbitration.plan(spec=min_run, observation=observe(1, 6, (just_resumed, twice)), desired=2, now=later)
     assert result.desired == 2
     assert len(result.training) == 1
 
@@ -506,3 +511,70 @@ def test_waiting_for_admission_is_its_own_reason() -> None:
     assert [(d.action, d.workload.name) for d in decisions[1:] if isinstance(d, TrainingDecision)] == [
         (TrainingAction.DEACTIVATE, "job-finetune-gemma-l4-3316f")
     ]
+
+
+# --- acting ahead of a forecast need (Recommendation.ahead) --------------------------------------------------
+
+
+SOON = Ahead(replicas=2, within_s=240)
+
+
+def test_act_ahead_stops_a_victim_that_just_checkpointed_and_starts_the_replica_now() -> None:
+    # 6 GPUs: 1 replica (2) + two 2-GPU jobs. Serving needs 1 now and forecasts 2 within 240 s.
+    training = (ckpt("stale", 400, chips=2), ckpt("fresh", 10, chips=2))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "fresh")])
+    assert "ahead of need" in result.training[0].message
+    assert "forecasts 2 replicas within 240s" in result.message
+
+
+def test_act_ahead_waits_for_a_checkpoint_rather_than_stop_work_early() -> None:
+    # Nobody has just saved (fresh = 2 evaluation periods, 30 s here): stop nothing ahead, serving stays.
+    training = (ckpt("a", 100, chips=2), ckpt("b", 400, chips=2))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON)
+    assert (result.desired, result.training) == (1, ())
+    # Without a forecast, a just-saved job is not touched either.
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (ckpt("fresh", 10, chips=2),)), desired=1)
+    assert (result.desired, result.training) == (1, ())
+
+
+def test_act_ahead_with_requests_asks_the_cheapest_victim_to_save_while_serving_does_not_wait_yet() -> None:
+    now = 10_000.0
+    training = (ckpt("a", 100, chips=2), ckpt("b", 400, chips=2))
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
+    assert (result.desired, actions(result)) == (1, [("request-checkpoint", "a")])
+    # Once it has saved, it is stopped and the replica starts, still ahead of need.
+    saved = (ckpt("a", 3, chips=2, checkpoint_requested_at=now - 25), ckpt("b", 425, chips=2))
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, saved), desired=1, ahead=SOON, now=now + 25)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "a")])
+
+
+def test_act_ahead_respects_anti_thrash() -> None:
+    now = 10_000.0
+    capped = ckpt("fresh", 10, chips=2, preempted_at=(now - 3000, now - 100))
+    training = (capped, ckpt("other", 400, chips=2))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
+    assert (result.desired, result.training) == (1, ())
+    resumed = (ckpt("fresh", 10, chips=2, resumed_at=now - 60), ckpt("other", 400, chips=2))
+    result = arbitration.plan(spec=spec_with(minRunSeconds=600), observation=observe(1, 6, resumed), desired=1,
+                              ahead=SOON, now=now)
+    assert (result.desired, result.training) == (1, ())
+
+
+def test_act_ahead_does_nothing_when_the_forecast_fits() -> None:
+    training = (ckpt("fresh", 10, chips=2),)
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 4, training), desired=1, ahead=SOON)
+    assert (result.desired, result.training) == (1, ())
+
+
+def test_no_reactivation_of_what_the_forecast_needs_back() -> None:
+    # Serving scales 2 → 1, which frees the 2 GPUs the stopped job needs; but the policy forecasts 2 replicas
+    # within the lead: the job stays down (hysteresis). Without the forecast it is resumed.
+    stopped = (wl("job", chips=2, active=False, admitted=False, ours=True),)
+    result = arbitration.plan(spec=SPEC, observation=observe(2, 6, stopped), desired=1, ahead=SOON)
+    assert result.training == ()
+    result = arbitration.plan(spec=SPEC, observation=observe(2, 6, stopped), desired=1,
+                              ahead=Ahead(replicas=1, within_s=240))
+    assert actions(result) == [("reactivate", "job")]
+    result = arbitration.plan(spec=SPEC, observation=observe(2, 6, stopped), desired=1)
+    assert actions(result) == [("reactivate", "job")]

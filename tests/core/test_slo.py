@@ -267,6 +267,24 @@ def test_a_ramp_is_forecast_over_the_cold_start() -> None:
     assert rec.replicas >= math.ceil(forecast / 0.8) > math.ceil(load / 0.8)
 
 
+def test_a_ramp_is_forecast_further_over_a_hand_offs_lead_for_the_arbitration() -> None:
+    """``Recommendation.ahead``: the same trend over two cold starts (a hand-off's lead: the victim's eviction
+    plus the cold start), never below the count decided now; without a trend it says no more than that."""
+    drv = Driver()
+    rec = None
+    for i in range(48):
+        rec = drv.step(8, 8, waiting=0, running=48 * (1.0 + 0.5 * i * STEP / 60))
+    assert rec is not None and rec.ahead is not None and rec.replicas is not None
+    assert rec.ahead.within_s == 2 * 120
+    needs = int(rec.message.split("⇒ needs ")[1].split()[0].rstrip(";"))  # over one cold start
+    assert rec.ahead.replicas > needs
+    flat = Driver()
+    for i in range(60):
+        rec = flat.step(3, 3, waiting=0, running=96 + (12 if i % 2 else -12))
+    assert rec is not None and rec.ahead is not None
+    assert rec.ahead.replicas == int(rec.message.split("⇒ needs ")[1].split()[0].rstrip(";"))
+
+
 def test_noise_without_a_trend_forecasts_nothing() -> None:
     drv = Driver()
     rec = None

@@ -42,3 +42,16 @@ def test_stopped_before_the_save_completes_nothing_is_saved() -> None:
     j.checkpoint_saved(300.0, 320.0)
     assert j.state is JobState.TERMINATING
     assert j.useful_s == 0.0
+
+
+def test_a_restarted_job_risks_what_it_did_since_its_admission_as_the_controller_reads_it() -> None:
+    """Re-admitted after a stop and not saved since: the controller reads the checkpoint it restored from and
+    bounds the risk by the time since its admission (restore included), so the simulated Workload says the same."""
+    j = job(honours=False)
+    j.evict(300.0, deactivate=True)
+    j.released()
+    j.admit(1000.0)
+    assert j.workload(1030.0).since_checkpoint_s == 30.0  # restoring (60 s): nothing computed, 30 s spent
+    assert j.workload(1100.0).since_checkpoint_s == 100.0  # 40 s computed after the restore
+    # Once it has saved in this admission, the time since that save.
+    assert j.workload(1000.0 + 60 + 600 + 20 + 5).since_checkpoint_s == 5.0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.core.fast import quick_init
-from autoscaler.core.model import Reason, ReplicaStatus, SignalValue, TargetRef
+from autoscaler.core.model import Ahead, Reason, ReplicaStatus, SignalValue, TargetRef
 
 if TYPE_CHECKING:
     from autoscaler.core.spec import Spec
@@ -51,6 +51,9 @@ class Recommendation:
     #: act on it (HPA: a scale-down while another metric is unknown). A fallback takes the higher of the two, as
     #: HPA does over KEDA's fallback metric and the healthy triggers.
     usable_replicas: int | None = None
+    #: The type's forecast over a hand-off's lead (``Ahead``), when it has one: only the capacity arbitration
+    #: reads it (act ahead of a forecast need, keep stopped training down while it holds).
+    ahead: Ahead | None = None
 
 
 class PolicyAlgorithm(Protocol):

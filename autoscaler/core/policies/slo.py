@@ -53,7 +53,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from autoscaler.core.model import Reason
+from autoscaler.core.model import Ahead, Reason
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.specbase import FieldError, SpecModel
 
@@ -91,6 +91,9 @@ LOOKBACK_COLD_STARTS = 15.0
 LOOKBACK_MIN_S = 1800.0
 #: The short window of burst detection.
 BURST_SHORT_S = 20.0
+#: ``Recommendation.ahead`` forecasts this many cold starts ahead: a hand-off's lead is the training victim's
+#: eviction (Kueue's reconcile plus its grace period: estimate, at most one cold start) plus the cold start.
+HANDOFF_LEAD_COLD_STARTS = 2.0
 #: Ratios this close to an integer count as that integer (float noise must not add a replica).
 _EPSILON = 1e-9
 
@@ -447,11 +450,17 @@ class SloAlgorithm:
                 # the demand: those samples would fake a trend as capacity is added. The trend skips them.
                 calm = (*calm, now)
         forecast, ftext, burst_at, seasonal = load, "", prev.burst_at, prev.seasonal
+        # For the capacity arbitration (``Recommendation.ahead``): the trend over a hand-off's lead, a training
+        # victim's eviction plus this cold start; the eviction is taken as at most one more cold start
+        # (estimate: grace periods of 30-60 s against cold starts of minutes).
+        reach = HANDOFF_LEAD_COLD_STARTS * horizon
+        further = load
         if fc.enabled and history:
             calm_set = set(calm)
-            forecast, ftext, burst_at = _trend_and_burst(
+            forecast, ftext, burst_at, further = _trend_and_burst(
                 history, now, load, horizon, fc.burst_ratio, burst_at,
                 trend_samples=[(t, v) for t, v in history if t in calm_set] if not queued else [],
+                reach=reach,
             )
             if fc.seasonality_period_seconds is not None:
                 seasonal, season_load = _seasonal(
@@ -477,6 +486,7 @@ class SloAlgorithm:
 
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
+        ahead = Ahead(max(need, _ceil(further / c)), reach) if fc.enabled and not reading.unknown else None
         breach_floor = 0
         if ratio is not None and ratio > 1.0 and starting == 0 and ready > 0:
             breach_floor = ready + 1  # the SLO is missed now: more capacity whatever the model says
@@ -541,11 +551,13 @@ class SloAlgorithm:
             no_down = "" if reading.demand_zero else f"no scale-down while {names} is unknown"
 
         if need > current:
-            return Recommendation(need, Reason.SCALE_UP, f"{need_text}; {have_text}: scaling to {need}"), new_state
+            return Recommendation(
+                need, Reason.SCALE_UP, f"{need_text}; {have_text}: scaling to {need}", ahead=ahead
+            ), new_state
         if starting > 0 and need > ready:
             return Recommendation(
                 current, Reason.WAITING_FOR_STARTING,
-                f"{need_text}; {have_text}: the starting replicas cover it, not scaling again",
+                f"{need_text}; {have_text}: the starting replicas cover it, not scaling again", ahead=ahead,
             ), new_state
         down_u = c * (1.0 - cfg.scale_down.hysteresis)
         keep_for = max(peak, forecast, load + rise)
@@ -567,13 +579,14 @@ class SloAlgorithm:
             no_down = no_down or "requests are waiting on every replica"
         if down < current and not at_risk and not no_down:
             return Recommendation(
-                down, Reason.SCALE_DOWN, f"{need_text}; {band} ⇒ {down}; {have_text}: scaling down to {down}"
+                down, Reason.SCALE_DOWN, f"{need_text}; {band} ⇒ {down}; {have_text}: scaling down to {down}",
+                ahead=ahead,
             ), new_state
         why = no_down or ("the SLO is at risk" if at_risk else f"{band} ⇒ {down}")
         unknown_hold = bool(reading.unknown) and down < current
         return Recommendation(
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
-            f"{need_text}; {have_text}: holding {current} ({why})",
+            f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
 
     def _latency_names(self) -> tuple[str, ...]:
@@ -615,13 +628,16 @@ def _trend_and_burst(
     burst_at: float | None,
     *,
     trend_samples: list[tuple[float, float]] | None = None,
-) -> tuple[float, str, float | None]:
-    """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection."""
+    reach: float | None = None,
+) -> tuple[float, str, float | None, float]:
+    """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection;
+    last, the same forecast extrapolated to ``now + reach`` (default ``horizon``), never below the first."""
     # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
     # Only its lower confidence bound counts (slope − 2 standard errors): noise alone must not add replicas.
     span = 2 * max(horizon, 30.0)
     window = [(t, v) for t, v in history if t > now - span]
     forecast, text = load, ""
+    further = load
     mv = sum(v for _, v in window) / len(window) if window else load
     fit = [(t, v) for t, v in (history if trend_samples is None else trend_samples) if t > now - span]
     if len(fit) >= 4:
@@ -638,6 +654,7 @@ def _trend_and_burst(
                 if ahead > forecast:
                     forecast = ahead
                     text = f" (trend ≥ +{low * 60:.2f}/min)"
+                further = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * (reach or horizon))
     if len(window) >= 4:
         short = [v for t, v in window if t > now - BURST_SHORT_S]
         mean_long = mv
@@ -646,7 +663,7 @@ def _trend_and_burst(
             burst_at = now
             forecast = max(forecast, *short)
             text += f" (burst: {sum(short) / len(short):.2f} ≥ {burst_ratio:g}× the {mean_long:.2f} average)"
-    return forecast, text, burst_at
+    return forecast, text, burst_at, max(forecast, further)
 
 
 def _seasonal(
