@@ -14,7 +14,7 @@ import os
 import random
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,11 @@ class Runtime:
         # replaced here adopts what the old name claimed (controller/targets.py).
         le = cfg.leader_election
         kube_actuator.targets.controller = f"{le.lease_namespace or self.namespace}/{le.lease_name}"
-        kube_actuator.targets.running = lambda: self.store.policies.keys()
+
+        def running() -> Collection[str]:
+            return self.store.policies.keys()  # looked up at each call: a reload replaces the mapping
+
+        kube_actuator.targets.running = running
         self.training = SharedTraining(kube_actuator.gate, now=self.clock.monotonic)
         self.actuator = InvalidatingActuator(kube_actuator, self.training)
         self.observer = PolicyObserver(

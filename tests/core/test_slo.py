@@ -274,14 +274,16 @@ def test_a_ramp_is_forecast_further_over_a_hand_offs_lead_for_the_arbitration() 
     rec = None
     for i in range(48):
         rec = drv.step(8, 8, waiting=0, running=48 * (1.0 + 0.5 * i * STEP / 60))
-    assert rec is not None and rec.ahead is not None and rec.replicas is not None
+    assert rec is not None
+    assert rec.ahead is not None
     assert rec.ahead.within_s == 2 * 120
     needs = int(rec.message.split("⇒ needs ")[1].split()[0].rstrip(";"))  # over one cold start
     assert rec.ahead.replicas > needs
     flat = Driver()
     for i in range(60):
         rec = flat.step(3, 3, waiting=0, running=96 + (12 if i % 2 else -12))
-    assert rec is not None and rec.ahead is not None
+    assert rec is not None
+    assert rec.ahead is not None
     assert rec.ahead.replicas == int(rec.message.split("⇒ needs ")[1].split()[0].rstrip(";"))
 
 
