@@ -576,13 +576,26 @@ class Controller:
         try:
             return await self._commit(cp, ordered, stopped, acted, log, gated)
         except asyncio.CancelledError:
-            # Cut between steps (the pass deadline, or shutdown): what was stopped for a scale not yet written is
-            # resumed before the cancellation goes on, so no half-applied hand-off is left behind; the next pass
-            # plans again from the cluster. Not once the lease may be another replica's (its sweep resumes it).
+            # Cut between steps (the pass deadline, or shutdown): nothing half-applied is left behind. Cut during
+            # the scale write, whether it was stored is unknown: the target is read again. Stored: the hand-off
+            # is finished (the stop stands for a scale that happened). Not stored: what was stopped for it is
+            # resumed before the cancellation goes on; the next pass plans again from the cluster. Neither once
+            # the lease may be another replica's (its sweep resumes what is left).
             if stopped and self.leader.holds():
-                log.warning("handoff_cut", workloads=[d.workload.key for d in stopped])
-                await self._undo(cp, stopped, "the pass was cut short before the scale was written", acted, log)
+                if scale is not None and await self._stored(cp, scale):
+                    log.warning("handoff_cut", workloads=[d.workload.key for d in stopped], scale="stored")
+                else:
+                    log.warning("handoff_cut", workloads=[d.workload.key for d in stopped], scale="not stored")
+                    await self._undo(cp, stopped, "the pass was cut short before the scale was written", acted, log)
             raise
+
+    async def _stored(self, cp: CompiledPolicy, scale: ScaleDecision) -> bool:
+        """Whether the target now has the count ``scale`` asked for (unknown: no)."""
+        try:
+            obs = await self.observer.observe(cp)
+        except Exception:
+            return False
+        return obs.replicas.spec == scale.desired
 
     async def _commit(
         self, cp: CompiledPolicy, ordered: list[Decision], stopped: list[TrainingDecision], acted: list[str],
