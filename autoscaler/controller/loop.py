@@ -233,6 +233,8 @@ class Controller:
     _asked: dict[tuple[str, str], dict[str, AskedReplicas]] = field(default_factory=dict)
     #: Policies sharing a ClusterQueue evaluate one at a time: each decides on what the previous one did.
     _queue_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    #: The pass deadline of each policy's running evaluation: a hand-off it cuts is undone (``_act``).
+    _deadlines: dict[str, asyncio.Timeout] = field(default_factory=dict)
     #: Finds and resumes Workloads no policy covers any more (None: no sweep).
     keeper: Keeper | None = None
     sweep_s: float = 10.0
@@ -374,7 +376,9 @@ class Controller:
             self._runs[cp.name] = runs + 1
             part = prepared[1] if prepared is not None and prepared[0] == runs else None
             try:
-                async with asyncio.timeout(self.pass_deadline_s):
+                async with asyncio.timeout(self.pass_deadline_s) as deadline:
+                    # The hand-off undoes what it stopped only when this deadline (not a kill) cuts it.
+                    self._deadlines[cp.name] = deadline
                     queue = _queue_key(cp)
                     if queue is None:
                         outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
@@ -576,12 +580,14 @@ class Controller:
         try:
             return await self._commit(cp, ordered, stopped, acted, log, gated)
         except asyncio.CancelledError:
-            # Cut between steps (the pass deadline, or shutdown): nothing half-applied is left behind. Cut during
-            # the scale write, whether it was stored is unknown: the target is read again. Stored: the hand-off
-            # is finished (the stop stands for a scale that happened). Not stored: what was stopped for it is
-            # resumed before the cancellation goes on; the next pass plans again from the cluster. Neither once
-            # the lease may be another replica's (its sweep resumes what is left).
-            if stopped and self.leader.holds():
+            # Cut between steps by the pass deadline: nothing half-applied is left behind. Cut during the scale
+            # write, whether it was stored is unknown: the target is read again. Stored: the hand-off is finished
+            # (the stop stands for a scale that happened). Not stored: what was stopped for it is resumed before
+            # the cancellation goes on; the next pass plans again from the cluster. Not once the lease may be
+            # another replica's (its sweep resumes what is left), and not when the task is cancelled from outside
+            # (shutdown, as a kill): a restarted controller counts the stopped Workload as freeing and finishes.
+            deadline = self._deadlines.get(cp.name)
+            if stopped and deadline is not None and deadline.expired() and self.leader.holds():
                 if scale is not None and await self._stored(cp, scale):
                     log.warning("handoff_cut", workloads=[d.workload.key for d in stopped], scale="stored")
                 else:
