@@ -118,7 +118,9 @@ class Runtime:
         kube_actuator.targets.controller = f"{le.lease_namespace or self.namespace}/{le.lease_name}"
 
         def running() -> Collection[str]:
-            return self.store.policies.keys()  # looked up at each call: a reload replaces the mapping
+            # Every policy this controller has loaded, running or held by the one-owner rule (a held policy's
+            # claim is still its own): looked up at each call, a reload replaces them.
+            return {cp.name for cps in self.store.good().values() for cp in cps} | self.store.conflicts.keys()
 
         kube_actuator.targets.running = running
         self.training = SharedTraining(kube_actuator.gate, now=self.clock.monotonic)

@@ -24,10 +24,10 @@ Every write:
    409, re-reads, sees the other's claim and refuses). Every replica of this controller runs the same
    policy names, so they share the claim; another controller, or another policy, is refused. The claim also
    names the controller (``autoscaler.dev/managed-by-controller: <namespace>/<lease>``). **Adoption**: a claim
-   this same controller wrote for a policy it no longer runs (renamed or deleted) is taken over by the one
-   policy now targeting the object (the load-time rule allows one per target), so ownership follows the
-   controller's identity, not a policy name; a claim by another controller, or a hand-written one without
-   the controller's name, is never adopted;
+   this same controller wrote for a policy it no longer has (renamed or deleted; one held by the one-owner
+   rule is still had) is taken over by the one policy now targeting the object (the load-time rule allows
+   one per target), so ownership follows the controller's identity, not a policy name; a claim by another
+   controller, or a hand-written one without the controller's name, is never adopted;
 3. sends the resourceVersion it read (optimistic concurrency), so a concurrent change answers 409;
 4. is retried with jittered backoff on 409 (re-reading first) and on 5xx/429, a bounded number of times;
    a 403 is reported at once (``Forbidden``), never retried;
