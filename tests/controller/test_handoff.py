@@ -489,3 +489,96 @@ async def test_a_pass_cut_between_the_stop_and_the_scale_resumes_what_it_stopped
     assert w.workload()["active"] is False
     tgi.queue = 5
     await until(lambda: not stranded(w) and w.workload()["admitted"])
+
+
+class RampingTgi(TgiMetrics):
+    """A TGI stand-in whose running batch (``tgi_batch_current_size``) the test moves."""
+
+    batch: float = 2.0
+
+    async def _metrics(self, _: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415 - only this stand-in serves a moving batch
+
+        self.scrapes += 1
+        text = f"# TYPE tgi_batch_current_size gauge\ntgi_batch_current_size {self.batch}\n"
+        return web.Response(text=text, content_type="text/plain")
+
+
+def slo_policy_text(url: str) -> str:
+    """Type ``slo`` on the running batch (10 slots a replica): its trend forecast over two cold starts is the
+    ``Recommendation.ahead`` the arbitration acts on. The stated cold start (10 s) is the policy's own fact."""
+    return f"""\
+apiVersion: autoscaler.dev/v1alpha1
+kind: ScalingPolicy
+metadata:
+  name: tgi-gemma
+spec:
+  target: {{kind: Deployment, name: tgi-gemma-deployment, namespace: llm}}
+  minReplicas: 1
+  maxReplicas: 2
+  evaluationPeriodSeconds: 1
+  source: {{type: pods, endpoints: ['{url}']}}
+  signals:
+    - name: batch
+      preset: tgi.batch_size
+  policy:
+    type: slo
+    objective: {{ttftSeconds: 2, percentile: 0.99}}
+    replica: {{slots: 10, coldStartSeconds: 10}}
+    signals: {{running: batch}}
+  capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2}}
+  preemptible:
+    - namespace: llm
+      selector: {{matchLabels: {{app: finetune-job}}}}
+"""
+
+
+@pytest.mark.parametrize("ahead", [pytest.param(True, id="forecast-ahead"), pytest.param(False, id="no-forecast")])
+async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
+    world: World, ahead: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady ramp: the slo policy's forecast over a hand-off's lead needs the second replica before its
+    forecast over the cold start does. The fine-tune has just checkpointed (its loop saves every 0.5 s here),
+    so the controller stops it then and starts the replica at once (``HandoffAhead``), while the policy's own
+    count is still 1. Without the forecast (``ahead`` removed) the same hand-off happens only once the count
+    itself asks for 2."""
+    from autoscaler.core.policies import slo  # noqa: PLC0415
+
+    if not ahead:
+        monkeypatch.setattr(slo, "HANDOFF_LEAD_COLD_STARTS", 1.0)  # the lead forecast = the cold start's: no lead
+    w = world
+    tgi = RampingTgi()
+    await tgi.start()
+    w.metrics["ramp"] = tgi
+    (w.policies / "tgi.yaml").write_text(slo_policy_text(tgi.url))
+    rt = w.runtime()
+
+    async def trainer() -> None:
+        """The fine-tune's loop: a checkpoint every 0.5 s, stamped on its Job (autoscaler.dev/last-checkpoint-time)."""
+        while True:
+            w.kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm", metadata={"annotations": {
+                "autoscaler.dev/last-checkpoint-time": str(rt.clock.wall())}})
+            await asyncio.sleep(0.5)
+
+    w.tasks.append(asyncio.create_task(trainer()))
+    run_kueue(w)
+    w.start(rt)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    while not w.training_writes() and loop.time() - t0 < 40:
+        tgi.batch = min(9.0, 2.0 + 0.4 * (loop.time() - t0))  # +0.04 replica-equivalents a second, up to 0.9
+        await asyncio.sleep(0.1)
+    assert w.training_writes() == [False]
+    await until(lambda: any(r in ("HandoffAhead", "ScaleUp") for r, _ in
+                            ((e["reason"], e["note"]) for e in w.kube.list("events.k8s.io/v1", "Event", "llm"))))
+    events = [(e["reason"], e["note"]) for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
+    scaled = [r for r, _ in events if r in ("HandoffAhead", "ScaleUp")]
+    if ahead:
+        assert scaled[0] == "HandoffAhead"
+        (note,) = [n for r, n in events if r == "HandoffAhead"][:1]
+        assert "acting ahead: the policy forecasts 2 replicas within 20s (now 1)" in note
+        assert "which just checkpointed" in note
+    else:
+        assert "HandoffAhead" not in scaled
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert w.workload()["active"] is False
