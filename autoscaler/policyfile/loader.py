@@ -324,8 +324,39 @@ def _compose_fast(text: str, state: _FileState) -> list[tuple[Node, Any]] | None
 #: libyaml's composer recurses in C with no depth check: tens of thousands of nested ``[`` crash the
 #: process (measured: 10,000 levels parse, 100,000 segfault). It is used only below this bound.
 FAST_YAML_MAX_DEPTH = 1000
+#: Implicit tags of plain scalars already resolved: (value, implicit) -> tag. Short values only (keys, numbers,
+#: names repeat across documents; long text rarely does), and a bounded count.
+_TAGS: dict[tuple[str, tuple[bool, bool]], str] = {}
+_TAGS_MAX, _TAG_VALUE_MAX = 20_000, 64
+
 try:
-    _FastLoader: Any = yaml.CSafeLoader
+
+    class _MemoLoader(yaml.CSafeLoader):
+        """libyaml's safe loader with PyYAML's tag resolution memoized. The composer asks the (Python)
+        resolver for every scalar, and walks its path-resolver stack for every node: a third of composing.
+        With no path resolvers (the safe loader has none) a scalar's tag depends on its value and
+        ``implicit`` only, so it is resolved once per distinct short value; the answer is the resolver's own.
+        """
+
+        def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+            return None  # only path resolvers use the stack, and there are none
+
+        def ascend_resolver(self) -> None:
+            return None
+
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            if kind is not ScalarNode or len(value) > _TAG_VALUE_MAX:
+                return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            key = (value, implicit)
+            tag = _TAGS.get(key)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+                if len(_TAGS) < _TAGS_MAX:
+                    _TAGS[key] = tag
+            return tag
+
+    assert not yaml.CSafeLoader.yaml_path_resolvers  # what makes the memo and the no-op stack exact
+    _FastLoader: Any = _MemoLoader
     FAST_YAML = True
 except AttributeError:  # PyYAML built without libyaml
     _FastLoader = None
@@ -462,6 +493,11 @@ def load_model(path: str | Path, model: type[M]) -> M:
 
 
 
+class _Unusual(Exception):
+    """``_plain_data``'s walk met something it leaves to the full checks (a class made once: building it per
+    document cost more than validating one)."""
+
+
 def _plain_data(root: MappingNode) -> tuple[Any, int]:
     """The common case in one walk: a document with no alias, no merge key, no tag beyond str, int, float, bool,
     null, map and seq, only scalar keys, no duplicate key, at most ``MAX_DEPTH`` deep and within the node
@@ -470,9 +506,7 @@ def _plain_data(root: MappingNode) -> tuple[Any, int]:
     ``_UNUSUAL``, and the caller runs those two, which report every problem exactly as they always did."""
     seen: set[int] = set()
     count = 0
-
-    class Unusual(Exception):
-        pass
+    Unusual = _Unusual  # a local name: the walk below is hot
 
     def build(node: Node, depth: int) -> Any:
         nonlocal count
