@@ -3,7 +3,7 @@
 Two traces are generated (synthetic, deterministic: a daily load cycle with noise and a recorded count that moves
 every ten minutes):
 
-1. ``long``: 13 weeks at 15 s with 10 signals (728,000 evaluations; goal: peak RSS under 300 MiB);
+1. ``long``: 13 weeks at 15 s with 10 signals (524,160 evaluations; goal: peak RSS under 300 MiB);
 2. ``week``: the week of three signals ``bench.replay_speed`` writes (40,320 evaluations; goal: the whole
    command, plot included, in 1 s wall).
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from autoscaler.core.engine import CompiledPolicy, decide
 from autoscaler.core.fast import quick_init
@@ -320,10 +320,16 @@ class _Cursor:
         return at
 
     def read(self, now: float) -> SignalReading | None:
-        before = self.at
-        at = self.advance(now)
-        if at != before:
-            self.reading = SignalReading(self.values[at], self.stamps[at], source=self.origin)
+        # ``advance`` written out: called for every signal at every evaluation, and usually nothing moves.
+        stamps = self.stamps
+        at = self.at
+        if at + 1 < len(stamps) and stamps[at + 1] <= now:
+            at += 1
+            last = len(stamps) - 1
+            while at < last and stamps[at + 1] <= now:
+                at += 1
+            self.at = at
+            self.reading = SignalReading(self.values[at], stamps[at], source=self.origin)
         return self.reading
 
 
@@ -400,6 +406,7 @@ def _steps(
     downs: tuple[tuple[float, int], ...] = ()
     last: float | None = None
     status: ReplicaStatus | None = None
+    complete = False
 
     for k in range(count):
         now = start + k * period
@@ -415,9 +422,14 @@ def _steps(
             assert rec_now is not None
             status = ReplicaStatus(spec=rec_now, ready=rec_now, starting=0)
 
-        # Before a signal's first sample there is no reading (the core reports it missing).
         row = [read(now) for read in reads]
-        readings = {name: reading for name, reading in zip(names, row, strict=True) if reading is not None}
+        if complete:
+            readings = cast("dict[str, SignalReading]", dict(zip(names, row, strict=True)))
+        else:
+            # Before a signal's first sample there is no reading (the core reports it missing). Once every signal has
+            # one, each keeps one (a cursor never moves back), so the check stops.
+            readings = {name: reading for name, reading in zip(names, row, strict=True) if reading is not None}
+            complete = len(readings) == len(row)
         if rescaled and rec_now is not None and rec_now != status.ready:
             for j in rescaled:
                 reading = row[j]
