@@ -19,8 +19,16 @@ requests still decoding at ``H`` and ``d_i = c·(output_i − 1)`` their decode 
 
 and every replica beyond the initial fleet ``n0`` is ready at most ``H − coldStart`` and pays
 ``coldStart`` of loading, so at least ``⌈(busy − n0·H) / (H − coldStart)⌉`` of them pay it. The bound is
-``chips × (busy + extra × coldStart)``. It ignores queueing, KV limits, routing and the metric pipeline,
-so it is loose; what it guarantees is that nothing (the oracle included) can be cheaper.
+``chips × (busy + extra × coldStart)`` (``work_bound_chip_s``). A second relaxation
+(``readiness_bound_chip_s``) counts deadlines and cold starts: the requests of an arrival window
+``[a, a + L)`` that meet the SLO end their prefill by ``a + L + SLO``, one prompt at a time per replica, so at
+some moment of ``[a, a + L + SLO]`` at least ``⌈P / (L + SLO)⌉`` replicas are ready (``P`` their prefill
+seconds less the window's ``N − ⌈A·N⌉`` longest); a replica ready at ``t`` has been held since ``t − lead``
+(or 0), so ``k`` replicas are held over ``[t − lead, t]`` for each such window asking for ``≥ k``; over a
+chain of windows that follow one another those stretches cover at least ``min(lead, s1) + Σ min(lead,
+gap)``. The bound (``lower_bound_chip_s``) is the larger of the two. Both ignore queueing, KV limits,
+routing and the metric pipeline, so they are loose; what they guarantee is that nothing (the oracle
+included) can be cheaper.
 
 **Oracle** (``Search``): the cheapest simulated schedule of three families of perfect-foresight schedules:
 
@@ -58,7 +66,9 @@ better attainment, at every attainment, that a weakened search fails that check,
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +83,9 @@ WINDOWS_S: tuple[float, ...] = (15.0, 30.0, 60.0, 120.0)
 U_RANGE: tuple[float, float] = (0.2, 4.0)
 #: Bisection stops when the bracket's ratio hi/lo is below 1 + this (≈ 7 steps over U_RANGE).
 U_RESOLUTION = 0.02
+#: Lengths (seconds) of the arrival windows whose prefill deadlines ``readiness_bound_chip_s`` counts, each
+#: tiled twice (offset by half a window): any set of windows gives a valid bound, more windows a tighter one.
+BOUND_WINDOWS_S: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
 #: Grid of the lower bound's multiplier λ (any λ gives a valid bound; the grid picks the best of them).
 LAMBDA_STEPS = 50
 #: Window length of the per-window level family (seconds): its menu and its schedules change level only at
@@ -365,11 +378,99 @@ def misses_allowed(n: int, target: float) -> int:
     return n - math.ceil(target * n - 1e-9)
 
 
+@dataclass(frozen=True)
+class ReadyRequirement:
+    """Some time in ``[start, end]`` has at least ``replicas`` replicas ready (forced by prefill deadlines)."""
+
+    start: float
+    end: float
+    replicas: int
+
+
+def ready_requirements(
+    *, trace: Trace, cluster: Cluster, pool: PoolSpec, slo_ttft_s: float, target: float, horizon_s: float,
+) -> list[ReadyRequirement]:
+    """Per arrival window ``[a, a + L)``: the requests arriving in it that meet the SLO end their prefill by
+    ``a + L + SLO``; prefills run one at a time on a ready replica, so ``∫ ready ≥ P`` over
+    ``[a, a + L + SLO]`` (``P`` their prefill seconds) and at some moment ``⌈P / (L + SLO)⌉`` replicas are
+    ready. A run at attainment ``A`` may miss ``N − ⌈A·N⌉`` requests anywhere, so each window drops its
+    that-many longest prefills (valid for every choice of misses at once). Windows ending after the
+    billed horizon are left out."""
+    tps = cluster.profile(pool).prefill_tokens_per_second
+    arrivals = trace.arrivals
+    prefill = [i / tps for i in trace.inputs]
+    misses = misses_allowed(len(arrivals), target)
+    out: list[ReadyRequirement] = []
+    for length in BOUND_WINDOWS_S:
+        for offset in (0.0, length / 2):
+            a = offset
+            while a + length + slo_ttft_s <= horizon_s:
+                lo, hi = bisect.bisect_left(arrivals, a), bisect.bisect_left(arrivals, a + length)
+                if hi - lo > misses:
+                    work = prefill[lo:hi]
+                    total = sum(work) - (sum(heapq.nlargest(misses, work)) if misses else 0.0)
+                    need = math.ceil(total / (length + slo_ttft_s) - 1e-9)
+                    if need > 0:
+                        out.append(ReadyRequirement(a, a + length + slo_ttft_s, need))
+                a += length
+    return out
+
+
+def _held_at_least(requirements: list[ReadyRequirement], level: int, lead_s: float) -> float:
+    """A lower bound on how long at least ``level`` replicas are held (paid for), from the requirements
+    asking for ≥ ``level`` ready. A replica ready at ``t`` has been held since ``t − lead`` (its cold start,
+    paid) or since 0 (an initial one), so ``level`` replicas are held over ``[max(0, t − lead), t]`` for some
+    ``t`` in each such requirement. For requirements in a chain ``[s1, e1], [s2, e2], …`` with ``s(i+1) ≥ e(i)``,
+    those stretches cover at least ``min(lead, s1) + Σ min(lead, s(i+1) − e(i))``; the best chain is found by
+    dynamic programming over the requirements in order of start (earlier ones ending at least a lead before
+    contribute a full lead, those ending within a lead their distance: a sliding-window maximum)."""
+    reqs = sorted((r.start, r.end) for r in requirements if r.replicas >= level)
+    ended: list[tuple[float, float]] = []  # (end, best) of processed requirements, a heap by end
+    window: deque[tuple[float, float]] = deque()  # (end, best − end), ends within a lead before now; max first
+    far_best = -math.inf  # the best chain among those ending a lead or more before now
+    best_any = 0.0
+    for start, end in reqs:
+        while ended and ended[0][0] <= start:
+            e, b = heapq.heappop(ended)
+            while window and window[-1][1] <= b - e:
+                window.pop()
+            window.append((e, b - e))
+        # Requirements ending a lead or more before this start leave the window for the far set.
+        while window and window[0][0] <= start - lead_s:
+            # Only the window's maximum is kept in order; a dropped non-maximum ended earlier than it, and
+            # its chain value is at most the maximum's + (its end − the maximum's end) ≤ the maximum's.
+            e, v = window.popleft()
+            far_best = max(far_best, v + e)
+        best = min(lead_s, start)
+        if far_best > -math.inf:
+            best = max(best, far_best + lead_s)
+        if window:
+            best = max(best, window[0][1] + start)
+        heapq.heappush(ended, (end, best))
+        best_any = max(best_any, best)
+    return best_any
+
+
 def lower_bound_chip_s(
     *, trace: Trace, cluster: Cluster, pool: PoolSpec, slo_ttft_s: float, target: float,
     initial_replicas: int, horizon_s: float | None = None,
 ) -> float:
-    """Chip-seconds no controller can go below at attainment ``target`` (the module docstring's relaxation)."""
+    """Chip-seconds no controller can go below at attainment ``target``: the larger of the two relaxations
+    of the module docstring (the work, and the prefill deadlines with cold starts)."""
+    horizon = trace.duration_s if horizon_s is None else horizon_s
+    return max(
+        work_bound_chip_s(trace=trace, cluster=cluster, pool=pool, slo_ttft_s=slo_ttft_s, target=target,
+                          initial_replicas=initial_replicas, horizon_s=horizon),
+        readiness_bound_chip_s(trace=trace, cluster=cluster, pool=pool, slo_ttft_s=slo_ttft_s, target=target,
+                               horizon_s=horizon),
+    )
+
+
+def work_bound_chip_s(
+    *, trace: Trace, cluster: Cluster, pool: PoolSpec, slo_ttft_s: float, target: float,
+    initial_replicas: int, horizon_s: float | None = None,
+) -> float:
+    """The work relaxation: busy time at full-batch efficiency, plus the cold starts the work forces."""
     prof = cluster.profile(pool)
     chips = cluster.chips_per_replica(pool)
     horizon = trace.duration_s if horizon_s is None else horizon_s
@@ -395,6 +496,19 @@ def lower_bound_chip_s(
     if busy > initial_replicas * horizon and horizon > cold:
         extra = math.ceil((busy - initial_replicas * horizon) / (horizon - cold) - 1e-9)
     return chips * (busy + extra * cold)
+
+
+def readiness_bound_chip_s(
+    *, trace: Trace, cluster: Cluster, pool: PoolSpec, slo_ttft_s: float, target: float, horizon_s: float,
+) -> float:
+    """Chip-seconds forced by prefill deadlines and cold starts (the module docstring's second relaxation):
+    ``chips × Σ_k`` (how long at least ``k`` replicas must be held) over every level ``k`` a requirement asks
+    for. Valid whatever the initial fleet (an initial replica is held from 0)."""
+    reqs = ready_requirements(trace=trace, cluster=cluster, pool=pool, slo_ttft_s=slo_ttft_s, target=target,
+                              horizon_s=horizon_s)
+    lead = cluster.lead_seconds(pool)
+    top = max((r.replicas for r in reqs), default=0)
+    return cluster.chips_per_replica(pool) * math.fsum(_held_at_least(reqs, k, lead) for k in range(1, top + 1))
 
 
 def eviction_seconds(cluster: Cluster) -> float:

@@ -194,12 +194,42 @@ def test_lower_bound_counts_the_work_and_grows_with_attainment() -> None:
     n = 100
     tr = traces.Trace("t", [float(i) for i in range(n)], [int(prof.prefill_tokens_per_second // 10)] * n, [1] * n)
     # Each request: 0.1 s of prefill, no decode; H = 99 s, SLO 2 s: the 98 arriving by 97 s count.
-    b = oracle.lower_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
-                                  initial_replicas=1)
+    b = oracle.work_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                 initial_replicas=1)
     assert b == pytest.approx(cluster.chips_per_replica(pool) * 98 * 0.1)
-    lower = oracle.lower_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=0.9,
-                                      initial_replicas=1)
+    lower = oracle.work_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=0.9,
+                                     initial_replicas=1)
     assert lower == pytest.approx(cluster.chips_per_replica(pool) * 88 * 0.1)
+    # The readiness bound is larger here: a request arriving at 96 s meets the SLO only if a replica is
+    # ready by 99 s, and that replica has been held since 0 (initial) or since 99 s − a cold start (< 0).
+    both = oracle.lower_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                     initial_replicas=1)
+    assert both == pytest.approx(cluster.chips_per_replica(pool) * 96)
+
+
+def test_readiness_bound_counts_a_cold_start_per_burst_and_replica() -> None:
+    """A hand-checkable case of the prefill-deadline bound: two bursts 2000 s apart, each 30 prompts of 0.2 s
+    of prefill within 0.3 s. Their 6 s of prefill must end within 1 s + the 2 s SLO of the burst's window,
+    so 2 replicas are ready at some moment of each burst; each was held for a cold start (lead) before it,
+    and the bursts are further apart than a lead: 2 replicas × 2 bursts × a lead. A run that may miss half
+    the requests is forced to nothing by it."""
+    cluster = cluster_mod.load()
+    pool = cluster.spec.pools[0]
+    prof = cluster.profile(pool)
+    tokens = int(prof.prefill_tokens_per_second * 0.2)
+    burst = [t + i / 100 for t in (1000.0, 3000.0) for i in range(30)]
+    tr = traces.Trace("bursts", [*burst, 3600.0], [tokens] * 60 + [1], [1] * 61)
+    lead = cluster.lead_seconds(pool)
+    full = oracle.readiness_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                         horizon_s=tr.duration_s)
+    assert full == pytest.approx(cluster.chips_per_replica(pool) * 2 * 2 * lead)
+    half = oracle.readiness_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=0.5,
+                                         horizon_s=tr.duration_s)
+    assert half == 0.0
+    # The work bound alone sees 12 s of prefill; the combined bound takes the larger.
+    both = oracle.lower_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                     initial_replicas=1)
+    assert both == pytest.approx(full)
 
 
 def test_schedule_starts_a_cold_start_early_and_keeps_short_gaps() -> None:
