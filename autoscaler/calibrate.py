@@ -22,6 +22,14 @@ file                  what it holds (vLLM / TGI / JetStream examples)
                       intervals with a queue are left out of the prefill fit (their TTFT includes waiting)
 ====================  ==================================================================================
 
+A latency histogram may instead be recorded whole, as the server exposes it (``ttft.json``, ``itl.json``:
+``{__name__=~"vllm:time_to_first_token_seconds_(bucket|sum|count)"}``): its ``_sum`` and ``_count`` are taken
+(the count from the ``le="+Inf"`` bucket if ``_count`` is missing; ``_created`` and the other buckets are
+ignored). Series are paired across files by the pod they come from (``namespace``/``pod``, else
+``instance``), so metric-specific labels (``model_name``, ``engine``, TGI's ``method``) do not matter; two
+series of one pod in one file (vLLM engines, a pattern that also matches ``_created``) are an error, not a
+guess.
+
 With ``--rates`` the five counter files hold per-second rates instead (``rate(x[1m])``, as ``record`` writes
 a counter preset's rate form, or a ``query:`` signal over a histogram's ``_sum``/``_count``); an interval
 then uses the rates sampled at its end, which a ``rate()`` over the recording's step covers exactly (the fits
@@ -93,22 +101,90 @@ def fit_line(xs: list[float], ys: list[float]) -> Fit:
     return Fit(intercept, slope, n, math.sqrt(ss_res / n), 1 - ss_res / ss_tot if ss_tot > 0 else 1.0)
 
 
-def _key(s: Series) -> tuple[tuple[str, str], ...]:
-    """Which pod a series belongs to: its labels without the metric name."""
-    return tuple((k, v) for k, v in s.labels if k != "__name__")
+PodKey = tuple[tuple[str, str], ...]
 
 
-def _load(directory: Path) -> dict[str, dict[tuple[tuple[str, str], ...], Series]]:
-    out: dict[str, dict[tuple[tuple[str, str], ...], Series]] = {}
+def _key(s: Series) -> PodKey:
+    """Which pod a series belongs to: its ``namespace``/``pod`` labels (what Prometheus' Kubernetes discovery
+    attaches to every series of a pod), else its ``instance``, else all its labels but the metric name and a
+    histogram's ``le``. Metric-specific labels (vLLM's ``model_name``, TGI's ``method``) differ between the
+    files of one pod, so they do not pair series."""
+    labels = dict(s.labels)
+    if "pod" in labels:
+        return (("namespace", labels.get("namespace", "")), ("pod", labels["pod"]))
+    if "instance" in labels:
+        return (("instance", labels["instance"]),)
+    return tuple((k, v) for k, v in s.labels if k not in ("__name__", "le"))
+
+
+def _name(s: Series) -> str:
+    labels = dict(s.labels)
+    shown = ", ".join(f'{k}="{v}"' for k, v in s.labels if k != "__name__")
+    return f"{labels.get('__name__', '')}{{{shown}}}"
+
+
+def _by_pod(path: Path, series: list[Series]) -> dict[PodKey, Series]:
+    """One series per pod; two for one pod is an error (summing or picking one silently would fit garbage)."""
+    out: dict[PodKey, Series] = {}
+    for s in series:
+        key = _key(s)
+        if key in out:
+            raise CalibrationError(
+                f"{path}: two series for one pod: {_name(out[key])} and {_name(s)}; record one series per pod "
+                "(e.g. sum by (namespace, pod) (...) over vLLM's engines, or the exact metric name rather than a "
+                "pattern that also matches its _created series)")
+        out[key] = s
+    return out
+
+
+def _histogram(path: Path) -> tuple[dict[PodKey, Series], dict[PodKey, Series]]:
+    """A histogram recorded whole (``{__name__=~"x_(bucket|sum|count)"}``, as a real server exposes it): its
+    ``_sum`` and ``_count`` per pod, the count from the ``le="+Inf"`` bucket when ``_count`` was not recorded.
+    Other buckets and ``_created`` carry nothing the fit needs (a mean needs the sum: buckets alone bound
+    it only to their width)."""
+    parts: dict[str, list[Series]] = {"sum": [], "count": [], "inf": []}
+    for s in read_query_range(path):
+        labels = dict(s.labels)
+        name = labels.get("__name__", "")
+        if not name:
+            raise CalibrationError(f"{path}: a series without __name__ ({_name(s)}): record the histogram's "
+                                   "series as the server exposes them (no function over them)")
+        if name.endswith("_sum"):
+            parts["sum"].append(s)
+        elif name.endswith("_count"):
+            parts["count"].append(s)
+        elif name.endswith("_bucket") and labels.get("le", "").lstrip("+").lower() == "inf":
+            parts["inf"].append(s)
+    if not parts["sum"]:
+        raise CalibrationError(f"{path}: no _sum series: a histogram's buckets do not give its mean; record its "
+                               "_sum and _count too")
+    count = parts["count"] or parts["inf"]
+    if not count:
+        raise CalibrationError(f"{path}: no _count series (nor a le=\"+Inf\" bucket); record the histogram's _count")
+    return _by_pod(path, parts["sum"]), _by_pod(path, count)
+
+
+#: A whole histogram's file, standing for the two files of its sum and count.
+HISTOGRAMS = {"ttft": ("ttft_sum", "ttft_count"), "itl": ("itl_sum", "itl_count")}
+
+
+def _load(directory: Path) -> dict[str, dict[PodKey, Series]]:
+    out: dict[str, dict[PodKey, Series]] = {}
+    for whole, (sum_name, count_name) in HISTOGRAMS.items():
+        path = directory / f"{whole}.json"
+        if path.is_file() and not (directory / f"{sum_name}.json").is_file():
+            out[sum_name], out[count_name] = _histogram(path)
     for name in (*REQUIRED, *OPTIONAL):
+        if name in out:
+            continue
         path = directory / f"{name}.json"
         if not path.is_file():
             if name in REQUIRED:
                 raise CalibrationError(f"{path}: missing; calibrate needs {', '.join(f'{n}.json' for n in REQUIRED)}"
-                                       " (docs/simulate.md, 'Calibrating')")
+                                       " (or ttft.json / itl.json holding a whole histogram; docs/simulate.md, "
+                                       "'Calibrating')")
             continue
-        series = read_query_range(path)
-        out[name] = {_key(s): s for s in series}
+        out[name] = _by_pod(path, read_query_range(path))
     return out
 
 
@@ -126,7 +202,7 @@ def _at(series: Series, t: float) -> float | None:
     return None
 
 
-def points(data: dict[str, dict[tuple[tuple[str, str], ...], Series]], *, rates: bool = False
+def points(data: dict[str, dict[PodKey, Series]], *, rates: bool = False
            ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """(mean prompt tokens, mean TTFT) and (mean batch, mean inter-token latency) per pod interval."""
     prefill: list[tuple[float, float]] = []

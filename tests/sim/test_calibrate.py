@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,120 @@ def test_every_bundled_profile_parameter_has_a_source_or_says_estimate() -> None
     for name, prof in profiles.load(cluster_mod.bundled("profiles.yaml")).items():
         missing = [p for p in profiles.SOURCED if not prof.sources.get(p, "").strip()]
         assert missing == [], f"{name}: no source for {missing}"
+
+
+# ----- a real server's scrape format -----------------------------------------------------------------------
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+#: vLLM's bucket bounds for TTFT and inter-token latency (seconds; the last is +Inf).
+TTFT_LE = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+ITL_LE = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+
+
+def _histogram_text(name: str, help_: str, labels: str, bounds: tuple[float, ...], counts: list[float],
+                    total: float) -> list[str]:
+    lines = [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
+    cum = 0.0
+    for le, c in zip((*[f"{b:g}" for b in bounds], "+Inf"), counts, strict=True):
+        cum += c
+        lines.append(f'{name}_bucket{{{labels},le="{le}"}} {cum!r}')
+    lines += [f"{name}_count{{{labels}}} {cum!r}", f"{name}_sum{{{labels}}} {total!r}",
+              f"{name}_created{{{labels}}} 1.7e+09"]
+    return lines
+
+
+def _scrape_recording(directory: Path, layout: str) -> None:
+    """Two vLLM pods scraped every 15 s: each scrape is the text exposition vLLM serves on /metrics
+    (# HELP/# TYPE, histograms as cumulative _bucket{le}, _sum, _count and _created, counters as _total and
+    _created, labels engine and model_name), parsed by the Prometheus client's own text parser; the series
+    get the target labels Prometheus' pod discovery adds, and each file holds what a query_range of the
+    recorded query returns. ``layout``: ``parts`` (one exact metric name per file), ``whole`` (each latency
+    histogram recorded whole, ``{__name__=~"..._(bucket|sum|count|created)"}``), or ``pattern`` (the prompt
+    counter recorded by a pattern that also matches its _created series)."""
+    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+
+    rng = random.Random(3)
+    series: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
+    for pod in ("vllm-0", "vllm-1"):
+        ttft_counts, itl_counts = [0.0] * (len(TTFT_LE) + 1), [0.0] * (len(ITL_LE) + 1)
+        acc = dict.fromkeys(("ttft_sum", "prompt", "itl_sum"), 0.0)
+        labels = f'engine="0",model_name="{MODEL}"'
+        for k in range(40):
+            t = 1_700_000_000.0 + 15 * k
+            batch = rng.uniform(1, 40)
+            if k:
+                reqs, prompt = rng.randint(5, 20), rng.uniform(200, 3000)
+                ttft = 0.02 + prompt / TPS
+                ttft_counts[sum(b < ttft for b in TTFT_LE)] += reqs
+                acc["ttft_sum"] += reqs * ttft
+                acc["prompt"] += reqs * prompt
+                tokens, itl = rng.randint(500, 2000), BASE_S + PER_S * batch
+                itl_counts[sum(b < itl for b in ITL_LE)] += tokens
+                acc["itl_sum"] += tokens * itl
+            text = "\n".join([
+                "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+                "# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} {batch!r}",
+                "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+                "# TYPE vllm:num_requests_waiting gauge", f"vllm:num_requests_waiting{{{labels}}} 0.0",
+                "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+                "# TYPE vllm:prompt_tokens_total counter", f"vllm:prompt_tokens_total{{{labels}}} {acc['prompt']!r}",
+                f"vllm:prompt_tokens_created{{{labels}}} 1.7e+09",
+                *_histogram_text("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                                 labels, TTFT_LE, ttft_counts, acc["ttft_sum"]),
+                *_histogram_text("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                                 labels, ITL_LE, itl_counts, acc["itl_sum"]),
+            ]) + "\n"
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    target = {"namespace": "llm", "pod": pod, "instance": f"10.0.0.{pod[-1]}:8000",
+                              "job": "llm/vllm-podmonitor"}
+                    key = (sample.name, tuple(sorted({**sample.labels, **target}.items())))
+                    series.setdefault(key, []).append((t, sample.value))
+
+    def query(path: Path, match: str) -> None:
+        result = [{"metric": {"__name__": name, **dict(labels)}, "values": [[t, repr(v)] for t, v in samples]}
+                  for (name, labels), samples in sorted(series.items()) if re.fullmatch(match, name)]
+        path.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
+
+    directory.mkdir(parents=True, exist_ok=True)
+    query(directory / "running.json", "vllm:num_requests_running")
+    query(directory / "waiting.json", "vllm:num_requests_waiting")
+    query(directory / "prompt_tokens.json",
+          "vllm:prompt_tokens_.*" if layout == "pattern" else "vllm:prompt_tokens_total")
+    for short, metric in (("ttft", "vllm:time_to_first_token_seconds"), ("itl", "vllm:inter_token_latency_seconds")):
+        if layout == "whole":
+            query(directory / f"{short}.json", f"{metric}_(bucket|sum|count|created)")
+        else:
+            query(directory / f"{short}_sum.json", f"{metric}_sum")
+            query(directory / f"{short}_count.json", f"{metric}_count")
+
+
+@pytest.mark.parametrize("layout", ["parts", "whole"])
+def test_reads_a_vllm_scrape_as_prometheus_records_it(tmp_path: Path, layout: str) -> None:
+    """The text exposition vLLM serves, through Prometheus, recorded per metric or histogram by histogram:
+    the same numbers as from plain counters."""
+    _scrape_recording(tmp_path, layout)
+    cal = calibrate.calibrate(tmp_path)
+    assert cal.prefill_tokens_per_second == pytest.approx(TPS, rel=1e-6)
+    assert cal.base_ms == pytest.approx(BASE_S * 1000, rel=0.2)
+    assert cal.per_sequence_ms == pytest.approx(PER_S * 1000, rel=0.2)
+    assert cal.prefill.points == cal.decode.points == 2 * 39
+
+
+def test_a_pattern_that_also_matches_created_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vllm:prompt_tokens_.*`` returns the counter and its _created timestamp for each pod: fitting either
+    silently would be garbage, so the run stops and names both."""
+    _scrape_recording(tmp_path, "pattern")
+    assert cli.main(["calibrate", "--metrics", str(tmp_path), "--out", str(tmp_path / "p.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "two series for one pod" in err
+    assert "vllm:prompt_tokens_created" in err
+    assert "vllm:prompt_tokens_total" in err
+
+
+def test_a_histogram_without_its_sum_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _scrape_recording(tmp_path, "whole")
+    doc = json.loads((tmp_path / "ttft.json").read_text())
+    doc["data"]["result"] = [s for s in doc["data"]["result"] if not s["metric"]["__name__"].endswith("_sum")]
+    (tmp_path / "ttft.json").write_text(json.dumps(doc))
+    assert cli.main(["calibrate", "--metrics", str(tmp_path), "--out", str(tmp_path / "p.yaml")]) == 1
+    assert "no _sum series" in capsys.readouterr().err
