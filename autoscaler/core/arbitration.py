@@ -285,6 +285,27 @@ def plan(
                        ahead=ahead)
 
 
+def plan_chips(
+    *,
+    capacity: CapacitySpec,
+    quota: QuotaStatus,
+    training: Sequence[TrainingWorkload],
+    current: int,
+    desired: int,
+    gated: int,
+    now: float = 0.0,
+    choose: VictimChooser = least_work_lost,
+) -> Plan:
+    """``plan`` for a policy with several targets, in chips: ``current``/``desired``/``gated`` are the chips
+    of all its pools together, so the pools make one request (one shortfall, one victim set) and can never
+    together ask for more than is free or claim the same victim. ``Plan.desired`` is the chips granted."""
+    chips = capacity.model_copy(update={"per_replica": 1.0})
+    if desired > current or (desired == current and gated > 0):
+        acct = budget(quota=quota, training=training, own_pending=float(gated))
+        return _scale_up(chips, acct, training, current, desired, now, choose, gated, unit="chips")
+    return _reactivate(chips, quota, training, current, desired, gated, unit="chips")
+
+
 def _ineligible(capacity: CapacitySpec, w: TrainingWorkload, now: float) -> str | None:
     """Why this controller will not stop ``w`` now (anti-thrash), or None."""
     if w.resumed_at is not None and now - w.resumed_at < capacity.min_run_seconds:
@@ -311,6 +332,8 @@ def _scale_up(
     now: float,
     choose: VictimChooser,
     gated: int = 0,
+    *,
+    unit: str = "replicas",
 ) -> Plan:
     per, res = capacity.per_replica, acct.resource
     need = (desired - current) * per
@@ -332,9 +355,10 @@ def _scale_up(
         # Kueue preempt them at once, losing the work the checkpoint is about to keep.
         reachable = max(current, min(reachable, current + math.floor(
             (headroom + sum(v.chips for v in stopping)) / per + _EPS)))
+    waiting_units = "replica(s)" if unit == "replicas" else unit
     grow = (
-        f"grow {current}→{reachable} replicas" if reachable > current
-        else f"admit its {gated} replica(s) waiting for admission"
+        f"grow {current}→{reachable} {unit}" if reachable > current
+        else f"admit its {gated} {waiting_units} waiting for admission"
     )
     decisions = _training_decisions(
         capacity, stopping, saving,
@@ -342,7 +366,9 @@ def _scale_up(
     )
     if desired == current:
         # Only replicas waiting for admission: say what they wait for, and what is done about it.
-        waiting = [f"{gated} replica(s) waiting for admission need {_units(gated * per)} {res}; {acct.describe()}"]
+        waiting = [
+            f"{gated} {waiting_units} waiting for admission need {_units(gated * per)} {res}; {acct.describe()}"
+        ]
         if headroom + sum(w.chips for w in eligible) < -_EPS:
             waiting.insert(0, "they do not all fit even with all eligible training stopped")
         waiting.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
@@ -352,12 +378,12 @@ def _scale_up(
         return Plan(desired=desired, training=decisions, message="; ".join(waiting))
     if reachable == desired:
         return Plan(desired=desired, training=decisions)
-    parts = [f"{desired} replicas need {_units(need)} more {res}; {acct.describe()}"]
+    parts = [f"{desired} {unit} need {_units(need)} more {res}; {acct.describe()}"]
     parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
     if victims:
         parts.append(f"deactivating {', '.join(v.key for v in victims)}")
     parts.extend(f"not stopping {why}" for why in held.values())
-    message = f"limited by capacity: only {reachable} replicas fit even with all eligible training stopped; "
+    message = f"limited by capacity: only {reachable} {unit} fit even with all eligible training stopped; "
     return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
 
 
@@ -608,6 +634,7 @@ def _reactivate(
     *,
     keep: float = 0.0,
     ahead: Ahead | None = None,
+    unit: str = "replicas",
 ) -> Plan:
     ours = sorted(
         (w for w in training if w.deactivated_by_us and not w.active),
@@ -653,7 +680,7 @@ def _reactivate(
                 reason=Reason.REACTIVATE_TRAINING,
                 message=(
                     f"reactivating {w.key} (priority {w.priority}, {w.chips} {res}): serving needs {desired} "
-                    f"replicas, none waits for admission, and {_units(room + needs + claiming + keep)} {res} are "
+                    f"{unit}, none waits for admission, and {_units(room + needs + claiming + keep)} {res} are "
                     f"free in ClusterQueue {cq}{after}{queued}{kept}"
                 ),
             )

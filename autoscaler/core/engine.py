@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autoscaler.core import arbitration, behavior, policies
+from autoscaler.core import arbitration, behavior, policies, topology
 from autoscaler.core.model import (
     Ahead,
     Decision,
@@ -32,8 +32,10 @@ from autoscaler.core.model import (
     Reason,
     ReplicaStatus,
     ScaleDecision,
+    SignalReading,
     SignalValue,
 )
+from autoscaler.core.policies import disaggregated
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.policies.hpa import BehaviorSpec
 from autoscaler.core.signals import SignalJudge
@@ -137,6 +139,8 @@ def decide(
     compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
 ) -> tuple[list[Decision], PolicyState]:
     """Evaluate ``compiled`` on ``observation`` at time ``now``; return the decisions and the new state."""
+    if getattr(compiled.algorithm, "joint", False):
+        return _decide_joint(compiled, observation, state, now)
     spec = compiled.policy.spec
     current = observation.replicas.spec
     readings = compiled.judge.combine(observation.signals, observation.replicas, now)
@@ -447,3 +451,104 @@ def _scale_to_zero(
             f"(idleSeconds {stz.idle_seconds:g})"
         )
     return recommended, None, ""
+
+
+def _decide_joint(
+    compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
+) -> tuple[list[Decision], PolicyState]:
+    """One evaluation of a policy with several targets (type ``disaggregated``): every pool's count from one
+    plan, one capacity request for the chips of all of them, one ``ScaleDecision`` per target.
+
+    1. each signal's per-pod samples are combined with the replicas of the target it reads (its ``pool``);
+    2. a target whose replica status is missing holds every pool (nothing is decided on a partial picture);
+    3. ``disaggregated.plan``: per-role need, mix per variant, the chip budget and ``spec.maxReplicas``
+       (groups of all pools together), placement when the observation carries an inventory;
+    4. with ``spec.capacity``: one ``arbitration.plan_chips`` request for the plan's chips; when less is
+       granted, the plan is split again within what was granted (``fit_budget``), and the victims are one set.
+    """
+    spec = compiled.policy.spec
+    config = spec.policy
+    assert isinstance(config, disaggregated.DisaggregatedPolicyConfig)
+    members: dict[str, ReplicaStatus] = dict(observation.members)
+    members.setdefault(observation.target.key, observation.replicas)
+    by_target: dict[str, dict[str, SignalReading]] = {}
+    for sig in spec.signals:
+        if sig.expr is None and sig.name in observation.signals:
+            key = spec.signal_target(sig).ref().key
+            by_target.setdefault(key, {})[sig.name] = observation.signals[sig.name]
+    readings: dict[str, SignalReading] = dict(observation.signals)
+    for key, part in by_target.items():
+        readings.update(compiled.judge.combine(part, members.get(key), now))
+    signals = compiled.judge.judge_all(readings, now)
+    previous = state.algorithm if isinstance(state.algorithm, disaggregated.DisaggState) else None
+    nxt = _Next(state, previous, now)
+    refs = {name: t.ref() for name, t in spec.pools().items()}
+    missing = sorted(r.key for r in refs.values() if r.key not in members)
+    if missing:
+        held = [
+            ScaleDecision(ref, members[ref.key].spec, members[ref.key].spec, Reason.METRICS_UNKNOWN,
+                          f"holding every pool: the replica status of {', '.join(missing)} is unknown", signals)
+            for ref in refs.values() if ref.key in members
+        ]
+        return list(held), nxt.freeze()
+    status = {
+        name: disaggregated.VariantStatus(members[r.key].spec, members[r.key].ready, members[r.key].starting)
+        for name, r in refs.items()
+    }
+    # The flavor's slice inventory (the cluster's blocks and what holds them), when the controller read one:
+    # the mix only takes variants whose new groups can be placed.
+    slices = observation.quota.slices if observation.quota is not None else None
+    inventory = slices.inventory if slices is not None else None
+    fits = None
+    if isinstance(inventory, topology.Inventory):
+        costs: dict[str, float] = {}
+        for w in observation.training:
+            risk = arbitration.work_at_risk(w)
+            if risk is not None:
+                costs[w.key] = risk
+                if w.uid:
+                    costs[w.uid] = risk
+        fits = disaggregated.inventory_fit(config, inventory, costs)
+    joint, nxt.algorithm = disaggregated.plan(
+        config, signals, status, previous or disaggregated.DisaggState(), now,
+        fits=fits, group_budget=spec.max_replicas,
+    )
+    planned = {c.name: c.desired for c in joint.counts}
+    desired = dict(planned)
+    current = {c.name: c.current for c in joint.counts}
+    chips = {v.name: v.chips for _, v in config.variants()}
+    training: tuple[Decision, ...] = ()
+    limited = ""
+    if spec.capacity is not None and observation.quota is not None:
+        have = sum(current[n] * chips[n] for n in current)
+        want = sum(planned[n] * chips[n] for n in planned)
+        gated = sum(members[r.key].gated * chips[n] for n, r in refs.items())
+        grant = arbitration.plan_chips(
+            capacity=spec.capacity, quota=observation.quota, training=observation.training,
+            current=have, desired=want, gated=gated, now=now,
+        )
+        training = grant.training
+        if grant.desired < want:
+            needs = {rn.role: rn for rn in joint.needs}
+            desired = disaggregated.fit_budget(
+                config, planned, current, needs, chip_budget=grant.desired, group_budget=spec.max_replicas
+            )
+            limited = grant.message
+    decisions: list[Decision] = []
+    for count in joint.counts:
+        ref = refs[count.name]
+        want_n, got = planned[count.name], desired[count.name]
+        message = f"{count.name}: {count.message}; together {joint.message}"
+        if count.role in joint.held:
+            reason = Reason.METRICS_UNKNOWN
+        elif got < want_n:
+            reason = Reason.WAITING_FOR_CAPACITY
+            message += f"; {got} of {want_n} group(s) granted: {limited}"
+        elif got > count.current:
+            reason = Reason.SCALE_UP
+        elif got < count.current:
+            reason = Reason.SCALE_DOWN
+        else:
+            reason = Reason.STEADY
+        decisions.append(ScaleDecision(ref, count.current, got, reason, message, signals))
+    return [*decisions, *training], nxt.freeze()

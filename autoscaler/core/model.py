@@ -221,6 +221,9 @@ class Observation:
     signals: Mapping[str, SignalReading] = field(default_factory=dict)
     training: tuple[TrainingWorkload, ...] = ()
     quota: QuotaStatus | None = None
+    #: Policies with several targets (type ``disaggregated``): every target's replica status by
+    #: ``TargetRef.key`` (``target``'s too). A target missing here is unknown: the policy holds.
+    members: Mapping[str, ReplicaStatus] = field(default_factory=dict)
 
 
 class Reason(enum.StrEnum):

@@ -15,17 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from autoscaler.core import catalog, expressions
-from autoscaler.core.model import TargetKind, TargetRef
+from autoscaler.core.policies.disaggregated import DisaggregatedPolicyConfig
 from autoscaler.core.policies.hpa import HpaPolicyConfig
 from autoscaler.core.policies.kpa import KpaPolicyConfig
 from autoscaler.core.policies.queue import QueuePolicyConfig
 from autoscaler.core.policies.slo import SloPolicyConfig
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.core.specbase import MAX_REPLICAS, FieldError, SpecModel
+from autoscaler.core.targetspec import DNS_LABEL_PATTERN, TargetSpec
+
+__all__ = ["API_VERSION", "DNS_LABEL_PATTERN", "ScalingPolicy", "Spec", "TargetSpec"]
 
 API_VERSION = "autoscaler.dev/v1alpha1"
 SIGNAL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
 #: Functions a composite signal expression may call (besides arithmetic).
 EXPRESSION_FUNCTIONS = expressions.FUNCTION_NAMES
@@ -39,17 +41,6 @@ class Metadata(SpecModel):
     name: str = Field(pattern=DNS_LABEL_PATTERN, max_length=253, description="Name of this policy.")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
-
-
-class TargetSpec(SpecModel):
-    """The serving workload to scale. For a LeaderWorkerSet one replica is one group (slice)."""
-
-    kind: TargetKind = Field(description="Deployment or LeaderWorkerSet.")
-    name: str = Field(pattern=DNS_LABEL_PATTERN)
-    namespace: str = Field(default="default", pattern=DNS_LABEL_PATTERN)
-
-    def ref(self) -> TargetRef:
-        return TargetRef(kind=self.kind, name=self.name, namespace=self.namespace)
 
 
 class RateSpec(SpecModel):
@@ -96,6 +87,12 @@ class SignalSpec(SpecModel):
     )
     quantile: QuantileSpec | None = Field(
         default=None, description="Read a histogram preset (or metric) as quantile q over windowSeconds."
+    )
+    pool: str | None = Field(
+        default=None,
+        pattern=DNS_LABEL_PATTERN,
+        description="Policies with several targets (type disaggregated): the variant whose target's pods this "
+        "signal reads. Default: spec.target.",
     )
     min_reporting_fraction: float | None = Field(
         default=None,
@@ -307,7 +304,7 @@ class ActuationSpec(SpecModel):
 
 
 PolicyConfig = Annotated[
-    HpaPolicyConfig | QueuePolicyConfig | KpaPolicyConfig | SloPolicyConfig,
+    HpaPolicyConfig | QueuePolicyConfig | KpaPolicyConfig | SloPolicyConfig | DisaggregatedPolicyConfig,
     Field(discriminator="type"),
 ]
 
@@ -372,6 +369,7 @@ class Spec(SpecModel):
                     f"policy refers to undefined signal {ref!r}; defined: {', '.join(names)}",
                     "policy", *_locate(self.policy, ref),
                 )
+        self._check_targets()
         activation = self.scale_to_zero.activation
         if activation and activation.signal not in known:
             raise FieldError(
@@ -382,6 +380,56 @@ class Spec(SpecModel):
         if self.actuation.mode == "hpaFloor" and not self.actuation.hpa_name:
             raise FieldError("actuation mode hpaFloor needs 'hpaName'", "actuation", "hpaName")
         return self
+
+    def _check_targets(self) -> None:
+        """A policy with several targets: ``spec.target`` is one of them (the one its name, lease and logs go
+        by) and every signal's ``pool`` names one; the pools are whole slices, so no scale-to-zero or HPA floor."""
+        pools = self.pools()
+        if not pools:
+            for i, sig in enumerate(self.signals):
+                if sig.pool is not None:
+                    raise FieldError(
+                        f"signal {sig.name!r}: pool applies to policies with several targets (type disaggregated)",
+                        "signals", i, "pool",
+                    )
+            return
+        keys = {t.ref().key for t in pools.values()}
+        if self.target.ref().key not in keys:
+            raise FieldError(
+                f"spec.target {self.target.ref().key} must be one of the policy's variants' targets: "
+                f"{', '.join(sorted(keys))}",
+                "target",
+            )
+        for i, sig in enumerate(self.signals):
+            if sig.pool is not None and sig.pool not in pools:
+                raise FieldError(
+                    f"signal {sig.name!r}: pool {sig.pool!r} is not a variant of the policy; variants: "
+                    f"{', '.join(pools)}",
+                    "signals", i, "pool",
+                )
+        if self.scale_to_zero.enabled:
+            raise FieldError("a policy with several targets does not scale to zero", "scaleToZero", "enabled")
+        if self.actuation.mode != "direct":
+            raise FieldError("a policy with several targets scales them directly (actuation mode direct)",
+                             "actuation", "mode")
+        if self.metric_safety.fallback is not None:
+            raise FieldError("a policy with several targets holds on unknown signals; fallback is not supported",
+                             "metricSafety", "fallback")
+
+    def pools(self) -> dict[str, TargetSpec]:
+        """Variant name -> target, for a policy with several targets; empty for the others."""
+        if isinstance(self.policy, DisaggregatedPolicyConfig):
+            return self.policy.targets()
+        return {}
+
+    def targets(self) -> list[TargetSpec]:
+        """Every target this policy scales: ``spec.target``, then the other pools' in the policy's order."""
+        primary = self.target.ref().key
+        return [self.target, *(t for t in self.pools().values() if t.ref().key != primary)]
+
+    def signal_target(self, sig: SignalSpec) -> TargetSpec:
+        """The target whose pods ``sig`` reads (its ``pool``'s, else ``spec.target``)."""
+        return self.target if sig.pool is None else self.pools()[sig.pool]
 
     def signal(self, name: str) -> SignalSpec:
         for sig in self.signals:

@@ -44,6 +44,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from autoscaler.core.fast import collector_paused
+from autoscaler.core.policies.disaggregated import DisaggregatedPolicyConfig
 from autoscaler.core.spec import API_VERSION, ScalingPolicy
 from autoscaler.core.specbase import FieldError
 from autoscaler.policyfile import files
@@ -445,7 +446,20 @@ def _document(node: Node, index: int, state: _FileState, data: Any) -> _Loaded |
     policy = _validate(node, ScalingPolicy, state, data)
     if policy is None:
         return None
-    return _Loaded(policy, state.file, node.start_mark.line + 1, _Spots(_at(node, NAME_LOC), _at(node, TARGET_LOC)))
+    spots = _Spots(_at(node, NAME_LOC), _at(node, TARGET_LOC), _pool_spots(node, policy))
+    return _Loaded(policy, state.file, node.start_mark.line + 1, spots)
+
+
+def _pool_spots(node: MappingNode, policy: ScalingPolicy) -> tuple[tuple[str, tuple[int, int]], ...]:
+    """Where each variant of a policy with several targets names its target: ``(target key, (line, col))``."""
+    config = policy.spec.policy
+    if not isinstance(config, DisaggregatedPolicyConfig):
+        return ()
+    out: list[tuple[str, tuple[int, int]]] = []
+    for role in ("prefill", "decode"):
+        for i, variant in enumerate(config.role(role).variants):
+            out.append((variant.target.ref().key, _at(node, ("spec", "policy", role, "variants", i, "target"))))
+    return tuple(out)
 
 
 def _validate(node: MappingNode, model: type[M], state: _FileState, data: Any = _UNUSUAL) -> M | None:
@@ -813,6 +827,8 @@ TARGET_LOC: Loc = ("spec", "target")
 class _Spots:
     name: tuple[int, int]
     target: tuple[int, int]
+    #: A policy with several targets: where each of its other targets is named.
+    pools: tuple[tuple[str, tuple[int, int]], ...] = ()
 
 
 def _at(node: MappingNode, loc: Loc) -> tuple[int, int]:
@@ -833,13 +849,18 @@ def _conflicts(entries: list[tuple[ScalingPolicy, str, int, _Spots]]) -> Iterato
                           f"policy name {name!r} is already used at {first_file}:{first_line}")
         else:
             names[name] = (file, line)
-        key = policy.spec.target.ref().key
-        if key in targets:
-            owner, first_file, first_line = targets[key]
-            row, col = spots.target
-            yield Problem(
-                file, row, col, "spec.target",
-                f"{key} is already scaled by policy {owner!r} ({first_file}:{first_line}); one policy per scale target",
-            )
-        else:
-            targets[key] = (name, file, line)
+        # Every target of every policy has one owner: spec.target and, for a policy with several targets,
+        # each variant's.
+        where = dict(spots.pools)
+        for target in policy.spec.targets():
+            key = target.ref().key
+            if key in targets:
+                owner, first_file, first_line = targets[key]
+                row, col = where.get(key, spots.target) if key != policy.spec.target.ref().key else spots.target
+                yield Problem(
+                    file, row, col, "spec.target",
+                    f"{key} is already scaled by policy {owner!r} ({first_file}:{first_line}); one policy per "
+                    "scale target",
+                )
+            else:
+                targets[key] = (name, file, line)

@@ -54,6 +54,11 @@ def plan(
         if source is None:
             missing.append(sig.name)
             continue
+        if sig.pool is not None and spec.signal_target(sig).ref() != ref:
+            # Another pool's target (a policy with several targets): selected by its own name; the pods and
+            # nodes given are the primary target's, so none are passed (a pods source then says so).
+            out.append(SignalRequest(spec.signal_target(sig).ref(), sig, source))
+            continue
         out.append(SignalRequest(ref, sig, source, pods=pods, nodes=nodes))
     return out, missing
 

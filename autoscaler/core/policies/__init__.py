@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from autoscaler.core.policies import hpa, kpa, queue, slo
+from autoscaler.core.policies import disaggregated, hpa, kpa, queue, slo
 from autoscaler.core.policies.base import PolicyAlgorithm
 
 #: type name -> factory building the algorithm from its config model. Sorted by name.
 REGISTRY: dict[str, Callable[[Any], PolicyAlgorithm]] = {
+    "disaggregated": disaggregated.build,
     "hpa": hpa.build,
     "kpa": kpa.build,
     "queue": queue.build,

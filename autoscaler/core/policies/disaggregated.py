@@ -1,0 +1,642 @@
+"""Policy type ``disaggregated``: prefill and decode pools sized together, in whole slices, within one budget.
+
+A disaggregated deployment (the dynamic-slicing codelab, ``shared/seeds/003_…``) serves one model from two
+pools of LeaderWorkerSets: **prefill** groups turn prompts into KV caches, **decode** groups receive the KV
+cache and generate. Each LWS replica is one group on one TPU slice (``2x2x2``: 8 chips), so a pool grows and
+shrinks by whole slices. A pool may be served by several *variants*: LWSs of the same role with different
+slice shapes (``2x2x2`` and ``2x4x4`` groups). Changing a running LWS's group size in place is a rolling update
+of every group, so this policy resizes through variants instead: it shifts groups between them.
+
+This is the first policy type with more than one target: every variant names its own target, and one
+evaluation decides all of them together (``engine.decide`` calls ``plan`` and turns the result into one
+``ScaleDecision`` per target, after one joint capacity request).
+
+Each evaluation, per role (``ready``/``spec`` groups per variant; ``T_v`` the variant's declared tokens/s per
+group, a conservative prior from a profile):
+
+1. **Need** in tokens/s of capacity, the largest of what is known:
+   prefill: ``promptTokens / u``; decode: ``generationTokens / u`` and ``kvCacheUsage × ready capacity / kvTarget``
+   (a group's KV cache is taken as proportional to its token rate: ``estimate``); ``u`` is the role's
+   ``targetUtilization``. **Latency**: when the measured quantile (TTFT for prefill, time per output token for
+   decode) is at or above its objective, or requests wait on every ready group, and no group of the role is
+   starting, the need is at least the ready capacity plus one group of the variant with the fewest chips.
+2. **Unknown never shrinks.** With every demand signal of a role unknown the role holds (``need`` unknown);
+   with some known, the known part is a lower bound: the role may grow on it, never shrink. A role also never
+   shrinks while its latency quantile is unknown or at risk (≥ ``RISK_FRACTION`` of the objective).
+3. **Scale-down delay**: a shrink sizes for the highest need of the last ``scaleDownDelaySeconds`` with
+   ``HYSTERESIS`` headroom, so a steady load is a fixed point.
+4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
+   changes from the current counts; within each variant's min/max and the role's ``minGroups``; with an
+   inventory (``core.topology``), only mixes whose new groups can be placed (stopping preemptible training if
+   it must). A variant's groups are removed only while the ready groups left still carry the need: a shift
+   to another variant adds the new groups first and removes the old once the new are serving.
+5. **One budget** (``fit_budget``): the pools together never hold more than ``chipBudget`` chips (nor more
+   than ``spec.maxReplicas`` groups): starting from each variant's minimum, slices are granted one at a time
+   to the role whose need is least covered, so under pressure the split follows the two needs and neither
+   pool gets more than its signals justify. A role that holds (unknown) keeps its count.
+
+The engine then makes **one** capacity request for the chips of the whole plan (``arbitration``), so the two
+pools can never together ask for more than is free or claim the same victim; what is granted is split again
+by rule 5.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from autoscaler.core.model import SignalValue
+from autoscaler.core.policies.base import Context, Recommendation
+from autoscaler.core.specbase import MAX_REPLICAS, FieldError, SpecModel
+from autoscaler.core.targetspec import DNS_LABEL_PATTERN, TargetSpec
+from autoscaler.core.topology import Inventory, Occupant, Shape, plan_groups
+
+Role = Literal["prefill", "decode"]
+ROLES: tuple[Role, Role] = ("prefill", "decode")
+
+#: A latency quantile at or above this fraction of its objective forbids shrinking (the same design constant
+#: as the ``slo`` type: act before the target is crossed, since the quantile trails by its window).
+RISK_FRACTION = 0.8
+#: Headroom kept on a shrink: the smaller mix must carry the peak need / (1 − HYSTERESIS). Design constant.
+HYSTERESIS = 0.1
+#: Above this many candidate mixes per role, the mix is chosen greedily (cheapest chips per token first).
+EXHAUSTIVE_MIXES = 20_000
+_EPS = 1e-9
+
+
+class VariantSpec(SpecModel):
+    """One LeaderWorkerSet serving a role on slices of one shape."""
+
+    name: str = Field(pattern=DNS_LABEL_PATTERN, description="Names the variant in signals (pool:) and messages.")
+    target: TargetSpec
+    slice_topology: str = Field(description="The slice of one group, e.g. 2x2x2 (8 chips) or 2x4x4 (32 chips).")
+    tokens_per_second: float = Field(
+        gt=0,
+        description="What one group serves at full load: prompt tokens/s for prefill, generated tokens/s for "
+        "decode (a conservative prior: a profile or a measurement; say its source in the policy file).",
+    )
+    min_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
+
+    @field_validator("slice_topology")
+    @classmethod
+    def _shape(cls, value: str) -> str:
+        Shape.parse(value)  # ValueError with the form expected
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> VariantSpec:
+        if self.min_replicas > self.max_replicas:
+            raise FieldError(
+                f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})", "minReplicas"
+            )
+        return self
+
+    @property
+    def chips(self) -> int:
+        return Shape.parse(self.slice_topology).chips
+
+
+class PrefillSignalsSpec(SpecModel):
+    """Names of the policy's signals (``spec.signals``), each the total over the prefill variants."""
+
+    prompt_tokens: str | None = Field(default=None, description="Prompt tokens/s (a counter read as rate).")
+    waiting: str | None = Field(default=None, description="Requests waiting for prefill.")
+    ttft: str | None = Field(default=None, description="A time-to-first-token quantile, seconds.")
+
+    def names(self) -> list[str]:
+        return [n for n in (self.prompt_tokens, self.waiting, self.ttft) if n is not None]
+
+
+class DecodeSignalsSpec(SpecModel):
+    """Names of the policy's signals, each over the decode variants (KV use: their average, 0-1)."""
+
+    generation_tokens: str | None = Field(default=None, description="Generated tokens/s (a counter read as rate).")
+    kv_cache_usage: str | None = Field(default=None, description="KV-cache use of the decode groups, 0-1.")
+    waiting: str | None = Field(default=None, description="Requests waiting for a decode slot.")
+    time_per_output_token: str | None = Field(default=None, description="A time-per-output-token quantile, s.")
+
+    def names(self) -> list[str]:
+        return [
+            n for n in (self.generation_tokens, self.kv_cache_usage, self.waiting, self.time_per_output_token)
+            if n is not None
+        ]
+
+
+class _RoleSpec(SpecModel):
+    target_utilization: float = Field(
+        default=0.7, gt=0, le=1, description="The share of a group's declared tokens/s the need is sized at."
+    )
+    min_groups: int = Field(default=1, ge=0, le=MAX_REPLICAS, description="Groups of this role, at least.")
+    variants: list[VariantSpec] = Field(min_length=1, max_length=4)
+
+
+class PrefillSpec(_RoleSpec):
+    ttft_seconds: float = Field(gt=0, description="The TTFT objective (at the signal's quantile).")
+    signals: PrefillSignalsSpec
+
+    @model_validator(mode="after")
+    def _demand(self) -> PrefillSpec:
+        if self.signals.prompt_tokens is None and self.signals.waiting is None:
+            raise FieldError("prefill needs a demand signal: promptTokens or waiting", "signals")
+        return self
+
+
+class DecodeSpec(_RoleSpec):
+    time_per_output_token_seconds: float = Field(gt=0, description="The time-per-output-token objective.")
+    kv_target: float = Field(default=0.8, gt=0, le=1, description="KV-cache use the decode groups are sized at.")
+    signals: DecodeSignalsSpec
+
+    @model_validator(mode="after")
+    def _demand(self) -> DecodeSpec:
+        s = self.signals
+        if s.generation_tokens is None and s.kv_cache_usage is None and s.waiting is None:
+            raise FieldError("decode needs a demand signal: generationTokens, kvCacheUsage or waiting", "signals")
+        return self
+
+
+class DisaggregatedPolicyConfig(SpecModel):
+    type: Literal["disaggregated"]
+    prefill: PrefillSpec
+    decode: DecodeSpec
+    chip_budget: int | None = Field(
+        default=None, ge=1, le=10**7,
+        description="The most chips the pools may hold together (both roles, every variant). Kueue capacity "
+        "(spec.capacity) limits them further.",
+    )
+    scale_down_delay_seconds: float = Field(
+        default=300.0, ge=0, le=86400, description="A shrink sizes for the highest need seen this long."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DisaggregatedPolicyConfig:
+        seen_names: set[str] = set()
+        seen_targets: set[str] = set()
+        for role in ROLES:
+            for i, v in enumerate(self.role(role).variants):
+                if v.name in seen_names:
+                    raise FieldError(f"variant name {v.name!r} is used twice", role, "variants", i, "name")
+                key = v.target.ref().key
+                if key in seen_targets:
+                    raise FieldError(f"target {key} is named by two variants", role, "variants", i, "target")
+                seen_names.add(v.name)
+                seen_targets.add(key)
+        refs = self.signal_refs()
+        dupes = sorted({n for n in refs if refs.count(n) > 1})
+        if dupes:
+            raise FieldError(f"one signal in two roles: {', '.join(dupes)}", "decode", "signals")
+        if self.chip_budget is not None:
+            floor = sum(v.min_replicas * v.chips for r in ROLES for v in self.role(r).variants)
+            if floor > self.chip_budget:
+                raise FieldError(
+                    f"the variants' minReplicas hold {floor} chips, more than chipBudget {self.chip_budget}",
+                    "chipBudget",
+                )
+        return self
+
+    def role(self, role: Role) -> PrefillSpec | DecodeSpec:
+        return self.prefill if role == "prefill" else self.decode
+
+    def variants(self) -> list[tuple[Role, VariantSpec]]:
+        return [(r, v) for r in ROLES for v in self.role(r).variants]
+
+    def targets(self) -> dict[str, TargetSpec]:
+        """Variant name -> its target: every target this policy scales."""
+        return {v.name: v.target for _, v in self.variants()}
+
+    def signal_refs(self) -> list[str]:
+        return [*self.prefill.signals.names(), *self.decode.signals.names()]
+
+
+# ---------------------------------------------------------------------------------------------- the pure rule
+
+
+@dataclass(frozen=True, slots=True)
+class VariantStatus:
+    """One variant's target at this evaluation (groups)."""
+
+    spec: int
+    ready: int
+    starting: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RoleNeed:
+    """What one role's signals justify, in tokens/s of capacity."""
+
+    role: Role
+    #: None: no demand signal known (the role holds).
+    need: float | None
+    #: Whether the signals allow a shrink (all known, latency known and not at risk, nothing waiting).
+    may_shrink: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggState:
+    """Remembered between evaluations (``PolicyState.algorithm``): each role's recent needs."""
+
+    #: ``(time, need)`` per role over the last ``scaleDownDelaySeconds``.
+    prefill: tuple[tuple[float, float], ...] = ()
+    decode: tuple[tuple[float, float], ...] = ()
+
+    def history(self, role: Role) -> tuple[tuple[float, float], ...]:
+        return self.prefill if role == "prefill" else self.decode
+
+
+@dataclass(frozen=True, slots=True)
+class VariantCount:
+    """The count the plan gives one variant, with why."""
+
+    role: Role
+    name: str
+    current: int
+    desired: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JointPlan:
+    counts: tuple[VariantCount, ...]
+    needs: tuple[RoleNeed, ...]
+    #: True when a role held because its demand is unknown.
+    held: tuple[Role, ...]
+    message: str
+
+
+def _value(signals: Mapping[str, SignalValue], name: str | None) -> float | None:
+    """A usable signal's value; None when not configured or unknown."""
+    if name is None:
+        return None
+    sig = signals.get(name)
+    if sig is None or not sig.ok or sig.value is None:
+        return None
+    return float(sig.value)
+
+
+def _unknown(signals: Mapping[str, SignalValue], name: str | None) -> bool:
+    return name is not None and _value(signals, name) is None
+
+
+def capacity(variants: Sequence[VariantSpec], counts: Mapping[str, int]) -> float:
+    return sum(v.tokens_per_second * counts.get(v.name, 0) for v in variants)
+
+
+def chips(variants: Sequence[VariantSpec], counts: Mapping[str, int]) -> int:
+    return sum(v.chips * counts.get(v.name, 0) for v in variants)
+
+
+def role_need(
+    config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
+    status: Mapping[str, VariantStatus],
+) -> RoleNeed:
+    """Rule 1 and 2 of the module docstring, for one role."""
+    spec = config.role(role)
+    variants = spec.variants
+    u = spec.target_utilization
+    ready = {v.name: status[v.name].ready for v in variants}
+    ready_groups = sum(ready.values())
+    starting = sum(status[v.name].starting for v in variants)
+    ready_cap = capacity(variants, ready)
+    parts: list[str] = []
+    needs: list[float] = []
+    unknown: list[str] = []
+    waiting_name: str | None
+    if isinstance(spec, PrefillSpec):
+        tokens_name, waiting_name, latency_name = spec.signals.prompt_tokens, spec.signals.waiting, spec.signals.ttft
+        objective, what = spec.ttft_seconds, "TTFT"
+        kv_name: str | None = None
+    else:
+        assert isinstance(spec, DecodeSpec)
+        tokens_name, waiting_name = spec.signals.generation_tokens, spec.signals.waiting
+        latency_name, kv_name = spec.signals.time_per_output_token, spec.signals.kv_cache_usage
+        objective, what = spec.time_per_output_token_seconds, "time per output token"
+    demand_known = False
+    if tokens_name is not None:
+        rate = _value(signals, tokens_name)
+        if rate is None:
+            unknown.append(tokens_name)
+        else:
+            demand_known = True
+            needs.append(rate / u)
+            parts.append(f"{rate:.0f} tokens/s at utilization {u:g} needs {rate / u:.0f}")
+    if kv_name is not None:
+        kv = _value(signals, kv_name)
+        if kv is None:
+            unknown.append(kv_name)
+        else:
+            demand_known = True
+            assert isinstance(spec, DecodeSpec)
+            kv_need = kv * ready_cap / spec.kv_target
+            needs.append(kv_need)
+            parts.append(f"KV use {kv:.2f} of {ready_groups} ready group(s) at target {spec.kv_target:g} needs "
+                         f"{kv_need:.0f}")
+    waiting = _value(signals, waiting_name)
+    if waiting_name is not None:
+        if waiting is None:
+            unknown.append(waiting_name)
+        else:
+            demand_known = True
+    latency = _value(signals, latency_name)
+    if latency_name is not None and latency is None:
+        unknown.append(latency_name)
+    at_risk = latency is not None and latency >= RISK_FRACTION * objective
+    over = latency is not None and latency >= objective
+    queued = waiting is not None and ready_groups > 0 and waiting >= ready_groups
+    if latency is not None:
+        parts.append(f"{what} {latency:.3g}s vs objective {objective:g}s")
+    if waiting is not None:
+        parts.append(f"{waiting:g} waiting")
+    if (over or queued) and starting == 0:
+        smallest = min(variants, key=lambda v: (v.chips, v.name))
+        bump = ready_cap + smallest.tokens_per_second
+        needs.append(bump)
+        why = f"{what} over its objective" if over else "requests wait on every ready group"
+        parts.append(f"{why}: at least one more group ({bump:.0f})")
+    elif (over or queued) and starting:
+        parts.append(f"{starting} group(s) starting will add capacity")
+    if unknown:
+        parts.append(f"unknown: {', '.join(unknown)}")
+    if not demand_known:
+        return RoleNeed(role, None, False, f"{role}: no demand signal known ({', '.join(unknown)}): holding")
+    need = max(needs, default=0.0)
+    may_shrink = not unknown and not at_risk and not queued
+    if not may_shrink and not unknown:
+        parts.append("no shrink while latency is at risk or requests queue")
+    return RoleNeed(role, need, may_shrink, f"{role} needs {need:.0f} tokens/s ({'; '.join(parts)})")
+
+
+#: Whether these new groups (variant name -> how many more) can be placed; None: no inventory, all fit.
+FitCheck = Callable[[Mapping[str, int]], bool]
+
+
+def choose_mix(
+    variants: Sequence[VariantSpec], current: Mapping[str, int], need: float, *, min_groups: int,
+    fits: FitCheck | None = None,
+) -> dict[str, int]:
+    """The counts carrying ``need`` at the fewest chips, then the fewest changes; the most capacity within
+    the bounds (and what fits) when nothing carries it."""
+
+    def bounds(v: VariantSpec) -> range:
+        top = v.max_replicas
+        # Beyond what alone carries the need (or the current count) a variant only adds chips.
+        useful = max(current.get(v.name, 0), v.min_replicas, math.ceil(need / v.tokens_per_second - _EPS), min_groups)
+        return range(v.min_replicas, min(top, useful) + 1)
+
+    ranges = [bounds(v) for v in variants]
+    total = math.prod(len(r) for r in ranges)
+    if total <= EXHAUSTIVE_MIXES:
+        candidates: Sequence[tuple[int, ...]] = list(itertools.product(*ranges))
+    else:
+        candidates = [_greedy(variants, need, min_groups)]
+
+    def placeable(counts: tuple[int, ...]) -> bool:
+        if fits is None:
+            return True
+        more = {v.name: n - current.get(v.name, 0) for v, n in zip(variants, counts, strict=True)}
+        return fits({k: n for k, n in more.items() if n > 0})
+
+    def key(counts: tuple[int, ...]) -> tuple[float, int, int, tuple[int, ...]]:
+        named = {v.name: n for v, n in zip(variants, counts, strict=True)}
+        changes = sum(abs(n - current.get(v.name, 0)) for v, n in zip(variants, counts, strict=True))
+        return (chips(variants, named), changes, -sum(counts), counts)
+
+    ok = [c for c in candidates if sum(c) >= min_groups]
+    carrying = sorted(
+        (c for c in ok if capacity(variants, {v.name: n for v, n in zip(variants, c, strict=True)}) >= need - _EPS),
+        key=key,
+    )
+    for c in carrying:
+        if placeable(c):
+            return {v.name: n for v, n in zip(variants, c, strict=True)}
+    # Nothing carries it (or nothing that carries it fits): the most capacity that fits, then the fewest chips.
+    rest = sorted(
+        ok,
+        key=lambda c: (-capacity(variants, {v.name: n for v, n in zip(variants, c, strict=True)}), key(c)),
+    )
+    for c in rest:
+        if placeable(c):
+            return {v.name: n for v, n in zip(variants, c, strict=True)}
+    return {v.name: current.get(v.name, v.min_replicas) for v in variants}
+
+
+def _greedy(variants: Sequence[VariantSpec], need: float, min_groups: int) -> tuple[int, ...]:
+    counts = {v.name: v.min_replicas for v in variants}
+    order = sorted(variants, key=lambda v: (v.chips / v.tokens_per_second, v.name))
+    for v in order:
+        while (capacity(variants, counts) < need - _EPS or sum(counts.values()) < min_groups) and (
+            counts[v.name] < v.max_replicas
+        ):
+            counts[v.name] += 1
+    return tuple(counts[v.name] for v in variants)
+
+
+def fit_budget(
+    config: DisaggregatedPolicyConfig,
+    desired: Mapping[str, int],
+    current: Mapping[str, int],
+    needs: Mapping[Role, RoleNeed],
+    *,
+    chip_budget: float | None,
+    group_budget: int | None,
+) -> dict[str, int]:
+    """Rule 5: ``desired`` when it fits both budgets; else, from the minimums (a role that may not shrink,
+    its signals unknown or its latency at risk, keeps its current counts), one slice at a time to the role
+    whose need is least covered, in the order its mix wants them. Never gives a variant more than
+    ``desired``, so a budget only ever takes slices away from what the signals justify."""
+    pairs = config.variants()
+    total_chips = sum(v.chips * desired[v.name] for _, v in pairs)
+    total_groups = sum(desired[v.name] for _, v in pairs)
+    if (chip_budget is None or total_chips <= chip_budget + _EPS) and (
+        group_budget is None or total_groups <= group_budget
+    ):
+        return dict(desired)
+    alloc: dict[str, int] = {}
+    locked = {r for r in ROLES if needs[r].need is None or not needs[r].may_shrink}
+    for role, v in pairs:
+        base = min(v.min_replicas, desired[v.name])
+        alloc[v.name] = min(current[v.name], desired[v.name]) if role in locked else base
+    wanted: dict[Role, list[VariantSpec]] = {r: [] for r in ROLES}
+    for role, v in pairs:
+        if desired[v.name] > alloc[v.name]:
+            # Larger slices first within a role: they are what the mix chose to carry most of the need.
+            wanted[role].extend([v] * (desired[v.name] - alloc[v.name]))
+    for role in ROLES:
+        wanted[role].sort(key=lambda v: (-v.tokens_per_second, v.name))
+
+    def used() -> tuple[int, int]:
+        return sum(v.chips * alloc[v.name] for _, v in pairs), sum(alloc.values())
+
+    def covered(role: Role) -> float:
+        need = needs[role].need or 0.0
+        have = capacity(config.role(role).variants, alloc)
+        return have / need if need > _EPS else math.inf
+
+    while True:
+        c_used, g_used = used()
+        choices = []
+        for role in ROLES:
+            for i, v in enumerate(wanted[role]):
+                chip_ok = chip_budget is None or c_used + v.chips <= chip_budget + _EPS
+                group_ok = group_budget is None or g_used + 1 <= group_budget
+                if chip_ok and group_ok:
+                    choices.append((covered(role), ROLES.index(role), i, role, v))
+                    break
+        if not choices:
+            return alloc
+        _, _, i, role, v = min(choices, key=lambda c: (c[0], c[1]))
+        wanted[role].pop(i)
+        alloc[v.name] += 1
+
+
+def plan(
+    config: DisaggregatedPolicyConfig,
+    signals: Mapping[str, SignalValue],
+    status: Mapping[str, VariantStatus],
+    state: DisaggState,
+    now: float,
+    *,
+    fits: FitCheck | None = None,
+    group_budget: int | None = None,
+) -> tuple[JointPlan, DisaggState]:
+    """Rules 1-5: each variant's count before the capacity request, and the new state."""
+    needs: list[RoleNeed] = []
+    histories: dict[Role, tuple[tuple[float, float], ...]] = {}
+    desired: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    current = {v.name: status[v.name].spec for _, v in config.variants()}
+    #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
+    additions: dict[str, int] = {}
+    for role in ROLES:
+        spec = config.role(role)
+        rn = role_need(config, role, signals, status)
+        needs.append(rn)
+        history = tuple((t, n) for t, n in state.history(role) if now - t < config.scale_down_delay_seconds)
+        if rn.need is None:
+            histories[role] = history
+            for v in spec.variants:
+                desired[v.name] = current[v.name]
+                messages[v.name] = rn.message
+            continue
+        history = (*history, (now, rn.need))
+        histories[role] = history
+        cur = {v.name: current[v.name] for v in spec.variants}
+        spec_cap = capacity(spec.variants, cur)
+        fit = _after(fits, additions)
+        if rn.need > spec_cap + _EPS:
+            mix = choose_mix(spec.variants, cur, rn.need, min_groups=spec.min_groups, fits=fit)
+            how, carry = "grow", rn.need
+        else:
+            peak = max(n for _, n in history)
+            target = peak / (1.0 - HYSTERESIS)
+            window = config.scale_down_delay_seconds
+            carry = min(target, spec_cap)
+            mix = choose_mix(spec.variants, cur, carry, min_groups=spec.min_groups, fits=fit)
+            if not rn.may_shrink:
+                mix = {k: max(n, cur[k]) for k, n in mix.items()}
+            how = f"peak {peak:.0f} tokens/s over {window:g}s with {HYSTERESIS:.0%} headroom"
+        # A shift to another variant never removes groups before the ready ones left carry the need: the new
+        # groups start first, the old ones go once the new serve.
+        ready_left = {v.name: min(mix[v.name], status[v.name].ready) for v in spec.variants}
+        if any(mix[k] < cur[k] for k in cur) and capacity(spec.variants, ready_left) < carry - _EPS:
+            mix = {k: max(n, cur[k]) for k, n in mix.items()}
+            how += "; groups of the other variant(s) stay until the new ones serve"
+        mix_cap = capacity(spec.variants, mix)
+        additions.update({k: n - cur[k] for k, n in mix.items() if n > cur[k]})
+        for v in spec.variants:
+            desired[v.name] = mix[v.name]
+            messages[v.name] = (
+                f"{rn.message}; mix {_mix_text(spec.variants, mix)} = {mix_cap:.0f} tokens/s on "
+                f"{chips(spec.variants, mix)} chips ({how})"
+            )
+    by_role = {rn.role: rn for rn in needs}
+    budgeted = fit_budget(
+        config, desired, current, by_role, chip_budget=config.chip_budget, group_budget=group_budget
+    )
+    counts: list[VariantCount] = []
+    for role, v in config.variants():
+        message = messages[v.name]
+        if budgeted[v.name] != desired[v.name]:
+            message += (
+                f"; {budgeted[v.name]} of the {desired[v.name]} group(s) wanted fit the budget "
+                f"({_budget_text(config, group_budget)}), split by how much of each role's need is covered"
+            )
+        counts.append(VariantCount(role, v.name, current[v.name], budgeted[v.name], message))
+    held = tuple(rn.role for rn in needs if rn.need is None)
+    total = sum(v.chips * budgeted[v.name] for _, v in config.variants())
+    summary = (
+        f"prefill {_role_groups(config, 'prefill', budgeted)} + decode {_role_groups(config, 'decode', budgeted)}"
+        f" = {total} chips"
+    )
+    return JointPlan(tuple(counts), tuple(needs), held, summary), DisaggState(histories["prefill"],
+                                                                             histories["decode"])
+
+
+def _after(fits: FitCheck | None, before: Mapping[str, int]) -> FitCheck | None:
+    """``fits`` for more groups placed after ``before`` (one inventory, so two roles never share a place)."""
+    if fits is None:
+        return None
+    placed = dict(before)
+    return lambda more: fits({**placed, **more})
+
+
+def _mix_text(variants: Sequence[VariantSpec], mix: Mapping[str, int]) -> str:
+    return " + ".join(f"{mix[v.name]}×{v.slice_topology} ({v.name})" for v in variants)
+
+
+def _role_groups(config: DisaggregatedPolicyConfig, role: Role, counts: Mapping[str, int]) -> str:
+    return "+".join(f"{counts[v.name]}×{v.slice_topology}" for v in config.role(role).variants)
+
+
+def _budget_text(config: DisaggregatedPolicyConfig, group_budget: int | None) -> str:
+    parts = []
+    if config.chip_budget is not None:
+        parts.append(f"chipBudget {config.chip_budget}")
+    if group_budget is not None:
+        parts.append(f"maxReplicas {group_budget} groups")
+    return ", ".join(parts) or "no budget"
+
+
+class DisaggregatedPolicy:
+    """The algorithm object the registry builds. ``joint``: the engine calls ``plan`` (not ``recommend``)."""
+
+    uses_behavior = False
+    joint = True
+
+    def __init__(self, config: DisaggregatedPolicyConfig) -> None:
+        self.config = config
+
+    def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
+        raise TypeError("the disaggregated policy decides several targets at once: engine.decide calls plan()")
+
+
+def build(config: DisaggregatedPolicyConfig) -> DisaggregatedPolicy:
+    return DisaggregatedPolicy(config)
+
+
+def inventory_fit(
+    config: DisaggregatedPolicyConfig, inventory: Inventory, costs: Mapping[str, float]
+) -> FitCheck:
+    """A ``FitCheck`` from the physical inventory (``core.topology``): the new groups, larger slices first,
+    placed one after another (stopping preemptible training where it must, at the least lost work)."""
+    by_name = {v.name: v for _, v in config.variants()}
+
+    def fits(more: Mapping[str, int]) -> bool:
+        left = inventory
+        order = sorted((k for k, n in more.items() if n > 0), key=lambda k: (-by_name[k].chips, k))
+        for name in order:
+            shape = Shape.parse(by_name[name].slice_topology)
+            placed = plan_groups(left, shape, more[name], costs, owner_prefix=f"new-{name}")
+            if placed.unplaceable:
+                return False
+            left = left.without(placed.victims)
+            for i, choice in enumerate(placed.placed):
+                left = left.with_occupant(Occupant(key=f"new-{name}-{i}", regions=choice.regions))
+        return True
+
+    return fits

@@ -1,0 +1,426 @@
+"""The ``disaggregated`` policy type: prefill and decode pools sized together, in whole slices, one budget.
+
+Table cases go through ``compile_policy`` + ``decide`` (the engine's joint path: one ScaleDecision per target,
+one capacity request); pure cases drive ``choose_mix`` / ``fit_budget`` / ``plan``. Properties (hypothesis):
+no pool gets more than its signals justify (the ratio follows the signals); the pools never hold more chips
+than the budget or than the arbitration granted; every count is whole groups; unknown data never shrinks a
+pool.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from autoscaler.core import topology
+from autoscaler.core.engine import compile_policy, decide
+from autoscaler.core.model import (
+    Observation,
+    PolicyState,
+    QuotaStatus,
+    Reason,
+    ReplicaStatus,
+    ScaleDecision,
+    SignalReading,
+    TargetKind,
+    TargetRef,
+    TrainingDecision,
+    TrainingWorkload,
+)
+from autoscaler.core.policies import disaggregated as dg
+from autoscaler.core.spec import ScalingPolicy
+
+NS = "llm"
+T0 = 10_000.0
+PRE = TargetRef(TargetKind.LEADER_WORKER_SET, "prefill", NS)
+DEC = TargetRef(TargetKind.LEADER_WORKER_SET, "decode", NS)
+BIG = TargetRef(TargetKind.LEADER_WORKER_SET, "decode-big", NS)
+
+
+def lws(name: str) -> dict[str, str]:
+    return {"kind": "LeaderWorkerSet", "name": name, "namespace": NS}
+
+
+def policy_doc(*, budget: int | None = 64, big: bool = False, capacity: bool = False,
+               max_replicas: int = 32) -> dict[str, Any]:
+    decode_variants: list[dict[str, Any]] = [
+        {"name": "decode", "target": lws("decode"), "sliceTopology": "2x2x2", "tokensPerSecond": 2000,
+         "minReplicas": 1 if not big else 0, "maxReplicas": 8},
+    ]
+    if big:
+        # A 2x4x4 group: 4× the chips, 5× the tokens/s (an estimate for the test: bigger batches per chip).
+        decode_variants.append({"name": "decode-big", "target": lws("decode-big"), "sliceTopology": "2x4x4",
+                                "tokensPerSecond": 10000, "maxReplicas": 2})
+    policy: dict[str, Any] = {
+        "type": "disaggregated",
+        "scaleDownDelaySeconds": 60,
+        "prefill": {
+            "ttftSeconds": 2.0,
+            "signals": {"promptTokens": "prompt", "waiting": "pwait", "ttft": "ttft"},
+            "variants": [{"name": "prefill", "target": lws("prefill"), "sliceTopology": "2x2x2",
+                          "tokensPerSecond": 8000, "minReplicas": 1, "maxReplicas": 8}],
+        },
+        "decode": {
+            "timePerOutputTokenSeconds": 0.05,
+            "signals": {"generationTokens": "gen", "kvCacheUsage": "kv", "timePerOutputToken": "tpot"},
+            "variants": decode_variants,
+        },
+    }
+    if budget is not None:
+        policy["chipBudget"] = budget
+    spec: dict[str, Any] = {
+        "target": lws("decode"),
+        "maxReplicas": max_replicas,
+        "signals": [
+            {"name": "prompt", "query": "p", "pool": "prefill"},
+            {"name": "pwait", "query": "w", "pool": "prefill"},
+            {"name": "ttft", "query": "t", "pool": "prefill"},
+            {"name": "gen", "query": "g"},
+            {"name": "kv", "query": "k", "aggregate": "avg"},
+            {"name": "tpot", "query": "o"},
+        ],
+        "policy": policy,
+    }
+    if capacity:
+        spec["capacity"] = {"clusterQueue": "cq", "resource": "google.com/tpu", "perReplica": 8}
+        spec["preemptible"] = [{"namespace": "train"}]
+    return {"apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "pd"},
+            "spec": spec}
+
+
+def compiled(**kw: Any) -> Any:
+    return compile_policy(ScalingPolicy.model_validate(policy_doc(**kw)))
+
+
+#: Quiet traffic: every signal known and comfortable.
+QUIET = {"prompt": 4000.0, "pwait": 0.0, "ttft": 0.5, "gen": 1000.0, "kv": 0.3, "tpot": 0.02}
+
+
+def observation(values: Mapping[str, float | None], counts: Mapping[str, tuple[int, int]],
+                **kw: Any) -> Observation:
+    """``counts``: target name -> (spec, ready)."""
+    readings = {
+        n: SignalReading(v, T0 - 5) if v is not None else SignalReading(None, None, error="scrape failed")
+        for n, v in values.items()
+    }
+    refs = {"prefill": PRE, "decode": DEC, "decode-big": BIG}
+    members = {refs[n].key: ReplicaStatus(s, r, starting=s - r) for n, (s, r) in counts.items()}
+    return Observation(DEC, members[DEC.key], readings, members=members, **kw)
+
+
+def scales(decisions: list[Any]) -> dict[str, ScaleDecision]:
+    return {d.target.name: d for d in decisions if isinstance(d, ScaleDecision)}
+
+
+# ------------------------------------------------------------------------------------------------ table cases
+
+CASES = [
+    pytest.param(
+        QUIET, {"prefill": (1, 1), "decode": (1, 1)}, {"prefill": 1, "decode": 1},
+        {"prefill": Reason.STEADY, "decode": Reason.STEADY}, id="quiet-stays",
+    ),
+    pytest.param(
+        {**QUIET, "prompt": 20000.0}, {"prefill": (1, 1), "decode": (1, 1)}, {"prefill": 4, "decode": 1},
+        {"prefill": Reason.SCALE_UP, "decode": Reason.STEADY}, id="prompt-demand-grows-prefill-only",
+    ),
+    pytest.param(
+        {**QUIET, "gen": 5000.0}, {"prefill": (1, 1), "decode": (1, 1)}, {"prefill": 1, "decode": 4},
+        {"prefill": Reason.STEADY, "decode": Reason.SCALE_UP}, id="generation-demand-grows-decode-only",
+    ),
+    pytest.param(
+        {**QUIET, "kv": 0.95}, {"prefill": (1, 1), "decode": (2, 2)}, {"prefill": 1, "decode": 3},
+        {"prefill": Reason.STEADY, "decode": Reason.SCALE_UP}, id="kv-pressure-grows-decode",
+    ),
+    pytest.param(
+        {**QUIET, "ttft": 2.5}, {"prefill": (2, 2), "decode": (1, 1)}, {"prefill": 3, "decode": 1},
+        {"prefill": Reason.SCALE_UP, "decode": Reason.STEADY}, id="ttft-over-objective-adds-a-prefill-group",
+    ),
+    pytest.param(
+        {**QUIET, "ttft": 2.5}, {"prefill": (3, 2), "decode": (1, 1)}, {"prefill": 3, "decode": 1},
+        {"prefill": Reason.STEADY, "decode": Reason.STEADY}, id="ttft-over-waits-for-the-starting-group",
+    ),
+    pytest.param(
+        {**QUIET, "tpot": 0.06}, {"prefill": (1, 1), "decode": (2, 2)}, {"prefill": 1, "decode": 3},
+        {"prefill": Reason.STEADY, "decode": Reason.SCALE_UP}, id="tpot-over-objective-adds-a-decode-group",
+    ),
+    pytest.param(
+        {**QUIET, "prompt": None, "pwait": None}, {"prefill": (3, 3), "decode": (3, 3)},
+        {"prefill": 3, "decode": 2},
+        {"prefill": Reason.METRICS_UNKNOWN, "decode": Reason.SCALE_DOWN},
+        id="prefill-demand-unknown-holds-prefill-decode-still-decided",
+    ),
+    pytest.param(
+        {**QUIET, "tpot": None}, {"prefill": (1, 1), "decode": (4, 4)}, {"prefill": 1, "decode": 4},
+        {"prefill": Reason.STEADY, "decode": Reason.STEADY}, id="latency-unknown-never-shrinks",
+    ),
+    pytest.param(
+        {**QUIET, "prompt": 200000.0, "gen": 100000.0}, {"prefill": (1, 1), "decode": (1, 1)},
+        # Needs 285,714 and 142,857 tokens/s; 64 chips = 8 groups, granted to the least covered role each
+        # time: prefill 3×8000 = 8.4 %, decode 5×2000 = 7.0 % (a sixth decode group would not fit).
+        {"prefill": 3, "decode": 5}, {"prefill": Reason.SCALE_UP, "decode": Reason.SCALE_UP},
+        id="both-want-more-than-the-budget-split-by-need-coverage",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "counts", "want", "reasons"), CASES)
+def test_one_evaluation(
+    values: dict[str, float | None], counts: dict[str, tuple[int, int]], want: dict[str, int],
+    reasons: dict[str, Reason],
+) -> None:
+    # A state whose hold window has passed, so a shrink is decided on this evaluation's need alone.
+    decisions, _ = decide(compiled(), observation(values, counts), PolicyState(), T0)
+    got = scales(decisions)
+    assert {n: d.desired for n, d in got.items()} == want
+    assert {n: d.reason for n, d in got.items()} == reasons
+    for d in got.values():
+        assert "tokens/s" in d.message or "holding" in d.message  # the numbers behind it
+
+
+def test_every_message_says_both_pools_and_the_chips() -> None:
+    decisions, _ = decide(compiled(), observation({**QUIET, "prompt": 20000.0},
+                                                  {"prefill": (1, 1), "decode": (1, 1)}), PolicyState(), T0)
+    d = scales(decisions)["prefill"]
+    assert "20000 tokens/s at utilization 0.7 needs 28571" in d.message
+    assert "4×2x2x2 (prefill) = 32000 tokens/s on 32 chips" in d.message
+    assert "together prefill 4×2x2x2 + decode 1×2x2x2 = 40 chips" in d.message
+
+
+def test_a_missing_pool_status_holds_every_pool() -> None:
+    obs = observation(QUIET, {"decode": (2, 2)})
+    decisions, _ = decide(compiled(), obs, PolicyState(), T0)
+    (only,) = decisions
+    assert isinstance(only, ScaleDecision)
+    assert only.target == DEC
+    assert (only.desired, only.reason) == (2, Reason.METRICS_UNKNOWN)
+    assert PRE.key in only.message
+
+
+def test_scale_down_waits_for_the_delay_window() -> None:
+    pol = compiled()
+    busy = {**QUIET, "gen": 5000.0}
+    counts = {"prefill": (1, 1), "decode": (4, 4)}
+    _, state = decide(pol, observation(busy, counts), PolicyState(), T0)
+    decisions, state = decide(pol, observation(QUIET, counts), state, T0 + 30)
+    assert scales(decisions)["decode"].desired == 4  # the busy need is 30 s old: inside the 60 s window
+    decisions, _ = decide(pol, observation(QUIET, counts), state, T0 + 61)
+    # KV use 0.3 of 4 groups is 1.2 groups of cache, 1.5 at the 0.8 target, 1.67 with the headroom: 2.
+    assert scales(decisions)["decode"].desired == 2
+
+
+def test_a_steady_load_is_a_fixed_point() -> None:
+    pol = compiled()
+    values = {**QUIET, "gen": 3000.0}
+    counts = {"prefill": (1, 1), "decode": (1, 1)}
+    state = PolicyState()
+    seen = []
+    for i in range(12):
+        decisions, state = decide(pol, observation(values, counts), state, T0 + 15 * i)
+        got = scales(decisions)
+        counts = {n: (d.desired, d.desired) for n, d in got.items()}
+        seen.append(counts["decode"][0])
+    assert seen[1:] == [seen[1]] * (len(seen) - 1), seen
+
+
+# ------------------------------------------------------------------------------------ one request for the pair
+
+
+def training(n: int, chips: int = 16) -> tuple[TrainingWorkload, ...]:
+    return tuple(
+        TrainingWorkload("train", f"job-{i}", 100, chips, active=True, admitted=True, uid=f"u{i}",
+                         since_checkpoint_s=60.0 * (i + 1))
+        for i in range(n)
+    )
+
+
+def test_both_pools_make_one_capacity_request_and_never_share_a_victim() -> None:
+    pol = compiled(capacity=True, budget=None)
+    values = {**QUIET, "prompt": 20000.0, "gen": 5000.0}  # prefill 1→4 (+24 chips), decode 1→4 (+24 chips)
+    quota = QuotaStatus("cq", "google.com/tpu", nominal=64, reserved=64)  # 16 serving + 48 training
+    obs = observation(values, {"prefill": (1, 1), "decode": (1, 1)}, training=training(3), quota=quota)
+    decisions, _ = decide(pol, obs, PolicyState(), T0)
+    victims = [d.workload.key for d in decisions if isinstance(d, TrainingDecision)]
+    assert len(victims) == len(set(victims)) == 3  # 48 chips: all three, each once
+    got = scales(decisions)
+    assert (got["prefill"].desired, got["decode"].desired) == (4, 4)
+
+
+def test_a_partial_grant_is_split_in_whole_slices_within_the_chips_granted() -> None:
+    pol = compiled(capacity=True, budget=None)
+    values = {**QUIET, "prompt": 20000.0, "gen": 5000.0}
+    # 8 chips free, nothing preemptible: the pair may grow by one slice, not one each.
+    quota = QuotaStatus("cq", "google.com/tpu", nominal=24, reserved=16)
+    obs = observation(values, {"prefill": (1, 1), "decode": (1, 1)}, quota=quota)
+    decisions, _ = decide(pol, obs, PolicyState(), T0)
+    got = scales(decisions)
+    chips = 8 * (got["prefill"].desired + got["decode"].desired)
+    assert chips == 24
+    assert {got["prefill"].reason, got["decode"].reason} <= {Reason.WAITING_FOR_CAPACITY}
+    assert "limited by capacity" in got["prefill"].message
+
+
+# ------------------------------------------------------------------------------------------------- variants
+
+
+def test_variants_carry_the_load_at_the_fewest_chips() -> None:
+    v = compiled(big=True, budget=None).policy.spec.policy.decode.variants
+    # 9000 tokens/s: 5×2x2x2 = 40 chips, or 1×2x4x4 = 32 chips.
+    assert dg.choose_mix(v, {"decode": 1, "decode-big": 0}, 9000.0, min_groups=1) == {"decode": 0, "decode-big": 1}
+    # 3000 tokens/s: 2×2x2x2 = 16 chips beats a 32-chip group.
+    assert dg.choose_mix(v, {"decode": 0, "decode-big": 1}, 3000.0, min_groups=1) == {"decode": 2, "decode-big": 0}
+
+
+def test_a_shift_between_variants_adds_before_it_removes() -> None:
+    pol = compiled(big=True, budget=None)
+    values = {**QUIET, "gen": 6300.0}  # needs 9000 tokens/s
+    counts = {"prefill": (1, 1), "decode": (4, 4), "decode-big": (0, 0)}
+    decisions, state = decide(pol, observation(values, counts), PolicyState(), T0)
+    got = scales(decisions)
+    # 4 small groups carry 8000 < 9000: grow. The cheapest mix is one 2x4x4 group; the small ones stay
+    # until it serves.
+    assert (got["decode"].desired, got["decode-big"].desired) == (4, 1)
+    counts = {"prefill": (1, 1), "decode": (4, 4), "decode-big": (1, 0)}
+    decisions, state = decide(pol, observation(values, counts), state, T0 + 15)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (4, 1)  # the big group is still starting
+    counts = {"prefill": (1, 1), "decode": (4, 4), "decode-big": (1, 1)}
+    decisions, _ = decide(pol, observation(values, counts), state, T0 + 100)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (0, 1)
+
+
+def test_variants_only_where_they_fit_in_the_blocks() -> None:
+    v = compiled(big=True, budget=None).policy.spec.policy
+    block = topology.Shape.parse("4x4x4")
+    # One block, one serving 2x2x2 group at the origin of each 2x4x4 half: no 2x4x4 region is free, and the
+    # serving groups never yield.
+    occupants = (
+        topology.Occupant("s0", (topology.Region("b0", (0, 0, 0), topology.Shape(2, 2, 2)),)),
+        topology.Occupant("s1", (topology.Region("b0", (2, 0, 0), topology.Shape(2, 2, 2)),)),
+        topology.Occupant("s2", (topology.Region("b0", (0, 0, 2), topology.Shape(2, 2, 2)),)),
+        topology.Occupant("s3", (topology.Region("b0", (0, 2, 0), topology.Shape(2, 2, 2)),)),
+    )
+    inv = topology.Inventory(block, ("b0",), occupants)
+    fits = dg.inventory_fit(v, inv, {})
+    assert not fits({"decode-big": 1})
+    assert fits({"decode": 4})
+    mix = dg.choose_mix(v.decode.variants, {"decode": 1, "decode-big": 0}, 9000.0, min_groups=1, fits=fits)
+    assert mix == {"decode": 5, "decode-big": 0}  # the 32-chip group does not fit: five small ones do
+
+
+# ----------------------------------------------------------------------------------------- the policy file
+
+
+def test_validation_names_the_field() -> None:
+    doc = policy_doc()
+    bad = copy.deepcopy(doc)
+    bad["spec"]["signals"][0]["pool"] = "prefil"
+    with pytest.raises(ValidationError, match="pool 'prefil' is not a variant"):
+        ScalingPolicy.model_validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["spec"]["target"] = lws("other")
+    with pytest.raises(ValidationError, match="must be one of the policy's variants' targets"):
+        ScalingPolicy.model_validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["spec"]["policy"]["decode"]["variants"][0]["target"] = lws("prefill")
+    with pytest.raises(ValidationError, match="named by two variants"):
+        ScalingPolicy.model_validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["spec"]["policy"]["chipBudget"] = 8
+    with pytest.raises(ValidationError, match="more than chipBudget 8"):
+        ScalingPolicy.model_validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["spec"]["policy"]["prefill"]["variants"][0]["sliceTopology"] = "2x2x"
+    with pytest.raises(ValidationError, match="AxB or AxBxC"):
+        ScalingPolicy.model_validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["spec"]["signals"][3]["pool"] = "decode"
+    bad["spec"]["policy"] = {"type": "queue", "work": ["gen"], "capacityPerReplica": 1}
+    with pytest.raises(ValidationError, match="pool applies to policies with several targets"):
+        ScalingPolicy.model_validate(bad)
+
+
+def test_spec_lists_every_target_primary_first() -> None:
+    spec = ScalingPolicy.model_validate(policy_doc(big=True)).spec
+    assert [t.ref() for t in spec.targets()] == [DEC, PRE, BIG]
+    assert spec.signal_target(spec.signal("prompt")).ref() == PRE
+    assert spec.signal_target(spec.signal("gen")).ref() == DEC
+
+
+# ------------------------------------------------------------------------------------------------ properties
+
+signal_values = st.one_of(st.none(), st.floats(0, 200000))
+fractions = st.one_of(st.none(), st.floats(0, 1))
+latencies = st.one_of(st.none(), st.floats(0, 5))
+group_counts = st.tuples(st.integers(1, 8), st.integers(0, 8)).map(lambda t: (t[0], min(t[0], t[1])))
+
+
+@st.composite
+def situations(draw: st.DrawFn) -> tuple[dict[str, float | None], dict[str, tuple[int, int]]]:
+    values = {
+        "prompt": draw(signal_values), "pwait": draw(st.one_of(st.none(), st.floats(0, 50))),
+        "ttft": draw(latencies), "gen": draw(signal_values), "kv": draw(fractions), "tpot": draw(latencies),
+    }
+    counts = {"prefill": draw(group_counts), "decode": draw(group_counts)}
+    return values, counts
+
+
+def _unbudgeted(values: dict[str, float | None], counts: dict[str, tuple[int, int]]) -> dict[str, int]:
+    decisions, _ = decide(compiled(budget=None, max_replicas=100), observation(values, counts), PolicyState(), T0)
+    return {n: d.desired for n, d in scales(decisions).items()}
+
+
+@given(situations(), st.sampled_from([16, 24, 40, 64, 128]))
+def test_no_pool_gets_more_than_its_signals_justify_and_the_budget_holds(
+    situation: tuple[dict[str, float | None], dict[str, tuple[int, int]]], budget: int,
+) -> None:
+    values, counts = situation
+    decisions, _ = decide(compiled(budget=budget), observation(values, counts), PolicyState(), T0)
+    got = {n: d.desired for n, d in scales(decisions).items()}
+    free = _unbudgeted(values, counts)
+    for name, count in got.items():
+        # The ratio follows the signals: a budget only takes slices away from what each pool's need asks.
+        assert count <= max(free[name], counts[name][0]), (name, got, free)
+    chips = 8 * sum(got.values())
+    grew = any(got[n] > counts[n][0] for n in got)
+    assert chips <= budget or not grew, (got, budget)
+    assert all(isinstance(n, int) and n >= 0 for n in got.values())
+
+
+@given(situations())
+def test_unknown_data_never_shrinks_a_pool(
+    situation: tuple[dict[str, float | None], dict[str, tuple[int, int]]],
+) -> None:
+    values, counts = situation
+    decisions, _ = decide(compiled(budget=None, max_replicas=100), observation(values, counts), PolicyState(), T0)
+    got = scales(decisions)
+    roles = {"prefill": ("prompt", "pwait", "ttft"), "decode": ("gen", "kv", "tpot")}
+    for role, names in roles.items():
+        if any(values[n] is None for n in names):
+            assert got[role].desired >= counts[role][0], (role, values, counts, got[role].message)
+
+
+@given(situations(), st.integers(0, 6), st.integers(0, 3))
+def test_a_grant_never_exceeds_the_chips_free_plus_freed(
+    situation: tuple[dict[str, float | None], dict[str, tuple[int, int]]], free_slices: int, jobs: int,
+) -> None:
+    values, counts = situation
+    held = 8 * (counts["prefill"][0] + counts["decode"][0])
+    train = training(jobs)
+    quota = QuotaStatus("cq", "google.com/tpu", nominal=held + 16 * jobs + 8 * free_slices,
+                        reserved=held + 16 * jobs)
+    obs = observation(values, counts, training=train, quota=quota)
+    decisions, _ = decide(compiled(capacity=True, budget=None, max_replicas=100), obs, PolicyState(), T0)
+    got = scales(decisions)
+    stopped = sum(d.workload.chips for d in decisions if isinstance(d, TrainingDecision))
+    grown = sum(8 * max(0, got[n].desired - counts[n][0]) for n in got)
+    shrunk = sum(8 * max(0, counts[n][0] - got[n].desired) for n in got)
+    assert grown <= 8 * free_slices + stopped + shrunk
+    victims = [d.workload.key for d in decisions if isinstance(d, TrainingDecision)]
+    assert len(victims) == len(set(victims))
