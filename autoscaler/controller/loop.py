@@ -556,11 +556,20 @@ class Controller:
         4. undo: if a deactivation or the scale then fails, the Workloads deactivated for it in this pass are
            reactivated at once (their Events say so), so no training stays stopped for a scale that did not
            happen. A failed reactivation is left to the next pass (the Workload keeps our mark).
+
+        A policy with several targets (type ``disaggregated``) has one scale per target: all are checked by
+        dry run first (step 2, even without training to stop), shrinking ones are written first, and when one
+        fails, those already written in this pass are set back to their previous count (``_revert``, a
+        ``Reverted`` Warning on each) before the training is resumed: the pools are left at counts the policy
+        decided together, or at the counts they had. The state is not committed; the next pass decides again
+        from what the cluster then shows (a revert that itself failed is told and shows up there).
         """
         ordered = [d for d in arbitration.in_apply_order(decisions) if not isinstance(d, ScaleDecision) or d.changes]
-        scale = next((d for d in ordered if isinstance(d, ScaleDecision)), None)
+        scales = [d for d in ordered if isinstance(d, ScaleDecision)]
         stopping = [d for d in ordered if isinstance(d, TrainingDecision) and d.action is TrainingAction.DEACTIVATE]
-        if stopping and scale is not None:
+        # Several scales (a policy with several targets) are checked together, so training is never stopped for
+        # a pair of which one write would be refused.
+        for scale in scales if stopping or len(scales) > 1 else ():
             if not self.leader.holds():
                 self.telemetry.actions.labels(cp.name, "check", "not_leader").inc()
                 return "lost leadership before acting"
@@ -570,13 +579,15 @@ class Controller:
                 refused = isinstance(exc, self.actuator.refusals)
                 self.telemetry.actions.labels(cp.name, "check", "refused" if refused else "error").inc()
                 log.warning("handoff_check_failed", error=_one_line(exc))
+                what = f"not stopping {', '.join(d.workload.key for d in stopping)}" if stopping else "not scaling"
                 message = (
-                    f"not stopping {', '.join(d.workload.key for d in stopping)}: the scale to {scale.desired} "
-                    f"would not be accepted ({_one_line(exc)})"
+                    f"{what}: the scale of {scale.target.key} to {scale.desired} would not be accepted "
+                    f"({_one_line(exc)})"
                 )
                 await self._event(cp, scale, "Warning", "HandoffCheckFailed", message, "Check")
                 return f"check refused: {_one_line(exc)}" if refused else f"check failed: {_one_line(exc)}"
         stopped: list[TrainingDecision] = []
+        first: ScaleDecision | None = scales[0] if scales else None
         try:
             return await self._commit(cp, ordered, stopped, acted, log, gated)
         except asyncio.CancelledError:
@@ -588,7 +599,7 @@ class Controller:
             # (shutdown, as a kill): a restarted controller counts the stopped Workload as freeing and finishes.
             deadline = self._deadlines.get(cp.name)
             if stopped and deadline is not None and deadline.expired() and self.leader.holds():
-                if scale is not None and await self._stored(cp, scale):
+                if first is not None and await self._stored(cp, first):
                     log.warning("handoff_cut", workloads=[d.workload.key for d in stopped], scale="stored")
                 else:
                     log.warning("handoff_cut", workloads=[d.workload.key for d in stopped], scale="not stored")
@@ -608,7 +619,10 @@ class Controller:
         log: Any, gated: int,
     ) -> str | None:
         """Step 3 of ``_act``: the writes in order; ``stopped`` holds the deactivations not yet followed by the
-        scale (what step 4 would undo)."""
+        scale (what step 4 would undo), ``written`` the scales already written (a policy with several targets
+        sets them back when a later one fails)."""
+        scales = [d for d in ordered if isinstance(d, ScaleDecision)]
+        written: list[ScaleDecision] = []
         for d in ordered:
             name = _action_name(d)
             if not self.leader.holds():
@@ -628,6 +642,7 @@ class Controller:
                 self.telemetry.actions.labels(cp.name, name, "refused").inc()
                 log.warning("action_refused", action=name, error=_one_line(exc))
                 await self._event(cp, d, "Warning", "OwnershipConflict", _one_line(exc), "Refused")
+                await self._revert(cp, written, f"{_about(d)} was refused: {_one_line(exc)}", acted, log)
                 await self._undo(cp, stopped, f"{name} was refused: {_one_line(exc)}", acted, log)
                 return f"{name} refused: {_one_line(exc)}"
             except Exception as exc:
@@ -640,6 +655,7 @@ class Controller:
                 self.telemetry.errors.labels("act").inc()
                 log.warning("action_failed", action=name, error=_one_line(exc))
                 await self._event(cp, d, "Warning", "ActionFailed", f"{name} failed: {_one_line(exc)}", name)
+                await self._revert(cp, written, f"{_about(d)} failed: {_one_line(exc)}", acted, log)
                 await self._undo(cp, stopped, f"{name} failed: {_one_line(exc)}", acted, log)
                 return f"{name} failed: {_one_line(exc)}"
             acted.append(name)
@@ -650,11 +666,38 @@ class Controller:
             if isinstance(d, TrainingDecision) and d.action is TrainingAction.DEACTIVATE:
                 stopped.append(d)
             if isinstance(d, ScaleDecision):
-                stopped.clear()  # the scale went through: the stopped Workloads' chips are now serving's
+                written.append(d)
+            if isinstance(d, ScaleDecision) and len(written) == len(scales):
+                stopped.clear()  # every scale went through: the stopped Workloads' chips are now serving's
                 # New replicas are gated until Kueue admits them; a scale-down removes gated ones first.
                 up, down = max(0, d.desired - d.current), max(0, d.current - d.desired)
                 self.note_in_flight(cp, max(0, gated + up - down), d.desired)
         return None
+
+    async def _revert(
+        self, cp: CompiledPolicy, written: list[ScaleDecision], why: str, acted: list[str], log: Any
+    ) -> None:
+        """Set back, in this pass, the targets already scaled for a plan whose next scale failed: a policy
+        with several targets never leaves its pools in a pair of counts it did not decide. A failed revert is
+        told (Warning) and left to the next pass, which decides from the counts the cluster then has (the
+        state is not committed)."""
+        for d in reversed(written):
+            back = ScaleDecision(
+                d.target, d.desired, d.current, Reason.STEADY,
+                f"setting {d.target.key} back {d.desired}→{d.current}: its pair was not applied ({why})",
+                d.signals,
+            )
+            try:
+                await self.actuator.scale(cp, back)
+            except Exception as exc:
+                self.telemetry.actions.labels(cp.name, "revert", "error").inc()
+                log.warning("revert_failed", target=d.target.key, error=_one_line(exc))
+                await self._event(cp, back, "Warning", "ActionFailed",
+                                  f"revert of {d.target.key} to {d.current} failed: {_one_line(exc)}", "revert")
+                continue
+            acted.append("revert")
+            self.telemetry.actions.labels(cp.name, "revert", "ok").inc()
+            await self._event(cp, back, "Warning", "Reverted", back.message, "revert")
 
     async def _undo(
         self, cp: CompiledPolicy, stopped: list[TrainingDecision], why: str, acted: list[str], log: Any
@@ -918,7 +961,12 @@ def _regarding(cp: CompiledPolicy, d: Decision) -> ObjectRef:
     t = spec.target
     if spec.actuation.mode == "hpaFloor" and spec.actuation.hpa_name:
         return ObjectRef("autoscaling/v2", "HorizontalPodAutoscaler", t.namespace, spec.actuation.hpa_name)
-    return kinds.of(t.kind).object_ref(t.ref())
+    # Each scale decision's Event goes to its own target (a policy with several targets has one per pool).
+    return kinds.of(d.target.kind).object_ref(d.target)
+
+
+def _about(d: Decision) -> str:
+    return f"the scale of {d.target.key}" if isinstance(d, ScaleDecision) else f"{d.action.value} {d.workload.key}"
 
 
 def _one_line(exc: BaseException) -> str:

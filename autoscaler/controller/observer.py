@@ -41,7 +41,14 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from autoscaler.controller.kube import Backoff
 from autoscaler.controller.targets import TargetView
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import Observation, QuotaStatus, ReplicaStatus, SignalReading, TrainingWorkload
+from autoscaler.core.model import (
+    Observation,
+    QuotaStatus,
+    ReplicaStatus,
+    SignalReading,
+    TargetRef,
+    TrainingWorkload,
+)
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.sources.base import MetricSource, PodRef, Readings, SignalRequest
 from autoscaler.sources.pool import NO_SOURCE, plan
@@ -54,6 +61,10 @@ class TargetReader(Protocol):
 
     async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
         """``observe`` for many policies (by policy name), batched; a failure is that policy's value."""
+        ...
+
+    async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
+        """Another of a policy's targets (policies with several targets)."""
         ...
 
 
@@ -252,7 +263,24 @@ class PolicyObserver:
         if spec.capacity is not None:
             workloads, quota = await self.training.training(policy)
         return Observation(target=spec.target.ref(), replicas=replicas, signals=signals, training=workloads,
-                          quota=quota)
+                          quota=quota, members=await self._members(policy, replicas))
+
+    async def _members(self, policy: CompiledPolicy, replicas: ReplicaStatus) -> dict[str, ReplicaStatus]:
+        """Every target's replica status, for a policy with several targets (empty for the others). A target
+        that cannot be read is left out: the core then holds every pool (no decision on a partial picture)."""
+        spec = policy.policy.spec
+        if not spec.pools():
+            return {}
+        primary = spec.target.ref()
+        out = {primary.key: replicas}
+        others = [t.ref() for t in spec.targets() if t.ref() != primary]
+        views = await asyncio.gather(*(self.targets.observe_ref(policy, r) for r in others), return_exceptions=True)
+        for ref, view in zip(others, views, strict=True):
+            if isinstance(view, asyncio.CancelledError):
+                raise view
+            if not isinstance(view, BaseException):
+                out[ref.key] = view.replicas
+        return out
 
     async def read_signals(self, policy: CompiledPolicy, pods: Sequence[PodRef] = ()) -> dict[str, SignalReading]:
         """Every raw signal of the policy in one batch; composites (``expr``) are the core's business."""

@@ -350,13 +350,14 @@ class HpaFloor(Actuation):
 def build_target(
     api: client.ApiClient, spec: Spec, *, owner: str, retry: RetryPolicy = DEFAULT_RETRY,
     now: Callable[[], float] = time.time, controller: str = "", running: Callable[[], Collection[str]] | None = None,
+    ref: TargetRef | None = None,
 ) -> ScaleTarget:
-    """The ``ScaleTarget`` for a policy's ``target`` and ``actuation``."""
+    """The ``ScaleTarget`` for a policy's ``target`` (or ``ref``, another of its targets) and ``actuation``."""
     actuation: Actuation = DirectScale()
     if spec.actuation.mode == "hpaFloor":
         assert spec.actuation.hpa_name is not None  # the spec requires it
         actuation = HpaFloor(spec.actuation.hpa_name)
-    return ScaleTarget(api, spec.target.ref(), owner=owner, actuation=actuation, retry=retry, now=now,
+    return ScaleTarget(api, ref or spec.target.ref(), owner=owner, actuation=actuation, retry=retry, now=now,
                        controller=controller, running=running)
 
 
@@ -374,10 +375,14 @@ class KubeTargets:
         self.controller = ""
         self.running: Callable[[], Collection[str]] | None = None
 
-    def target(self, policy: CompiledPolicy) -> ScaleTarget:
+    def target(self, policy: CompiledPolicy, ref: TargetRef | None = None) -> ScaleTarget:
         # Built per call: cheap (no I/O), and a hot-reloaded policy never sees a stale target or mode.
         return build_target(self.api, policy.policy.spec, owner=policy.name, retry=self.retry, now=self.now,
-                            controller=self.controller, running=self.running)
+                            controller=self.controller, running=self.running, ref=ref)
+
+    async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
+        """Replica status and pods of another of the policy's targets (a policy with several targets)."""
+        return await self.target(policy, ref).observe()
 
     async def replicas(self, policy: CompiledPolicy) -> ReplicaStatus:
         return await self.target(policy).replicas()
@@ -495,4 +500,5 @@ class KubeTargets:
         }
 
     async def scale(self, policy: CompiledPolicy, decision: ScaleDecision, *, dry_run: bool = False) -> ScaleResult:
-        return await self.target(policy).scale(decision.desired, dry_run=dry_run)
+        # The decision names its target: a policy with several targets writes each through this one path.
+        return await self.target(policy, decision.target).scale(decision.desired, dry_run=dry_run)

@@ -729,12 +729,14 @@ def resume_uncovered(
 
 
 def in_apply_order(decisions: Sequence[Decision]) -> list[Decision]:
-    """The order every caller applies one evaluation's decisions in: deactivations, then the scale, then
-    reactivations. Stopping training before asking for replicas lets the stopped Workloads' quota go to the
-    new serving pods (Kueue would otherwise pick its own victims for them); scaling down before resuming
+    """The order every caller applies one evaluation's decisions in: deactivations, then the scale(s), shrinking
+    ones first, then reactivations. Stopping training before asking for replicas lets the stopped Workloads'
+    quota go to the new serving pods (Kueue would otherwise pick its own victims for them); scaling down before resuming
     training frees the room the resumed Workloads need."""
     training = [d for d in decisions if isinstance(d, TrainingDecision)]
-    scale = [d for d in decisions if isinstance(d, ScaleDecision)]
+    # A policy with several targets: its shrinking pools first, so the chips they free are there for the
+    # growing ones (a single target has one scale decision: nothing to order).
+    scale = sorted((d for d in decisions if isinstance(d, ScaleDecision)), key=lambda d: d.desired > d.current)
     return [
         *(d for d in training if d.action is TrainingAction.REQUEST_CHECKPOINT),
         *(d for d in training if d.action is TrainingAction.DEACTIVATE),

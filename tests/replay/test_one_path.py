@@ -20,7 +20,7 @@ import pytest
 from autoscaler.controller.observer import NoTraining, PolicyObserver
 from autoscaler.controller.targets import TargetView
 from autoscaler.core.engine import CompiledPolicy, compile_policy, decide
-from autoscaler.core.model import Observation, PodStatus, PolicyState, ReplicaStatus, ScaleDecision
+from autoscaler.core.model import Observation, PodStatus, PolicyState, ReplicaStatus, ScaleDecision, TargetRef
 from autoscaler.core.sourcespec import PrometheusSourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.replay import engine as replay_engine
@@ -70,6 +70,9 @@ class Targets:
 
     async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
         return {cp.name: self.view for cp in policies}
+
+    async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
+        raise AssertionError(f"a single-target policy reads no other target ({ref.key})")
 
 
 def _vector(values: dict[str, float]) -> str:
