@@ -53,14 +53,26 @@ SIMULATED = (
 
 @dataclass(frozen=True)
 class LabelLayout:
-    """The labels of a stored series that hold the workload's namespace and pod."""
+    """The labels of a stored series that hold the workload's namespace and pod (``pod`` empty: a pool- or
+    model-wide series, one value for the target, selected by the signal's labels)."""
 
     namespace: str = "namespace"
     pod: str = "pod"
 
+    @property
+    def pool_wide(self) -> bool:
+        return not self.pod
+
 
 #: A server's own series, scraped in the workload's namespace.
 SERVER_LABELS = LabelLayout()
+#: The inference gateway's endpoint picker (EPP, llm-d's router) names the serving pod it measured in
+#: ``model_server_pod``; the series is scraped from the EPP pod, so ``namespace`` is the EPP's (the codelab
+#: deploys the router in the serving namespace; elsewhere, read it with ``query:``).
+ROUTER_POD_LABELS = LabelLayout("namespace", "model_server_pod")
+#: A pool-wide or per-model series of the EPP: no pod label. Selected by the signal's ``labels`` (the
+#: InferencePool's ``name``, or ``model_name``) in the target's namespace; one value for the target.
+ROUTER_POOL_LABELS = LabelLayout("namespace", "")
 #: The TPU device plugin (port 2112 in ``kube-system``): it labels each series with the workload's
 #: ``namespace``, ``pod`` and ``container``; the scrape's own ``namespace``/``pod`` target labels win, so
 #: Prometheus (and Managed Prometheus) keep the workload's as ``exported_namespace``/``exported_pod``.
@@ -75,6 +87,30 @@ _DEVICE_PLUGIN = (
     "Prometheus/GMP or Cloud Monitoring"
 )
 _NODE_ONLY = "a node-level Cloud Monitoring system metric: read it with a cloud-monitoring source"
+_ROUTER = (
+    "exported by the inference gateway's endpoint picker (its own /metrics, port 9090), not by the serving "
+    "pods; read it through Prometheus or GMP (or the server's own preset, e.g. vllm.waiting, from the pods)"
+)
+_ROUTER_POD_CM = (
+    "the endpoint picker names the serving pod in label model_server_pod, which the Cloud Monitoring reader "
+    "does not attribute to targets; read it through gmp (the same series, through Managed Prometheus's PromQL)"
+)
+_ROUTER_POOL_CM = (
+    "a pool- or model-wide series without a pod label, which the Cloud Monitoring reader does not attribute "
+    "to a target; read it through gmp"
+)
+_NO_SIM_ARRIVALS = (
+    "the simulated router exports no request counter (the simulator's demand is the trace itself); use "
+    "router.input_tokens or a server's token preset"
+)
+_NO_SIM_READY = (
+    "the simulated router exports no ready-pod gauge; the policy reads the target's ready replicas from the "
+    "cluster (the simulator's replica status)"
+)
+_NO_SIM_TPOT = (
+    "the simulated server exports no per-token latency histogram (its decode time is not sampled per token); "
+    "use a token-rate or KV preset in simulation"
+)
 _DISTRIBUTION_SUM = (
     "Managed Prometheus stores this histogram as one distribution in Cloud Monitoring, whose running sum "
     "ALIGN_RATE cannot read; use a prometheus or gmp source"
@@ -87,7 +123,7 @@ class Preset:
 
     name: str
     description: str
-    #: The server (or platform part) exporting it: jetstream, vllm, tgi, tpu.
+    #: The server (or platform part) exporting it: jetstream, vllm, tgi, tpu, router.
     server: str
     kind: Kind
     metrics: tuple[str, ...]
@@ -197,6 +233,13 @@ _PRESETS = (
         "vllm", "histogram", _vllm("time_to_first_token_seconds"), "sum", simulated="ttft",
     ),
     Preset(
+        "vllm.time_per_output_token",
+        "vLLM time between generated tokens, seconds (histogram; V1 inter_token_latency_seconds, older "
+        "time_per_output_token_seconds): the decode pool's latency.",
+        "vllm", "histogram", _vllm("inter_token_latency_seconds", "time_per_output_token_seconds"), "sum",
+        unavailable={SIMULATOR: _NO_SIM_TPOT},
+    ),
+    Preset(
         "vllm.queue_time", "vLLM time a request waits in the queue, seconds (histogram).",
         "vllm", "histogram", _vllm("request_queue_time_seconds"), "sum", simulated="queue_time",
     ),
@@ -213,6 +256,62 @@ _PRESETS = (
     Preset(
         "tgi.queue_time", "TGI time a request waits in the queue, seconds (histogram). TGI exports no TTFT.",
         "tgi", "histogram", ("tgi_request_queue_duration",), "sum", simulated="queue_time",
+    ),
+    # ---------------------------------------------------------------- inference gateway endpoint picker
+    # The Gateway API inference extension's endpoint picker (llm-d's router). Names and labels:
+    # kubernetes-sigs/gateway-api-inference-extension, site-src/guides/metrics-and-observability.md
+    # (inference_objective_* since InferenceModel became InferenceObjective; releases before it export the
+    # same series as inference_model_*, site-src/guides/metrics.md). Every spelling is listed.
+    Preset(
+        "router.queue_size",
+        "Requests queued on each serving pod as the endpoint picker sees it (inference_pool_per_pod_queue_size, "
+        "label model_server_pod); summed over the target's pods.",
+        "router", "gauge", ("inference_pool_per_pod_queue_size",), "sum", labels=ROUTER_POD_LABELS,
+        simulated="queued", unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POD_CM},
+    ),
+    Preset(
+        "router.pool_queue_size",
+        "The InferencePool's average queue per pod (inference_pool_average_queue_size, label name = the "
+        "pool): pin it with labels: {name: POOL}.",
+        "router", "gauge", ("inference_pool_average_queue_size",), "avg", labels=ROUTER_POOL_LABELS,
+        simulated="queued", unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
+    ),
+    Preset(
+        "router.pool_kv_cache_usage",
+        "The InferencePool's average KV-cache utilization, 0-1 (inference_pool_average_kv_cache_utilization, "
+        "label name = the pool): pin it with labels: {name: POOL}.",
+        "router", "gauge", ("inference_pool_average_kv_cache_utilization",), "avg", labels=ROUTER_POOL_LABELS,
+        simulated="kv_usage", unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
+    ),
+    Preset(
+        "router.ready_pods",
+        "Ready pods of the InferencePool (inference_pool_ready_pods, label name = the pool).",
+        "router", "gauge", ("inference_pool_ready_pods",), "max", labels=ROUTER_POOL_LABELS,
+        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM, SIMULATOR: _NO_SIM_READY},
+    ),
+    Preset(
+        "router.requests",
+        "Requests the endpoint picker routed, per model (inference_objective_request_total, labels model_name, "
+        "target_model_name; older inference_model_request_total): the arrival rate, read as rate.",
+        "router", "counter", ("inference_objective_request_total", "inference_model_request_total"), "sum",
+        labels=ROUTER_POOL_LABELS,
+        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM, SIMULATOR: _NO_SIM_ARRIVALS},
+    ),
+    Preset(
+        "router.input_tokens",
+        "Prompt tokens of the requests the endpoint picker saw answered, per model (the running sum of "
+        "inference_objective_input_tokens; older inference_model_input_tokens), read as rate.",
+        "router", "counter", ("inference_objective_input_tokens_sum", "inference_model_input_tokens_sum"), "sum",
+        labels=ROUTER_POOL_LABELS, simulated="prompt_tokens",
+        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
+    ),
+    Preset(
+        "router.output_tokens",
+        "Generated tokens of the requests the endpoint picker saw answered, per model (the running sum of "
+        "inference_objective_output_tokens; older inference_model_output_tokens), read as rate.",
+        "router", "counter", ("inference_objective_output_tokens_sum", "inference_model_output_tokens_sum"),
+        "sum", labels=ROUTER_POOL_LABELS, simulated="generation_tokens",
+        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
     ),
     # ---------------------------------------------------------------- TPU (device plugin, GKE system metrics)
     Preset(

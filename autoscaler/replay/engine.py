@@ -282,6 +282,16 @@ def stream(
             )
     if recorded is None and options.initial_replicas is not None:
         notes.append(f"no recorded replicas: the recorded count is taken as {options.initial_replicas} throughout")
+    if spec.pools():
+        # A policy with several targets (type disaggregated): the trace records one replica count, so only
+        # whatif mode can run it, with one fleet per target (``_steps``).
+        if options.mode != "whatif":
+            raise TraceError(
+                f"policy {compiled.name!r} scales {len(spec.targets())} targets; a trace records one replica count, "
+                "so it replays in whatif mode only (--mode whatif; every pool starts from the same count)"
+            )
+        notes.append(f"{len(spec.targets())} targets: every pool starts from the same count; the report follows "
+                     f"{spec.target.ref().key}")
 
     start = min(i.series.times[0] for i in inputs)
     end = max(i.series.times[-1] for i in inputs)
@@ -386,6 +396,9 @@ def _steps(
     else:
         initial = spec.min_replicas
     fleet = Fleet(initial, options.actuation_delay_s)
+    # A policy with several targets: one what-if fleet per other target, from the same count (whatif only).
+    others = {t.ref().key: Fleet(initial, options.actuation_delay_s)
+              for t in spec.targets() if t.ref() != target} if spec.pools() else {}
     # The recorded count at each evaluation (before its first sample: --initial-replicas, else the first one).
     before_first = options.initial_replicas if options.initial_replicas is not None else first_recorded
     rec_cursor = _Cursor(recorded, "") if recorded is not None else None
@@ -438,12 +451,21 @@ def _steps(
                     value = reading.value * rec_now / max(status.ready, 1)
                     readings[names[j]] = SignalReading(value, reading.timestamp, source=reading.source)
 
-        observation = Observation(target, status, readings)
+        if others:
+            members = {target.key: status, **{key: f.status(now) for key, f in others.items()}}
+            observation = Observation(target, status, readings, members=members)
+        else:
+            observation = Observation(target, status, readings)
         try:
             decisions, new_state = decide(compiled, observation, state, now)
         except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
             raise EvaluationError(now, exc) from exc
         decision = decisions[0]
+        if others:
+            decision = next(d for d in decisions if isinstance(d, ScaleDecision) and d.target == target)
+            for d in decisions:
+                if isinstance(d, ScaleDecision) and d.target.key in others:
+                    others[d.target.key].apply(d.desired, now)
         assert isinstance(decision, ScaleDecision)
         step = Step(now, status, rec_now if rec_known else None, decision, readings)
 

@@ -78,6 +78,8 @@ class _Selection:
 
     @property
     def by(self) -> str:
+        if self.labels.pool_wide:
+            return self.labels.namespace
         return f"{self.labels.namespace}, {self.labels.pod}"
 
     def numerator(self, m: list[str]) -> str:
@@ -119,7 +121,8 @@ def target_query(request: SignalRequest, *, cluster: str | None, combined: bool 
         sig.labels,
         namespace=request.target.namespace,
         cluster=cluster,
-        regex={sel.labels.pod: pods},
+        # A pool- or model-wide series has no pod: the signal's labels (the pool, the model) select it.
+        regex={} if sel.labels.pool_wide else {sel.labels.pod: pods},
         namespace_label=sel.labels.namespace,
     )
     if sel.histogram:
@@ -154,7 +157,9 @@ def batch_query(requests: Sequence[SignalRequest], *, cluster: str | None) -> st
     how = aggregate_of(first.signal)
     namespaces = sorted({r.target.namespace for r in requests})
     regex = {sel.labels.namespace: "|".join(re.escape(n) for n in namespaces)}
-    if len(requests) <= POD_REGEX_MAX_TARGETS:
+    if sel.labels.pool_wide:
+        pass  # one value per namespace (the group shares the signal's labels): no pod to select
+    elif len(requests) <= POD_REGEX_MAX_TARGETS:
         pods: set[str] = set()
         for r in requests:
             if r.pods:
@@ -284,6 +289,8 @@ class PrometheusSource:
     def _attribute(self, data: dict[str, Any], group: list[SignalRequest]) -> Readings:
         sel = selection(group[0])
         assert sel is not None
+        if sel.labels.pool_wide:
+            return self._attribute_pool(data, group, sel)
         matcher = PodMatcher(group, workers=sel.workers)
         values: dict[tuple[str, str], tuple[float, float]] = {}
         stamps: dict[tuple[str, str], float] = {}
@@ -317,6 +324,29 @@ class PrometheusSource:
                 if got.per_replica is not None:
                     mine = {pod: buckets.get((req.target.namespace, pod), {}) for pod in got.per_replica}
                     out[req.key] = dataclasses.replace(got, value=None, buckets=mine)
+        return out
+
+
+    def _attribute_pool(self, data: dict[str, Any], group: list[SignalRequest], sel: _Selection) -> Readings:
+        """A pool- or model-wide series: one value per namespace, the same for every target of the group in it
+        (they share the signal's labels). None found: missing, never zero."""
+        values: dict[str, tuple[float, float]] = {}
+        stamps: dict[str, float] = {}
+        for series in data["result"]:
+            labels = series["metric"]
+            ns = labels.get(sel.labels.namespace, "")
+            at, number = float(series["value"][0]), _number(series["value"][1])
+            if labels.get(_PART) == "time":
+                stamps[ns] = number
+            else:
+                values[ns] = (number, at)
+        out: Readings = {}
+        for req in group:
+            found = values.get(req.target.namespace)
+            if found is None:
+                out[req.key] = SignalReading(None, None, self.label)
+            else:
+                out[req.key] = SignalReading(found[0], stamps.get(req.target.namespace, found[1]), self.label)
         return out
 
 

@@ -353,3 +353,20 @@ def test_a_failure_inside_the_core_names_the_evaluation() -> None:
         engine.run(broken, trace(STEP_TIMES, replicas=[1.0] * 8, backlog=STEP_BACKLOG), engine.Options())
     assert err.value.time == 30.0
     assert isinstance(err.value.error, KeyError)
+
+
+def test_a_policy_with_several_targets_replays_whatif_with_one_fleet_per_pool() -> None:
+    from tests.core.test_disaggregated import policy_doc  # noqa: PLC0415 - one fixture for both areas
+
+    compiled = compile_policy(ScalingPolicy.model_validate(policy_doc(budget=None)))
+    # Prompt tokens rise 4000 → 20000 at t=60 (prefill 1 → 4 groups); the decode signals stay quiet.
+    quiet = {"pwait": [0.0] * 8, "ttft": [0.5] * 8, "gen": [1000.0] * 8, "kv": [0.3] * 8, "tpot": [0.02] * 8}
+    tr = trace(STEP_TIMES, prompt=[4000.0] * 4 + [20000.0] * 4, **quiet)
+    with pytest.raises(TraceError, match="whatif mode only"):
+        engine.run(compiled, tr, engine.Options(mode="recorded", initial_replicas=1))
+    replay = engine.run(compiled, tr, engine.Options(mode="whatif", initial_replicas=1))
+    # The report follows spec.target (decode): it stays at 1 while prefill's own fleet grows.
+    assert desired(replay) == [1] * 8
+    assert "every pool starts from the same count" in " ".join(replay.notes)
+    prefill = [s.decision.message for s in replay.steps][4]
+    assert "together prefill 4×2x2x2 + decode 1×2x2x2 = 40 chips" in prefill
