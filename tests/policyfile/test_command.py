@@ -230,3 +230,26 @@ def test_load_model_returns_the_model(tmp_path: Path) -> None:
     assert loader.load_model(path, Cluster) == Cluster(pools=[Pool(name="a", chips=4)])
     with pytest.raises(loader.PolicyFileError, match="did you mean 'chips'"):
         loader.load_model(write(tmp_path / "d.yaml", "pools:\n  - {name: a, chip: 4}\n"), Cluster)
+
+
+def test_every_target_of_a_policy_with_several_targets_has_one_owner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml  # noqa: PLC0415 - only this test writes a generated document
+
+    from tests.core.test_disaggregated import policy_doc  # noqa: PLC0415 - the one disaggregated fixture
+
+    # A single-target policy first on the prefill LWS, then the joint policy naming it in a variant: the problem
+    # points at the variant's target line.
+    single = policy("prefill-alone", "prefill", "llm").replace("kind: Deployment", "kind: LeaderWorkerSet")
+    write(tmp_path / "a.yaml", single)
+    write(tmp_path / "b.yaml", yaml.safe_dump(policy_doc(), sort_keys=False))
+    assert cli.main(["validate", str(tmp_path)]) == 1
+    err = capsys.readouterr().out
+    assert "LeaderWorkerSet/llm/prefill is already scaled by policy 'prefill-alone'" in err
+    lines = (tmp_path / "b.yaml").read_text().splitlines()
+    row = int(err.split("b.yaml:")[1].split(":")[0])
+    # As for spec.target, the position is the target's first field, under the variant's `target:`.
+    assert lines[row - 2].strip() == "target:"
+    assert "name: prefill" in lines[row]
+    assert "variants" in "".join(lines[row - 6:row])
