@@ -268,6 +268,20 @@ def test_a_partial_grant_is_split_in_whole_slices_within_the_chips_granted() -> 
 # ------------------------------------------------------------------------------------------------- variants
 
 
+def test_the_budget_split_never_gives_a_pool_more_than_it_wants_with_mixed_slice_sizes() -> None:
+    config = compiled(big=True, budget=64).policy.spec.policy
+    needs = {
+        "prefill": dg.RoleNeed("prefill", 8000.0, True, ""),
+        "decode": dg.RoleNeed("decode", 20000.0, True, ""),
+    }
+    desired = {"prefill": 1, "decode": 0, "decode-big": 2}  # 8 + 64 chips > 64
+    current = {"prefill": 1, "decode": 0, "decode-big": 0}
+    got = dg.fit_budget(config, desired, current, needs, chip_budget=64, group_budget=None)
+    # One 2x4x4 group (32 chips) fits beside prefill's slice; the second does not; the 24 chips left are
+    # never handed to prefill, which wants no more.
+    assert got == {"prefill": 1, "decode": 0, "decode-big": 1}
+
+
 def test_variants_carry_the_load_at_the_fewest_chips() -> None:
     v = compiled(big=True, budget=None).policy.spec.policy.decode.variants
     # 9000 tokens/s: 5×2x2x2 = 40 chips, or 1×2x4x4 = 32 chips.
@@ -393,12 +407,13 @@ def test_no_pool_gets_more_than_its_signals_justify_and_the_budget_holds(
     assert all(isinstance(n, int) and n >= 0 for n in got.values())
 
 
-@given(situations())
+@given(situations(), st.sampled_from([None, 24, 40, 64]))
 def test_unknown_data_never_shrinks_a_pool(
-    situation: tuple[dict[str, float | None], dict[str, tuple[int, int]]],
+    situation: tuple[dict[str, float | None], dict[str, tuple[int, int]]], budget: int | None,
 ) -> None:
+    # With a budget too: the split under pressure must not take a holding pool's slices for the other.
     values, counts = situation
-    decisions, _ = decide(compiled(budget=None, max_replicas=100), observation(values, counts), PolicyState(), T0)
+    decisions, _ = decide(compiled(budget=budget, max_replicas=100), observation(values, counts), PolicyState(), T0)
     got = scales(decisions)
     roles = {"prefill": ("prompt", "pwait", "ttft"), "decode": ("gen", "kv", "tpot")}
     for role, names in roles.items():
