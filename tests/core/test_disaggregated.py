@@ -439,3 +439,32 @@ def test_a_grant_never_exceeds_the_chips_free_plus_freed(
     assert grown <= 8 * free_slices + stopped + shrunk
     victims = [d.workload.key for d in decisions if isinstance(d, TrainingDecision)]
     assert len(victims) == len(set(victims))
+
+
+def test_a_pool_signal_is_combined_over_its_own_pools_pods() -> None:
+    # Per-pod samples of the prefill pods: combined with the prefill target's ready pods, not spec.target's.
+    from autoscaler.core.model import PodStatus  # noqa: PLC0415
+
+    def pods(prefix: str, n: int) -> tuple[PodStatus, ...]:
+        return tuple(PodStatus(f"{prefix}-{i}", True, 600.0) for i in range(n))
+
+    prompt = SignalReading(
+        20000.0, T0 - 5, per_replica={"prefill-0": 12000.0, "prefill-1": 8000.0},
+        pod_times={"prefill-0": T0 - 5, "prefill-1": T0 - 5},
+    )
+    readings = {n: SignalReading(v, T0 - 5) for n, v in QUIET.items() if n != "prompt"}
+    readings["prompt"] = prompt
+    decode = ReplicaStatus(1, 1, pods=pods("decode", 1))
+    members = {PRE.key: ReplicaStatus(2, 2, pods=pods("prefill", 2)), DEC.key: decode}
+    obs = Observation(DEC, decode, readings, members=members)
+    decisions, _ = decide(compiled(), obs, PolicyState(), T0)
+    got = scales(decisions)["prefill"]
+    assert (got.desired, got.reason) == (4, Reason.SCALE_UP), got.message
+    # Three prefill groups ready, two reported: partial data is unknown for the prefill pool (never a smaller
+    # number), whatever the decode pool's count is.
+    members[PRE.key] = ReplicaStatus(3, 3, pods=pods("prefill", 3))
+    obs = Observation(DEC, decode, readings, members=members)
+    decisions, _ = decide(compiled(), obs, PolicyState(), T0)
+    got = scales(decisions)["prefill"]
+    assert got.desired == 3
+    assert "unknown: prompt" in got.message
