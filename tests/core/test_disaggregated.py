@@ -270,7 +270,7 @@ def test_a_partial_grant_is_split_in_whole_slices_within_the_chips_granted() -> 
 
 def test_the_budget_split_never_gives_a_pool_more_than_it_wants_with_mixed_slice_sizes() -> None:
     config = compiled(big=True, budget=64).policy.spec.policy
-    needs = {
+    needs: dict[dg.Role, dg.RoleNeed] = {
         "prefill": dg.RoleNeed("prefill", 8000.0, True, ""),
         "decode": dg.RoleNeed("decode", 20000.0, True, ""),
     }
