@@ -109,6 +109,9 @@ def document(obj: dict[str, Any]) -> tuple[str, str]:
         if target["namespace"] != ns:
             return "", (f"spec.target.namespace {target['namespace']!r} is not the object's namespace {ns!r}: "
                         "a ScalingPolicy acts only in its own namespace")
+    problem = _pool_targets_here(spec, ns)
+    if problem:
+        return "", problem
     for i, p in enumerate(spec.get("preemptible") or []):
         if isinstance(p, dict) and p.get("namespace", ns) != ns:
             return "", (f"spec.preemptible[{i}].namespace {p.get('namespace')!r} is not the object's namespace "
@@ -116,6 +119,34 @@ def document(obj: dict[str, Any]) -> tuple[str, str]:
     doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {"name": meta.get("name")},
            "spec": spec}
     return yaml.safe_dump(doc, sort_keys=False), ""
+
+
+def _pool_targets_here(spec: dict[str, Any], ns: str) -> str:
+    """A policy with several targets (type disaggregated): every variant's target defaults to the object's
+    namespace and may not name another (rule 2 above, for each target). Edits ``spec`` in place (a copy)."""
+    policy = spec.get("policy")
+    if not isinstance(policy, dict) or policy.get("type") != "disaggregated":
+        return ""
+    policy = dict(policy)
+    spec["policy"] = policy
+    for role in ("prefill", "decode"):
+        block = policy.get(role)
+        if not isinstance(block, dict) or not isinstance(block.get("variants"), list):
+            continue
+        block = dict(block)
+        policy[role] = block
+        variants = []
+        for i, given in enumerate(block["variants"]):
+            variant = given
+            if isinstance(given, dict) and isinstance(given.get("target"), dict):
+                target = {"namespace": ns, **given["target"]}
+                variant = {**given, "target": target}
+                if target["namespace"] != ns:
+                    return (f"spec.policy.{role}.variants[{i}].target.namespace {target['namespace']!r} is not the "
+                            f"object's namespace {ns!r}: a ScalingPolicy acts only in its own namespace")
+            variants.append(variant)
+        block["variants"] = variants
+    return ""
 
 
 @dataclass
@@ -182,7 +213,17 @@ class StatusWriter:
                 observed_generation=ref.generation,
                 conditions=[_cond("ScalingActive", "Unknown", "NotEvaluatedYet", "no evaluation yet", stamp)],
             ).model_dump(by_alias=True, exclude_none=True)
-        scale = next((d for d in outcome.decisions if isinstance(d, ScaleDecision)), None)
+        scales = [d for d in outcome.decisions if isinstance(d, ScaleDecision)]
+        # The top-level fields are spec.target's decision (the first for a single-target policy); a policy
+        # with several targets lists every target's under `targets`.
+        primary = self.objects.store.policies.get(policy or "")
+        primary_key = primary.policy.spec.target.ref().key if primary is not None else None
+        scale = next((d for d in scales if d.target.key == primary_key), scales[0] if scales else None)
+        per_target = [
+            crd.TargetStatus(target=d.target.key, current_replicas=d.current, desired_replicas=d.desired,
+                             reason=d.reason.value, message=d.message)
+            for d in scales
+        ] if len(scales) > 1 else None
         if "scale" in outcome.acted:
             self.last_scale[source] = stamp
         held = self.held.setdefault(source, {})
@@ -216,6 +257,7 @@ class StatusWriter:
             signals=signals,
             held_workloads=[crd.WorkloadRef(namespace=a, name=b) for a, b in sorted(held.values())],
             conditions=conditions,
+            targets=per_target,
         ).model_dump(by_alias=True, exclude_none=True)
 
 

@@ -73,6 +73,16 @@ class Condition(SpecModel):
     last_transition_time: str = Field(description="RFC 3339, when status last changed.")
 
 
+class TargetStatus(SpecModel):
+    """One target of a policy with several targets (type disaggregated): its last decision."""
+
+    target: str = Field(description="Kind/namespace/name.")
+    current_replicas: int | None = None
+    desired_replicas: int | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
 class ScalingPolicyStatus(SpecModel):
     """What the controller last saw and decided, written once per pass (merge patch of ``/status``)."""
 
@@ -88,6 +98,11 @@ class ScalingPolicyStatus(SpecModel):
         default_factory=list, description="Training Workloads this policy holds deactivated."
     )
     conditions: list[Condition] = Field(default_factory=list)
+    targets: list[TargetStatus] | None = Field(
+        default=None,
+        description="A policy with several targets: each target's last decision (the fields above are "
+        "spec.target's).",
+    )
 
 
 # --- structural schema -------------------------------------------------------------------------------------

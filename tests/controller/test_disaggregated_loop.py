@@ -188,3 +188,66 @@ async def test_an_unreadable_pool_holds_both(
     assert (groups(cluster, "prefill"), groups(cluster, "decode")) == (1, 1)
     assert not [w for w in cluster.writes() if w.path.endswith("/scale")]
     await rt.observer.aclose()
+
+
+API = "autoscaler.dev/v1alpha1"
+
+
+def policy_object(url: str, *, prefill_namespace: str | None = None) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415
+
+    doc: dict[str, Any] = yaml.safe_load(POLICY.format(url=url))
+    doc["metadata"]["namespace"] = NS
+    for role in ("prefill", "decode"):
+        for v in doc["spec"]["policy"][role]["variants"]:
+            del v["target"]["namespace"]  # an object's targets default to its own namespace
+    del doc["spec"]["target"]["namespace"]
+    if prefill_namespace is not None:
+        doc["spec"]["policy"]["prefill"]["variants"][0]["target"]["namespace"] = prefill_namespace
+    return doc
+
+
+def object_runtime(api: client.ApiClient, tmp_path: Path, clock: ManualClock) -> Runtime:
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "watchScalingPolicies": True})
+    (tmp_path / "files").mkdir(exist_ok=True)
+    return Runtime(api=api, config=cfg, policies_dir=tmp_path / "files", clock=clock, identity="a",
+                   namespace="autoscaler", source=pool_on(clock))
+
+
+async def test_an_object_status_lists_every_target(
+    cluster: Emulator, kube_client: client.ApiClient, prom: FakePrometheus, tmp_path: Path,
+) -> None:
+    cluster.add(policy_object(prom.url))
+    rt = object_runtime(kube_client, tmp_path, prom.clock)
+    prom.values = {"prompt": 20000.0, "gen": 2500.0}
+    await rt.list_policy_objects()
+    assert rt.store.reload().loaded == ("ScalingPolicy llm/pd",)
+    assert await rt.controller.run_once()
+    st = cluster.get(API, "ScalingPolicy", "pd", NS)["status"]
+    assert (st["currentReplicas"], st["desiredReplicas"]) == (1, 2)  # spec.target: decode
+    by_target = {t["target"]: (t["currentReplicas"], t["desiredReplicas"], t["reason"]) for t in st["targets"]}
+    assert by_target == {
+        "LeaderWorkerSet/llm/prefill": (1, 4, "ScaleUp"), "LeaderWorkerSet/llm/decode": (1, 2, "ScaleUp"),
+    }
+    await rt.observer.aclose()
+
+
+async def test_an_object_may_not_name_a_pool_in_another_namespace(
+    cluster: Emulator, kube_client: client.ApiClient, prom: FakePrometheus, tmp_path: Path,
+) -> None:
+    cluster.add(objects.leader_worker_set("prefill", "other", replicas=1, size=2))
+    cluster.add(policy_object(prom.url, prefill_namespace="other"))
+    rt = object_runtime(kube_client, tmp_path, prom.clock)
+    prom.values = {"prompt": 20000.0, "gen": 2500.0}
+    await rt.list_policy_objects()
+    rt.store.reload()
+    assert "pd" not in rt.store.policies
+    await rt.controller.run_once()
+    assert groups(cluster, "decode") == 1
+    other = cluster.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "prefill", "other")
+    assert int(other["spec"]["replicas"]) == 1
+    await rt.status.write()
+    st = cluster.get(API, "ScalingPolicy", "pd", NS)["status"]
+    assert st["reason"] == "InvalidPolicy"
+    assert "spec.policy.prefill.variants[0].target.namespace 'other'" in st["message"]
+    await rt.observer.aclose()
