@@ -192,6 +192,20 @@ def test_every_message_says_both_pools_and_the_chips() -> None:
     assert "together prefill 4×2x2x2 + decode 1×2x2x2 = 40 chips" in d.message
 
 
+def test_requests_waiting_with_no_group_start_one() -> None:
+    values = {**QUIET, "prompt": None, "gen": None, "kv": None, "tpot": None}
+    # Decode has no demand known (holds); prefill has no group at all and requests wait for it.
+    doc = policy_doc(budget=None)
+    doc["spec"]["policy"]["prefill"]["variants"][0]["minReplicas"] = 0
+    doc["spec"]["policy"]["prefill"]["minGroups"] = 0
+    pol = compile_policy(ScalingPolicy.model_validate(doc))
+    decisions, _ = decide(pol, observation({**values, "pwait": 3.0}, {"prefill": (0, 0), "decode": (1, 1)}),
+                          PolicyState(), T0)
+    got = scales(decisions)
+    assert (got["prefill"].desired, got["prefill"].reason) == (1, Reason.SCALE_UP), got["prefill"].message
+    assert got["decode"].reason == Reason.METRICS_UNKNOWN
+
+
 def test_a_missing_pool_status_holds_every_pool() -> None:
     obs = observation(QUIET, {"decode": (2, 2)})
     decisions, _ = decide(compiled(), obs, PolicyState(), T0)

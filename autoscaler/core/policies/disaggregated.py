@@ -360,6 +360,12 @@ def role_need(
         parts.append(f"{why}: at least one more group ({bump:.0f})")
     elif (over or queued) and starting:
         parts.append(f"{starting} group(s) starting will add capacity")
+    spec_groups = sum(status[v.name].spec for v in variants)
+    if waiting is not None and waiting > 0 and spec_groups == 0:
+        # No group at all (every variant at minReplicas 0) and requests wait: one group of the smallest variant.
+        smallest = min(variants, key=lambda v: (v.chips, v.name))
+        needs.append(smallest.tokens_per_second)
+        parts.append(f"no group and {waiting:g} waiting: one group ({smallest.tokens_per_second:.0f})")
     if unknown:
         parts.append(f"unknown: {', '.join(unknown)}")
     if not demand_known:
