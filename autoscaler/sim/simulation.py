@@ -24,6 +24,7 @@ from autoscaler.core.model import (
     QuotaStatus,
     ReplicaStatus,
     ScaleDecision,
+    SignalReading,
     TrainingAction,
     TrainingDecision,
     TrainingWorkload,
@@ -759,6 +760,9 @@ class PolicyController:
         self.period = pipe.sync_period_seconds or compiled.policy.spec.evaluation_period_seconds
 
     def start(self, sim: Simulation) -> None:
+        if self.compiled.policy.spec.pools():
+            self._start_joint(sim)
+            return
         target = self.compiled.policy.spec.target.ref()
         own = sim.pool_for(target.key)
         pool = own or sim.pool
@@ -809,4 +813,63 @@ class PolicyController:
         sim.every(self.period, evaluate)
         # A victim's requested checkpoint completing is what the controller's fast probe (re-reading training
         # every second) would see: evaluate then rather than a period later.
+        sim.on_checkpoint.append(evaluate)
+
+    def _start_joint(self, sim: Simulation) -> None:
+        """A policy with several targets (type ``disaggregated``): each signal is scraped from the pool its
+        ``pool`` names (one pipeline per target), every pool's replica status goes into the observation
+        (``members``), and each scale decision goes to the pool of its own target. A target that is no pool
+        of the cluster is missing: the core then holds every pool (and the notes say so)."""
+        spec = self.compiled.policy.spec
+        primary = spec.target.ref()
+        pools: dict[str, ServingPool] = {}
+        for t in spec.targets():
+            found = sim.pool_for(t.ref().key)
+            if found is None:
+                sim.notes.append(f"{self.name}: target {t.ref().key} is no pool of this cluster: every pool holds")
+            else:
+                pools[t.ref().key] = found
+        by_target: dict[str, list[pipeline.Binding]] = {}
+        for b in self.bindings:
+            by_target.setdefault(spec.signal_target(spec.signal(b.signal)).ref().key, []).append(b)
+        pipes = {key: pipeline.MetricPipeline(self.pipe_spec, bs) for key, bs in by_target.items()}
+        preemptible = spec.preemptible
+
+        def scrape(now: float) -> float:
+            for key, pipe in pipes.items():
+                pool = pools.get(key)
+                pipe.scrape(now, {r.name: pool.gauges(r, now) for r in pool.ready()} if pool is not None else {})
+            return now + self.pipe_spec.scrape_interval_seconds
+
+        def selected(job: kueue.TrainingJob) -> bool:
+            return any(p.namespace == job.namespace
+                       and all(job.labels.get(k) == v for k, v in p.selector.match_labels.items())
+                       for p in preemptible)
+
+        def evaluate(now: float) -> float:
+            members = {key: sim.replica_status(now, pool) for key, pool in pools.items()}
+            signals: dict[str, SignalReading] = {}
+            for pipe in pipes.values():
+                signals.update(pipe.visible(now))
+            obs = Observation(
+                target=primary,
+                replicas=members.get(primary.key) or ReplicaStatus(0, 0),
+                signals=signals,
+                training=sim.training_workloads(now, selected),
+                quota=sim.quota_status(),
+                members=members,
+            )
+            decisions, state = self.compiled.decide(obs, self.state, now)
+            self.state = state
+            for d in arbitration.in_apply_order(decisions):  # the controller's order: shrinking pools first
+                if isinstance(d, ScaleDecision):
+                    pool = pools.get(d.target.key)
+                    if pool is not None:
+                        sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message, pool=pool)
+                else:
+                    sim.apply_training(d, now)
+            return now + self.period
+
+        sim.every(0.0, scrape)
+        sim.every(self.period, evaluate)
         sim.on_checkpoint.append(evaluate)
