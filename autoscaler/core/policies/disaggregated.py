@@ -24,7 +24,8 @@ group, a conservative prior from a profile):
    with some known, the known part is a lower bound: the role may grow on it, never shrink. A role also never
    shrinks while its latency quantile is unknown or at risk (≥ ``RISK_FRACTION`` of the objective).
 3. **Scale-down delay**: a shrink sizes for the highest need of the last ``scaleDownDelaySeconds`` with
-   ``HYSTERESIS`` headroom, so a steady load is a fixed point.
+   ``HYSTERESIS`` headroom, so a steady load is a fixed point; none before a whole window has been observed
+   since the policy's first evaluation.
 4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
    changes from the current counts; within each variant's min/max and the role's ``minGroups``; with an
    inventory (``core.topology``), only mixes whose new groups can be placed (stopping preemptible training if
@@ -62,8 +63,9 @@ ROLES: tuple[Role, Role] = ("prefill", "decode")
 #: A latency quantile at or above this fraction of its objective forbids shrinking (the same design constant
 #: as the ``slo`` type: act before the target is crossed, since the quantile trails by its window).
 RISK_FRACTION = 0.8
-#: Headroom kept on a shrink: the smaller mix must carry the peak need / (1 − HYSTERESIS). Design constant.
-HYSTERESIS = 0.1
+#: Headroom kept on a shrink: the smaller mix must carry the peak need / (1 − HYSTERESIS). Design constant, the
+#: ``slo`` type's default hysteresis: a group released too early costs a whole cold start (minutes on TPU).
+HYSTERESIS = 0.2
 #: Above this many candidate mixes per role, the mix is chosen greedily (cheapest chips per token first).
 EXHAUSTIVE_MIXES = 20_000
 _EPS = 1e-9
@@ -244,6 +246,9 @@ class DisaggState:
     #: ``(time, need)`` per role over the last ``scaleDownDelaySeconds``.
     prefill: tuple[tuple[float, float], ...] = ()
     decode: tuple[tuple[float, float], ...] = ()
+    #: The first evaluation: no shrink before a whole ``scaleDownDelaySeconds`` has been observed (a fresh
+    #: controller's first rates cover a partial window, and it has seen no peak yet).
+    since: float | None = None
 
     def history(self, role: Role) -> tuple[tuple[float, float], ...]:
         return self.prefill if role == "prefill" else self.decode
@@ -516,6 +521,7 @@ def plan(
     desired: dict[str, int] = {}
     messages: dict[str, str] = {}
     current = {v.name: status[v.name].spec for _, v in config.variants()}
+    since = now if state.since is None else state.since
     #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
     additions: dict[str, int] = {}
     for role in ROLES:
@@ -546,6 +552,9 @@ def plan(
             if not rn.may_shrink:
                 mix = {k: max(n, cur[k]) for k, n in mix.items()}
             how = f"peak {peak:.0f} tokens/s over {window:g}s with {HYSTERESIS:.0%} headroom"
+            if now - since < window and any(mix[k] < cur[k] for k in cur):
+                mix = {k: max(n, cur[k]) for k, n in mix.items()}
+                how += f"; no shrink before a whole {window:g}s window is observed ({now - since:.0f}s so far)"
         # A shift to another variant never removes groups before the ready ones left carry the need: the new
         # groups start first, the old ones go once the new serve.
         ready_left = {v.name: min(mix[v.name], status[v.name].ready) for v in spec.variants}
@@ -580,7 +589,7 @@ def plan(
         f" = {total} chips"
     )
     return JointPlan(tuple(counts), tuple(needs), held, summary), DisaggState(histories["prefill"],
-                                                                             histories["decode"])
+                                                                             histories["decode"], since)
 
 
 def _after(fits: FitCheck | None, before: Mapping[str, int]) -> FitCheck | None:
