@@ -3,28 +3,19 @@ reads each signal from its own pool, and sends each scale decision to the pool o
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import traces
 from autoscaler.sim.simulation import PolicyController, Simulation
+from bench import sim_codelab_disagg
 
-ROOT = Path(__file__).resolve().parents[2]
 CODELAB = cluster_mod.bundled("cluster-tpu7x-codelab.yaml")
 
 
 def codelab_policy() -> ScalingPolicy:
-    """The shipped example in the codelab's namespace, without the per-token latency the simulator lacks."""
-    doc = yaml.safe_load((ROOT / "policies" / "tpu7x-disaggregated.yaml").read_text())
-    text = yaml.safe_dump(doc).replace("llm-d-pd-joint", "llm-d-pd-disaggregation")
-    doc = yaml.safe_load(text)
-    doc["spec"]["signals"] = [s for s in doc["spec"]["signals"] if s["name"] != "tpot"]
-    del doc["spec"]["policy"]["decode"]["signals"]["timePerOutputToken"]
-    return ScalingPolicy.model_validate(doc)
+    """The shipped example as ``bench.sim_codelab_disagg`` runs it (the codelab's namespace, no TPOT)."""
+    return ScalingPolicy.model_validate(sim_codelab_disagg.simulated_policy())
 
 
 def test_one_controller_sizes_both_pools_in_whole_slices() -> None:
