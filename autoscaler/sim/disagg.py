@@ -341,6 +341,22 @@ def _policy_controllers(cluster: Cluster, policies: Sequence[ScalingPolicy], nam
     return CombinedController(name, kind, parts)
 
 
+def policy_rows(policies: Sequence[tuple[str, ScalingPolicy]]) -> list[list[tuple[str, ScalingPolicy]]]:
+    """Policies in rows that run together: consecutive documents join a row until one scales a target the row
+    already scales (``lws-prefill-decode.yaml``'s two policies are one row; another file driving the same
+    pools is a row of its own)."""
+    rows: list[list[tuple[str, ScalingPolicy]]] = []
+    taken: set[str] = set()
+    for name, pol in policies:
+        key = pol.spec.target.ref().key
+        if not rows or key in taken:
+            rows.append([])
+            taken = set()
+        rows[-1].append((name, pol))
+        taken.add(key)
+    return rows
+
+
 def _hpa_pipe(cluster: Cluster) -> Callable[[ScalingPolicy], str]:
     return lambda _pol: cluster.pipeline_name_for("hpa")
 
@@ -390,13 +406,15 @@ def run_rows(
                              kind="baseline", name=f"keda/{p.name}") for p in pair
         ]
         results.append(simulate(CombinedController("keda", "baseline", parts)))
-    pols = [pol for _, pol in policies]
-    if "kueue-only" in wanted and pols:
-        stripped = [baselines.kueue_only_policy(p) or p for p in pols]
-        results.append(simulate(_policy_controllers(cluster, stripped, "kueue-only", "baseline",
-                                                    lambda p: cluster.pipeline_name_for(p.metadata.name))))
-    if pols:
-        label = "+".join(name for name, _ in policies)
+    for i, group in enumerate(policy_rows(policies)):
+        pols = [pol for _, pol in group]
+        label = "+".join(name for name, _ in group)
+        if "kueue-only" in wanted:
+            # The same policies with training left to Kueue; the first row's twin is plain ``kueue-only``.
+            stripped = [baselines.kueue_only_policy(p) or p for p in pols]
+            results.append(simulate(_policy_controllers(
+                cluster, stripped, "kueue-only" if i == 0 else f"kueue-only ({label})", "baseline",
+                lambda p: cluster.pipeline_name_for(p.metadata.name))))
         results.append(simulate(_policy_controllers(cluster, pols, label, "policy",
                                                     lambda p: cluster.pipeline_name_for(p.metadata.name))))
 

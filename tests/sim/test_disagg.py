@@ -174,3 +174,12 @@ def test_simulate_on_the_codelab_cluster_scores_both_pools_with_warm_start_and_f
     assert s["lower_bound_accelerator_hours"] <= s["oracle"]["serving_accelerator_hours"]
     with pytest.raises(ValueError, match="does not apply to a disaggregated cluster"):
         runner.run(runner.Options(cluster=CODELAB, policies=pols, baselines=(), duration_s=60.0, initial_replicas=2))
+
+
+def test_policies_form_rows_until_a_target_repeats() -> None:
+    pols = [(p.metadata.name, p) for p in load_file(Path(__file__).resolve().parents[2] / "policies"
+                                                    / "lws-prefill-decode.yaml")]
+    assert [[n for n, _ in row] for row in disagg.policy_rows(pols)] == [["qwen-prefill", "qwen-decode"]]
+    again = [*pols, *[(f"{n}-2", p) for n, p in pols]]
+    assert [[n for n, _ in row] for row in disagg.policy_rows(again)] == [
+        ["qwen-prefill", "qwen-decode"], ["qwen-prefill-2", "qwen-decode-2"]]
