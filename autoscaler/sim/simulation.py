@@ -9,6 +9,7 @@ Everything is a deterministic function of the inputs: no wall clock, no unseeded
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Callable
@@ -25,11 +26,12 @@ from autoscaler.core.model import (
     ReplicaStatus,
     ScaleDecision,
     SignalReading,
+    SliceCapacity,
     TrainingAction,
     TrainingDecision,
     TrainingWorkload,
 )
-from autoscaler.core.topology import Occupant, Shape, find_place
+from autoscaler.core.topology import Inventory, Occupant, Shape, find_place
 from autoscaler.sim import kueue, pipeline
 from autoscaler.sim.cluster import Cluster, PipelineSpec, PoolSpec
 from autoscaler.sim.model import (
@@ -515,20 +517,37 @@ class Simulation:
         gated = sum(1 for r in live if r.state is ReplicaState.PENDING)
         # As the controller reads them (``controller.kinds``): a replica pending admission is not starting.
         return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready) - gated, pods=pods,
-                             gated=gated)
+                             gated=gated, slice=self._shape_of.get((pool or self.pool).name))
 
     def quota_status(self) -> QuotaStatus:
         q = self.cluster.spec.quota
         # With a topology the blocks' chips stand for the ClusterQueue's placeholder number (the inventory
         # declared in the controller's config, issue 14): 999999 would hide every shortage.
         return QuotaStatus(q.cluster_queue, q.resource, float(self.quota),
-                           float(self.serving_chips + self.training_chips))
+                           float(self.serving_chips + self.training_chips), slices=self._slice_capacity())
+
+    def _slice_capacity(self) -> SliceCapacity | None:
+        """The blocks and what holds them, as the controller reads them (``controller.inventory``): training
+        keyed ``namespace/name``, every serving group owned by its target (``Kind/namespace/name``)."""
+        if self.slices is None:
+            return None
+        jobs = {j.name: j for j in self.jobs}
+        owners: dict[str, str] = {}
+        occupants = []
+        for h in self.slices.holders.values():
+            job = jobs.get(h.key)
+            key = f"{job.namespace}/{job.name}" if job is not None else h.key
+            if job is None:  # a serving group: replicas are named POOL-INDEX
+                owners[key] = self.pool_specs[h.key.rsplit("-", 1)[0]].target.ref().key
+            occupants.append(Occupant(key=key, regions=h.regions))
+        inv = Inventory(self.slices.block_shape, self.slices.blocks, tuple(occupants))
+        return SliceCapacity(flavor="simulated", inventory=inv, source="the simulated blocks", owners=owners)
 
     def training_workloads(
         self, now: float, selected: Callable[[kueue.TrainingJob], bool] | None = None
     ) -> tuple[TrainingWorkload, ...]:
         """The Workloads a policy sees: like the controller, only those its ``preemptible`` selectors match."""
-        return tuple(
+        out = tuple(
             j.workload(
                 now, deactivated_by_us=j.name in self.deactivated_by_us,
                 preempted_at=tuple(t for t in self.stopped_by_us.get(j.name, ()) if now - t < arbitration.HOUR_S),
@@ -536,6 +555,9 @@ class Simulation:
             )
             for j in self.jobs if selected is None or selected(j)
         )
+        if self.slices is None:
+            return out
+        return tuple(dataclasses.replace(w, slices=(self._job_shape[w.name],)) for w in out)
 
     # ----- the loop -----------------------------------------------------------------------------------
     def _record(self, now: float) -> float:

@@ -143,3 +143,30 @@ def test_a_slice_shape_the_blocks_cannot_hold_is_a_clear_error(tmp_path: object,
     with pytest.raises(SimFileError) as err:
         cluster_mod.load(path)
     assert message in str(err.value)
+
+
+def test_the_policy_sees_the_blocks_and_stops_exactly_the_slices_it_needs() -> None:
+    """The simulator hands the arbitration the slice inventory (``QuotaStatus.slices``, the groups' and the
+    Workloads' shapes), as the controller reads it: growing decode from 2 to 8 groups on full blocks stops six
+    2x2x2 Workloads by our arbitration, and Kueue has nothing left to preempt."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from autoscaler.core.engine import compile_policy  # noqa: PLC0415
+    from autoscaler.policyfile.loader import load_file  # noqa: PLC0415
+    from autoscaler.sim import disagg  # noqa: PLC0415
+    from autoscaler.sim.simulation import PolicyController  # noqa: PLC0415
+
+    cl = cluster_mod.load(CODELAB)
+    pols = list(load_file(Path(__file__).resolve().parents[2] / "policies" / "lws-prefill-decode.yaml"))
+    parts = [PolicyController(compile_policy(p), cl.pipeline_for(p.metadata.name), "default") for p in pols]
+    sim = Simulation(cluster=cl, trace=_trace(120.0), controller=disagg.CombinedController("ex", "policy", parts),
+                     initial_by_pool={"prefill": 2, "decode": 2}, slo_ttft_s=2.0)
+    quota = sim.quota_status()
+    assert quota.slices is not None
+    assert len(quota.slices.inventory.occupants) == 16  # 4 groups + 12 sub-slice Workloads: the blocks are full
+    assert sim.replica_status(0.0, sim.pools[1]).slice == topology.Shape(2, 2, 2)
+    res = sim.run()
+    assert len(sim.pools[1].live()) == 8
+    assert sim.deactivations == 6
+    assert res.preemptions == 6  # every stop was ours: none left for Kueue's reactive preemption
+    assert res.slice_violations == []
