@@ -551,14 +551,17 @@ def test_a_wrong_token_prior_is_corrected_once_then_held(
     assert _reversals(moves) <= 1, moves
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, found by the property above with a random seed: servers 3.2x slower than the prior "
-    "under a steady 15-replica demand reverse twice (up, down, up) before holding; docs/slo.md, known defects",
-)
-def test_known_defect_a_much_slower_server_reverses_twice() -> None:
-    moves = _moves(Driver(config(**TOKENS)), 1, 350, busy=15.0, share=0.0, capacity=0.3125, usable=1.0, fill=0.25)
-    assert _reversals(moves) <= 1, moves
+def test_a_much_slower_server_is_learned_not_flapped() -> None:
+    """Found by the property above with a random seed (it was a strict xfail): servers 3.2x slower than the
+    prior under a steady 15-replica demand went up, down, then up again. The loop lowered ``c`` to find the
+    count, then ``c`` recovered and walked the count back into the shortfall. Now the count found needed when
+    a count was short is remembered: up once, then held, over half an hour."""
+    drv = Driver(config(**TOKENS))
+    moves = _moves(drv, 1, 1800, busy=15.0, share=0.0, capacity=0.3125, usable=1.0, fill=0.25)
+    assert _reversals(moves) == 0, moves
+    assert all(moves), moves
+    # It holds on what it found (54: the world's TTFT is met below 90 % of capacity), not on the prior's 19.
+    assert any(x.enough >= 54 for x in drv.learned.short)
 
 
 @settings(max_examples=60, deadline=None)

@@ -221,6 +221,19 @@ class SloPolicyConfig(SpecModel):
 
 
 @dataclass(frozen=True, slots=True)
+class ShortCount:
+    """A ready count found not enough (SLO missed, or requests waiting on every replica)."""
+
+    at: float
+    ready: int
+    #: The served load then (replica-equivalents): the memory applies at a comparable load only.
+    served: float
+    #: The count that served load needed at the utilization learned then (at least ``ready + 1``). The loop
+    #: that lowered ``c`` to find it may later recover; the count it found is what is remembered, not ``c``.
+    enough: int
+
+
+@dataclass(frozen=True, slots=True)
 class SloState:
     """What the policy learns and remembers (``PolicyState.algorithm``): replay and simulation reproduce it."""
 
@@ -233,9 +246,9 @@ class SloState:
     capacity_samples: int = 0
     #: Consecutive evaluations with requests waiting on every ready replica.
     saturated_run: int = 0
-    #: ``(time, ready, served load)``, the last time each count was not enough (SLO missed, or requests waiting on every
-    #: replica): scale-down does not return to it at a comparable load, until that count is seen to be enough.
-    short: tuple[tuple[float, int, float], ...] = ()
+    #: The last time each count was not enough: scale-down does not go below what was then found needed, at a
+    #: comparable load, until that count is seen to be enough.
+    short: tuple[ShortCount, ...] = ()
     #: c: utilization at the SLO (None until the first evaluation sets it from the config).
     utilization: float | None = None
     #: ``(time, load)`` over the longest window any estimate reads, oldest first.
@@ -479,10 +492,13 @@ class SloAlgorithm:
         if not reading.unknown and ready > 0 and starting == 0:
             served = reading.served_load
             if insufficient:
-                short = (*(x for x in short if x[1] != ready), (now, ready, served))[-MAX_SHORT:]
+                # What the served load needs at the utilization the loop has now (the queue's backlog is not
+                # served load: a burst's backlog must not be remembered as a standing need).
+                found = ShortCount(now, ready, served, max(ready + 1, _ceil(load / c)))
+                short = (*(x for x in short if x.ready != ready), found)[-MAX_SHORT:]
             else:
                 # The count is enough now at this load: what was short at a lower load is disproved.
-                short = tuple(x for x in short if not (x[1] == ready and x[2] <= served))
+                short = tuple(x for x in short if not (x.ready == ready and x.served <= served))
 
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
@@ -562,16 +578,18 @@ class SloAlgorithm:
         down_u = c * (1.0 - cfg.scale_down.hysteresis)
         keep_for = max(peak, forecast, load + rise)
         down = max(need, _ceil(keep_for / down_u))
-        # A count found short at a comparable load (within the hysteresis) is not returned to.
+        # Below what was found needed when a count was short at a comparable load (within the hysteresis) is
+        # not returned to: without this, ``c`` recovering would walk the count back into the shortfall.
         too_few = max(
-            (r + 1 for _, r, v in short if reading.served_load >= (1.0 - cfg.scale_down.hysteresis) * v), default=0
+            (x.enough for x in short if reading.served_load >= (1.0 - cfg.scale_down.hysteresis) * x.served),
+            default=0,
         )
         down = max(down, too_few)
         band = (
             f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast, load + the largest rise "
             f"within a cold start seen in {lookback(horizon):g}s {rise:.2f}) at ≤ {down_u:.2f} utilization "
             f"(hysteresis {cfg.scale_down.hysteresis:g})"
-            + (f", and not below {too_few}: {too_few - 1} were short at a comparable load" if too_few else "")
+            + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
         )
         if down < current and observed < hold:
             no_down = no_down or f"observed {observed:g}s < the {hold:g}s hold window"
@@ -693,4 +711,4 @@ def build(config: SloPolicyConfig) -> PolicyAlgorithm:
     return SloAlgorithm(config)
 
 
-__all__ = ["SloAlgorithm", "SloPolicyConfig", "SloState", "build"]
+__all__ = ["ShortCount", "SloAlgorithm", "SloPolicyConfig", "SloState", "build"]
