@@ -63,6 +63,10 @@ BASE: dict[str, Any] = {
 }
 TOKENS = {"signals": {"waiting": "waiting", "running": "running", "promptTokens": "prompt",
                       "generationTokens": "gen", "ttft": "ttft"}}
+#: With a time-per-output-token objective, generated tokens count as work too (the additive model).
+ADDITIVE = {**TOKENS, "objective": {"ttftSeconds": 2.0, "timePerOutputTokenSeconds": 0.1}}
+#: Token rates and latency only: no gauge sees the decode, so generated tokens count as work.
+TOKENS_ONLY = {"signals": {"waiting": "waiting", "promptTokens": "prompt", "generationTokens": "gen", "ttft": "ttft"}}
 
 
 def config(**over: Any) -> dict[str, Any]:
@@ -126,9 +130,17 @@ CASES = [
     pytest.param(None, 2, 2, 0, {"waiting": 20, "running": 80}, 3, Reason.SCALE_UP,
                  ["load 2.08", "80 running + 20 waiting of 48/replica", "utilization 0.80", "needs 3",
                   "scaling to 3"], id="slots-scale-up"),
-    pytest.param(TOKENS, 2, 2, 0, {"waiting": 0, "running": 10, "prompt": 8000, "gen": 600, "ttft": 0.5}, 4,
+    pytest.param(TOKENS_ONLY, 2, 2, 0, {"waiting": 0, "prompt": 8000, "gen": 600, "ttft": 0.5}, 4,
                  Reason.SCALE_UP, ["tokens 2.60 (8000 prompt + 600 generated tok/s)", "capacity 5000 prompt / 600",
                                    "TTFT p99 0.5s vs 2s", "needs 4"], id="tokens-scale-up"),
+    # With a gauge of the running sequences, the first token's work is the prefill: the decode's share of the
+    # replicas shows in the slots it holds, not in its tokens.
+    pytest.param(TOKENS, 2, 2, 0, {"waiting": 0, "running": 10, "prompt": 12000, "gen": 6000, "ttft": 0.5}, 3,
+                 Reason.SCALE_UP, ["tokens 2.40 (12000 prompt + 6000 generated tok/s, prefill only",
+                                   "slots 0.21", "needs 3"], id="tokens-prefill-only-with-gauges"),
+    pytest.param({**TOKENS, "objective": {"ttftSeconds": 2.0, "timePerOutputTokenSeconds": 0.1}}, 2, 2, 0,
+                 {"waiting": 0, "running": 10, "prompt": 8000, "gen": 600, "ttft": 0.5}, 4, Reason.SCALE_UP,
+                 ["tokens 2.60 (8000 prompt + 600 generated tok/s)", "needs 4"], id="tokens-with-a-tpot-objective"),
     pytest.param(None, 3, 1, 2, {"waiting": 20, "running": 80}, 3, Reason.WAITING_FOR_STARTING,
                  ["1 ready + 2 starting", "not scaling again"], id="starting-replicas-cover-the-need"),
     pytest.param(None, 3, 1, 2, {"waiting": 100, "running": 80}, 5, Reason.SCALE_UP,
@@ -168,7 +180,7 @@ UNKNOWN_CASES = [
                  id="known-part-covered-by-starting-hold"),
     pytest.param(TOKENS, 6, 6, 0, {"waiting": 0, "running": 1, "prompt": 100, "gen": 10, "ttft": None}, 6,
                  Reason.METRICS_UNKNOWN, ["no scale-down while ttft is unknown"], id="latency-unknown-no-scale-down"),
-    pytest.param(TOKENS, 2, 2, 0, {"waiting": 0, "running": 10, "prompt": 8000, "gen": 600, "ttft": None}, 4,
+    pytest.param(TOKENS, 2, 2, 0, {"waiting": 0, "running": 10, "prompt": 13000, "gen": 600, "ttft": None}, 4,
                  Reason.SCALE_UP, ["unknown: ttft"], id="latency-unknown-still-scales-up"),
     pytest.param({**BASE, "signals": {"kvCacheUsage": "kv"}}, 3, 0, 3, {"kv": 0.5}, None, Reason.METRICS_UNKNOWN,
                  ["unknown: kv"], id="a-fraction-with-no-ready-replica-is-unknown"),
@@ -207,8 +219,9 @@ def test_capacity_converges_within_minutes_from_saturated_serving() -> None:
     drv = Driver(config(**TOKENS))
     true = 1.5
     for _ in range(int(300 / STEP)):
-        # 4 ready, queue on each, serving 1.5× the prior per replica in total: half prompt, half generation.
-        drv.step(40, 4, waiting=40, running=192, prompt=4 * true * 2500, gen=4 * true * 300, ttft=5.0)
+        # 4 ready, queue on each, prefilling 1.5× the prior per replica (the decode's tokens do not count: a
+        # gauge of the running sequences is given).
+        drv.step(40, 4, waiting=40, running=192, prompt=4 * true * 5000, gen=4 * 600, ttft=5.0)
     assert drv.learned.capacity_scale == pytest.approx(true, rel=0.05)
     assert drv.learned.capacity_samples > 0
 
@@ -238,6 +251,68 @@ def test_the_latency_loop_lowers_utilization_at_risk_and_recovers_when_met() -> 
     assert recovered is not None
     assert lowered < recovered <= 0.8
     assert recovered == pytest.approx(0.8, abs=0.01)
+
+
+def test_the_upward_probe_raises_utilization_where_the_slo_holds_at_loaded_replicas() -> None:
+    """A conservative start (targetUtilization 0.8) is corrected upward, bounded by 1, only on evidence: the
+    quantile comfortably met while the replicas ran in the upper part of the hysteresis band."""
+    drv = Driver(config(**TOKENS))
+    # 4 replicas at 0.75 replica-equivalents each (prefill), latency comfortably met, for 20 minutes.
+    drv.steady(1200, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttft=0.3)
+    c = drv.learned.utilization
+    assert c is not None
+    assert 0.8 < c <= 1.0
+    assert c == pytest.approx(min(1.0, 0.75 / 0.8), abs=0.02)
+    assert drv.learned.proven == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "short", "per_replica"),
+    [
+        pytest.param(1.2, False, 0.75, id="quantile-not-comfortably-met"),
+        pytest.param(0.3, True, 0.75, id="a-count-was-short-at-this-load"),
+        pytest.param(0.3, False, 0.4, id="replicas-lightly-loaded"),
+    ],
+)
+def test_the_upward_probe_needs_its_evidence(ttft: float, short: bool, per_replica: float) -> None:
+    drv = Driver(config(**TOKENS))
+    if short:
+        drv.state = slo.SloState(short=(slo.ShortCount(drv.now - 10, 3, 3.0, 4),))
+    drv.steady(1200, 4, waiting=0, running=40, prompt=4 * per_replica * 5000, gen=300, ttft=ttft)
+    c = drv.learned.utilization
+    assert c is not None
+    assert c <= 0.8 + 1e-9
+
+
+def test_a_risk_withdraws_what_the_probe_proved() -> None:
+    drv = Driver(config(**TOKENS))
+    drv.steady(1200, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttft=0.3)
+    drv.steady(60, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttft=1.9)
+    assert drv.learned.proven < 0.75
+    c = drv.learned.utilization
+    assert c is not None
+    assert c < 0.8
+
+
+def test_counter_rates_filling_their_window_are_not_a_trend() -> None:
+    """A fresh controller's rates ramp from nothing over their window: not a rise, not a trend."""
+    signals = [
+        {"name": s["name"], "preset": f"tgi.{s['name'].replace('gen', 'generation')}_tokens",
+         "rate": {"windowSeconds": 60}} if s["name"] in ("prompt", "gen") else s
+        for s in SIGNALS
+    ]
+    pol = policy(config(**TOKENS), signals=signals)
+    drv = Driver(config(**TOKENS))
+    drv.pol = pol
+    drv.judge = SignalJudge(pol.spec)
+    rec = None
+    for i in range(24):  # 120 s; the rate reaches its level after 60 s
+        filled = min(1.0, (i * STEP + STEP) / 60)
+        rec = drv.step(3, 3, waiting=0, running=20, prompt=filled * 2 * 5000, gen=300, ttft=0.3)
+    assert rec is not None
+    assert "trend" not in rec.message, rec.message
+    assert "largest rise within a cold start seen in 1800s 0.00" in rec.message or rec.reason is Reason.STEADY
+    assert all(t >= T0 + 60 for t, _ in drv.learned.history)
 
 
 def test_queue_time_and_tpot_close_the_loop_too() -> None:
@@ -484,30 +559,44 @@ def test_the_forecast_never_removes_capacity_the_load_needs(
         assert a.replicas >= min(spec, math.ceil(load / state.utilization - 1e-6)) or starting > 0
 
 
-def world(count: int, *, busy: float, share: float, capacity: float, usable: float, fill: float) -> dict[str, float]:
+def world(
+    count: int, *, busy: float, share: float, capacity: float, usable: float, fill: float, decode_blocks: bool = False
+) -> dict[str, float]:
     """What the servers report at ``count`` replicas under a steady demand (a fluid model of a server).
 
     ``busy``: the demand in replicas of the prior; ``share``: its prompt share; ``capacity``: the replicas' true
     capacity over the prior; ``usable``: the share of the slots they can fill; ``fill``: the share of a
-    replica's slots one replica-equivalent of work keeps in flight. Saturated (demand ≥ capacity) they serve
-    their capacity and requests queue.
+    replica's slots one replica-equivalent of work keeps in flight. ``decode_blocks``: the replica's time is
+    shared by prefill and decode, so both delay the first token (the additive model); otherwise (TGI,
+    JetStream: a new prompt's prefill goes ahead of the decode steps) only the prefill and full slots do.
+    Saturated, they serve their capacity and requests queue.
     """
     conc = busy * fill * 48 / capacity
     cap = count * capacity
-    served = min(busy, cap)
     room = count * 48 * usable
     running = min(conc, room)
-    waiting = max(0.0, conc - room) + (10.0 * count if busy >= cap else 0.0)
+    if decode_blocks:
+        blocked = busy >= cap
+        served = min(busy, cap)
+        prompt, gen = served * share, served * (1 - share)
+        risky = busy >= 0.9 * cap
+    else:
+        prefill = busy * share
+        blocked = prefill >= cap
+        prompt = min(prefill, cap)
+        gen = busy * (1 - share) * (min(1.0, room / conc) if conc > 0 else 1.0)
+        risky = prefill >= 0.9 * cap
+    waiting = max(0.0, conc - room) + (10.0 * count if blocked else 0.0)
     return {
         "waiting": waiting,
         "running": running,
-        "prompt": served * share * 5000,
-        "gen": served * (1 - share) * 600,
-        "ttft": 3.0 if busy >= 0.9 * cap or waiting >= count else 0.4,
+        "prompt": prompt * 5000,
+        "gen": gen * 600,
+        "ttft": 3.0 if risky or waiting >= count else 0.4,
     }
 
 
-def _moves(drv: Driver, start: int, seconds: int, **world_args: float) -> list[bool]:
+def _moves(drv: Driver, start: int, seconds: int, **world_args: Any) -> list[bool]:
     """Follow the policy in ``world``; the direction of each change of the count (True = up)."""
     count = start
     moves = []
@@ -525,29 +614,38 @@ def _reversals(moves: list[bool]) -> int:
     return sum(1 for a, b in itertools.pairwise(moves) if a != b)
 
 
+#: (config, the world's server model): prefill-first servers with gauges, and the additive model.
+MODELS = [pytest.param(TOKENS, False, id="prefill-first"), pytest.param(ADDITIVE, True, id="additive")]
+
+
+@pytest.mark.parametrize(("cfg", "decode_blocks"), MODELS)
 @settings(max_examples=60, deadline=None)
 @given(busy=st.floats(0, 20), share=st.floats(0, 1), fill=st.floats(0.1, 1), start=st.integers(1, 40),
        seconds=st.integers(60, 1800))
-def test_a_steady_load_never_flaps(busy: float, share: float, fill: float, start: int, seconds: int) -> None:
+def test_a_steady_load_never_flaps(
+    cfg: dict[str, Any], decode_blocks: bool, busy: float, share: float, fill: float, start: int, seconds: int
+) -> None:
     """A steady demand on servers as the prior says, the count following the policy and the servers reporting
     what that count serves: every change goes one way (no scale-up after a scale-down, or the reverse)."""
-    moves = _moves(Driver(config(**TOKENS)), start, seconds, busy=busy, share=share, capacity=1.0, usable=1.0,
-                   fill=fill)
+    moves = _moves(Driver(config(**cfg)), start, seconds, busy=busy, share=share, capacity=1.0, usable=1.0,
+                   fill=fill, decode_blocks=decode_blocks)
     assert _reversals(moves) == 0, moves
 
 
+@pytest.mark.parametrize(("cfg", "decode_blocks"), MODELS)
 @settings(max_examples=60, deadline=None)
 @given(
     busy=st.floats(0, 20), share=st.floats(0, 1), capacity=st.floats(0.3, 3), fill=st.floats(0.1, 1),
     start=st.integers(1, 40), seconds=st.integers(60, 1800),
 )
 def test_a_wrong_token_prior_is_corrected_once_then_held(
-    busy: float, share: float, capacity: float, fill: float, start: int, seconds: int
+    cfg: dict[str, Any], decode_blocks: bool, busy: float, share: float, capacity: float, fill: float, start: int,
+    seconds: int,
 ) -> None:
     """Servers faster or slower than the prior: a scale-down the prior allowed may have to be undone once (that
     is how the capacity is learned); then the count never reverses again: no oscillation."""
-    moves = _moves(Driver(config(**TOKENS)), start, seconds, busy=busy, share=share, capacity=capacity,
-                   usable=1.0, fill=fill)
+    moves = _moves(Driver(config(**cfg)), start, seconds, busy=busy, share=share, capacity=capacity,
+                   usable=1.0, fill=fill, decode_blocks=decode_blocks)
     assert _reversals(moves) <= 1, moves
 
 
@@ -556,8 +654,8 @@ def test_a_much_slower_server_is_learned_not_flapped() -> None:
     prior under a steady 15-replica demand went up, down, then up again. The loop lowered ``c`` to find the
     count, then ``c`` recovered and walked the count back into the shortfall. Now the count found needed when
     a count was short is remembered: up once, then held, over half an hour."""
-    drv = Driver(config(**TOKENS))
-    moves = _moves(drv, 1, 1800, busy=15.0, share=0.0, capacity=0.3125, usable=1.0, fill=0.25)
+    drv = Driver(config(**ADDITIVE))
+    moves = _moves(drv, 1, 1800, busy=15.0, share=0.0, capacity=0.3125, usable=1.0, fill=0.25, decode_blocks=True)
     assert _reversals(moves) == 0, moves
     assert all(moves), moves
     # It holds on what it found (54: the world's TTFT is met below 90 % of capacity), not on the prior's 19.

@@ -9,20 +9,28 @@ a full batch; from a profile or declared). No capacity number tuned on a trace.
 Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
 
 1. **Load** in replica-equivalents (1.0 = one replica fully busy), the largest of what is known:
-   tokens ``prompt/(κ·P) + generation/(κ·G)`` (served tokens/s over the learned capacity: ``P``, ``G`` the
-   prior, ``κ`` the learned capacity scale), slots ``(running + waiting) / slots`` (``waiting`` is the
-   backlog the served rates do not show), KV cache ``kvUsage × R``.
+   tokens ``prompt/(κ·P)`` (served prompt tokens/s over the learned prefill capacity: ``P`` the prior,
+   ``κ`` the learned capacity scale), plus ``generation/(κ·G)`` only when no gauge sees the decode or a
+   time-per-output-token objective is set: the first token waits for prefill compute and for a slot, and
+   continuous-batching servers run a new prompt's prefill ahead of (TGI, JetStream) or within the token
+   budget of (vLLM) the decode steps, so the decode delays it through the slots and KV it holds; slots
+   ``(running + waiting) / usable slots`` (``waiting`` is the backlog the served rates do not show); KV cache
+   ``kvUsage × R``. The first rate window of a fresh controller is not history (its rates ramp from nothing).
 2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
    every ready replica, ``R`` unchanged for a minute) the served tokens/s per replica *is* their capacity:
-   ``κ`` moves toward it (exponential average, time constant ``CAPACITY_TAU_S``). When they are not, what
-   they serve is a lower bound of their capacity: ``κ`` rises to it at once. So ``κ`` converges within
-   minutes of the first busy period; it is kept in ``SloState`` so replay and simulation reproduce it.
+   ``κ`` moves toward it (exponential average, time constant ``CAPACITY_TAU_S``), and so does the usable
+   share of the slots (from the sequences running). When they are not, what they serve is a lower bound of
+   their capacity: ``κ`` rises to it at once. So ``κ`` converges within minutes of the first busy period; it
+   is kept in ``SloState`` so replay and simulation reproduce it.
 3. **Utilization at the SLO** (``c``, starts at ``targetUtilization``): the fraction of capacity a replica
    may run at and keep the objective. The measured latency quantiles (TTFT, queue time, TPOT) against the
    objective close the loop: at risk (≥ ``RISK_FRACTION`` of the target) ``c`` drops in proportion to the
    excess; comfortably met (≤ ``RELAX_FRACTION``) it recovers toward ``targetUtilization`` with time
-   constant ``RECOVER_TAU_S``. It never rises above ``targetUtilization``: the loop only adds capacity to
-   what the model says. Over the target with nothing starting, at least ``R + 1`` whatever the model says.
+   constant ``RECOVER_TAU_S``, and **probes upward**: it may rise to ``proven / (1 − hysteresis)`` (at most
+   ``PROBE_MAX_UTILIZATION``), ``proven`` being the highest load per replica at which the quantile was
+   comfortably met on a settled count, so a scale-down goes at most to a utilization seen to hold the
+   objective. No probe near a load where a count was found short; a risk withdraws what was proven. Over the
+   target with nothing starting, at least ``R + 1`` whatever the model says.
 4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
    doubling the load), a burst flag (the last ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's),
    and, when ``seasonality`` is set and a previous period was seen, the load of the same phase one period
@@ -30,10 +38,12 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    what the current load needs.
 5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
    them (no cascading over-scale during a cold start).
-6. **Scale down, cost-aware**: to ``ceil(max(peak, forecast) / (c·(1 − hysteresis)))``, where ``peak`` is
-   the highest load of the last ``holdSeconds`` (default the cold start; doubled after a burst): a replica
-   released now and needed again within its cold start costs more than keeping it. The band between the
-   scale-up count and this one is the hysteresis; at a steady load the count is a fixed point (no flap).
+6. **Scale down, cost-aware**: to ``ceil(max(peak, forecast, load + rise) / (c·(1 − hysteresis)))``, where
+   ``peak`` is the highest load of the last ``holdSeconds`` (default the cold start) and ``rise`` the largest
+   rise within one cold start seen lately: a replica released now and needed again within its cold start
+   costs more than keeping it. Never below the count found needed when a count was short at a comparable
+   load (``ShortCount``): the loop that found it may relax, the count it found is remembered. The band
+   between the scale-up count and this one is the hysteresis; at a steady load the count is a fixed point.
 7. **Unknown never shrinks.** With a configured signal unknown, the known load is a lower bound: the policy
    scales up on it when it alone needs more than ``N`` and ``R + S``; otherwise it returns unknown and the
    engine holds (or falls back). An unknown latency quantile allows no scale-down and no recovery of ``c``,
@@ -73,6 +83,8 @@ CAPACITY_SCALE_BOUNDS = (0.2, 5.0)
 #: The utilization at the SLO never drops below this (a queue that never drains would otherwise ask for
 #: unbounded replicas; ``maxReplicas`` bounds it too).
 MIN_UTILIZATION = 0.2
+#: The upward probe of ``c`` stops here: a replica planned at most at the capacity the model has learned.
+PROBE_MAX_UTILIZATION = 1.0
 #: Saturation must hold this many evaluations in a row before it teaches capacity (a moment's queue does not).
 SATURATED_EVALUATIONS = 3
 #: Counts remembered as short (the most recent ones).
@@ -249,6 +261,9 @@ class SloState:
     #: The last time each count was not enough: scale-down does not go below what was then found needed, at a
     #: comparable load, until that count is seen to be enough.
     short: tuple[ShortCount, ...] = ()
+    #: The highest load per ready replica (replica-equivalents) at which the measured quantile was comfortably
+    #: met on a settled count: the upward probe of c goes at most to what it allows.
+    proven: float = 0.0
     #: c: utilization at the SLO (None until the first evaluation sets it from the config).
     utilization: float | None = None
     #: ``(time, load)`` over the longest window any estimate reads, oldest first.
@@ -334,13 +349,24 @@ class SloAlgorithm:
         served_prior: float | None = None
         prior = cfg.replica.prior
         if prompt is not None and gen is not None and prior is not None:
-            busy_prior = prompt / prior.prefill_tokens_per_second + gen / prior.generation_tokens_per_second
+            # The first token waits for prefill compute and for a slot. Continuous-batching servers run a new
+            # prompt's prefill ahead of (TGI, JetStream) or within the token budget of (vLLM, chunked) the
+            # running sequences' decode steps, so generated tokens delay it through the slots and the KV cache
+            # they hold, which the gauges measure, not through their compute. Generated tokens count as work
+            # when nothing else sees them: no concurrency gauge, or a time-per-output-token objective.
+            gen_counts = self._generation_counts()
+            busy_prior = prompt / prior.prefill_tokens_per_second + (
+                gen / prior.generation_tokens_per_second if gen_counts else 0.0
+            )
             if ready > 0:
                 served_prior = busy_prior / ready
             tok = busy_prior / kappa
             load = max(load, tok)
             served_load = max(served_load, tok)
-            parts.append(f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s)")
+            parts.append(
+                f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s"
+                + ("" if gen_counts else ", prefill only: the gauges hold decode") + ")"
+            )
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
             effective = slots * slot_scale
@@ -413,10 +439,11 @@ class SloAlgorithm:
                 # Tokens/s are rates over a trailing window: only once the ready count has held through it.
                 if settled and probe.served_prior is not None and probe.served_prior > 0:
                     kappa += alpha * (probe.served_prior - kappa)
-                # Sequences running is a gauge of now: what the replicas admit with a queue waiting. With token
-                # rates, κ already explains the queue (served at capacity); learning both from one saturation
-                # would count it twice. Without them, the usable slots are the capacity learned.
-                if probe.running is not None and probe.served_prior is None:
+                # Sequences running is a gauge of now: what the replicas admit with a queue waiting. The token
+                # load counts prefill only when gauges are given (``_read``), so a queue the KV cache or the
+                # slots cause is not the prefill's: the usable share of the slots is learned too. The load is
+                # the larger of the two parts, not their sum: learning both does not count the queue twice.
+                if probe.running is not None and (probe.served_prior is None or not self._generation_counts()):
                     per = probe.running / ready / cfg.replica.slots
                     slot_scale += alpha * (per - slot_scale)
             else:
@@ -435,6 +462,8 @@ class SloAlgorithm:
         c = prev.utilization if prev.utilization is not None else u_max
         ratio = reading.latency_ratio
         at_risk = ratio is not None and ratio >= RISK_FRACTION
+        h = cfg.scale_down.hysteresis
+        proven = prev.proven
         # The latency corrects the model only where the model thought the ready replicas were enough: a risk
         # the model already explains (it asks for more) is under-provisioning, not a model error.
         model_content = _ceil(reading.load / c) <= ready
@@ -445,8 +474,24 @@ class SloAlgorithm:
         elif not reading.latency_unknown and (
             (ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and reading.demand_zero)
         ):
-            c = u_max - (u_max - c) * math.exp(-dt / RECOVER_TAU_S)
-        c = min(u_max, max(MIN_UTILIZATION, c))
+            if c < u_max:
+                c = u_max - (u_max - c) * math.exp(-dt / RECOVER_TAU_S)
+            # The upward probe: a conservative prior (or targetUtilization) is never corrected by saturation,
+            # since the policy avoids it. Where the quantile is comfortably met while the replicas run in the
+            # upper part of the hysteresis band (load per replica above c·(1 − hysteresis)), c may rise to
+            # what that utilization allows, so that a scale-down goes at most to a utilization seen to hold
+            # the objective. Bounded: never above 1 (the learned capacity), only on a settled count with
+            # nothing starting, never near a load where a count was found short (the memory below).
+            guarded = any(reading.served_load >= (1.0 - h) * x.served for x in prev.short)
+            if ratio is not None and settled and not guarded:
+                proven = max(proven, reading.load / ready)
+                ceiling = min(PROBE_MAX_UTILIZATION, proven / (1.0 - h))
+                if ceiling > c:
+                    c = ceiling - (ceiling - c) * math.exp(-dt / RECOVER_TAU_S)
+        if at_risk and ready > 0:
+            # A utilization at risk is not proven: the probe restarts below it.
+            proven = min(proven, reading.load / ready * (1.0 - h))
+        c = min(max(u_max, PROBE_MAX_UTILIZATION), max(MIN_UTILIZATION, c))
 
         # 4. History, burst, trend, seasonality.
         load = reading.load
@@ -456,7 +501,10 @@ class SloAlgorithm:
         keep = max(hold, lookback(horizon), BURST_SHORT_S)
         history = tuple((t, v) for t, v in prev.history if t > now - keep)
         calm = tuple(t for t in prev.calm if t > now - keep)
-        if not reading.unknown:
+        # Until the counters' rate windows have filled, a fresh controller's rates ramp from nothing: that
+        # would read as a rise and a trend. Those first samples are not history.
+        warm = prev.since is not None and now - prev.since >= self._rate_window(ctx)
+        if not reading.unknown and warm:
             history = (*history, (now, load))
             if not queued:
                 # While requests queue on every replica the served rates show the replicas' capacity, not
@@ -485,7 +533,8 @@ class SloAlgorithm:
                     ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
         peak = max([v for t, v in history if t > now - hold] or [load])
         rise = _largest_rise(history, horizon)
-        observed = now - (prev.since if prev.since is not None else now)
+        # Nothing is released before a whole hold window has been observed (after the rate windows filled).
+        observed = max(0.0, now - (prev.since if prev.since is not None else now) - self._rate_window(ctx))
 
         insufficient = ready > 0 and starting == 0 and (queued or (ratio is not None and ratio > 1.0))
         short = prev.short
@@ -515,6 +564,7 @@ class SloAlgorithm:
             saturated_run=run,
             short=short,
             utilization=c,
+            proven=proven,
             history=history,
             calm=calm,
             ready=ready,
@@ -606,6 +656,22 @@ class SloAlgorithm:
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
+
+    def _rate_window(self, ctx: Context) -> float:
+        """The longest rate window of the token signals (0 without them)."""
+        s = self.config.signals
+        windows = [
+            rate.window_seconds
+            for n in (s.prompt_tokens, s.generation_tokens)
+            if n is not None and (rate := ctx.spec.signal(n).rate) is not None
+        ]
+        return max(windows, default=0.0)
+
+    def _generation_counts(self) -> bool:
+        """Generated tokens count in the token load (see ``_read``)."""
+        s = self.config.signals
+        gauges = any(n is not None for n in (s.running, s.slots_used, s.kv_cache_usage))
+        return not gauges or self.config.objective.time_per_output_token_seconds is not None
 
     def _latency_names(self) -> tuple[str, ...]:
         s = self.config.signals
