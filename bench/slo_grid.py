@@ -6,7 +6,7 @@ Run: ``python -m bench.slo_grid`` from the project root (a few minutes per clust
 
 - the two bundled traces (Azure conversation and code) × ``--rate-scale`` 0.5, 1, 1.5 × the four
   quarter-hour windows and the whole hour, on the TGI/L4 cluster (``policies/recommended.yaml``) and the
-  JetStream/TPU cluster (``policies/slo-jetstream.yaml``, the slo policy meant to replace the queue one);
+  JetStream/TPU cluster (``policies/recommended-jetstream.yaml``);
 - the synthetic traces of ``bench.synthetic`` (long prompts, flash crowds, compressed daily swings, a slow
   ramp, chat + documents), the whole hour at rate 1, on both clusters.
 
@@ -40,7 +40,7 @@ WINDOWS: tuple[tuple[float, float | None], ...] = ((0.0, 900.0), (900.0, 900.0),
                                                     (2700.0, 900.0), (0.0, None))
 CLUSTERS = {
     "tgi": (None, ROOT / "policies" / "recommended.yaml"),
-    "tpu": ("cluster-tpu.yaml", ROOT / "policies" / "slo-jetstream.yaml"),
+    "tpu": ("cluster-tpu.yaml", ROOT / "policies" / "recommended-jetstream.yaml"),
 }
 TARGET = 0.99
 COST_GOAL = 1.15

@@ -95,8 +95,7 @@ POLICIES = ROOT / "policies"
 
 @pytest.fixture(scope="module", params=[
     pytest.param((CONV, None, [POLICIES / "recommended.yaml"]), id="conv-l4-tgi"),
-    pytest.param((CODE, TPU_CLUSTER, [POLICIES / "recommended-jetstream.yaml", POLICIES / "slo-jetstream.yaml"]),
-                 id="code-tpu-jetstream"),
+    pytest.param((CODE, TPU_CLUSTER, [POLICIES / "recommended-jetstream.yaml"]), id="code-tpu-jetstream"),
 ])
 def scenario(request: pytest.FixtureRequest) -> Scenario:
     trace_path, cluster_file, policy_files = request.param
