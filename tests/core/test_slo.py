@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -638,6 +638,9 @@ def test_a_steady_load_never_flaps(
     busy=st.floats(0, 20), share=st.floats(0, 1), capacity=st.floats(0.3, 3), fill=st.floats(0.1, 1),
     start=st.integers(1, 40), seconds=st.integers(60, 1800),
 )
+# Drawn in the full suite on a fresh clone (Hypothesis mixes in constants of the loaded modules): the
+# slower-server double reversal, before the short-count memory remembered the count its load needed.
+@example(busy=11.75, share=0.0, capacity=0.5, fill=0.375, start=13, seconds=295)
 def test_a_wrong_token_prior_is_corrected_once_then_held(
     cfg: dict[str, Any], decode_blocks: bool, busy: float, share: float, capacity: float, fill: float, start: int,
     seconds: int,
