@@ -53,6 +53,7 @@ from pydantic import Field, field_validator, model_validator
 
 from autoscaler.core.model import SignalValue
 from autoscaler.core.policies.base import Context, Recommendation
+from autoscaler.core.policies.slo import RISK_FRACTION  # one design constant for both latency loops
 from autoscaler.core.specbase import MAX_REPLICAS, FieldError, SpecModel
 from autoscaler.core.targetspec import DNS_LABEL_PATTERN, TargetSpec
 from autoscaler.core.topology import Inventory, Occupant, Shape, plan_groups
@@ -60,9 +61,6 @@ from autoscaler.core.topology import Inventory, Occupant, Shape, plan_groups
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, Role] = ("prefill", "decode")
 
-#: A latency quantile at or above this fraction of its objective forbids shrinking (the same design constant
-#: as the ``slo`` type: act before the target is crossed, since the quantile trails by its window).
-RISK_FRACTION = 0.8
 #: Headroom kept on a shrink: the smaller mix must carry the peak need / (1 − HYSTERESIS). Design constant, the
 #: ``slo`` type's default hysteresis: a group released too early costs a whole cold start (minutes on TPU).
 HYSTERESIS = 0.2
