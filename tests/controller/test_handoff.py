@@ -565,9 +565,18 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
     w.start(rt)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    while not w.training_writes() and loop.time() - t0 < 40:
-        tgi.batch = min(9.0, 2.0 + 0.4 * (loop.time() - t0))  # +0.04 replica-equivalents a second, up to 0.9
-        await asyncio.sleep(0.1)
+
+    async def ramp() -> None:
+        """+0.02 replica-equivalents a second, up to 0.9, for the whole test (demand does not stop rising when
+        the controller acts). The forecasts are capped at twice the load, so at this slope the lead's forecast
+        (+0.4 over 20 s) asks for 2 from a load of 0.4 and the cold start's (+0.2 over 10 s) only from 0.6: ten
+        seconds apart, not one pass (at +0.04/s both reach 0.8 at a load of 0.4)."""
+        while True:
+            tgi.batch = min(9.0, 2.0 + 0.2 * (loop.time() - t0))
+            await asyncio.sleep(0.1)
+
+    w.tasks.append(asyncio.create_task(ramp()))
+    await until(lambda: bool(w.training_writes()), timeout=40)
     assert w.training_writes() == [False]
     await until(lambda: any(r in ("HandoffAhead", "ScaleUp") for r, _ in
                             ((e["reason"], e["note"]) for e in w.kube.list("events.k8s.io/v1", "Event", "llm"))))
@@ -582,3 +591,7 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
         assert "HandoffAhead" not in scaled
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
     assert w.workload()["active"] is False
+    # The replica started ahead is kept for the forecast it was started for: no pass releases it (and gives
+    # the chips back to training) before the need arrives.
+    reasons = [e["reason"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
+    assert "ScaleDown" not in reasons and "ReactivateTraining" not in reasons, reasons

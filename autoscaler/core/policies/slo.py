@@ -635,11 +635,19 @@ class SloAlgorithm:
             default=0,
         )
         down = max(down, too_few)
+        # Nor below what the forecast over a hand-off's lead needs: a replica started ahead of need on a
+        # training victim's chips (``HandoffAhead``) is not released by the next pass, before the need arrives.
+        # At the scale-down utilization, like the rest of the band: a forecast wobbling at a count's edge does
+        # not start and release that replica in turns.
+        lead_keep = _ceil(further / down_u) if ahead is not None else 0
+        lead_keep = lead_keep if lead_keep > need else 0
+        down = max(down, lead_keep)
         band = (
             f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast, load + the largest rise "
             f"within a cold start seen in {lookback(horizon):g}s {rise:.2f}) at ≤ {down_u:.2f} utilization "
             f"(hysteresis {cfg.scale_down.hysteresis:g})"
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
+            + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
         )
         if down < current and observed < hold:
             no_down = no_down or f"observed {observed:g}s < the {hold:g}s hold window"
