@@ -594,4 +594,5 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
     # The replica started ahead is kept for the forecast it was started for: no pass releases it (and gives
     # the chips back to training) before the need arrives.
     reasons = [e["reason"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
-    assert "ScaleDown" not in reasons and "ReactivateTraining" not in reasons, reasons
+    assert "ScaleDown" not in reasons, reasons
+    assert "ReactivateTraining" not in reasons, reasons
