@@ -238,6 +238,9 @@ def _is_leader(pod: JsonObj) -> bool:
 
 KINDS: dict[TargetKind, TargetKindInfo] = {
     TargetKind.DEPLOYMENT: TargetKindInfo(TargetKind.DEPLOYMENT, "apps", "v1", "deployments"),
+    # A StatefulSet is a Deployment to the controller: same /scale, spec.selector, one pod per replica (its
+    # ordered start and stop are the StatefulSet controller's business, not ours).
+    TargetKind.STATEFUL_SET: TargetKindInfo(TargetKind.STATEFUL_SET, "apps", "v1", "statefulsets"),
     TargetKind.LEADER_WORKER_SET: GroupedKindInfo(
         TargetKind.LEADER_WORKER_SET, LWS_GROUP, LWS_VERSION, "leaderworkersets"
     ),

@@ -17,6 +17,7 @@ class TargetKind(enum.StrEnum):
     """Kinds of serving target the controller scales."""
 
     DEPLOYMENT = "Deployment"
+    STATEFUL_SET = "StatefulSet"
     LEADER_WORKER_SET = "LeaderWorkerSet"
 
 

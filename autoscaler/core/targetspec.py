@@ -15,7 +15,7 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 class TargetSpec(SpecModel):
     """The serving workload to scale. For a LeaderWorkerSet one replica is one group (slice)."""
 
-    kind: TargetKind = Field(description="Deployment or LeaderWorkerSet.")
+    kind: TargetKind = Field(description="Deployment, StatefulSet or LeaderWorkerSet.")
     name: str = Field(pattern=DNS_LABEL_PATTERN)
     namespace: str = Field(default="default", pattern=DNS_LABEL_PATTERN)
 

@@ -121,10 +121,11 @@ def failed(request: SignalRequest, source: str, error: str) -> SignalReading:
     return SignalReading(value=None, timestamp=None, source=source, error=error)
 
 
-# Deployment pods: <name>-<pod-template-hash (≤10)>-<5 random>; LWS leaders <name>-<group>, workers
-# <name>-<group>-<index>. Anchored segment counts keep `vllm` from claiming the pods of `vllm-big`.
+# Deployment pods: <name>-<pod-template-hash (≤10)>-<5 random>; StatefulSet pods <name>-<ordinal>; LWS
+# leaders <name>-<group>, workers <name>-<group>-<index>. Anchored segment counts keep `vllm` from claiming the
+# pods of `vllm-big`.
 _DEPLOYMENT_POD = r"{name}-[a-z0-9]{{1,10}}-[a-z0-9]{{5}}"
-_LWS_LEADER = r"{name}-[0-9]+"
+_ORDINAL_POD = r"{name}-[0-9]+"
 _LWS_ANY = r"{name}-[0-9]+(-[0-9]+)?"
 
 
@@ -133,13 +134,15 @@ def pod_pattern(target: TargetRef, *, workers: bool = False) -> str:
     name = re.escape(target.name)
     if target.kind is TargetKind.DEPLOYMENT:
         return _DEPLOYMENT_POD.format(name=name)
-    return (_LWS_ANY if workers else _LWS_LEADER).format(name=name)
+    if target.kind is TargetKind.STATEFUL_SET:
+        return _ORDINAL_POD.format(name=name)
+    return (_LWS_ANY if workers else _ORDINAL_POD).format(name=name)
 
 
 # Candidate owner names from a pod name: drop the ReplicaSet hash and random suffix (Deployment), or the
 # group index (LWS leader) and the worker index (LWS worker). Lookups are then O(1) per series.
 _DEPLOYMENT_OWNER = re.compile(r"(.+)-[a-z0-9]{1,10}-[a-z0-9]{5}")
-_LWS_LEADER_OWNER = re.compile(r"(.+)-[0-9]+")
+_ORDINAL_OWNER = re.compile(r"(.+)-[0-9]+")  # a StatefulSet pod or an LWS leader
 _LWS_WORKER_OWNER = re.compile(r"(.+)-[0-9]+-[0-9]+")
 
 
@@ -171,7 +174,8 @@ class PodMatcher:
         candidates: list[tuple[TargetKind, str]] = []
         if m := _DEPLOYMENT_OWNER.fullmatch(pod):
             candidates.append((TargetKind.DEPLOYMENT, m.group(1)))
-        if m := _LWS_LEADER_OWNER.fullmatch(pod):
+        if m := _ORDINAL_OWNER.fullmatch(pod):
+            candidates.append((TargetKind.STATEFUL_SET, m.group(1)))
             candidates.append((TargetKind.LEADER_WORKER_SET, m.group(1)))
         if self._workers and (m := _LWS_WORKER_OWNER.fullmatch(pod)):
             candidates.append((TargetKind.LEADER_WORKER_SET, m.group(1)))

@@ -428,6 +428,47 @@ async def test_a_leaderworkerset_policy_needs_and_gets_exactly_its_component(
 
 @needs_kubectl
 @pytest.mark.parametrize("with_component",
+                         [pytest.param(True, id="statefulset"), pytest.param(False, id="base-only")])
+async def test_a_statefulset_policy_needs_and_gets_exactly_its_component(
+    with_component: bool, kube: Emulator, kube_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """A policy scaling a StatefulSet goes through the one ``/scale`` path: under gmp + components/statefulset
+    it runs without a 403 and writes ``statefulsets/scale``; under the gmp overlay alone its reads are refused
+    (the base grants nothing on StatefulSets) and nothing is written."""
+    docs = render("overlays/gmp", ("components/statefulset",) if with_component else ())
+    kube.add(objects.stateful_set("tgi-gemma", "llm", replicas=1))
+    kube.add(objects.pod("tgi-gemma-0", ip="10.0.0.9"))
+    kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
+    tgi = TgiMetrics()
+    await tgi.start()
+    policy = {
+        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "sts"},
+        "spec": {
+            "target": {"kind": "StatefulSet", "name": "tgi-gemma", "namespace": "llm"},
+            "minReplicas": 1, "maxReplicas": 4,
+            "source": {"type": "pods", "endpoints": [tgi.url]},
+            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
+            "policy": {"type": "hpa", "metrics": [
+                {"signal": "queue", "type": "External", "target": {"type": "AverageValue", "averageValue": 5}}]},
+        },
+    }
+    await _three_passes(kube_client, tmp_path, policy, tgi, queue=15)
+    assert [r for r in kube.requests if r.resource.startswith("statefulsets")]
+    stored = kube.get("apps/v1", "StatefulSet", "tgi-gemma", "llm")
+    if with_component:
+        assert kube.rbac_denied == []
+        (write, *_) = [r for r in kube.writes() if r.resource == "statefulsets/scale" and r.verb == "patch"]
+        assert (write.status, write.content_type) == (200, "application/merge-patch+json")
+        assert stored["spec"]["replicas"] == 3  # ceil(15 / 5)
+        assert stored["metadata"]["annotations"]["autoscaler.dev/managed-by"]
+    else:
+        assert kube.rbac_denied
+        assert all("statefulsets" in d for d in kube.rbac_denied), kube.rbac_denied
+        assert stored["spec"]["replicas"] == 1
+
+
+@needs_kubectl
+@pytest.mark.parametrize("with_component",
                          [pytest.param(True, id="checkpoint-request"), pytest.param(False, id="base-only")])
 async def test_a_policy_asking_for_checkpoints_needs_and_gets_exactly_its_component(
     with_component: bool, kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path

@@ -169,6 +169,13 @@ async def test_a_probe_acts_at_once_on_a_crossing_and_leaves_no_trace_otherwise(
             id="lws-groups-merge-patch",
         ),
         pytest.param(
+            lambda k: k.add(objects.stateful_set("tgi-gemma-deployment", replicas=1)),
+            lambda p: p.replace("kind: Deployment", "kind: StatefulSet"),
+            "PATCH", "/apis/apps/v1/namespaces/llm/statefulsets/tgi-gemma-deployment/scale",
+            "application/merge-patch+json", {"spec": {"replicas": 3}},
+            id="statefulset-merge-patch",
+        ),
+        pytest.param(
             lambda k: (k.add(objects.deployment(replicas=1)), k.add(objects.hpa("tgi-hpa"))),
             lambda p: p + "  actuation: {mode: hpaFloor, hpaName: tgi-hpa}\n",
             "PATCH", "/apis/autoscaling/v2/namespaces/llm/horizontalpodautoscalers/tgi-hpa",

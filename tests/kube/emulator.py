@@ -13,8 +13,8 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    stale ``metadata.resourceVersion`` answer ``409 Conflict`` with the real Status message.
 3. ``status`` subresources: writes to the main resource keep the stored status; ``/status`` writes change
    only the status. ``metadata.generation`` rises when the spec changes.
-4. ``scale`` subresources (``autoscaling/v1`` Scale) for Deployments (selector from ``spec.selector``) and
-   LeaderWorkerSets (selector from ``status.hpaPodSelector``).
+4. ``scale`` subresources (``autoscaling/v1`` Scale) for Deployments and StatefulSets (selector from
+   ``spec.selector``) and LeaderWorkerSets (selector from ``status.hpaPodSelector``).
 5. Patch content types: ``json-patch+json`` needs a list (``400`` otherwise, as the server's decoder);
    ``merge-patch+json`` (RFC 7386); ``strategic-merge-patch+json`` only for built-in kinds (custom resources
    answer ``415``), applied here as a merge patch (no list-merge keys); ``apply-patch+yaml`` needs
@@ -155,6 +155,12 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("events.k8s.io", ("v1",), "events", "Event", status=False),
     ResourceType(
         "apps", ("v1",), "deployments", "Deployment",
+        scale=ScaleSpec(REPLICAS_SCALE, ("status", "replicas"), _deployment_selector),
+    ),
+    # A StatefulSet's Scale is a Deployment's: spec.replicas, status.replicas, the selector from spec.selector
+    # (kubernetes pkg/registry/apps/statefulset/storage/storage.go, scaleFromStatefulSet).
+    ResourceType(
+        "apps", ("v1",), "statefulsets", "StatefulSet",
         scale=ScaleSpec(REPLICAS_SCALE, ("status", "replicas"), _deployment_selector),
     ),
     ResourceType(

@@ -54,6 +54,34 @@ def deployment(
     }
 
 
+def stateful_set(
+    name: str = "tgi-gemma",
+    namespace: str = "llm",
+    *,
+    replicas: int = 1,
+    ready: int | None = None,
+    gpus: int = 2,
+) -> JsonObj:
+    """A serving StatefulSet (pods ``<name>-<ordinal>``), e.g. a server keeping a per-replica cache volume."""
+    selector = {"app": "gemma-server"}
+    ready = replicas if ready is None else ready
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(name, namespace),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {"containers": [container({GPU: str(gpus)})]},
+            },
+        },
+        "status": {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready},
+    }
+
+
 def leader_worker_set(
     name: str = "jetstream",
     namespace: str = "llm",

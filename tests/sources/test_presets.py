@@ -94,6 +94,7 @@ def test_bad_label_name_is_rejected() -> None:
 
 DEPLOY = TargetRef(TargetKind.DEPLOYMENT, "vllm", "llm")
 LWS = TargetRef(TargetKind.LEADER_WORKER_SET, "jet", "tpu")
+STS = TargetRef(TargetKind.STATEFUL_SET, "tgi", "llm")
 
 
 @pytest.mark.parametrize(
@@ -106,6 +107,10 @@ LWS = TargetRef(TargetKind.LEADER_WORKER_SET, "jet", "tpu")
         pytest.param(LWS, False, "jet-3-1", False, id="lws-worker-excluded"),
         pytest.param(LWS, True, "jet-3-1", True, id="lws-worker-for-per-host-preset"),
         pytest.param(LWS, True, "jet-big-3", False, id="other-lws"),
+        pytest.param(STS, False, "tgi-0", True, id="statefulset-ordinal"),
+        pytest.param(STS, False, "tgi-12", True, id="statefulset-ordinal-two-digits"),
+        pytest.param(STS, False, "tgi-big-0", False, id="longer-statefulset-name"),
+        pytest.param(STS, False, "tgi-6b7c8d9f4-x2x7q", False, id="deployment-pod-of-the-same-name"),
     ],
 )
 def test_pod_patterns(target: TargetRef, workers: bool, pod: str, mine: bool) -> None:
@@ -122,6 +127,10 @@ def test_pod_patterns(target: TargetRef, workers: bool, pod: str, mine: bool) ->
         pytest.param(LWS, False, "jet-3-1", False, id="lws-worker-excluded"),
         pytest.param(LWS, True, "jet-3-1", True, id="lws-worker-for-per-host-preset"),
         pytest.param(LWS, True, "jet-big-3", False, id="other-lws"),
+        pytest.param(STS, False, "tgi-0", True, id="statefulset-ordinal"),
+        pytest.param(STS, False, "tgi-12", True, id="statefulset-ordinal-two-digits"),
+        pytest.param(STS, False, "tgi-big-0", False, id="longer-statefulset-name"),
+        pytest.param(STS, False, "tgi-6b7c8d9f4-x2x7q", False, id="deployment-pod-of-the-same-name"),
     ],
 )
 def test_pod_matcher_agrees_with_the_patterns(target: TargetRef, workers: bool, pod: str, mine: bool) -> None:
