@@ -441,6 +441,163 @@ def _blocks_of(inventory: topology.Inventory, key: str) -> str:
     return f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(blocks)} (one unit)"
 
 
+def serving_view(
+    capacity: CapacitySpec, inventory: topology.Inventory, training: Sequence[TrainingWorkload], now: float
+) -> topology.Inventory:
+    """The slice inventory as serving's scale-up sees it: training stopped and not evicted yet removed (its
+    regions are being released), the running training this controller may stop (``_ineligible`` says which
+    not) marked preemptible, everything else (serving, protected or unmatched Workloads) never."""
+    inv = inventory.without(w.key for w in training if not w.active and w.admitted)
+    running = [w for w in training if w.active and w.admitted and w.chips > 0]
+    return inv.preemptible(w.key for w in running if _ineligible(capacity, w, now) is None)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAsk:
+    """One target's part of a sliced request: its groups (``current``/``desired``/``gated``) of one ``shape``."""
+
+    target: str
+    shape: topology.Shape
+    current: int
+    desired: int
+    gated: int = 0
+    #: Chips one group counts against the ClusterQueue's quota (``perReplica`` for one target; the variant's
+    #: slice chips for a policy with several targets).
+    chips: float = 0.0
+    #: Who grows, in messages ("serving" for one target, the pool's name for several).
+    label: str = "serving"
+
+
+@dataclass(frozen=True, slots=True)
+class _SlicedGrant:
+    """What ``_grant_sliced`` found, per target key (the callers word the messages)."""
+
+    reachable: dict[str, int]
+    want: dict[str, int]
+    waiting: dict[str, int]
+    placeable: dict[str, int]
+    unplaceable: dict[str, int]
+    decisions: tuple[TrainingDecision, ...]
+    stopping: tuple[TrainingWorkload, ...]
+    saving: tuple[tuple[TrainingWorkload, bool], ...]
+    held: dict[str, str]
+    #: One clause on the free slices (the first ask's shape; every shape for several).
+    desc: str
+
+
+def _grant_sliced(
+    capacity: CapacitySpec,
+    acct: Budget,
+    quota: QuotaStatus,
+    asks: Sequence[GroupAsk],
+    training: Sequence[TrainingWorkload],
+    now: float,
+) -> _SlicedGrant:
+    """The one sliced scale-up rule (transition 1/2 on a slice inventory), for one target or several: every
+    group asked for (new, or waiting for admission) must fit as a whole slice of its own target's shape in a
+    free region. The shapes are placed largest first (a small slice placed first could split the region a
+    large one needs), each group in what the previous ones left, so two groups never share a place or a
+    victim. Where nothing is free, the victims are the running training whose stop frees a region of that
+    group's shape, chosen by the hand-off's order (``victim_rank``: unknown checkpoints last, least work lost);
+    a super-slice over two blocks is one victim freeing both. The quota number still caps the chips."""
+    slices = quota.slices
+    assert slices is not None
+    ours = {a.target for a in asks}
+    # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``);
+    # the eligible victims are marked preemptible.
+    inv = serving_view(capacity, slices.inventory, training, now)
+    # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
+    # gates say: the inventory, read after the replicas, is the fresher word on that.
+    # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:
+    # then the replicas not gated are the placed ones, as the replicas say.
+    placed_by = Counter(slices.owners.values())
+    mine = {a.target: max(placed_by.get(a.target, 0), a.current - a.gated) for a in asks}
+    # Other targets' groups asked for and not placed yet take the free room first (placed as the smallest shape
+    # asked for here: their own shape is not in the ledger, ``estimate``).
+    smallest = min((a.shape for a in asks), key=lambda s: (s.chips, s))
+    if quota.asked:
+        others = sum(
+            a.gated if not placed_by.get(t) else max(0, min(a.gated, a.spec - placed_by[t]))
+            for t, a in quota.asked.items() if t not in ours
+        )
+    else:
+        others = math.ceil(quota.pending / smallest.chips - _EPS) if quota.pending > _EPS else 0
+    taken = topology.free_places(inv, smallest, others)
+    inv = inv.with_occupants((*inv.occupants, *(
+        topology.Occupant(key=f"pending-serving-{i}", regions=place) for i, place in enumerate(taken))))
+    running = [w for w in training if w.active and w.admitted and w.chips > 0]
+    held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
+    want = {a.target: max(0, a.desired - mine[a.target]) for a in asks}
+    waiting = {a.target: max(0, a.current - mine[a.target]) for a in asks}
+    desc = "; ".join(dict.fromkeys(describe_slices(slices, a.shape, inv, others) for a in asks))
+    # Chips for the asked-for and new groups: what the quota has left, plus what the waiting ones already count.
+    quota_room = acct.for_serving + sum(a.gated * a.chips for a in asks)
+    order = sorted(asks, key=lambda a: (-a.shape.chips, a.target))
+    if sum(want[a.target] * a.chips for a in asks) <= quota_room + _EPS and _all_free(inv, order, want):
+        return _SlicedGrant(
+            reachable={a.target: a.desired for a in asks}, want=want, waiting=waiting,
+            placeable=dict(want), unplaceable={a.target: 0 for a in asks}, decisions=(), stopping=(), saving=(),
+            held=held, desc=desc)
+    rank = victim_rank(training)
+    plans: dict[str, topology.GroupsPlan] = {}
+    left = inv
+    for ask in order:
+        groups = topology.plan_groups(left, ask.shape, want[ask.target], {}, owner_prefix=f"{ask.target}#new",
+                                      rank=rank)
+        plans[ask.target] = groups
+        left = left.without(groups.victims)
+        left = left.with_occupants((*left.occupants, *(
+            topology.Occupant(key=f"{ask.target}#new-{i}", regions=c.regions) for i, c in enumerate(groups.placed))))
+    by_key = {w.key: w for w in training}
+    victims = [by_key[k] for a in order for k in dict.fromkeys(plans[a.target].victims)]
+    victims = list({v.key: v for v in victims}.values())
+    stopping, saving = _checkpoint_first(capacity, victims, now)
+    ready = {v.key for v in stopping}
+    room = quota_room + sum(v.chips for v in stopping)
+    reachable: dict[str, int] = {}
+    frees: dict[str, tuple[GroupAsk, tuple[topology.Region, ...]]] = {}
+    for ask in order:
+        usable = 0
+        for choice in plans[ask.target].placed:
+            if not set(choice.victims) <= ready:
+                break  # a victim still saving: serving asks only for the slices that are free or freed now
+            usable += 1
+        usable = min(usable, math.floor(room / ask.chips + _EPS)) if ask.chips > 0 else usable
+        room -= usable * ask.chips
+        reachable[ask.target] = max(ask.current, min(ask.desired, ask.current + usable - waiting[ask.target]))
+        for choice in plans[ask.target].placed:
+            for k in choice.victims:
+                frees.setdefault(k, (ask, choice.regions))
+
+    def because(v: TrainingWorkload) -> str:
+        ask, regions = frees[v.key]
+        got = reachable[ask.target]
+        grow = (
+            f"grow {ask.current}→{got} groups" if got > ask.current
+            else f"admit its {waiting[ask.target]} group(s) waiting for admission"
+        )
+        return (f"on {_blocks_of(inv, v.key)} so {ask.label} can {grow}: a {ask.shape} slice fits at "
+                f"{', '.join(str(r) for r in regions)} once it stops; {desc}")
+
+    return _SlicedGrant(
+        reachable=reachable, want=want, waiting=waiting,
+        placeable={t: len(g.placed) for t, g in plans.items()},
+        unplaceable={t: g.unplaceable for t, g in plans.items()},
+        decisions=_training_decisions(capacity, stopping, saving, because),
+        stopping=tuple(stopping), saving=tuple(saving), held=held, desc=desc)
+
+
+def _all_free(inventory: topology.Inventory, order: Sequence[GroupAsk], want: dict[str, int]) -> bool:
+    """Whether every group wanted fits in free regions now, larger shapes first, none sharing a place."""
+    for ask in order:
+        places = topology.free_places(inventory, ask.shape, want[ask.target])
+        if len(places) < want[ask.target]:
+            return False
+        inventory = inventory.with_occupants((*inventory.occupants, *(
+            topology.Occupant(key=f"{ask.target}#free-{i}", regions=p) for i, p in enumerate(places))))
+    return True
+
+
 def _scale_up_sliced(
     capacity: CapacitySpec,
     acct: Budget,
@@ -453,79 +610,71 @@ def _scale_up_sliced(
     now: float,
     gated: int,
 ) -> Plan:
-    """Transition 1/2 where the flavor has a slice inventory: the groups asked for (new ones and those waiting
-    for admission) must each fit as a whole slice of the target's shape in a free region; where none is free,
-    the victims are the running training whose stop frees a region, chosen by the hand-off's order
-    (``victim_rank``). The quota number still caps the count (it rarely binds: the codelab's is 999999)."""
-    slices = quota.slices
-    assert slices is not None
-    per = capacity.per_replica
-    # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``).
-    inv = slices.inventory.without(w.key for w in training if not w.active and w.admitted)
-    # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
-    # gates say: the inventory, read after the replicas, is the fresher word on that.
-    # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:
-    # then the replicas not gated are the placed ones, as the replicas say.
-    placed_by = Counter(slices.owners.values())
-    mine = max(placed_by.get(target, 0), current - gated)
-    # Other targets' groups asked for and not placed yet take the free room first (placed as this shape).
-    if quota.asked:
-        others = sum(
-            a.gated if not placed_by.get(t) else max(0, min(a.gated, a.spec - placed_by[t]))
-            for t, a in quota.asked.items()
-        )
-    else:
-        others = math.ceil(quota.pending / shape.chips - _EPS) if quota.pending > _EPS else 0
-    taken = topology.free_places(inv, shape, others)
-    inv = inv.with_occupants((*inv.occupants, *(
-        topology.Occupant(key=f"pending-serving-{i}", regions=place) for i, place in enumerate(taken))))
-    running = [w for w in training if w.active and w.admitted and w.chips > 0]
-    held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
-    inv = inv.preemptible(w.key for w in running if w.key not in held)
-    want = max(0, desired - mine)
-    waiting = max(0, current - mine)
-    desc = describe_slices(slices, shape, inv, others)
-    quota_room = acct.for_serving + gated * per  # chips for this target's asked-for and new groups
-    if len(topology.free_places(inv, shape, want)) >= want and want * per <= quota_room + _EPS:
-        return Plan(desired=desired, training=())
-    groups = topology.plan_groups(inv, shape, want, {}, owner_prefix="serving-new", rank=victim_rank(training))
-    by_key = {w.key: w for w in training}
-    victims = [by_key[k] for k in dict.fromkeys(groups.victims)]
-    stopping, saving = _checkpoint_first(capacity, victims, now)
-    ready = {v.key for v in stopping}
-    usable = 0
-    for choice in groups.placed:
-        if not set(choice.victims) <= ready:
-            break  # a victim still saving: serving asks only for the slices that are free or freed now
-        usable += 1
-    usable = min(usable, math.floor((quota_room + sum(v.chips for v in stopping)) / per + _EPS))
-    reachable = max(current, min(desired, current + usable - waiting))
-    frees = {k: choice.regions for choice in groups.placed for k in choice.victims}
-    grow = (
-        f"grow {current}→{reachable} groups" if reachable > current
-        else f"admit its {waiting} group(s) waiting for admission"
-    )
-    decisions = _training_decisions(
-        capacity, stopping, saving,
-        lambda v: (
-            f"on {_blocks_of(inv, v.key)} so serving can {grow}: a {shape} slice fits at "
-            f"{', '.join(str(r) for r in frees[v.key])} once it stops; {desc}"
-        ),
-    )
-    if reachable == desired and (desired > current or groups.unplaceable == 0):
+    """Transition 1/2 for one target where the flavor has a slice inventory (``_grant_sliced``)."""
+    ask = GroupAsk(target, shape, current, desired, gated, chips=capacity.per_replica)
+    got = _grant_sliced(capacity, acct, quota, [ask], training, now)
+    reachable, want, waiting, desc = got.reachable[target], got.want[target], got.waiting[target], got.desc
+    decisions = got.decisions
+    if reachable == desired and (desired > current or got.unplaceable[target] == 0):
         return Plan(desired=desired, training=decisions, message="" if desired > current else (
             f"{waiting} group(s) waiting for admission need as many {shape} slice(s); {desc}"))
-    parts = [f"{want} {shape} slice(s) asked for, {len(groups.placed)} placeable; {desc}"]
-    parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
-    if stopping:
-        parts.append(f"deactivating {', '.join(v.key for v in stopping)}")
-    parts.extend(f"not stopping {why}" for why in held.values())
+    parts = [f"{want} {shape} slice(s) asked for, {got.placeable[target]} placeable; {desc}"]
+    parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in got.saving)
+    if got.stopping:
+        parts.append(f"deactivating {', '.join(v.key for v in got.stopping)}")
+    parts.extend(f"not stopping {why}" for why in got.held.values())
     if desired == current:
         return Plan(desired=desired, training=decisions, message=(
             "they do not all fit as whole slices even with all eligible training stopped; " + "; ".join(parts)))
     message = (f"limited by topology: only {reachable} groups fit as whole {shape} slices even with all eligible "
                "training stopped; ")
     return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class SlicedPlan:
+    """``plan_slices``' answer: the groups each target may have now, by target key, and the training decisions."""
+
+    desired: dict[str, int]
+    training: tuple[TrainingDecision, ...]
+    message: str = ""
+
+
+def plan_slices(
+    *,
+    capacity: CapacitySpec,
+    quota: QuotaStatus,
+    training: Sequence[TrainingWorkload],
+    asks: Sequence[GroupAsk],
+    now: float = 0.0,
+) -> SlicedPlan:
+    """``plan`` for a policy with several targets on a slice inventory (``quota.slices``): one request for the
+    groups of all its pools, each placed as a whole slice of its own shape (``_grant_sliced``), one victim
+    set chosen by region at the least lost work; a target that shrinks asks for nothing. When no pool grows
+    and none waits for admission: transition 3 in chips (``_reactivate``; a Workload resumes only where all
+    its slices fit now)."""
+    if not any(a.desired > a.current or a.gated > 0 for a in asks):
+        have = sum(int(a.current * a.chips) for a in asks)
+        want = sum(int(a.desired * a.chips) for a in asks)
+        chips = capacity.model_copy(update={"per_replica": 1.0})
+        back = _reactivate(chips, quota, training, have, want, 0, unit="chips")
+        return SlicedPlan(desired={a.target: a.desired for a in asks}, training=back.training)
+    acct = budget(quota=quota, training=training, own_pending=float(sum(a.gated * a.chips for a in asks)))
+    got = _grant_sliced(capacity, acct, quota, asks, training, now)
+    short = [a for a in asks if got.reachable[a.target] < a.desired]
+    if not short:
+        return SlicedPlan(desired=got.reachable, training=got.decisions)
+    parts = [
+        f"{a.label}: {got.want[a.target]} {a.shape} slice(s) asked for, {got.placeable[a.target]} placeable"
+        for a in short
+    ]
+    parts.append(got.desc)
+    parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in got.saving)
+    if got.stopping:
+        parts.append(f"deactivating {', '.join(v.key for v in got.stopping)}")
+    parts.extend(f"not stopping {why}" for why in got.held.values())
+    message = "limited by topology: not every group fits as a whole slice even with all eligible training stopped; "
+    return SlicedPlan(desired=got.reachable, training=got.decisions, message=message + "; ".join(parts))
 
 
 def _checkpoint_first(

@@ -465,6 +465,8 @@ def _decide_joint(
        (groups of all pools together), placement when the observation carries an inventory;
     4. with ``spec.capacity``: one ``arbitration.plan_chips`` request for the plan's chips; when less is
        granted, the plan is split again within what was granted (``fit_budget``), and the victims are one set.
+       With a slice inventory, one ``arbitration.plan_slices`` request instead: every pool's new groups placed
+       as whole slices of its own shape, the victims those whose stop frees such regions (least lost work).
     """
     spec = compiled.policy.spec
     config = spec.policy
@@ -508,6 +510,10 @@ def _decide_joint(
                 costs[w.key] = risk
                 if w.uid:
                     costs[w.uid] = risk
+        if spec.capacity is not None:
+            # As the arbitration sees it: training this controller may stop is preemptible, stopped training's
+            # regions are being freed (else in full blocks no new group would ever "fit").
+            inventory = arbitration.serving_view(spec.capacity, inventory, observation.training, now)
         fits = disaggregated.inventory_fit(config, inventory, costs)
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
@@ -523,17 +529,35 @@ def _decide_joint(
         have = sum(current[n] * chips[n] for n in current)
         want = sum(planned[n] * chips[n] for n in planned)
         gated = sum(members[r.key].gated * chips[n] for n, r in refs.items())
-        grant = arbitration.plan_chips(
-            capacity=spec.capacity, quota=observation.quota, training=observation.training,
-            current=have, desired=want, gated=gated, now=now,
-        )
-        training = grant.training
-        if grant.desired < want:
-            needs = {rn.role: rn for rn in joint.needs}
-            desired = disaggregated.fit_budget(
-                config, planned, current, needs, chip_budget=grant.desired, group_budget=spec.max_replicas
+        if slices is not None:
+            # A slice inventory: each pool's new groups placed as whole slices of its own shape, the victims
+            # chosen by the regions they free (one request, one victim set); what does not fit is held back
+            # per pool, as placed, not split again by chips (a chip count would ignore where slices go).
+            shapes = {v.name: v.slice_topology for _, v in config.variants()}
+            placed = arbitration.plan_slices(
+                capacity=spec.capacity, quota=observation.quota, training=observation.training, now=now,
+                asks=[
+                    arbitration.GroupAsk(
+                        r.key, topology.Shape.parse(shapes[n]), current[n], planned[n], members[r.key].gated,
+                        chips=float(chips[n]), label=n)
+                    for n, r in refs.items()
+                ],
             )
-            limited = grant.message
+            training = placed.training
+            desired = {n: placed.desired[r.key] for n, r in refs.items()}
+            limited = placed.message
+        else:
+            grant = arbitration.plan_chips(
+                capacity=spec.capacity, quota=observation.quota, training=observation.training,
+                current=have, desired=want, gated=gated, now=now,
+            )
+            training = grant.training
+            if grant.desired < want:
+                needs = {rn.role: rn for rn in joint.needs}
+                desired = disaggregated.fit_budget(
+                    config, planned, current, needs, chip_budget=grant.desired, group_budget=spec.max_replicas
+                )
+                limited = grant.message
     decisions: list[Decision] = []
     for count in joint.counts:
         ref = refs[count.name]

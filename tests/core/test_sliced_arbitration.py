@@ -24,10 +24,12 @@ from autoscaler.core.model import (
     TargetKind,
     TargetRef,
     TrainingAction,
+    TrainingDecision,
     TrainingWorkload,
 )
 from autoscaler.core.spec import ScalingPolicy, Spec
 from autoscaler.core.topology import Inventory, Occupant, Region, Shape
+from tests.core import test_disaggregated as td
 
 TPU = "google.com/tpu"
 NS = "llm-d-pd-disaggregation"
@@ -186,3 +188,139 @@ def test_the_engine_reports_waiting_for_capacity_with_the_blocks() -> None:
     assert isinstance(scale, ScaleDecision)
     assert (scale.desired, scale.reason) == (1, Reason.WAITING_FOR_CAPACITY)
     assert "0 2x2x2 slice(s) free in flavor slice-rf" in scale.message
+
+
+# ------------------------------------------------------------------ one policy, two pools (type disaggregated)
+
+PREFILL = TargetRef(TargetKind.LEADER_WORKER_SET, "prefill", NS)
+HALF = Shape(2, 4, 4)
+#: Checkpoint ages of eight single-slice fine-tunes filling cube-b, by 2x2x2 place: the four freshest (places
+#: 4, 5, 6, 0) are not one half-block, so the cheapest 32 chips by count free no 2x4x4 region; the cheapest
+#: half-block is places 4-7 (5+110+120+500 s), not the first in placement order (0-3); the freshest of all
+#: (place 4, 5 s) is inside it, so decode, placed after prefill, must not take it too.
+B_AGES = (130.0, 600.0, 700.0, 800.0, 5.0, 110.0, 120.0, 500.0)
+
+
+def two_pool_world() -> tuple[Inventory, tuple[TrainingWorkload, ...], dict[str, str]]:
+    """cube-a: prefill's 2x4x4 group (places 0-3), decode's 2x2x2 group (place 4) and three fresh fine-tunes
+    (places 5-7, 10/20/30 s): every half of cube-a holds serving. cube-b: eight fine-tunes (``B_AGES``)."""
+    occupants = [
+        Occupant(f"{NS}/prefill-0", (Region("cube-a", (0, 0, 0), HALF),)),
+        Occupant(f"{NS}/decode-0", sub("cube-a", 4)),
+        *(Occupant(f"{NS}/a{i}", sub("cube-a", i)) for i in (5, 6, 7)),
+        *(Occupant(f"{NS}/b{i}", sub("cube-b", i)) for i in range(8)),
+    ]
+    training = (
+        *(train(f"a{i}", 1, 10.0 * (i - 4)) for i in (5, 6, 7)),
+        *(train(f"b{i}", 1, age) for i, age in enumerate(B_AGES)),
+    )
+    owners = {f"{NS}/prefill-0": PREFILL.key, f"{NS}/decode-0": TARGET.key}
+    return world(*occupants), training, owners
+
+
+def two_pool_quota(inventory: Inventory, owners: dict[str, str]) -> QuotaStatus:
+    slices = SliceCapacity("slice-rf", inventory, "nodes labelled for Topology slice-topology", owners=owners)
+    return QuotaStatus("cq", TPU, nominal=999999, reserved=float(inventory.used_chips), slices=slices)
+
+
+def asks(prefill: int, decode: int) -> list[arbitration.GroupAsk]:
+    return [
+        arbitration.GroupAsk(PREFILL.key, HALF, 1, prefill, chips=32.0, label="prefill"),
+        arbitration.GroupAsk(TARGET.key, SUB, 1, decode, chips=8.0, label="decode"),
+    ]
+
+
+def sliced_stops(result: arbitration.SlicedPlan) -> list[str]:
+    return sorted(d.workload.name for d in result.training if d.action is TrainingAction.DEACTIVATE)
+
+
+def test_joint_victims_free_a_region_of_each_pools_shape_at_the_least_lost_work() -> None:
+    inv, training, owners = two_pool_world()
+    assert SPEC.capacity is not None
+    result = arbitration.plan_slices(capacity=SPEC.capacity, quota=two_pool_quota(inv, owners),
+                                     training=training, asks=asks(2, 4))
+    # Prefill's 2x4x4 can only go to cube-b (serving holds a place in every half of cube-a): the cheapest
+    # half there is places 4-7, not the four freshest (4, 5, 6, 0), which would free no 2x4x4 region. Decode's
+    # three 2x2x2 take the cheapest single places left: cube-a's fine-tunes (10, 20, 30 s), not b4 (5 s), whose
+    # place prefill's new group takes.
+    assert sliced_stops(result) == ["a5", "a6", "a7", "b4", "b5", "b6", "b7"]
+    assert result.desired == {PREFILL.key: 2, TARGET.key: 4}
+    by_name = {d.workload.name: d.message for d in result.training}
+    assert "so prefill can grow 1→2 groups: a 2x4x4 slice fits at cube-b@2,0,0:2x4x4 once it stops" in by_name["b7"]
+    assert "so decode can grow 1→4 groups: a 2x2x2 slice fits at cube-a@2,0,2:2x2x2" in by_name["a5"]
+    # Each victim once, and what they free is exactly what was asked: 32 + 3 × 8 chips.
+    assert sum(d.workload.chips for d in result.training) == 32 + 24
+
+
+def test_joint_groups_that_fit_free_stop_nothing_and_the_larger_shape_is_placed_first() -> None:
+    inv, training, owners = two_pool_world()
+    # cube-b's places 0-3 and 7 free. A 2x2x2 placed first (place 0, first in order) would leave no free
+    # half; placed after the 2x4x4 (places 0-3) it takes place 7: nothing is stopped.
+    gone = [f"{NS}/b{i}" for i in (0, 1, 2, 3, 7)]
+    left = tuple(w for w in training if f"{NS}/{w.name}" not in gone)
+    assert SPEC.capacity is not None
+    result = arbitration.plan_slices(capacity=SPEC.capacity, quota=two_pool_quota(inv.without(gone), owners),
+                                     training=left, asks=asks(2, 2))
+    assert (result.desired, sliced_stops(result)) == ({PREFILL.key: 2, TARGET.key: 2}, [])
+
+
+def test_joint_super_slice_yields_once_as_one_unit_for_both_pools() -> None:
+    whole = (Region("cube-a", (0, 0, 0), BLOCK), Region("cube-b", (0, 0, 0), BLOCK))
+    inv = world(Occupant(f"{NS}/super", whole))
+    sup = TrainingWorkload(NS, "super", 0, 128, True, True, uid="uid-super", since_checkpoint_s=60.0,
+                           slices=(Shape(4, 4, 8),))
+    quota = two_pool_quota(inv, {})
+    plan_asks = [
+        arbitration.GroupAsk(PREFILL.key, HALF, 0, 1, chips=32.0, label="prefill"),
+        arbitration.GroupAsk(TARGET.key, SUB, 0, 2, chips=8.0, label="decode"),
+    ]
+    assert SPEC.capacity is not None
+    result = arbitration.plan_slices(capacity=SPEC.capacity, quota=quota, training=(sup,), asks=plan_asks)
+    assert result.desired == {PREFILL.key: 1, TARGET.key: 2}
+    assert [d.workload.name for d in result.training] == ["super"]  # one deactivation for both pools
+    assert "on blocks cube-a, cube-b (one unit)" in result.training[0].message
+
+
+def test_joint_groups_that_cannot_be_placed_are_held_back_per_pool() -> None:
+    inv, training, owners = two_pool_world()
+    # Only cube-a's fine-tunes may be stopped (cube-b's were resumed a moment ago): no 2x4x4 region can be
+    # freed anywhere, three 2x2x2 can.
+    protected = tuple(
+        w if w.name.startswith("a") else train(w.name, 1, w.since_checkpoint_s, resumed_at=990.0) for w in training)
+    spec_doc = policy_doc()
+    spec_doc["spec"]["capacity"]["minRunSeconds"] = 600
+    capacity = ScalingPolicy.model_validate(spec_doc).spec.capacity
+    assert capacity is not None
+    result = arbitration.plan_slices(capacity=capacity, quota=two_pool_quota(inv, owners), training=protected,
+                                     asks=asks(2, 4), now=1000.0)
+    assert result.desired == {PREFILL.key: 1, TARGET.key: 4}
+    assert sliced_stops(result) == ["a5", "a6", "a7"]
+    assert "prefill: 1 2x4x4 slice(s) asked for, 0 placeable" in result.message
+    assert "limited by topology" in result.message
+
+
+def joint_policy() -> Any:
+    """The disaggregated test policy (tests/core/test_disaggregated.py) with prefill on 2x4x4 groups (32,000
+    prompt tokens/s each: 4× a 2x2x2's, an estimate for the test) and decode on 2x2x2, with capacity."""
+    doc = td.policy_doc(capacity=True, budget=None)
+    doc["spec"]["policy"]["prefill"]["variants"][0].update(
+        {"sliceTopology": "2x4x4", "tokensPerSecond": 32000, "maxReplicas": 4})
+    doc["spec"]["preemptible"] = [{"namespace": NS}]
+    doc["spec"]["capacity"]["minRunSeconds"] = 0
+    return compile_policy(ScalingPolicy.model_validate(doc))
+
+
+def test_the_joint_policy_stops_the_training_that_frees_each_pools_regions() -> None:
+    # Through the engine: the disaggregated policy asks prefill 1→2 (2x4x4) and decode 1→4 (2x2x2); the blocks
+    # are full; the victims are the ones freeing a 2x4x4 half-block and three 2x2x2 places at the least work.
+    inv, training, owners = two_pool_world()
+    pre, dec = td.PRE, td.DEC
+    owners = {f"{NS}/prefill-0": pre.key, f"{NS}/decode-0": dec.key}
+    values = {**td.QUIET, "prompt": 40000.0, "gen": 5000.0}
+    obs = td.observation(values, {"prefill": (1, 1), "decode": (1, 1)}, training=training,
+                         quota=two_pool_quota(inv, owners))
+    decisions, _ = td.decide(joint_policy(), obs, PolicyState(), td.T0)
+    got = td.scales(decisions)
+    assert (got["prefill"].desired, got["decode"].desired) == (2, 4)
+    stopped = sorted(d.workload.name for d in decisions if isinstance(d, TrainingDecision))
+    assert stopped == ["a5", "a6", "a7", "b4", "b5", "b6", "b7"]
