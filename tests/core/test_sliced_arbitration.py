@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 from autoscaler.core import arbitration
-from autoscaler.core.engine import compile_policy
+from autoscaler.core.engine import compile_policy, decide
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -319,7 +319,7 @@ def test_the_joint_policy_stops_the_training_that_frees_each_pools_regions() -> 
     values = {**td.QUIET, "prompt": 40000.0, "gen": 5000.0}
     obs = td.observation(values, {"prefill": (1, 1), "decode": (1, 1)}, training=training,
                          quota=two_pool_quota(inv, owners))
-    decisions, _ = td.decide(joint_policy(), obs, PolicyState(), td.T0)
+    decisions, _ = decide(joint_policy(), obs, PolicyState(), td.T0)
     got = td.scales(decisions)
     assert (got["prefill"].desired, got["decode"].desired) == (2, 4)
     stopped = sorted(d.workload.name for d in decisions if isinstance(d, TrainingDecision))
