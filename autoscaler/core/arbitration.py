@@ -538,16 +538,7 @@ def _grant_sliced(
             reachable={a.target: a.desired for a in asks}, want=want, waiting=waiting,
             placeable=dict(want), unplaceable={a.target: 0 for a in asks}, decisions=(), stopping=(), saving=(),
             held=held, desc=desc)
-    rank = victim_rank(training)
-    plans: dict[str, topology.GroupsPlan] = {}
-    left = inv
-    for ask in order:
-        groups = topology.plan_groups(left, ask.shape, want[ask.target], {}, owner_prefix=f"{ask.target}#new",
-                                      rank=rank)
-        plans[ask.target] = groups
-        left = left.without(groups.victims)
-        left = left.with_occupants((*left.occupants, *(
-            topology.Occupant(key=f"{ask.target}#new-{i}", regions=c.regions) for i, c in enumerate(groups.placed))))
+    plans = _least_victims(inv, order, want, victim_rank(training))
     by_key = {w.key: w for w in training}
     victims = [by_key[k] for a in order for k in dict.fromkeys(plans[a.target].victims)]
     victims = list({v.key: v for v in victims}.values())
@@ -585,6 +576,50 @@ def _grant_sliced(
         unplaceable={t: g.unplaceable for t, g in plans.items()},
         decisions=_training_decisions(capacity, stopping, saving, because),
         stopping=tuple(stopping), saving=tuple(saving), held=held, desc=desc)
+
+
+def _place_groups(
+    inventory: topology.Inventory, order: Sequence[GroupAsk], want: dict[str, int], rank: topology.Rank
+) -> dict[str, topology.GroupsPlan]:
+    """Every ask's groups placed one after another (``topology.plan_groups``: a free region first, else the
+    region whose preemptible blockers rank lowest), each in what the previous ones left."""
+    plans: dict[str, topology.GroupsPlan] = {}
+    for ask in order:
+        groups = topology.plan_groups(inventory, ask.shape, want[ask.target], {}, owner_prefix=f"{ask.target}#new",
+                                      rank=rank)
+        plans[ask.target] = groups
+        inventory = inventory.without(groups.victims)
+        inventory = inventory.with_occupants((*inventory.occupants, *(
+            topology.Occupant(key=f"{ask.target}#new-{i}", regions=c.regions) for i, c in enumerate(groups.placed))))
+    return plans
+
+
+def _least_victims(
+    inventory: topology.Inventory, order: Sequence[GroupAsk], want: dict[str, int], rank: topology.Rank
+) -> dict[str, topology.GroupsPlan]:
+    """The placement of every group wanted whose victim set ranks lowest as a whole (the hand-off's order).
+
+    Group by group (``_place_groups``) is not enough: one Workload over several slices can cost more than one
+    single-slice job but less than the three it replaces when three groups are wanted. Up to
+    ``EXHAUSTIVE_MAX`` preemptible occupants, every set ranking below the group-by-group one and freeing enough
+    chips is tried in rank order, and the first under which every group can be placed (only its members may
+    yield) wins; above that, or when even group by group some groups cannot be placed, group by group."""
+    greedy = _place_groups(inventory, order, want, rank)
+    candidates = sorted(o.key for o in inventory.occupants if o.preemptible)
+    if len(candidates) > EXHAUSTIVE_MAX or any(g.unplaceable for g in greedy.values()):
+        return greedy
+    chips = {o.key: o.chips for o in inventory.occupants}
+    short = sum(want[a.target] * a.shape.chips for a in order) - (inventory.total_chips - inventory.used_chips)
+    bound = rank(tuple(sorted({k for g in greedy.values() for k in g.victims})))
+    cheaper = [
+        combo for size in range(1, len(candidates) + 1) for combo in itertools.combinations(candidates, size)
+        if sum(chips[k] for k in combo) >= short and rank(combo) < bound
+    ]
+    for combo in sorted(cheaper, key=rank):
+        plans = _place_groups(inventory.preemptible(combo), order, want, rank)
+        if not any(g.unplaceable for g in plans.values()):
+            return plans
+    return greedy
 
 
 def _all_free(inventory: topology.Inventory, order: Sequence[GroupAsk], want: dict[str, int]) -> bool:

@@ -37,6 +37,7 @@ from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.workloads import DEACTIVATED_BY, LAST_CHECKPOINT
 from autoscaler.core.model import Reason
 from tests.controller.helpers import pool_on
+from tests.controller.test_disaggregated_loop import FakePrometheus
 from tests.kube import codelab
 from tests.kube.emulator import Emulator
 from tests.kube.tas import LWS, V1BETA2, LiveTas, assigned_hosts
@@ -150,8 +151,9 @@ class Codelab:
                 if e.get("reason") == reason]
 
 
-@pytest.fixture
-async def world(kube: Emulator, kube_client: client.ApiClient, tmp_path: Path) -> AsyncIterator[Codelab]:
+def seed(kube: Emulator) -> LiveTas:
+    """The codelab's objects, the sub-slicing JobSet and the eight fine-tunes, admitted and running, with one
+    prefill and one decode group ready: the two blocks are full."""
     for obj in [*codelab.kueue_resources(), *codelab.nodes()]:
         kube.add(obj)
     kube.add(codelab.router())
@@ -167,10 +169,15 @@ async def world(kube: Emulator, kube_client: client.ApiClient, tmp_path: Path) -
         ft["spec"]["replicatedJobs"][0]["replicas"] = 1
         kube.add(ft)
     tas = LiveTas(kube)
-    loop = asyncio.get_running_loop()
-    t0 = loop.time() - 100
+    t0 = asyncio.get_running_loop().time() - 100
     for t in (t0, t0 + 1, t0 + 2, t0 + 5, t0 + 10):  # created, reserved, provisioned, ready: before the test
         tas.step(t)
+    return tas
+
+
+@pytest.fixture
+async def world(kube: Emulator, kube_client: client.ApiClient, tmp_path: Path) -> AsyncIterator[Codelab]:
+    tas = seed(kube)
     prefill, decode = VllmMetrics(), VllmMetrics()
     policies = tmp_path / "policies"
     policies.mkdir()
@@ -292,3 +299,85 @@ async def test_a_super_slice_yields_as_one_unit_freeing_both_blocks(
                 await task
         await prefill.stop()
         await decode.stop()
+
+
+JOINT_EXAMPLE = Path(__file__).parents[2] / "policies" / "tpu7x-disaggregated.yaml"
+
+
+def joint_policy(url: str) -> dict[str, Any]:
+    """The shipped one-policy example (type ``disaggregated``) in the codelab's namespace, as a user would adapt
+    it to this test cluster: its two demand signals from a stand-in Prometheus (the other signals dropped: the
+    stand-in serves raw numbers), 1 s periods, a 2 s scale-down delay, no minimum run time after a resume."""
+    doc: dict[str, Any] = yaml.safe_load(JOINT_EXAMPLE.read_text())
+    spec = doc["spec"]
+    spec["target"]["namespace"] = NS
+    spec["source"] = {"type": "prometheus", "url": url}
+    spec["evaluationPeriodSeconds"] = 1
+    spec["signals"] = [{"name": "prompt_tokens", "query": "prompt", "pool": "prefill"},
+                       {"name": "generation_tokens", "query": "gen"}]
+    policy = spec["policy"]
+    policy["scaleDownDelaySeconds"] = 2
+    policy["prefill"]["signals"] = {"promptTokens": "prompt_tokens"}
+    policy["decode"]["signals"] = {"generationTokens": "generation_tokens"}
+    for role in ("prefill", "decode"):
+        for variant in policy[role]["variants"]:
+            variant["target"]["namespace"] = NS
+    spec["capacity"]["minRunSeconds"] = 0
+    spec["preemptible"] = [{"namespace": NS, "selector": {"matchLabels": {"kueue.x-k8s.io/queue-name": "lq"}}}]
+    return doc
+
+
+async def test_one_policy_grows_both_pools_from_the_cheapest_regions_then_gives_them_back(
+    kube: Emulator, kube_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """The joint policy (one ``disaggregated`` policy driving both LWS) on the full codelab blocks: both pools
+    grow in the same passes, one request for both; the victims are the training whose stop frees one 2x2x2
+    region per group added, the cheapest (most recent checkpoints), each stopped once, never the six-slice
+    JobSet; on the fall both pools go back to one group and every fine-tune resumes."""
+    tas = seed(kube)
+    prom = FakePrometheus(LoopClock())  # type: ignore[arg-type]
+    await prom.start()
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    policies.joinpath("pd.yaml").write_text(yaml.safe_dump(joint_policy(prom.url)))
+    w = Codelab(kube, kube_client, tas, policies, VllmMetrics(), VllmMetrics())
+    _full(w)
+    try:
+        # Load rises: prefill needs 110,000 prompt tokens/s / (0.7 × 60,000 per group) → 3 groups; decode
+        # 30,000 generated tokens/s / (0.7 × 12,000) → 4 groups: 5 groups more, 40 chips, and nothing is free.
+        prom.values = {"prompt": 110_000.0, "gen": 30_000.0}
+        w.start()
+        await until(lambda: (w.groups(PREFILL), w.groups(DECODE)) == (3, 4)
+                    and (w.tas.ready_groups(PREFILL), w.tas.ready_groups(DECODE)) == (3, 4))
+        await asyncio.sleep(1.5)  # more passes at the same load: nothing more may be stopped
+        cheapest = sorted(FINETUNES, key=FINETUNES.__getitem__)[:5]
+        assert w.stopped() == sorted(f"jobset-{name}" for name in cheapest)
+        assert w.training()[SUB] == (True, True)
+        for name in w.stopped():
+            annotations = w.kube.get(V1BETA2, "Workload", name, NS)["metadata"]["annotations"]
+            assert annotations[DEACTIVATED_BY] == "qwen-pd"
+        stops = [r.path for r in kube.writes() if r.method == "PATCH" and "/workloads/" in r.path
+                 and r.status < 300 and (r.body or {}).get("spec", {}).get("active") is False]
+        assert len(stops) == len(set(stops)) == 5  # each victim stopped once, by one request for both pools
+        notes = w.events(Reason.DEACTIVATE_TRAINING.value)
+        assert len(notes) == 5
+        assert all("a 2x2x2 slice fits at cube-" in n and "slice(s) free in flavor slice-rf" in n for n in notes)
+        assert any("so prefill can grow" in n for n in notes)
+        assert any("so decode can grow" in n for n in notes)
+        for wl in w.kube.list(V1BETA2, "Workload", NS):
+            if wl["metadata"]["name"].startswith("leaderworkerset-"):
+                assert len(assigned_hosts(wl)) == 2
+        assert w.tas.violations == []
+
+        # Load falls: both back to one group; every fine-tune resumes and is readmitted.
+        prom.values = {"prompt": 1_000.0, "gen": 1_000.0}
+        await until(lambda: w.groups(PREFILL) == 1 and w.groups(DECODE) == 1
+                    and all(active and admitted for active, admitted in w.training().values()), timeout=60.0)
+        assert w.tas.violations == []
+        assert len(w.tas.used_nodes()) == 32
+    finally:
+        for task in w.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await prom.stop()

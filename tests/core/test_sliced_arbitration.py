@@ -324,3 +324,19 @@ def test_the_joint_policy_stops_the_training_that_frees_each_pools_regions() -> 
     assert (got["prefill"].desired, got["decode"].desired) == (2, 4)
     stopped = sorted(d.workload.name for d in decisions if isinstance(d, TrainingDecision))
     assert stopped == ["a5", "a6", "a7", "b4", "b5", "b6", "b7"]
+
+
+def test_one_job_over_several_slices_beats_several_cheaper_singles_as_a_set() -> None:
+    # Three decode groups wanted. Three single-slice jobs (800 chip-s each) are each cheaper than the 3-slice
+    # job m (24 chips × 50 s = 1,200 chip-s), but all three together lose 2,400: stopping m alone frees the three
+    # places at half the lost work. Chosen group by group, the singles would go.
+    serving = [Occupant(f"{NS}/serve-{i}", sub("cube-a", i)) for i in range(5)]
+    serving += [Occupant(f"{NS}/serve-b{i}", sub("cube-b", i)) for i in range(3, 8)]
+    singles = [Occupant(f"{NS}/s{i}", sub("cube-a", i)) for i in (5, 6, 7)]
+    inv = world(*serving, *singles, Occupant(f"{NS}/m", sub("cube-b", 0, 1, 2)))
+    training = (*(train(f"s{i}", 1, 100.0) for i in (5, 6, 7)), train("m", 3, 50.0))
+    assert SPEC.capacity is not None
+    result = arbitration.plan_slices(
+        capacity=SPEC.capacity, quota=two_pool_quota(inv, {}), training=training,
+        asks=[arbitration.GroupAsk(TARGET.key, SUB, 1, 4, chips=8.0, label="decode")])
+    assert (result.desired, sliced_stops(result)) == ({TARGET.key: 4}, ["m"])
