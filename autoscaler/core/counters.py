@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 
 #: The upper bound of the catch-all bucket.
@@ -43,6 +44,30 @@ def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None
     if span <= 0:
         return None
     return increase(inside) / span
+
+
+def rates(points: Sequence[tuple[float, Sequence[float]]], window_s: float) -> list[float] | None:
+    """``rate`` of several counters scraped together (a histogram's buckets): ``points`` are (time, one
+    cumulative value per counter), oldest first. The same rules and arithmetic as ``rate`` per counter; one
+    pass over the samples instead of one per bucket."""
+    if len(points) < 2:
+        return None
+    newest = points[-1][0]
+    inside = [p for p in points if p[0] >= newest - window_s]
+    if len(inside) < 2:
+        return None
+    span = inside[-1][0] - inside[0][0]
+    if span <= 0:
+        return None
+    totals = [0.0] * len(inside[0][1])
+    for (_, before), (_, after) in itertools.pairwise(inside):
+        if len(before) != len(after):
+            raise ValueError(f"samples of {len(before)} and {len(after)} counters")
+        deltas = list(map(operator.sub, after, before))
+        if min(deltas, default=0) < 0:  # a reset in some counter: its increase is its new value
+            deltas = [a - b if a >= b else a for b, a in zip(before, after, strict=True)]
+        totals = list(map(operator.add, totals, deltas))
+    return [t / span for t in totals]
 
 
 def add_buckets(into: dict[float, float], buckets: Mapping[float, float]) -> None:

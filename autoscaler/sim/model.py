@@ -197,6 +197,7 @@ class ServingPool:
         self.routing = routing
         #: Seeded: a run is a deterministic function of its inputs (the Service's random endpoint choice).
         self._rng = random.Random(seed)
+        self._randbelow: Callable[[int], int] = self._rng._randbelow  # type: ignore[attr-defined]
         self._max_out = profile.max_concurrent_requests
         self._context = profile.context_tokens
         self._timeout = client_timeout_s if client_timeout_s is not None else float("inf")
@@ -310,7 +311,8 @@ class ServingPool:
             self._reject(rid, ABANDONED)  # waited at the gateway longer than the client would
             return
         if self.routing == "service":
-            best = ready[self._rng.randrange(len(ready))] if len(ready) > 1 else ready[0]
+            # ``_randbelow(n)`` is what ``randrange(n)`` returns for n > 0, without its argument checks.
+            best = ready[self._randbelow(len(ready))] if len(ready) > 1 else ready[0]
         else:
             best = ready[0]
             best_n = best.n_out
@@ -336,19 +338,25 @@ class ServingPool:
 
     def _admit(self, rep: Replica, now: float) -> None:
         req = self.req
+        arrival = req.arrival
+        queue, fifo = rep.queue, rep.prefill_fifo
         added = False
-        if rep.queue and now - req.arrival[rep.queue[0]] > self._timeout:
+        if queue and now - arrival[queue[0]] > self._timeout:
             self._drop_abandoned(rep, now)
-        while rep.queue and rep.active < self._slots:
-            rid = rep.queue[0]
-            need = req.inputs[rid] + req.outputs[rid]
-            # A request larger than the whole cache still runs alone (the server would truncate it).
-            if rep.kv_reserved + need > self._kv_cap and rep.active > 0:
+        slots, kv_cap, inputs, outputs = self._slots, self._kv_cap, req.inputs, req.outputs
+        while queue:
+            active = len(fifo) + rep.n_dec
+            if active >= slots:
                 break
-            rep.queue.popleft()
-            rep.queue_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.arrival[rid])] += 1
+            rid = queue[0]
+            need = inputs[rid] + outputs[rid]
+            # A request larger than the whole cache still runs alone (the server would truncate it).
+            if rep.kv_reserved + need > kv_cap and active > 0:
+                break
+            queue.popleft()
+            rep.queue_hist[bisect_left(HISTOGRAM_BOUNDS, now - arrival[rid])] += 1
             rep.kv_reserved += need
-            rep.prefill_fifo.append(rid)
+            fifo.append(rid)
             added = True
         if added and not rep.prefilling:
             self._start_prefill(rep, now)
@@ -408,14 +416,16 @@ class ServingPool:
             return
         self._advance(rep, now)
         heap = rep.dec_heap
+        outputs, inputs = self.req.outputs, self.req.inputs
         # Tolerance: floating error must not leave a finished sequence waiting for another event.
         limit = rep.V + 1e-7
         while heap and heap[0][0] <= limit:
             finish_v, rid = heapq.heappop(heap)
+            generated = outputs[rid] - 1
             rep.n_dec -= 1
-            rep.dec_joined -= finish_v - (self.req.outputs[rid] - 1)
-            rep.gen_done += self.req.outputs[rid] - 1
-            rep.kv_base -= self.req.inputs[rid] - (finish_v - (self.req.outputs[rid] - 1))
+            rep.dec_joined -= finish_v - generated
+            rep.gen_done += generated
+            rep.kv_base -= inputs[rid] - (finish_v - generated)
             self._complete(rep, rid, now)
         if rep.n_dec == 0:
             rep.kv_base = 0.0  # drop accumulated rounding

@@ -162,39 +162,44 @@ class MetricPipeline:
         self.bindings = bindings
         self.source = source
         self._samples: deque[tuple[float, dict[str, SignalReading]]] = deque()
-        #: (signal, replica, bucket index or -1 for a counter) -> this pipeline's scrapes of that series.
-        self._history: dict[tuple[str, str, int], deque[tuple[float, float]]] = {}
-
-    def _rate(self, key: tuple[str, str, int], now: float, value: float, window_s: float) -> float | None:
-        points = self._history.setdefault(key, deque())
-        points.append((now, value))
-        while len(points) > 2 and points[1][0] < now - window_s:
-            points.popleft()
-        return counters.rate(points, window_s)
+        #: (signal, replica) -> this pipeline's scrapes of that series: (time, a counter's value or a
+        #: histogram's cumulative counts).
+        self._history: dict[tuple[str, str], deque[tuple[float, float | tuple[int, ...]]]] = {}
 
     def _cumulative(self, b: Binding, now: float, gauges: Mapping[str, ReplicaGauges]) -> SignalReading:
         """A counter's rate or a histogram's bucket rates per replica, from this pipeline's scrapes."""
         assert b.window_s is not None
         assert b.preset.simulated is not None
+        window = b.window_s
         per: dict[str, float] = {}
         buckets: dict[str, dict[float, float]] = {}
+        counter = b.preset.kind == "counter"
+        history = self._history
         for pod, g in gauges.items():
-            if b.preset.kind == "counter":
-                r = self._rate((b.signal, pod, -1), now, COUNTERS[b.preset.simulated](g), b.window_s)
+            value: float | tuple[int, ...] = (COUNTERS[b.preset.simulated](g) if counter
+                                              else HISTOGRAMS[b.preset.simulated](g))
+            points = history.get((b.signal, pod))
+            if points is None:
+                points = history[(b.signal, pod)] = deque()
+            points.append((now, value))
+            # Older scrapes than the window are not needed (the oldest inside it is kept).
+            while len(points) > 2 and points[1][0] < now - window:
+                points.popleft()
+            if counter:
+                r = counters.rate(points, window)  # type: ignore[arg-type]
                 if r is not None:  # a replica's first scrape gives no rate yet: it does not report
                     per[pod] = r
                 continue
-            counts = HISTOGRAMS[b.preset.simulated](g)
-            rates = [self._rate((b.signal, pod, i), now, float(c), b.window_s) for i, c in enumerate(counts)]
-            if rates and all(r is not None for r in rates):
-                mine = {bound: r for bound, r in zip(_BOUNDS, rates, strict=True) if r is not None}
+            rated = counters.rates(points, window)  # type: ignore[arg-type]
+            if rated:
+                mine = dict(zip(_BOUNDS, rated, strict=True))
                 buckets[pod] = mine
                 per[pod] = mine[math.inf]
-        for key in [k for k, p in self._history.items() if k[0] == b.signal and p[-1][0] < now]:
-            del self._history[key]  # replicas gone
-        value = combine(list(per.values()), b.aggregate) if per and b.preset.kind == "counter" else None
-        return SignalReading(value, now, f"{self.source}:{b.metric}", None, per, dict.fromkeys(per, now),
-                             buckets if b.preset.kind == "histogram" else None)
+        for key in [k for k, p in history.items() if k[0] == b.signal and p[-1][0] < now]:
+            del history[key]  # replicas gone
+        value_ = combine(list(per.values()), b.aggregate) if per and counter else None
+        return SignalReading(value_, now, f"{self.source}:{b.metric}", None, per, dict.fromkeys(per, now),
+                             None if counter else buckets)
 
     def scrape(self, now: float, gauges: Mapping[str, ReplicaGauges]) -> None:
         readings: dict[str, SignalReading] = {}

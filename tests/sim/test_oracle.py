@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
@@ -249,3 +251,15 @@ def test_bundled_default_cluster_has_a_meaningful_scenario() -> None:
     assert out.summary["cluster"]["training_jobs"] > 0
     c = cluster_mod.load()
     assert c.spec.quota.nominal > orc["peak_replicas"] * c.chips_per_replica(c.spec.pools[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(total=st.floats(0, 1e4), pairs=st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100)), max_size=30))
+def test_the_work_bounds_multiplier_is_the_grids_best(total: float, pairs: list[tuple[float, float]]) -> None:
+    """``_best_mix`` (sorted break points) is the grid maximum the docstring states, term by term."""
+    slack, decode = [w for w, _ in pairs], [d for _, d in pairs]
+    brute = max(
+        [0.0, *(lam * total + sum(min(0.0, (1 - lam) * w - lam * d) for w, d in pairs)
+                for lam in (s / oracle.LAMBDA_STEPS for s in range(oracle.LAMBDA_STEPS + 1)))]
+    )
+    assert oracle._best_mix(total, slack, decode) == pytest.approx(brute, rel=1e-9, abs=1e-6)
