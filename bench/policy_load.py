@@ -36,9 +36,24 @@ def examples() -> list[str]:
             if not doc or doc.get("kind") != "ScalingPolicy":
                 continue
             doc["metadata"]["name"] = "NAME"
-            doc["spec"]["target"]["name"] = "TARGET"
+            _rename_targets(doc["spec"], doc["spec"]["target"]["name"], {})
             out.append(yaml.safe_dump(doc, sort_keys=False))
     return out
+
+
+def _rename_targets(node: object, primary: str, names: dict[str, str]) -> None:
+    """Every target named under ``node`` (``spec.target``, and each variant's of a policy with several
+    targets) renamed after the copy: ``TARGET`` for ``spec.target``'s name, ``TARGET-vN`` for the others."""
+    if isinstance(node, dict):
+        if isinstance(node.get("target"), dict) and isinstance(node["target"].get("name"), str):
+            old = node["target"]["name"]
+            new = "TARGET" if old == primary else names.setdefault(old, f"TARGET-v{len(names) + 1}")
+            node["target"]["name"] = new
+        for value in node.values():
+            _rename_targets(value, primary, names)
+    elif isinstance(node, list):
+        for item in node:
+            _rename_targets(item, primary, names)
 
 
 def write(directory: Path, count: int) -> None:

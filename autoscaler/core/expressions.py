@@ -30,9 +30,12 @@ import math
 import operator
 import tokenize
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from simpleeval import InvalidExpression, SimpleEval
+
+from autoscaler.core import fast
 
 #: Longest expression text. The examples are under 60 characters; a long formula belongs in PromQL.
 MAX_CHARS = 1000
@@ -87,6 +90,23 @@ def parse(expr: str) -> ast.expr:
     if nodes > MAX_NODES:
         raise ValueError(f"expression {shown!r} has {nodes} nodes; the limit is {MAX_NODES}")
     return tree.body
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A checked expression: its tree and the signal names it reads. Shared by every validator, policy and
+    evaluator given the same text, so nothing may change the tree (the evaluator only reads it)."""
+
+    tree: ast.expr
+    names: frozenset[str]
+
+
+@fast.memoized(maxsize=4096)
+def compiled(expr: str) -> Compiled:
+    """``parse`` and ``names`` once per expression text (validation asks three times per signal: the field, the
+    references, the cycles; the controller's evaluator once more). ``ValueError`` as ``parse``."""
+    tree = parse(expr)
+    return Compiled(tree, frozenset(names(tree)))
 
 
 def _count_tokens(expr: str, shown: str) -> int:

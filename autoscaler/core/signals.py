@@ -186,7 +186,7 @@ def _owner(pod: str, names: set[str], workers: bool) -> str | None:
 
 #: A composite signal as ``SignalJudge`` evaluates it: expression, parsed tree, names used, explicit max age.
 #: The tree is the error text instead when the expression is refused (a spec that bypassed validation).
-_Composite = tuple[str, ast.expr | str, set[str], float | None]
+_Composite = tuple[str, ast.expr | str, frozenset[str], float | None]
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class SignalJudge:
 
     spec: Spec
     _parsed: dict[str, ast.expr | str] = field(init=False, repr=False, compare=False)
-    _uses: dict[str, set[str]] = field(init=False, repr=False, compare=False)
+    _uses: dict[str, frozenset[str]] = field(init=False, repr=False, compare=False)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _plan: tuple[tuple[str, float, _Composite | None], ...] = field(init=False, repr=False, compare=False)
     _pods: tuple[tuple[str, PodRule], ...] = field(init=False, repr=False, compare=False)
@@ -306,7 +306,7 @@ def evaluate_expression(expr: str, names: Mapping[str, float], tree: ast.expr | 
     """Evaluate ``expr`` over ``names`` (see ``expressions.evaluate``); ``ValueError`` with the cause."""
     if tree is None:
         try:
-            tree = expressions.parse(expr)
+            tree = expressions.compiled(expr).tree
         except ValueError as exc:
             raise ValueError(f"{expr[:60]!r} failed: {exc}") from None
     return expressions.evaluate(expr, names, tree)
@@ -314,13 +314,13 @@ def evaluate_expression(expr: str, names: Mapping[str, float], tree: ast.expr | 
 
 def _parse(expr: str) -> ast.expr | str:
     try:
-        return expressions.parse(expr)
+        return expressions.compiled(expr).tree
     except ValueError as exc:
         return str(exc)
 
 
 def _evaluate(
-    name: str, expr: str, tree: ast.expr | str, uses: set[str], values: Mapping[str, SignalValue]
+    name: str, expr: str, tree: ast.expr | str, uses: frozenset[str], values: Mapping[str, SignalValue]
 ) -> SignalValue:
     unknown = sorted(u for u in uses if not values[u].ok)
     if unknown:

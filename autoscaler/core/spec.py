@@ -128,7 +128,7 @@ class SignalSpec(SpecModel):
     @classmethod
     def _valid_expression(cls, value: str | None) -> str | None:
         if value is not None:
-            expressions.parse(value)  # the limits and constructs: see autoscaler.core.expressions
+            expressions.compiled(value)  # the limits and constructs: see autoscaler.core.expressions
         return value
 
     @model_validator(mode="after")
@@ -163,14 +163,14 @@ class SignalSpec(SpecModel):
             raise FieldError(f"signal {self.name!r}: preset {self.preset} is a {kind}; {hint}", form or "preset")
         return self
 
-    def expression_names(self) -> set[str]:
+    def expression_names(self) -> frozenset[str]:
         """Names of the signals an ``expr`` refers to (empty for other signals)."""
         if self.expr is None:
-            return set()
+            return frozenset()
         try:
-            return expressions.names(expressions.parse(self.expr))
+            return expressions.compiled(self.expr).names
         except ValueError:
-            return set()  # only a spec that bypassed validation gets here; its composite is judged unknown
+            return frozenset()  # only a spec that bypassed validation gets here; its composite is judged unknown
 
 
 class FallbackSpec(SpecModel):
@@ -463,23 +463,29 @@ def _locate(model: BaseModel, value: str) -> tuple[str | int, ...]:
 def _check_no_cycles(signals: list[SignalSpec]) -> None:
     index = {s.name: i for i, s in enumerate(signals)}
     deps = {s.name: s.expression_names() for s in signals}
+    if not any(deps.values()):
+        return  # no signal refers to another (most policies): nothing can form a cycle
     visiting: set[str] = set()
     done: set[str] = set()
-
-    def visit(name: str, path: list[str]) -> None:
-        if name in done:
-            return
-        if name in visiting:
-            cycle = " -> ".join([*path, name])
-            raise FieldError(f"signal expressions form a cycle: {cycle}", "signals", index[name], "expr")
-        visiting.add(name)
-        for dep in sorted(deps.get(name, ())):
-            visit(dep, [*path, name])
-        visiting.discard(name)
-        done.add(name)
-
     for name in deps:
-        visit(name, [])
+        _visit(name, [], deps, index, visiting, done)
+
+
+def _visit(
+    name: str, path: list[str], deps: dict[str, frozenset[str]], index: dict[str, int], visiting: set[str],
+    done: set[str],
+) -> None:
+    # A module-level function, not a closure calling itself (a reference cycle per policy, through its cell).
+    if name in done:
+        return
+    if name in visiting:
+        cycle = " -> ".join([*path, name])
+        raise FieldError(f"signal expressions form a cycle: {cycle}", "signals", index[name], "expr")
+    visiting.add(name)
+    for dep in sorted(deps.get(name, ())):
+        _visit(dep, [*path, name], deps, index, visiting, done)
+    visiting.discard(name)
+    done.add(name)
 
 
 class ScalingPolicy(BaseModel):

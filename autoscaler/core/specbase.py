@@ -50,10 +50,18 @@ class SpecModel(BaseModel):
         # A model validator rather than a field validator on "*": pydantic forbids "before" validators on
         # the discriminator fields ("type") that "*" would include. FieldError points at the field's line.
         if isinstance(data, dict):
-            for key, admits_bool in _number_fields(cls).items():
-                if key in data:
-                    _check_number(data[key], key, admits_bool=admits_bool)
+            fields = _number_fields(cls)
+            for key, value in data.items():  # a document names few of a model's fields: walk those
+                admits_bool = fields.get(key)
+                if admits_bool is not None and type(value) not in _PLAIN_NUMBERS:
+                    _check_number(value, key, admits_bool=admits_bool)
+                elif admits_bool is not None and not -MAX_NUMBER <= value <= MAX_NUMBER:
+                    _check_number(value, key, admits_bool=admits_bool)  # out of range, or NaN
         return data
+
+
+#: Types whose only possible fault is the range (bool, str and the rest take ``_check_number``'s whole path).
+_PLAIN_NUMBERS = (int, float)
 
 
 def _check_number(value: Any, key: str, *, admits_bool: bool) -> None:

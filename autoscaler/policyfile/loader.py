@@ -307,13 +307,14 @@ def _compose_fast(text: str, state: _FileState) -> list[tuple[Node, Any]] | None
         return None
     out: list[tuple[Node, Any]] = []
     budget = state.budget
+    anchors = "&" in text
     for node in nodes:
         if isinstance(node, ScalarNode) and node.tag == _NULL:
             out.append((node, None))  # an empty document
             continue
         if not isinstance(node, MappingNode):
             return None
-        data, count = _plain_data(node)
+        data, count = _plain_data(node, anchors)
         if data is _UNUSUAL or count > budget:
             return None
         budget -= count
@@ -329,6 +330,10 @@ FAST_YAML_MAX_DEPTH = 1000
 #: names repeat across documents; long text rarely does), and a bounded count.
 _TAGS: dict[tuple[str, tuple[bool, bool]], str] = {}
 _TAGS_MAX, _TAG_VALUE_MAX = 20_000, 64
+#: Plain scalars other than strings already constructed: (tag, value) -> the int, float, bool or None PyYAML's
+#: constructor made of them (``15``, ``0.8``, ``true`` repeat across documents). Short values, bounded count.
+_SCALAR_VALUES: dict[tuple[str, str], Any] = {}
+_SCALAR_VALUES_MAX = 20_000
 
 try:
 
@@ -339,11 +344,12 @@ try:
         ``implicit`` only, so it is resolved once per distinct short value; the answer is the resolver's own.
         """
 
-        def descend_resolver(self, current_node: Any, current_index: Any) -> None:
-            return None  # only path resolvers use the stack, and there are none
-
-        def ascend_resolver(self) -> None:
-            return None
+        # Only path resolvers use the stack, and there are none: the composer's two calls per node do nothing.
+        # Built-in callables that ignore their arguments (a dict's get, a tuple's length) rather than Python
+        # methods: the composer makes these calls from C a million times for 5,000 policies, and a built-in
+        # is called without making a Python frame. Not methods, so the instance is not passed.
+        descend_resolver: Any = {}.get  # (parent, index) -> index, never looked up: the dict is empty
+        ascend_resolver: Any = ().__len__
 
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
             if kind is not ScalarNode or len(value) > _TAG_VALUE_MAX:
@@ -512,45 +518,73 @@ class _Unusual(Exception):
     document cost more than validating one)."""
 
 
-def _plain_data(root: MappingNode) -> tuple[Any, int]:
+def _plain_data(root: MappingNode, anchors: bool = True) -> tuple[Any, int]:
     """The common case in one walk: a document with no alias, no merge key, no tag beyond str, int, float, bool,
     null, map and seq, only scalar keys, no duplicate key, at most ``MAX_DEPTH`` deep and within the node
     budget gives the value PyYAML's ``SafeConstructor`` builds (calling its own methods for the scalars) with
     ``_check_graph``'s verdict (fine), at a fraction of their cost, and its node count. Anything else answers
-    ``_UNUSUAL``, and the caller runs those two, which report every problem exactly as they always did."""
-    seen: set[int] = set()
-    count = 0
-    Unusual = _Unusual  # a local name: the walk below is hot
+    ``_UNUSUAL``, and the caller runs those two, which report every problem exactly as they always did.
 
-    def build(node: Node, depth: int) -> Any:
-        nonlocal count
-        if depth > MAX_DEPTH or id(node) in seen:  # too deep, or an alias (a node met twice)
-            raise Unusual
-        seen.add(id(node))
-        count += 1
-        tag = node.tag
-        if tag == _STR and isinstance(node, ScalarNode):
-            return node.value
-        if tag == _MAP and isinstance(node, MappingNode):
-            out: dict[Any, Any] = {}
-            for key, value in node.value:
-                if key.tag != _STR or not isinstance(key, ScalarNode) or key.value in out or id(key) in seen:
-                    raise Unusual  # merge keys, non-string or unhashable keys, duplicates
-                seen.add(id(key))
-                count += 1
-                out[key.value] = build(value, depth + 1)
-            return out
-        if tag == _SEQ and isinstance(node, SequenceNode):
-            return [build(child, depth + 1) for child in node.value]
-        construct = _SCALARS.get(tag)
-        if construct is None or not isinstance(node, ScalarNode):
-            raise Unusual
-        return construct(_CONSTRUCTOR, node)
-
+    ``anchors``: whether the text may hold an anchor (``&``). Without one there is no alias (libyaml refuses an
+    alias to an undefined anchor), so no node can be met twice and the walk need not remember the nodes."""
+    walk = _Walk(anchors)
     try:
-        return build(root, 0), count
-    except (Unusual, RecursionError):
-        return _UNUSUAL, count
+        return _build(root, 0, walk), walk.count
+    except (_Unusual, RecursionError):
+        return _UNUSUAL, walk.count
+
+
+class _Walk:
+    """``_plain_data``'s state. A module-level walk over an object, not a recursive closure: a closure that calls
+    itself refers to itself through its cell, one reference cycle per document, which only the cyclic collector
+    (paused while loading) would free."""
+
+    __slots__ = ("anchors", "count", "seen")
+
+    def __init__(self, anchors: bool) -> None:
+        self.anchors = anchors
+        self.seen: set[int] = set()
+        self.count = 0
+
+
+def _build(node: Node, depth: int, walk: _Walk) -> Any:
+    if depth > MAX_DEPTH:
+        raise _Unusual
+    if walk.anchors:
+        if id(node) in walk.seen:  # an alias (a node met twice)
+            raise _Unusual
+        walk.seen.add(id(node))
+    walk.count += 1
+    tag, kind = node.tag, type(node)
+    if kind is ScalarNode:
+        if tag == _STR:
+            return node.value
+        key = (tag, node.value)
+        if key in _SCALAR_VALUES:
+            return _SCALAR_VALUES[key]
+        construct = _SCALARS.get(tag)
+        if construct is None:
+            raise _Unusual
+        value = construct(_CONSTRUCTOR, node)  # type: ignore[arg-type]  # node is a ScalarNode (type() above)
+        if len(_SCALAR_VALUES) < _SCALAR_VALUES_MAX and len(node.value) <= _TAG_VALUE_MAX:
+            _SCALAR_VALUES[key] = value  # an int, float, bool or None: immutable, safe to share
+        return value
+    if kind is MappingNode and tag == _MAP:
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            name = key_node.value
+            if key_node.tag != _STR or type(key_node) is not ScalarNode or name in out:
+                raise _Unusual  # merge keys, non-string or unhashable keys, duplicates
+            if walk.anchors:
+                if id(key_node) in walk.seen:
+                    raise _Unusual
+                walk.seen.add(id(key_node))
+            walk.count += 1
+            out[name] = _build(value_node, depth + 1, walk)
+        return out
+    if kind is SequenceNode and tag == _SEQ:
+        return [_build(child, depth + 1, walk) for child in node.value]
+    raise _Unusual
 
 
 def graph_problems(node: Node, file: str) -> list[Problem]:
@@ -852,11 +886,12 @@ def _conflicts(entries: list[tuple[ScalingPolicy, str, int, _Spots]]) -> Iterato
         # Every target of every policy has one owner: spec.target and, for a policy with several targets,
         # each variant's.
         where = dict(spots.pools)
-        for target in policy.spec.targets():
-            key = target.ref().key
+        primary = policy.spec.target.ref().key
+        keys = [primary] if not where else [t.ref().key for t in policy.spec.targets()]
+        for key in keys:
             if key in targets:
                 owner, first_file, first_line = targets[key]
-                row, col = where.get(key, spots.target) if key != policy.spec.target.ref().key else spots.target
+                row, col = where.get(key, spots.target) if key != primary else spots.target
                 yield Problem(
                     file, row, col, "spec.target",
                     f"{key} is already scaled by policy {owner!r} ({first_file}:{first_line}); one policy per "

@@ -8,6 +8,7 @@ PyYAML's constructor for every document), which is how every file was loaded bef
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,42 @@ def test_the_fast_path_is_taken() -> None:
     assert loader._fast_yaml_ok(BASE)
     ((_, data),) = loader._compose(BASE, state)
     assert data == yaml.safe_load(BASE)
+
+
+def test_loading_makes_no_reference_cycles() -> None:
+    """Loading pauses the cyclic collector and hands what it built to the oldest generation: a cycle made per
+    document (a recursive closure's cell, say) would pile up until a full collection. None is made."""
+    loader.collect([ROOT / "policies"])  # imports and caches first
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        result = loader.collect([ROOT / "policies"])
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()
+    assert result.ok
+    assert result.policies
+
+
+@pytest.mark.parametrize(
+    "text", ["a: &x [1, 2]\nb: *x\n", "a: &x 1\nb: *x\n", "a: &x {k: 1}\nb: [*x, *x]\n", "a: &x\n  - 1\nb: *x\n"]
+)
+def test_an_alias_is_left_to_the_full_checks(text: str) -> None:
+    """The one walk never expands an alias (a YAML bomb expands to 10⁹ nodes before any count could stop it):
+    a text with an anchor is walked remembering every node, and an alias sends it to ``_check_graph``."""
+    assert loader._compose_fast(text, loader._FileState("p.yaml", [])) is None
+
+
+@FUZZ
+@given(trees)
+def test_the_walk_without_anchors_builds_what_the_full_walk_builds(spec: Any) -> None:
+    doc = {"apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "f"}, "spec": spec}
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    for node in yaml.compose_all(text, Loader=yaml.CSafeLoader):
+        assert isinstance(node, yaml.MappingNode)
+        assert loader._plain_data(node, anchors=False) == loader._plain_data(node, anchors=True)
 
 
 def test_nesting_too_deep_for_libyaml_never_reaches_it() -> None:
