@@ -209,25 +209,50 @@ async def test_no_reactivation_while_serving_waits(world: World) -> None:
     assert bad == []
 
 
-async def test_scale_refused_after_the_check_resumes_training_in_the_same_pass(world: World) -> None:
+@pytest.mark.parametrize("evicted", ["when-kueue-gets-to-it", "before-the-undo-reads", "between-the-undo-read-and-write"])
+async def test_scale_refused_after_the_check_resumes_training_in_the_same_pass(world: World, evicted: str) -> None:
+    # A real cluster can evict the stopped Workload at any moment; the undo must resume it wherever that lands.
+    # Left to the Kueue stand-in (``evict_s`` after the stop) it usually lands after the undo; the other two
+    # cases are forced at the exact request, so the outcome does not depend on how fast this machine runs.
     w = world
     tgi = w.metrics["tgi-gemma-deployment"]
     (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
     scale = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
-    # The dry run passes; right after it, RBAC changes and the real write gets 403.
-    w.kube.after("PATCH", scale, lambda: w.kube.deny("patch", "deployments/scale"))
+    workload = f"/apis/kueue.x-k8s.io/*/namespaces/llm/workloads/{FINETUNE}"
+    scale_writes = 0
+
+    def evict() -> None:
+        w.kueue.evict(FINETUNE, "llm", "Deactivated", "The workload is deactivated")
+
+    def on_scale() -> None:
+        nonlocal scale_writes
+        scale_writes += 1
+        if scale_writes == 1:
+            # The dry run passed; right after it, RBAC changes and the real write gets 403.
+            w.kube.deny("patch", "deployments/scale")
+            if evicted == "between-the-undo-read-and-write":
+                # After the deactivation's write, the next read of the Workload is the undo's: Kueue evicts it
+                # between that read and the undo's write, whose resourceVersion is then stale (409).
+                w.kube.after("PATCH", workload, lambda: w.kube.after("GET", workload, evict))
+        elif scale_writes == 2 and evicted == "before-the-undo-reads":
+            evict()  # right after the refused write, before the undo reads the Workload
+
+    w.kube.after("PATCH", scale, on_scale, times=2)
     run_kueue(w)
     w.start(w.runtime())
     tgi.queue = 15
     await until(lambda: len(w.training_writes()) >= 2)
     writes = [(r.method, r.path, r.query.get("dryRun"), r.status) for r in w.kube.writes()
               if r.path == scale or r.name == FINETUNE]
-    assert writes[:4] == [
+    conflicts = [x for x in writes if x[3] == 409]
+    assert [x for x in writes if x[3] != 409][:4] == [
         ("PATCH", scale, "All", 200),  # 2. check
         ("PATCH", writes[1][1], None, 200),  # 3. deactivate
         ("PATCH", scale, None, 403),  # 3. the scale, refused
-        ("PATCH", writes[1][1], None, 200),  # 4. undo, in the same pass
+        ("PATCH", writes[1][1], None, 200),  # 4. undo, in the same pass (read again after a conflict)
     ]
+    if evicted == "between-the-undo-read-and-write":
+        assert conflicts[:1] == [("PATCH", writes[1][1], None, 409)]
     assert w.training_writes()[:2] == [False, True]
 
     def notes(reason: str) -> list[str]:
