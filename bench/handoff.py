@@ -18,6 +18,12 @@ worst seed). Goals (issue 11): lost ≤ ½ of kueue-only's, SLO attainment ≥ k
 than twice an hour. The seed moves the requests' routing (a ClusterIP Service picks replicas at random): one
 seed's attainment differs from another's by up to ~0.4 pp on the same decisions, so a single seed cannot tell
 a tenth of a point apart. Whatever comes out is printed; nothing is tuned to it.
+
+``--explain`` adds, per cell and run, where the lost work comes from (each stop's ``kueue.Stop``, summed over
+the seeds): stops by Kueue's preemption and by our deactivation with the chip-hours each lost (work since the
+victim's last checkpoint), the mean seconds since that checkpoint at a stop, stops of a job still restoring
+(a restart wasted: the restore is spent again), and the restores paid in all (chip-hours computing nothing).
+``--only conv:1`` and ``--trainers no-save`` run a subset.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -33,6 +40,7 @@ from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile.loader import load_file
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import runner
+from autoscaler.sim.kueue import Stop
 from autoscaler.sim.simulation import RunResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +65,43 @@ def max_per_hour(result: RunResult) -> int:
     return worst
 
 
+@dataclass
+class Account:
+    """Where one run's lost training work comes from, summed over seeds (chip-hours, counts)."""
+
+    by_kueue: int = 0
+    by_us: int = 0
+    lost_by_kueue: float = 0.0
+    lost_by_us: float = 0.0
+    since_checkpoint_s: float = 0.0  # summed over stops (for the mean)
+    while_restoring: int = 0
+    restores: float = 0.0
+
+    def add(self, stops: dict[str, list[Stop]]) -> None:
+        for seq in stops.values():
+            for s in seq:
+                lost = s.lost_s * s.chips / 3600.0
+                if s.deactivated:
+                    self.by_us += 1
+                    self.lost_by_us += lost
+                else:
+                    self.by_kueue += 1
+                    self.lost_by_kueue += lost
+                self.since_checkpoint_s += s.lost_s
+                self.while_restoring += s.restoring
+                # Every stop is followed by a restore once the job is admitted again (counted whether or not
+                # the window ends first: it is owed).
+                self.restores += s.restore_s * s.chips / 3600.0
+
+    def line(self, seeds: int) -> str:
+        stops = self.by_kueue + self.by_us
+        mean = self.since_checkpoint_s / stops if stops else 0.0
+        return (f"    stops by Kueue {self.by_kueue / seeds:.1f} (lost {self.lost_by_kueue / seeds:.3f} ch-h), "
+                f"by us {self.by_us / seeds:.1f} (lost {self.lost_by_us / seeds:.3f} ch-h); "
+                f"{mean:.0f} s since the checkpoint per stop; {self.while_restoring / seeds:.1f} while restoring; "
+                f"restores owed {self.restores / seeds:.3f} ch-h")
+
+
 def with_ask(policy: ScalingPolicy) -> ScalingPolicy:
     doc = policy.model_dump(mode="json", by_alias=True, exclude_none=True)
     doc["spec"]["capacity"]["checkpointRequestSeconds"] = ASK_SECONDS
@@ -76,7 +121,12 @@ def cluster_file(source: Path, *, save_on_sigterm: bool, into: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="routing seeds per cell (mean; default 3)")
+    parser.add_argument("--explain", action="store_true", help="print where each run's lost work comes from")
+    parser.add_argument("--only", action="append", default=[], metavar="TRACE:RATE",
+                        help="run only these cells (e.g. conv:1; repeatable)")
+    parser.add_argument("--trainers", choices=("both", "save-on-TERM", "no-save"), default="both")
     args = parser.parse_args(argv)
+    only = {(t, float(r)) for t, _, r in (o.partition(":") for o in args.only)}
     print(f"{'trace':<6}{'trainers':<14}{'rate':>5}  {'run':<11}{'SLO att.':>9}{'lost ch-h':>11}{'kept ch-h':>11}"
           f"{'unsaved':>9}{'preempt':>9}{'max/job/h':>10}")
     verdicts: list[tuple[str, bool]] = []
@@ -86,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         for save in (True, False):
             cfile = cluster_file(cluster, save_on_sigterm=save, into=tmp)
             trainers = "save-on-TERM" if save else "no-save"
+            if args.trainers not in ("both", trainers):
+                continue
             for rate in RATE_SCALES:
+                if only and (name, rate) not in only:
+                    continue
+                accounts = {n: Account() for n in RUNS}
                 sums = {n: dict.fromkeys(METRICS, 0.0) for n in RUNS}
                 preempt = dict.fromkeys(RUNS, 0.0)
                 worst = dict.fromkeys(RUNS, 0)
@@ -101,11 +156,15 @@ def main(argv: list[str] | None = None) -> int:
                             sums[n][m] += rows[n][m] / args.seeds
                         preempt[n] += results[n].preemptions / args.seeds
                         worst[n] = max(worst[n], max_per_hour(results[n]))
+                        if args.explain:
+                            accounts[n].add(results[n].stops)
                 for n in RUNS:
                     row = sums[n]
                     print(f"{name:<6}{trainers:<14}{rate:>5g}  {n:<11}{row['slo_attainment']:>9.2%}"
                           f"{row['training_lost_chip_hours']:>11.3f}{row['training_useful_chip_hours']:>11.3f}"
                           f"{row['training_unsaved_chip_hours']:>9.3f}{preempt[n]:>9.1f}{worst[n]:>10}", flush=True)
+                    if args.explain:
+                        print(accounts[n].line(args.seeds), flush=True)
                 base = sums["kueue-only"]
                 for n in ("ours", "ours+ask"):
                     tag = f"{name} {trainers} ×{rate:g} {n}"

@@ -41,6 +41,8 @@ Its transitions:
    starts the replicas they make room for (they lose at most two evaluation periods of work, instead of
    wherever their interval stands when the need is due); with checkpoint requests on, the victims of
    transition 2 are asked to save now, while serving does not wait yet. Nothing else is stopped early.
+   Also while this target's replicas wait for admission, once the chips they wait for are on their way
+   (an earlier hand-off in flight): a ramp's next step need not wait for the first victim to leave.
 
 The victim choice is a parameter (``choose``), so ``lowest_priority_first`` (Kueue's order) can be compared
 with ``least_work_lost`` on the same rule.
@@ -265,15 +267,23 @@ def plan(
     # Replicas waiting for admission need room as much as new ones: holding the count while they wait for
     # quota that training holds would wait forever (nothing is on its way for them).
     acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
-    if desired > current or (desired == current and replicas.gated > 0):
-        if quota.slices is not None and replicas.slice is not None:
-            return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
-                                    observation.training, current, desired, now, replicas.gated)
-        return _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
     forecast = 0 if ahead is None else ahead.replicas
     # Acting ahead counts chips; with TPU slices a stop must free a whole region of the target's shape, which
     # only transition 2's placement knows: there, serving's own count drives the hand-off.
     sliced = quota.slices is not None and replicas.slice is not None
+    if desired > current or (desired == current and replicas.gated > 0):
+        if sliced:
+            return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
+                                    observation.training, current, desired, now, replicas.gated)
+        up = _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
+        if desired > current or up.training or ahead is None or forecast <= current:
+            return up
+        # The replicas waiting for admission wait only for chips already on their way (an earlier hand-off in
+        # flight: a victim in its grace period). A ramp's next step can still be taken ahead, at a checkpoint;
+        # waiting for the first hand-off to finish would leave the next victim to be stopped wherever it stands.
+        early = _act_ahead(capacity, acct, observation.training, current, ahead, now, choose,
+                           fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)
+        return up if early is None else early
     if ahead is not None and not sliced and desired == current and forecast > current:
         early = _act_ahead(capacity, acct, observation.training, current, ahead, now, choose,
                            fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)

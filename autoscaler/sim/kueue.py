@@ -69,6 +69,24 @@ def segment_work(
     return SegmentWork(computed, n * interval_s, rem)
 
 
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """One stop of a training job, for the per-victim account of lost work (``bench.handoff --explain``)."""
+
+    at: float
+    #: Deactivated (by a hand-off) rather than preempted by Kueue.
+    deactivated: bool
+    #: Seconds computed since its last checkpoint and not saved: what this stop lost, per chip.
+    lost_s: float
+    #: Seconds since its last admission: a stop soon after a restart wastes the restore as well.
+    ran_s: float
+    #: Stopped before its restore finished (the restore's time was spent for nothing).
+    restoring: bool
+    chips: int
+    #: What its next admission spends restoring before it computes again (computing nothing, per chip).
+    restore_s: float
+
+
 class TrainingJob:
     """One checkpointed training job (one Kueue Workload)."""
 
@@ -76,7 +94,7 @@ class TrainingJob:
         "admitted_at", "after", "chips", "evicted_at", "evictions", "first_admission", "grace_s",
         "honours_requests", "interval_s", "labels", "lost_s", "name", "namespace", "offset_s", "preemptions",
         "priority", "rebased", "release_at", "requested_at", "restore_s", "save_on_preemption", "save_s", "state",
-        "useful_s",
+        "stops", "useful_s",
     )
 
     def __init__(self, *, name: str, namespace: str, priority: int, chips: int, interval_s: float,
@@ -108,6 +126,7 @@ class TrainingJob:
         self.preemptions = 0
         #: When it was stopped (preempted or deactivated): the per-job preemption rate is read from it.
         self.evictions: list[float] = []
+        self.stops: list[Stop] = []
         #: Saves at once when asked (``checkpoint_on_request``); when it was last asked; whether the running
         #: segment started from such a save (no restore: the job never stopped).
         self.honours_requests = honours_requests
@@ -152,13 +171,20 @@ class TrainingJob:
         it saves within the grace period), lose the rest. Returns when its chips are free."""
         w = self.work(now)
         saves = self.save_on_preemption and self.save_s <= self.grace_s
+        lost = 0.0
         if saves:
             self.useful_s += w.computed_s
             hold = self.save_s
         else:
             self.useful_s += w.checkpointed_s
-            self.lost_s += w.computed_s - w.checkpointed_s
+            lost = w.computed_s - w.checkpointed_s
+            self.lost_s += lost
             hold = self.grace_s
+        warm = self.first_admission and self.admitted_at == 0.0
+        restore = 0.0 if warm or self.rebased else self.restore_s
+        self.stops.append(Stop(at=now, deactivated=deactivate, lost_s=lost, ran_s=now - self.admitted_at,
+                               restoring=now - self.admitted_at < restore, chips=self.chips,
+                               restore_s=self.restore_s))
         self.preemptions += 1
         self.evictions.append(now)
         self.first_admission = False

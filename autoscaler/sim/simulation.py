@@ -80,6 +80,8 @@ class RunResult:
     scale_events: list[tuple[float, int, int, str, str]] = field(default_factory=list)
     #: Per training job, when it was stopped (within the horizon).
     evictions: dict[str, list[float]] = field(default_factory=dict)
+    #: Per training job, each stop within the horizon with what it lost (``kueue.Stop``).
+    stops: dict[str, list[kueue.Stop]] = field(default_factory=dict)
     #: The run stopped once ``late`` exceeded ``stop_after_misses``: its figures are partial, and all that
     #: is known of its attainment is that it stays below 1 − late / requests.
     stopped_early: bool = False
@@ -707,6 +709,7 @@ class Simulation:
             pipeline=getattr(self.controller, "pipeline_name", ""),
             scale_events=self.scale_events,
             evictions={j.name: [t for t in j.evictions if t <= self.horizon] for j in self.jobs},
+            stops={j.name: [s for s in j.stops if s.at <= self.horizon] for j in self.jobs},
             stopped_early=stopped_early,
             late=sum(p.late for p in pools),
         )

@@ -561,6 +561,22 @@ def test_act_ahead_respects_anti_thrash() -> None:
     assert (result.desired, result.training) == (1, ())
 
 
+def test_act_ahead_while_an_earlier_hand_off_is_still_in_flight() -> None:
+    # 6 GPUs: 2 replicas, the second gated and waiting for "leaving" (stopped, in its grace period); "fresh" has
+    # just saved. The forecast wants a third replica: it is started now on "fresh"'s chips, not once "leaving"
+    # is gone (by then "fresh" would be stopped wherever its interval stands).
+    training = (wl("leaving", chips=2, active=False, admitted=True, ours=True), ckpt("fresh", 5, chips=2))
+    obs = observe_inflight(2, 6, training, gated=1)
+    result = arbitration.plan(spec=SPEC, observation=obs, desired=2, ahead=Ahead(replicas=3, within_s=240))
+    assert (result.desired, actions(result)) == (3, [("deactivate", "fresh")])
+    # Not when the gated replica still needs a victim (transition 2 decides), nor without a forecast.
+    short = (ckpt("stale", 300, chips=2), ckpt("fresh", 5, chips=2))
+    result = arbitration.plan(spec=SPEC, observation=observe_inflight(2, 6, short, gated=1), desired=2,
+                              ahead=Ahead(replicas=3, within_s=240))
+    assert (result.desired, actions(result)) == (2, [("deactivate", "fresh")])
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=2).training == ()
+
+
 def test_act_ahead_does_nothing_when_the_forecast_fits() -> None:
     training = (ckpt("fresh", 10, chips=2),)
     result = arbitration.plan(spec=SPEC, observation=observe(1, 4, training), desired=1, ahead=SOON)
