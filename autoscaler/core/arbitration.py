@@ -272,7 +272,7 @@ def plan(
     # only transition 2's placement knows: there, serving's own count drives the hand-off.
     sliced = quota.slices is not None and replicas.slice is not None
     if desired > current or (desired == current and replicas.gated > 0):
-        if sliced:
+        if quota.slices is not None and replicas.slice is not None:
             return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
                                     observation.training, current, desired, now, replicas.gated)
         up = _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
