@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from autoscaler.controller import kinds
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
+from autoscaler.controller.kube import Forbidden, NotFound
 from autoscaler.controller.logs import get_logger
 from autoscaler.controller.observer import Prepared
 from autoscaler.controller.reload import PolicyStore
@@ -530,7 +531,7 @@ class Controller:
                     acted.append(_action_name(d))
                     self.telemetry.actions.labels(cp.name, _action_name(d), "dry_run").inc()
         else:
-            error = await self._act(cp, decisions, acted, log, obs.replicas.gated)
+            error = await self._act(cp, decisions, acted, log, obs.replicas.gated, obs)
         refused = error is not None and " refused: " in error  # _act's form for "this target is not ours"
         committed = error is None
         if committed:
@@ -545,7 +546,8 @@ class Controller:
         return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed, obs, refused)
 
     async def _act(
-        self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any, gated: int = 0
+        self, cp: CompiledPolicy, decisions: list[Decision], acted: list[str], log: Any, gated: int = 0,
+        obs: Observation | None = None,
     ) -> str | None:
         """Plan, check, commit, undo (the hand-off; numbered as in docs/controller.md):
 
@@ -555,7 +557,9 @@ class Controller:
         3. commit, one step at a time, each step's Event emitted as soon as it is done;
         4. undo: if a deactivation or the scale then fails, the Workloads deactivated for it in this pass are
            reactivated at once (their Events say so), so no training stays stopped for a scale that did not
-           happen. A failed reactivation is left to the next pass (the Workload keeps our mark).
+           happen. A failed reactivation is left to the next pass (the Workload keeps our mark), and a
+           Workload stopped in an earlier pass is resumed when a scale-up is refused (``_resume_held``):
+           serving cannot grow, so the chips it was stopped for serve nobody.
 
         A policy with several targets (type ``disaggregated``) has one scale per target: all are checked by
         dry run first (step 2, even without training to stop), shrinking ones are written first, and when one
@@ -585,11 +589,14 @@ class Controller:
                     f"({_one_line(exc)})"
                 )
                 await self._event(cp, scale, "Warning", "HandoffCheckFailed", message, "Check")
+                if refused or isinstance(exc, _LASTING):
+                    await self._resume_held(cp, obs, scales, set(), f"the scale would be refused ({_one_line(exc)})",
+                                            acted, log)
                 return f"check refused: {_one_line(exc)}" if refused else f"check failed: {_one_line(exc)}"
         stopped: list[TrainingDecision] = []
         first: ScaleDecision | None = scales[0] if scales else None
         try:
-            return await self._commit(cp, ordered, stopped, acted, log, gated)
+            return await self._commit(cp, ordered, stopped, acted, log, gated, obs)
         except asyncio.CancelledError:
             # Cut between steps by the pass deadline: nothing half-applied is left behind. Cut during the scale
             # write, whether it was stored is unknown: the target is read again. Stored: the hand-off is finished
@@ -606,6 +613,39 @@ class Controller:
                     await self._undo(cp, stopped, "the pass was cut short before the scale was written", acted, log)
             raise
 
+    async def _resume_held(
+        self, cp: CompiledPolicy, obs: Observation | None, scales: list[ScaleDecision], skip: set[str], why: str,
+        acted: list[str], log: Any,
+    ) -> None:
+        """A scale-up refused (check or write): Workloads this policy stopped in earlier passes for serving
+        to grow are resumed by transition 3's rule at the current count (never while a serving replica waits
+        for admission, only what fits), so none stays stopped while the scale it was stopped for keeps being
+        refused (its undo failed, the controller restarted, an HPA or RBAC change came since). ``skip``: the
+        Workloads this pass stopped (its undo resumes them) or was about to touch."""
+        growing = [d for d in scales if d.desired > d.current]
+        if obs is None or not growing or not any(
+            w.deactivated_by_us and not w.active and w.key not in skip for w in obs.training
+        ):
+            return
+        current = obs.replicas.spec
+        plan = arbitration.plan(spec=cp.policy.spec, observation=obs, desired=current, now=self.clock.wall())
+        resume = [
+            dataclasses.replace(d, message=f"{d.message}; serving stays at {current}: {why}")
+            for d in plan.training if d.action is TrainingAction.REACTIVATE and d.workload.key not in skip
+        ]
+        for d in resume:
+            try:
+                await self.actuator.training(cp, d)
+            except Exception as exc:  # the mark stays on the Workload: the next refusal tries again
+                self.telemetry.actions.labels(cp.name, "reactivate", "error").inc()
+                log.warning("resume_failed", workload=d.workload.key, error=_one_line(exc))
+                await self._event(cp, d, "Warning", "ActionFailed", f"reactivate failed: {_one_line(exc)}",
+                                  "reactivate")
+                continue
+            acted.append("reactivate")
+            self.telemetry.actions.labels(cp.name, "reactivate", "ok").inc()
+            await self._event(cp, d, "Normal", d.reason.value, d.message, "reactivate")
+
     async def _stored(self, cp: CompiledPolicy, scale: ScaleDecision) -> bool:
         """Whether the target now has the count ``scale`` asked for (unknown: no)."""
         try:
@@ -616,12 +656,13 @@ class Controller:
 
     async def _commit(
         self, cp: CompiledPolicy, ordered: list[Decision], stopped: list[TrainingDecision], acted: list[str],
-        log: Any, gated: int,
+        log: Any, gated: int, obs: Observation | None = None,
     ) -> str | None:
         """Step 3 of ``_act``: the writes in order; ``stopped`` holds the deactivations not yet followed by the
         scale (what step 4 would undo), ``written`` the scales already written (a policy with several targets
         sets them back when a later one fails)."""
         scales = [d for d in ordered if isinstance(d, ScaleDecision)]
+        touched = {d.workload.key for d in ordered if isinstance(d, TrainingDecision)}
         written: list[ScaleDecision] = []
         for d in ordered:
             name = _action_name(d)
@@ -644,6 +685,8 @@ class Controller:
                 await self._event(cp, d, "Warning", "OwnershipConflict", _one_line(exc), "Refused")
                 await self._revert(cp, written, f"{_about(d)} was refused: {_one_line(exc)}", acted, log)
                 await self._undo(cp, stopped, f"{name} was refused: {_one_line(exc)}", acted, log)
+                if isinstance(d, ScaleDecision):
+                    await self._resume_held(cp, obs, scales, touched, f"scale refused: {_one_line(exc)}", acted, log)
                 return f"{name} refused: {_one_line(exc)}"
             except Exception as exc:
                 if isinstance(exc, TimeoutError) and not self.leader.holds():
@@ -657,6 +700,8 @@ class Controller:
                 await self._event(cp, d, "Warning", "ActionFailed", f"{name} failed: {_one_line(exc)}", name)
                 await self._revert(cp, written, f"{_about(d)} failed: {_one_line(exc)}", acted, log)
                 await self._undo(cp, stopped, f"{name} failed: {_one_line(exc)}", acted, log)
+                if isinstance(d, ScaleDecision) and isinstance(exc, _LASTING):
+                    await self._resume_held(cp, obs, scales, touched, f"scale refused: {_one_line(exc)}", acted, log)
                 return f"{name} failed: {_one_line(exc)}"
             acted.append(name)
             self.telemetry.actions.labels(cp.name, name, "ok").inc()
@@ -945,6 +990,10 @@ def _is_action(d: Decision) -> bool:
 
 def _eventful(d: Decision) -> bool:
     return _is_action(d) or d.reason in NOTABLE_HOLDS
+
+
+#: Failures of a scale write that a retry will not mend (RBAC, the object gone), besides the actuator's refusals.
+_LASTING: tuple[type[BaseException], ...] = (Forbidden, NotFound)
 
 
 def _action_name(d: Decision) -> str:

@@ -209,7 +209,9 @@ async def test_no_reactivation_while_serving_waits(world: World) -> None:
     assert bad == []
 
 
-@pytest.mark.parametrize("evicted", ["when-kueue-gets-to-it", "before-the-undo-reads", "between-the-undo-read-and-write"])
+@pytest.mark.parametrize(
+    "evicted", ["when-kueue-gets-to-it", "before-the-undo-reads", "between-the-undo-read-and-write"]
+)
 async def test_scale_refused_after_the_check_resumes_training_in_the_same_pass(world: World, evicted: str) -> None:
     # A real cluster can evict the stopped Workload at any moment; the undo must resume it wherever that lands.
     # Left to the Kueue stand-in (``evict_s`` after the stop) it usually lands after the undo; the other two
@@ -268,6 +270,44 @@ async def test_scale_refused_after_the_check_resumes_training_in_the_same_pass(w
     # From then on the check refuses every pass: the training is never stopped again.
     await asyncio.sleep(0.5)
     assert w.training_writes()[2:] == []
+    assert w.replicas("tgi-gemma-deployment") == 1
+
+
+async def test_a_failed_undo_is_resumed_by_the_next_refused_scale(world: World) -> None:
+    # The undo itself can fail (every retry answered 409 or 5xx): the Workload keeps our mark, and it must not
+    # stay stopped while each later pass asks for the same refused scale (it no longer needs a victim: the
+    # stopped Workload's chips are free, so no check runs; the write is refused). The next refusal resumes it.
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    scale = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
+    workload = f"/apis/kueue.x-k8s.io/*/namespaces/llm/workloads/{FINETUNE}"
+    scale_writes = 0
+
+    def on_scale() -> None:
+        nonlocal scale_writes
+        scale_writes += 1
+        if scale_writes == 1:
+            w.kube.deny("patch", "deployments/scale")  # after the dry run: the real write is refused
+        elif scale_writes == 2:
+            w.kube.inject(409, workload, times=5, method="PATCH")  # every attempt of the undo conflicts
+
+    w.kube.after("PATCH", scale, on_scale, times=2)
+    run_kueue(w)
+    w.start(w.runtime())
+    tgi.queue = 15
+
+    def notes(reason: str) -> list[str]:
+        return [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == reason]
+
+    await until(lambda: any("undo failed" in n for n in notes("ActionFailed")))
+    assert w.workload()["active"] is False
+    # Still wanted (queue 15), still refused: the next pass resumes it instead.
+    await until(lambda: w.workload()["active"] and w.workload()["admitted"])
+    assert w.training_writes() == [False, True]
+    assert any("serving stays at 1: scale refused" in n for n in notes("ReactivateTraining"))
+    await asyncio.sleep(0.5)  # and, the check refusing every pass, it is not stopped again
+    assert w.training_writes() == [False, True]
     assert w.replicas("tgi-gemma-deployment") == 1
 
 
