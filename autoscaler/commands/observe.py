@@ -2,19 +2,17 @@
 state, and the decision the policy would take. Changes nothing.
 
 The engine is ``sources.command.run_observe``; this module gives it what lives above the sources: the
-controller's target reader (replicas and pods, exactly as ``autoscaler run`` reads them) and the controller
-config's ``defaultSource`` (``--config``).
+controller's own observer (``controller.lookups.observing``: the loop's ``PolicyObserver``, so observe builds
+the very ``Observation`` run builds) and the controller config's ``defaultSource`` (``--config``).
 """
 
 from __future__ import annotations
 
 import argparse
-from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autoscaler.core.sourcespec import SourceSpec
-    from autoscaler.sources.command import Lookups
 
 
 def register(sub: Any) -> None:
@@ -54,18 +52,12 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here: the sources load the HTTP clients; the Kubernetes client comes only with a cluster.
+    # Imported here: the sources load the HTTP clients, the controller's observer the Kubernetes client.
+    from autoscaler.controller import lookups  # noqa: PLC0415
     from autoscaler.sources import command  # noqa: PLC0415
 
-    args.cluster, args.config_source = cluster_lookups, config_default_source
+    args.observing, args.config_source = lookups.observing, config_default_source
     return command.run_observe(args)
-
-
-def cluster_lookups(kubeconfig: str | None) -> AbstractAsyncContextManager[Lookups]:
-    """Replica and pod lookups against a cluster, with the controller's target reader."""
-    from autoscaler.controller import lookups  # noqa: PLC0415 - the Kubernetes client (~0.5 s), only for a cluster
-
-    return lookups.cluster_lookups(kubeconfig)
 
 
 def config_default_source(path: str) -> SourceSpec | None:

@@ -1,11 +1,12 @@
 """``autoscaler observe`` and ``autoscaler record``: what the controller sees now, and signals over a past range.
 
-``observe`` reads every signal of the given policies once per evaluation period (or ``--once``) through
-the same sources the controller uses, judges them as the core does, and shows per target each signal's
-value, age, source and state, plus the decision the policy would take. It changes nothing. The current
-replica count (and, for the pods source, the target's pods) comes from ``--replicas`` outside a cluster, or
-from the Kubernetes API: ``autoscaler.commands.observe`` (the command above this engine) passes the
-controller's lookup in as ``args.cluster``, since this layer may not import the controller.
+``observe`` shows, once per evaluation period (or ``--once``), what ``autoscaler run`` would see and decide:
+per target each signal's value, age, source and state, plus the decision the policy would take on its first
+evaluation. It changes nothing. The observation itself is the controller's: ``autoscaler.commands.observe``
+(the command above this engine, which may import the controller where this layer may not) passes in an
+``Observing`` built on the loop's own ``PolicyObserver`` (``controller.lookups.observing``): the same target
+reads, the same source requests, the same training and quota picture, the same ``Observation``; outside a
+cluster its target reader answers ``--replicas`` (or an unknown count) and there is no training.
 
 ``record`` saves, per signal, one Prometheus ``query_range`` response body (``<signal>.json``) for the
 policy's target over ``--start``..``--end``: the input ``autoscaler replay`` reads.
@@ -23,10 +24,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import yaml
 from prometheus_api_client import PrometheusConnect
@@ -38,36 +39,47 @@ from autoscaler.core.model import (
     PolicyState,
     ReplicaStatus,
     ScaleDecision,
+    SignalReading,
     SignalValue,
-    TargetRef,
 )
 from autoscaler.core.signals import SignalJudge
 from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec, SourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile import loader
-from autoscaler.sources.base import MetricSource, PodRef
+from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pool import MissingSource, SourcePool, requests_for
 from autoscaler.sources.prometheus import GMP_SCOPE, GMP_URL, target_query
 
-#: The current replica count of a target, or None when unknown.
-ReplicaLookup = Callable[[TargetRef], Awaitable[ReplicaStatus | None]]
-#: The pods of a target (names, metrics URLs, leader or worker), for the pods source and pod attribution.
-PodLookup = Callable[[TargetRef], Awaitable[tuple[PodRef, ...]]]
-
-#: Opens lookups against a cluster from an optional kubeconfig path; raises ``ClusterUnavailable``.
 #: The Workloads the controller holds down (its marks on them), for the policies shown; one dict per Workload.
 HeldLookup = Callable[[Sequence[ScalingPolicy]], Awaitable[list[dict[str, Any]]]]
 
 
-class Lookups(NamedTuple):
-    """What ``observe`` reads from a cluster."""
+class Observed(NamedTuple):
+    """One policy as the controller's observer sees it."""
 
-    replicas: ReplicaLookup
-    pods: PodLookup
-    held: HeldLookup | None = None
+    #: The core's input, exactly as ``autoscaler run`` builds it; None when it cannot be built (``failed``).
+    observation: Observation | None
+    #: The raw signal readings (shown even when the observation could not be built).
+    readings: Mapping[str, SignalReading]
+    #: The target's replica status when it was read.
+    replicas: ReplicaStatus | None
+    failed: LookupFailed | None = None
 
 
-ClusterLookups = Callable[[str | None], AbstractAsyncContextManager[Lookups]]
+class Observing(Protocol):
+    """The controller's observer as ``observe`` uses it (``controller.lookups.observing`` builds it)."""
+
+    #: The Workloads the controller holds down, against a cluster (None outside one).
+    held: HeldLookup | None
+
+    async def observe(self, policies: Sequence[ScalingPolicy]) -> list[Observed]: ...
+
+
+#: Opens the observer over ``source``: ``(kubeconfig, replicas, source, default_source, deadline_s, cluster)``;
+#: with ``cluster`` False or ``replicas`` given, no API server is asked. Raises ``ClusterUnavailable``.
+ObservingFactory = Callable[
+    [str | None, int | None, MetricSource, SourceSpec | None, float, bool], AbstractAsyncContextManager[Observing]
+]
 
 #: The controller config's ``defaultSource`` from a config file (``--config``), as ``run`` reads it; raises
 #: ``UsageError``. The command-line layer passes the controller's loader in (this layer may not import it).
@@ -97,19 +109,8 @@ class ClusterUnreachable(LookupFailed):
 # ----------------------------------------------------------------------------------------------- observe
 
 
-async def _unknown_replicas(target: TargetRef) -> ReplicaStatus | None:
-    return None
-
-
-async def _no_pods(target: TargetRef) -> tuple[PodRef, ...]:
-    return ()
-
-
-def fixed_replicas(n: int | None) -> ReplicaLookup:
-    async def lookup(target: TargetRef) -> ReplicaStatus | None:
-        return None if n is None else ReplicaStatus(spec=n, ready=n)
-
-    return lookup
+#: Why a decision is unknown outside a cluster without ``--replicas``.
+NO_REPLICAS = "pass --replicas N, or --kubeconfig to read it from the cluster"
 
 
 def _signal_json(v: SignalValue) -> dict[str, Any]:
@@ -122,15 +123,14 @@ def _signal_json(v: SignalValue) -> dict[str, Any]:
     }
 
 
-def _decision(policy: ScalingPolicy, observation: Observation | None, now: float) -> dict[str, Any]:
-    if observation is None:
-        return {
-            "state": "unknown",
-            "reason": "current replica count unknown: pass --replicas N, or --kubeconfig to read it from the cluster",
-        }
+def _decision(policy: ScalingPolicy, observed: Observed, now: float) -> dict[str, Any]:
+    if observed.observation is None:
+        why = observed.failed or NO_REPLICAS
+        return {"state": "unknown", "reason": f"current replica count unknown: {why}"}
     try:
         compiled = compile_policy(policy)
-        decisions, _ = decide(compiled, observation, PolicyState(), now)
+        # The controller's first evaluation of the policy: its decide, on its observation, from a fresh state.
+        decisions, _ = decide(compiled, observed.observation, PolicyState(), now)
     except Exception as exc:  # a policy type not available, or a bug: say so, keep showing the signals
         return {
             "state": "unavailable",
@@ -148,52 +148,33 @@ def _decision(policy: ScalingPolicy, observation: Observation | None, now: float
 
 
 async def observe_once(
-    policies: Sequence[ScalingPolicy],
-    *,
-    source: MetricSource,
-    deadline_s: float,
-    replicas: ReplicaLookup = _unknown_replicas,
-    pods: PodLookup = _no_pods,
-    clock: Callable[[], float] = time.time,
-    default_source: SourceSpec | None = None,
-    held: HeldLookup | None = None,
+    policies: Sequence[ScalingPolicy], observing: Observing, *, clock: Callable[[], float] = time.time,
+    unreachable: list[str] | None = None,
 ) -> dict[str, Any]:
     """One observation of every policy: ``{"targets": [...]}`` as ``observe --json`` prints it, and, against a
-    cluster, ``"held"``: the Workloads the controller holds down and why."""
-    targets = [p.spec.target.ref() for p in policies]
-    found_pods = await asyncio.gather(*(pods(t) for t in targets))
-    requests = []
-    for policy, target_pods in zip(policies, found_pods, strict=True):
-        requests.extend(requests_for(policy, pods=target_pods, default=default_source))
-    readings = await source.read(requests, deadline_s=deadline_s)
+    cluster, ``"held"``: the Workloads the controller holds down and why. Targets whose API server did not
+    answer at all are added to ``unreachable``."""
+    found = await observing.observe(policies)
+    if unreachable is not None:
+        unreachable.extend(str(o.failed) for o in found if isinstance(o.failed, ClusterUnreachable))
     now = clock()
-    counts = await asyncio.gather(*(replicas(t) for t in targets), return_exceptions=True)
     out = []
-    for policy, target, count in zip(policies, targets, counts, strict=True):
-        if isinstance(count, BaseException) and not isinstance(count, LookupFailed):
-            raise count
-        mine = {name: r for (key, name), r in readings.items() if key == target.key}
-        known = None if isinstance(count, BaseException) else count
+    for policy, observed in zip(policies, found, strict=True):
         # The core's one rule: per-pod readings combined against the ready pods, then judged (as decide does).
         judge = SignalJudge(policy.spec)
-        judged = judge.judge_all(judge.combine(mine, known, now), now)
-        if isinstance(count, LookupFailed):
-            decision = {"state": "unknown", "reason": f"current replica count unknown: {count}"}
-        else:
-            observation = None if count is None else Observation(target=target, replicas=count, signals=mine)
-            decision = _decision(policy, observation, now)
+        judged = judge.judge_all(judge.combine(observed.readings, observed.replicas, now), now)
         out.append(
             {
-                "target": target.key,
+                "target": policy.spec.target.ref().key,
                 "policy": policy.metadata.name,
                 "signals": {name: _signal_json(v) for name, v in judged.items()},
-                "decision": decision,
+                "decision": _decision(policy, observed, now),
             }
         )
     view: dict[str, Any] = {"time": now, "targets": out}
-    if held is not None:
+    if observing.held is not None:
         try:
-            view["held"] = await held(policies)
+            view["held"] = await observing.held(policies)
         except Exception as exc:  # Kueue unreadable: the signals and decisions still show
             view["held_error"] = f"{type(exc).__name__}: {exc}"
     return view
@@ -263,30 +244,28 @@ def _load(path: str) -> list[ScalingPolicy]:
 async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> None:
     pool = SourcePool()
     period = min(p.spec.evaluation_period_seconds for p in policies)
+    factory: ObservingFactory = args.observing
+    kubeconfig: str | None = getattr(args, "kubeconfig", None)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(pool.aclose)
-        replicas: ReplicaLookup = fixed_replicas(args.replicas)
-        pods: PodLookup = _no_pods
-        held: HeldLookup | None = None
-        cluster: ClusterLookups | None = getattr(args, "cluster", None)
-        kubeconfig: str | None = getattr(args, "kubeconfig", None)
-        if args.replicas is None and cluster is not None:
-            try:
-                found = await stack.enter_async_context(cluster(kubeconfig))
-                replicas, pods, held = found.replicas, found.pods, found.held
-            except ClusterUnavailable as exc:
-                if kubeconfig is not None or os.environ.get("KUBECONFIG"):
-                    # Credentials were named (flag or environment) and are unusable: say so, as run does.
-                    raise UsageError(str(exc)) from None
-                # Outside a cluster without credentials: show the signals; the decision says what is missing.
+
+        async def opened(cluster: bool) -> Observing:
+            return await stack.enter_async_context(
+                factory(kubeconfig, args.replicas, pool, args.default_source, args.deadline, cluster)
+            )
+
+        try:
+            observing = await opened(args.replicas is None)
+        except ClusterUnavailable as exc:
+            if kubeconfig is not None or os.environ.get("KUBECONFIG"):
+                # Credentials were named (flag or environment) and are unusable: say so, as run does.
+                raise UsageError(str(exc)) from None
+            # Outside a cluster without credentials: show the signals; the decision says what is missing.
+            observing = await opened(False)
         failed: list[str] = []
-        replicas = _noting_failures(replicas, failed)
         while True:
             failed.clear()
-            view = await observe_once(
-                policies, source=pool, deadline_s=args.deadline, replicas=replicas, pods=pods,
-                default_source=args.default_source, held=held,
-            )
+            view = await observe_once(policies, observing, unreachable=failed)
             print(json.dumps(view) if args.json else render(view), flush=True)
             if args.once:
                 if failed:
@@ -297,17 +276,6 @@ async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> N
             if not args.json:
                 print(flush=True)
             await asyncio.sleep(period)
-
-
-def _noting_failures(lookup: ReplicaLookup, failed: list[str]) -> ReplicaLookup:
-    async def noted(target: TargetRef) -> ReplicaStatus | None:
-        try:
-            return await lookup(target)
-        except ClusterUnreachable as exc:
-            failed.append(str(exc))
-            raise
-
-    return noted
 
 
 def run_observe(args: argparse.Namespace) -> int:

@@ -9,13 +9,23 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from kubernetes_asyncio import client
 
 from autoscaler.cli import main
-from tests.controller.helpers import TgiMetrics
+from autoscaler.controller import lookups
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.observer import Prepared
+from autoscaler.controller.runtime import Runtime
+from autoscaler.core.engine import CompiledPolicy, compile_policy
+from autoscaler.core.model import Observation, PolicyState, ScaleDecision
+from autoscaler.policyfile import loader
+from autoscaler.sources.command import observe_once
+from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, tutorial_cluster
 from tests.controller.policies import tgi_policy
 from tests.controller.test_runtime import kubeconfig
 from tests.kube import objects
 from tests.kube.emulator import Emulator
+from tests.kube.kueue import Kueue
 
 
 @pytest.fixture
@@ -131,3 +141,53 @@ async def test_observe_shows_the_training_the_controller_holds_down_and_why(
     assert "training held down by the controller: 1" in out
     assert "llm/job-finetune-gemma-l4-3316f  4 nvidia.com/gpu in cluster-queue, evicted" in out
     assert not [r for r in kube.requests if r.is_write], "observe never writes"
+
+
+async def test_observe_builds_the_observation_run_builds_and_decides_alike(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tutorial's policy with its training arbitration (Workloads, ClusterQueue quota): one pass of
+    ``autoscaler run`` (dry run) and ``observe`` against the same cluster and the same server build the very
+    same ``Observation`` (replicas, signals, training, quota) and take the same decision. Fails if observe
+    reads anything its own way (no training picture, another combination of the pods, another source)."""
+    tutorial_cluster(kube, kueue)
+    tgi.queue = 25
+    (tmp_path / "p").mkdir()
+    text = tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}")
+    (tmp_path / "p" / "tgi.yaml").write_text(text)
+    clock = ManualClock()
+    cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}})
+    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path / "p", clock=clock, identity="pod-a",
+                 namespace="autoscaler-system", source=pool_on(clock), dry_run=True)
+    seen: list[Observation] = []
+    inner = rt.observer.observe
+
+    async def spy(policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
+        seen.append(await inner(policy, prepared))
+        return seen[-1]
+
+    monkeypatch.setattr(rt.observer, "observe", spy)
+    assert rt.store.reload().loaded
+    assert await rt.controller.run_once()
+    await rt.observer.aclose()
+    (ran,) = seen
+    assert ran.training and ran.quota is not None  # the arbitration's picture is part of what is compared
+
+    policies = loader.load_file(str(tmp_path / "p" / "tgi.yaml"))
+    before = len(kube.requests)
+    pool = pool_on(clock)
+    try:
+        async with lookups.observing(str(kubeconfig(tmp_path, kube.url)), None, pool, None, 5.0, True) as observing:
+            (got,) = await observing.observe(policies)
+            view = await observe_once(policies, observing, clock=clock.wall)
+    finally:
+        await pool.aclose()
+    assert got.failed is None
+    assert got.observation == ran
+    (decision,) = [d for d in compile_policy(policies[0]).decide(ran, PolicyState(), clock.wall())[0]
+                   if isinstance(d, ScaleDecision)]
+    shown = view["targets"][0]["decision"]
+    assert (shown["current"], shown["desired"], shown["reason"], shown["message"]) == (
+        decision.current, decision.desired, decision.reason.value, decision.message)
+    assert not [r for r in kube.requests[before:] if r.is_write], "observe never writes"

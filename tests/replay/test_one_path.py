@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from autoscaler.controller.lookups import ObserverView
 from autoscaler.controller.observer import NoTraining, PolicyObserver
 from autoscaler.controller.targets import TargetView
 from autoscaler.core.engine import CompiledPolicy, compile_policy, decide
@@ -101,18 +102,17 @@ async def run_path(p: ScalingPolicy, values: dict[str, float], replicas: int) ->
 
 
 async def observe_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, str]:
-    """``autoscaler observe``: its own read and judgement, with the replica status a cluster gives."""
+    """``autoscaler observe``: the controller's observer (``controller.lookups.ObserverView``), with the replica
+    status a cluster gives, then observe's own judgement and display."""
     server = TextServer(_vector(values), content_type="application/json")
     assert isinstance(p.spec.source, PrometheusSourceSpec)
     moved = p.model_copy(deep=True)
     object.__setattr__(moved.spec, "source", p.spec.source.model_copy(update={"url": server.base}))
     src = PrometheusSource(moved.spec.source)  # type: ignore[arg-type]
-
-    async def count(target: object) -> ReplicaStatus:
-        return status(replicas)
-
+    seen = TargetView(status(replicas), tuple(PodRef(pod) for pod in PODS[:replicas]))
+    observing = ObserverView(PolicyObserver(targets=Targets(seen), training=NoTraining(), source=src))
     try:
-        view = await observe_once([moved], source=src, deadline_s=2, replicas=count, clock=lambda: NOW)
+        view = await observe_once([moved], observing, clock=lambda: NOW)
     finally:
         await src.aclose()
         server.close()
