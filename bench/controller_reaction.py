@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import random
 import shutil
 import statistics
@@ -256,6 +257,8 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
     out: list[float] = []
     try:
         await asyncio.sleep(warmup_s)  # policies loaded, watches synced, first evaluations done
+        cpu0, wall0, load0 = time.process_time(), time.monotonic(), os.getloadavg()[0]
+        screens0 = rt.controller.screens
         for _ in range(trials):
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe rounds
             t0 = await ask("jump")
@@ -274,6 +277,15 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
             # Each trial is an independent crossing from a steady state (see ``measure``).
             rt.controller.states.clear()
             await asyncio.sleep(1.5)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        screens = rt.controller.screens - screens0
+        # CPU per screen counts everything the process did (periodic passes, escalations, the trials' writes)
+        # over the screens: an upper bound on a probe's own cost.
+        print(f"controller process during the trials: {cpu:.1f} s CPU in {wall:.1f} s wall "
+              f"({cpu / wall:.2f} of a core); {screens} screens ({screens / wall:.0f}/s, "
+              f"{1000 * cpu / max(1, screens):.2f} ms CPU per screen); "
+              f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}",
+              file=sys.stderr, flush=True)
     finally:
         loop.remove_reader(conn.fileno())
         stop.set()

@@ -249,6 +249,8 @@ class Controller:
     #: Evaluations started by probes (kept so that they are not collected, and cancelled with the loop).
     _escalations: set[asyncio.Task[None]] = field(default_factory=set)
     _by: _Index | None = None
+    #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
+    screens: int = 0
 
     def __post_init__(self) -> None:
         self._log = get_logger(component="loop")
@@ -897,6 +899,7 @@ class Controller:
         await asyncio.gather(*(chunk(part) for part in _chunks(probes, self.probe_chunk)))
 
     async def _probe_chunk(self, chunk: list[CompiledPolicy]) -> None:
+        self.screens += len(chunk)
         stamps = {cp.name: self._runs.get(cp.name, 0) for cp in chunk}
         try:
             async with asyncio.timeout(self.pass_deadline_s):

@@ -172,7 +172,9 @@ async def test_observe_builds_the_observation_run_builds_and_decides_alike(
     assert await rt.controller.run_once()
     await rt.observer.aclose()
     (ran,) = seen
-    assert ran.training and ran.quota is not None  # the arbitration's picture is part of what is compared
+    # The arbitration's picture is part of what is compared.
+    assert ran.training
+    assert ran.quota is not None
 
     policies = loader.load_file(str(tmp_path / "p" / "tgi.yaml"))
     before = len(kube.requests)

@@ -1,0 +1,193 @@
+"""The keep-alive scrape client against a raw TCP server that answers exactly the bytes each case needs:
+connections reused, the framings real exporters use (Content-Length, chunked, close-delimited), a kept
+connection the server closed meanwhile, and answers that are no HTTP at all."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiohttp import web
+
+from autoscaler.sources.scrapeclient import ScrapeClient, ScrapeFailed, supports
+
+BODY = "# TYPE tgi_queue_size gauge\ntgi_queue_size 7\n"
+ACCEPT = "text/plain"
+
+Answer = Callable[[int], bytes]  # request number on this connection -> raw response bytes ("" closes)
+
+
+class RawServer:
+    """Answers each request on a connection with ``answer(n)``; counts connections and requests."""
+
+    def __init__(self, answer: Answer, *, close_after: int | None = None) -> None:
+        self.answer = answer
+        self.close_after = close_after
+        self.connections = 0
+        self.requests = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/metrics"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        n = 0
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
+                data = self.answer(n)
+                n += 1
+                if not data:
+                    break
+                writer.write(data)
+                await writer.drain()
+                if self.close_after is not None and n >= self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def length_framed(body: bytes, extra: str = "") -> bytes:
+    return (f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def chunked(body: bytes) -> bytes:
+    half = len(body) // 2
+    parts = b"".join(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in (body[:half], body[half:]))
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n" + parts + b"0\r\n\r\n"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[ScrapeClient]:
+    c = ScrapeClient()
+    yield c
+    await c.aclose()
+
+
+async def serve(answer: Answer, **kwargs: int) -> tuple[RawServer, str]:
+    server = RawServer(answer, **kwargs)
+    return server, await server.start()
+
+
+async def test_a_connection_is_kept_and_reused(client: ScrapeClient) -> None:
+    server, url = await serve(lambda n: length_framed(BODY.encode()))
+    try:
+        for _ in range(5):
+            got = await client.get(url, accept=ACCEPT)
+            assert (got.status, got.text) == (200, BODY)
+        assert (server.connections, server.requests, client.connects) == (1, 5, 1)
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda n: chunked(BODY.encode()), id="chunked"),
+        pytest.param(lambda n: length_framed(gzip.compress(BODY.encode()), "Content-Encoding: gzip\r\n"),
+                     id="gzip"),
+        pytest.param(lambda n: b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + BODY.encode(),
+                     id="close-delimited-http-1.0"),
+    ],
+)
+async def test_the_framings_exporters_use(client: ScrapeClient, answer: Answer) -> None:
+    server, url = await serve(answer, close_after=1)
+    try:
+        assert (await client.get(url, accept=ACCEPT)).text == BODY
+        assert (await client.get(url, accept=ACCEPT)).text == BODY
+    finally:
+        await server.stop()
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced_once(client: ScrapeClient) -> None:
+    # The server answers one request per connection and closes, without saying so (an idle timeout).
+    server, url = await serve(lambda n: length_framed(BODY.encode()), close_after=1)
+    try:
+        for _ in range(3):
+            assert (await client.get(url, accept=ACCEPT)).text == BODY
+        assert server.connections == 3
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        pytest.param(lambda n: b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP response", id="not-http"),
+        pytest.param(lambda n: b"", "connection to", id="closed-without-answer"),
+        pytest.param(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "connection to",
+                     id="body-cut-short"),
+        pytest.param(lambda n: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunked",
+                     id="bad-chunk"),
+    ],
+)
+async def test_broken_answers_are_scrape_failures(client: ScrapeClient, answer: Answer, words: str) -> None:
+    server, url = await serve(answer, close_after=1)
+    try:
+        with pytest.raises(ScrapeFailed, match=words):
+            await client.get(url, accept=ACCEPT)
+    finally:
+        await server.stop()
+
+
+async def test_a_body_over_the_limit_is_refused() -> None:
+    client = ScrapeClient(max_body=10)
+    server, url = await serve(lambda n: length_framed(BODY.encode()))
+    try:
+        with pytest.raises(ScrapeFailed, match="over 10 bytes"):
+            await client.get(url, accept=ACCEPT)
+    finally:
+        await server.stop()
+        await client.aclose()
+
+
+async def test_a_request_cut_by_its_deadline_leaves_no_connection_to_reuse(client: ScrapeClient) -> None:
+    answered = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        await answered.wait()
+        return web.Response(text=BODY)
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await client.get(url, accept=ACCEPT)
+        answered.set()
+        # The late answer to the cut request must not be read as the answer to the next one.
+        assert (await client.get(url, accept=ACCEPT)).text == BODY
+        assert client.connects == 2
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("url", "served"),
+    [
+        ("http://10.0.0.7:8000/metrics", True),
+        ("http://[fd00::7]:8000/metrics", True),
+        ("https://10.0.0.7:8443/metrics", False),
+        ("http://user:pw@10.0.0.7:8000/metrics", False),
+    ],
+)
+def test_which_urls_it_serves(url: str, served: bool) -> None:
+    assert supports(url) is served
