@@ -810,28 +810,15 @@ class PolicyController:
             self.pipeline.scrape(now, gauges)
             return now + self.pipe_spec.scrape_interval_seconds
 
-        preemptible = self.compiled.policy.spec.preemptible
-
-        def selected(job: kueue.TrainingJob) -> bool:
-            return any(p.namespace == job.namespace
-                       and all(job.labels.get(k) == v for k, v in p.selector.match_labels.items())
-                       for p in preemptible)
-
         def evaluate(now: float) -> float:
             obs = Observation(
                 target=target,
                 replicas=sim.replica_status(now, pool),
                 signals=self.pipeline.visible(now),
-                training=sim.training_workloads(now, selected),
+                training=sim.training_workloads(now, self._selected),
                 quota=sim.quota_status(),
             )
-            decisions, state = self.compiled.decide(obs, self.state, now)
-            self.state = state
-            for d in arbitration.in_apply_order(decisions):  # the controller's order
-                if isinstance(d, ScaleDecision):
-                    sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message, pool=pool)
-                else:
-                    sim.apply_training(d, now)
+            self._decide_and_apply(sim, obs, now, lambda _key: pool)
             return now + self.period
 
         sim.every(0.0, scrape)
@@ -839,6 +826,27 @@ class PolicyController:
         # A victim's requested checkpoint completing is what the controller's fast probe (re-reading training
         # every second) would see: evaluate then rather than a period later.
         sim.on_checkpoint.append(evaluate)
+
+    def _selected(self, job: kueue.TrainingJob) -> bool:
+        """Whether one of the policy's ``preemptible`` selectors matches ``job`` (the Workloads it may stop)."""
+        return any(p.namespace == job.namespace
+                   and all(job.labels.get(k) == v for k, v in p.selector.match_labels.items())
+                   for p in self.compiled.policy.spec.preemptible)
+
+    def _decide_and_apply(
+        self, sim: Simulation, obs: Observation, now: float, pool_of: Callable[[str], ServingPool | None]
+    ) -> None:
+        """One evaluation, applied as the controller applies it (``arbitration.in_apply_order``: checkpoint
+        requests and stops, the scales with shrinking pools first, then resumes); each scale to the pool of its
+        target (``pool_of``: None for a target that is no pool here, whose decision is then dropped)."""
+        decisions, self.state = self.compiled.decide(obs, self.state, now)
+        for d in arbitration.in_apply_order(decisions):
+            if isinstance(d, ScaleDecision):
+                pool = pool_of(d.target.key)
+                if pool is not None:
+                    sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message, pool=pool)
+            else:
+                sim.apply_training(d, now)
 
     def _start_joint(self, sim: Simulation) -> None:
         """A policy with several targets (type ``disaggregated``): each signal is scraped from the pool its
@@ -858,18 +866,11 @@ class PolicyController:
         for b in self.bindings:
             by_target.setdefault(spec.signal_target(spec.signal(b.signal)).ref().key, []).append(b)
         pipes = {key: pipeline.MetricPipeline(self.pipe_spec, bs) for key, bs in by_target.items()}
-        preemptible = spec.preemptible
-
         def scrape(now: float) -> float:
             for key, pipe in pipes.items():
                 pool = pools.get(key)
                 pipe.scrape(now, {r.name: pool.gauges(r, now) for r in pool.ready()} if pool is not None else {})
             return now + self.pipe_spec.scrape_interval_seconds
-
-        def selected(job: kueue.TrainingJob) -> bool:
-            return any(p.namespace == job.namespace
-                       and all(job.labels.get(k) == v for k, v in p.selector.match_labels.items())
-                       for p in preemptible)
 
         def evaluate(now: float) -> float:
             members = {key: sim.replica_status(now, pool) for key, pool in pools.items()}
@@ -880,19 +881,11 @@ class PolicyController:
                 target=primary,
                 replicas=members.get(primary.key) or ReplicaStatus(0, 0),
                 signals=signals,
-                training=sim.training_workloads(now, selected),
+                training=sim.training_workloads(now, self._selected),
                 quota=sim.quota_status(),
                 members=members,
             )
-            decisions, state = self.compiled.decide(obs, self.state, now)
-            self.state = state
-            for d in arbitration.in_apply_order(decisions):  # the controller's order: shrinking pools first
-                if isinstance(d, ScaleDecision):
-                    pool = pools.get(d.target.key)
-                    if pool is not None:
-                        sim.set_desired(d.desired, now, reason=d.reason.value, message=d.message, pool=pool)
-                else:
-                    sim.apply_training(d, now)
+            self._decide_and_apply(sim, obs, now, pools.get)
             return now + self.period
 
         sim.every(0.0, scrape)

@@ -129,3 +129,20 @@ def runtime(
     cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, **config})
     return Runtime(api=api, config=cfg, policies_dir=policies, clock=clock, dry_run=dry_run, identity=identity,
                    namespace="autoscaler", source=pool_on(clock))
+
+
+def deployment_runtime(
+    kube: Emulator, api: client.ApiClient, policies: Path, clock: ManualClock, *, endpoint: str
+) -> Runtime:
+    """The tutorial's TGI Deployment (1 replica) and a controller whose policy has no ``capacity`` (no training
+    arbitration) reading ``endpoint``, its policies loaded: the set-up of the loop's own tests."""
+    kube.add(objects.deployment(replicas=1))
+    r = runtime(api, policies, clock, endpoint=endpoint, capacity=False)
+    r.store.reload()
+    return r
+
+
+def replicas(kube: Emulator, name: str = "tgi-gemma-deployment") -> int:
+    """The Deployment's ``spec.replicas`` as the API server holds it."""
+    return int(kube.get("apps/v1", "Deployment", name, "llm")["spec"]["replicas"])
+

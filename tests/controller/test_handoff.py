@@ -23,6 +23,7 @@ from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
 from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import TgiMetrics, pool_on
+from tests.controller.policies import tgi_policy
 from tests.kube import objects
 from tests.kube.emulator import Emulator, Request
 from tests.kube.kueue import V1BETA2, Kueue, LiveKueue, ServingDeployment
@@ -34,30 +35,10 @@ FINETUNE = "job-finetune-gemma-l4-3316f"
 def policy_text(
     name: str, target: str, url: str, *, max_replicas: int = 3, min_run_s: float = 0, selector: str = "finetune-job"
 ) -> str:
-    return f"""\
-apiVersion: autoscaler.dev/v1alpha1
-kind: ScalingPolicy
-metadata:
-  name: {name}
-spec:
-  target: {{kind: Deployment, name: {target}, namespace: llm}}
-  minReplicas: 1
-  maxReplicas: {max_replicas}
-  evaluationPeriodSeconds: 1
-  source: {{type: pods, endpoints: ['{url}']}}
-  signals:
-    - name: queue
-      preset: tgi.queue_size
-  policy:
-    type: queue
-    work: [queue]
-    capacityPerReplica: 10
-    behavior: {{scaleDown: {{stabilizationWindowSeconds: 0}}}}
-  capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2, minRunSeconds: {min_run_s}}}
-  preemptible:
-    - namespace: llm
-      selector: {{matchLabels: {{app: {selector}}}}}
-"""
+    """The shared TGI policy (``tests.controller.policies.tgi_policy``) read from ``url`` every second, scaling
+    down without a window."""
+    return tgi_policy(name=name, target=target, source=f"{{type: pods, endpoints: ['{url}']}}", period=1,
+                      max_replicas=max_replicas, scale_down_window=0, min_run_seconds=min_run_s, selector=selector)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:

@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, runtime
+from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, runtime
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 
@@ -23,24 +23,10 @@ EVENTS = "/apis/events.k8s.io/v1/namespaces/llm/events*"
 
 
 @pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def rt(kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path) -> AsyncIterator[Runtime]:
-    kube.add(objects.deployment(replicas=1))
-    r = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
-    r.store.reload()
+    r = deployment_runtime(kube, kube_client, tmp_path, ManualClock(), endpoint=tgi.url)
     yield r
     await r.observer.aclose()
-
-
-def replicas(kube: Emulator) -> int:
-    return int(kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"])
 
 
 def scale_writes(kube: Emulator) -> list[tuple[str, str, int, int]]:

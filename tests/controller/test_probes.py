@@ -18,7 +18,7 @@ from autoscaler.controller.observer import WatchSpec
 from autoscaler.controller.runtime import Runtime
 from autoscaler.core.engine import compile_policy
 from autoscaler.policyfile.loader import load_text
-from tests.controller.helpers import ManualClock, TgiMetrics, runtime
+from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, runtime
 from tests.controller.policies import tgi_policy
 from tests.kube import objects
 from tests.kube.emulator import Emulator
@@ -27,29 +27,15 @@ TARGET = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment"
 
 
 @pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
 async def rt(kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path) -> AsyncIterator[Runtime]:
-    kube.add(objects.deployment(replicas=1))
     clock = ManualClock()
-    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
-    r.store.reload()
+    r = deployment_runtime(kube, kube_client, tmp_path, clock, endpoint=tgi.url)
     tgi.queue = 5
     assert await r.controller.run_once()  # an evaluation: the observer keeps the target's view
     # Probed between periods (the loop sets this after each periodic evaluation).
     r.controller._due["tgi-gemma"] = clock.monotonic() + 15
     yield r
     await r.observer.aclose()
-
-
-def replicas(kube: Emulator) -> int:
-    return int(kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"])
 
 
 async def settle(rt: Runtime) -> None:

@@ -40,7 +40,8 @@ from tests.controller.helpers import pool_on
 from tests.controller.test_disaggregated_loop import FakePrometheus
 from tests.kube import codelab
 from tests.kube.emulator import Emulator
-from tests.kube.tas import LWS, V1BETA2, LiveTas, assigned_hosts
+from tests.kube.kueue import V1BETA2
+from tests.kube.tas import LWS, LiveTas, assigned_hosts
 
 NS = codelab.NAMESPACE
 EXAMPLE = Path(__file__).parents[2] / "policies" / "lws-prefill-decode.yaml"
@@ -94,7 +95,7 @@ def shipped_policies(prefill_url: str, decode_url: str) -> list[dict[str, Any]]:
         spec["evaluationPeriodSeconds"] = 1
         spec["capacity"]["minRunSeconds"] = 0
     decode = docs[1]["spec"]["policy"]
-    decode["replica"]["coldStartSeconds"] = 2  # this world's model load (TasTiming.ready_s), not 300 s
+    decode["replica"]["coldStartSeconds"] = 2  # this world's model load (TAS_TIMING.ready_s), not 300 s
     decode["scaleDown"] = {"holdSeconds": 2}
     if docs[0]["spec"]["policy"].get("behavior") is None:
         docs[0]["spec"]["policy"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}

@@ -222,6 +222,77 @@ class Timing:
     admit_s: float = 0.01
     ready_s: float = 1.2
     tick_s: float = 0.02
+    #: An AdmissionCheck's delay between quota reservation and admission (GKE's slice controller configures a
+    #: TPU slice: ``TAS_TIMING``); 0 where the ClusterQueue has none.
+    provision_s: float = 0.0
+
+
+#: The topology mode's delays (``tests.kube.tas.LiveTas``), the same scale: the slice controller configures a
+#: slice on admission (GKE reconfigures the ICI/OCS links: seconds to a minute, ``estimate``) → 0.2 s; the vLLM
+#: model load of a 397B model on a fresh slice (minutes, ``estimate``) → 1.5 s; the TAS scheduler's cycle → 0.02 s.
+TAS_TIMING = Timing(admit_s=0.02, ready_s=1.5, provision_s=0.2)
+
+
+class AdmissionLoop:
+    """What every live Kueue stand-in does on its clock, in one place: the task that steps it every ``tick_s``,
+    the workload controller's eviction of a Workload set inactive while it holds quota (``evict_s`` after it was
+    first seen inactive, reason ``Deactivated``) and its ``Requeued`` when set active again, and the pending
+    queue in the scheduler's order (active, not admitted, waited ``admit_s``; highest priority first, then
+    oldest, then name). How a pending Workload is admitted is the mode's: by quota (``LiveKueue``) or by
+    topology (``tests.kube.tas.LiveTas``)."""
+
+    def __init__(self, kube: Emulator, timing: Timing, namespace: str | None = None) -> None:
+        self.kube, self.timing, self.scope = kube, timing, namespace
+        #: By ``namespace/name``: when a Workload was first seen inactive, and pending.
+        self._inactive_since: dict[str, float] = {}
+        self._pending_since: dict[str, float] = {}
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            self.step(loop.time())
+            await asyncio.sleep(self.timing.tick_s)
+
+    def step(self, now: float) -> None:
+        raise NotImplementedError
+
+    def evict_deactivated(self, name: str, namespace: str) -> None:
+        raise NotImplementedError
+
+    def _deactivations(self, now: float) -> None:
+        for wl in self.kube.list(V1BETA2, "Workload", self.scope):
+            meta = wl["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}"
+            if wl["spec"].get("active", True):
+                self._inactive_since.pop(key, None)
+                if _has_condition(wl, "Evicted", "Deactivated"):
+
+                    def requeue(obj: JsonObj) -> None:
+                        _condition(obj, "Requeued", True, "Reactivated", "The workload was reactivated")
+                        _condition(obj, "Evicted", False, "Reactivated")
+
+                    self.kube.modify(V1BETA2, "Workload", meta["name"], meta["namespace"], requeue)
+                continue
+            since = self._inactive_since.setdefault(key, now)
+            if (wl.get("status") or {}).get("admission") and now - since >= self.timing.evict_s:
+                self.evict_deactivated(meta["name"], meta["namespace"])
+
+    def _pending(self, now: float) -> list[JsonObj]:
+        waiting = []
+        for wl in self.kube.list(V1BETA2, "Workload", self.scope):
+            key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+            if not wl["spec"].get("active", True) or (wl.get("status") or {}).get("admission"):
+                self._pending_since.pop(key, None)
+                continue
+            since = self._pending_since.setdefault(key, now)
+            if now - since >= self.timing.admit_s:
+                waiting.append((since, wl))
+        waiting.sort(key=lambda p: (-int(p[1]["spec"].get("priority", 0)), p[0], p[1]["metadata"]["name"]))
+        return [wl for _, wl in waiting]
+
+    def _forget(self, name: str, namespace: str) -> None:
+        self._inactive_since.pop(f"{namespace}/{name}", None)
+        self._pending_since.pop(f"{namespace}/{name}", None)
 
 
 @dataclass(frozen=True)
@@ -234,7 +305,7 @@ class ServingDeployment:
     priority: int = 30
 
 
-class LiveKueue:
+class LiveKueue(AdmissionLoop):
     """Kueue, the Deployment controller and the kubelet as one background task, each step after its delay.
 
     Every ``tick_s`` (on the event loop's clock):
@@ -255,26 +326,18 @@ class LiveKueue:
         self, kube: Emulator, kueue: Kueue, serving: list[ServingDeployment], *, timing: Timing | None = None,
         cluster_queue: str = "cluster-queue",
     ) -> None:
-        self.kube, self.kueue, self.serving = kube, kueue, serving
-        self.timing = timing or Timing()
+        super().__init__(kube, timing or Timing())
+        self.kueue, self.serving = kueue, serving
         self.cluster_queue = cluster_queue
-        self._inactive_since: dict[str, float] = {}
-        self._pending_since: dict[str, float] = {}
         self._admitted_at: dict[str, float] = {}
         self._counter = 0
         self.ticks = 0
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            self.step(loop.time())
-            await asyncio.sleep(self.timing.tick_s)
 
     def step(self, now: float) -> None:
         self.ticks += 1
         for dep in self.serving:
             self._deployment(dep)
-        self._evictions(now)
+        self._deactivations(now)
         self._admissions(now)
         for dep in self.serving:
             self._kubelet(dep, now)
@@ -324,38 +387,12 @@ class LiveKueue:
             self.kueue.recompute(self.cluster_queue)
 
     # 2. -------------------------------------------------------------------------------------------------
-    def _evictions(self, now: float) -> None:
-        for wl in self.kube.list(V1BETA2, "Workload"):
-            meta = wl["metadata"]
-            uid, active = meta["uid"], wl["spec"].get("active", True)
-            admitted = bool((wl.get("status") or {}).get("admission"))
-            if active:
-                self._inactive_since.pop(uid, None)
-                if _has_condition(wl, "Evicted", "Deactivated"):
-
-                    def change(obj: JsonObj) -> None:
-                        _condition(obj, "Requeued", True, "Reactivated", "The workload was reactivated")
-                        _condition(obj, "Evicted", False, "Reactivated")
-
-                    self.kube.modify(V1BETA2, "Workload", meta["name"], meta["namespace"], change)
-                continue
-            since = self._inactive_since.setdefault(uid, now)
-            if admitted and now - since >= self.timing.evict_s:
-                self.kueue.evict(meta["name"], meta["namespace"], "Deactivated", "The workload is deactivated")
+    def evict_deactivated(self, name: str, namespace: str) -> None:
+        self.kueue.evict(name, namespace, "Deactivated", "The workload is deactivated")
 
     # 3. -------------------------------------------------------------------------------------------------
     def _admissions(self, now: float) -> None:
-        pending = []
-        for wl in self.kube.list(V1BETA2, "Workload"):
-            uid = wl["metadata"]["uid"]
-            if not wl["spec"].get("active", True) or (wl.get("status") or {}).get("admission"):
-                self._pending_since.pop(uid, None)
-                continue
-            since = self._pending_since.setdefault(uid, now)
-            if now - since >= self.timing.admit_s:
-                pending.append((since, wl))
-        pending.sort(key=lambda p: (-int(p[1]["spec"].get("priority", 0)), p[0], p[1]["metadata"]["name"]))
-        for _, wl in pending:
+        for wl in self._pending(now):
             usage = workload_usage(wl)
             if all(self.kueue.free(self.cluster_queue, res) >= need - 1e-9 for res, need in usage.items()):
                 self.kueue.admit(wl["metadata"]["name"], wl["metadata"]["namespace"])

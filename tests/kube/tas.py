@@ -27,14 +27,10 @@ a node assigned to two Workloads, a slice outside one domain of its level.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-
 from tests.kube.codelab import LEVELS, NAMESPACE, SLICE_TOPOLOGY_ANNOTATION
 from tests.kube.emulator import Emulator, JsonObj
-from tests.kube.kueue import GATE, _condition, _has_condition, quantity
+from tests.kube.kueue import GATE, TAS_TIMING, V1BETA2, AdmissionLoop, Timing, _condition, _has_condition, quantity
 
-V1BETA2 = "kueue.x-k8s.io/v1beta2"
 LWS = "leaderworkerset.x-k8s.io/v1"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
 HOSTNAME = "kubernetes.io/hostname"
@@ -42,49 +38,30 @@ BLOCK_LEVEL = "cloud.google.com/gke-tpu-partition-4x4x4-id"
 TPU = "google.com/tpu"
 
 
-@dataclass(frozen=True)
-class TasTiming:
-    """Real delays scaled down 100× (see ``tests.kube.kueue.Timing`` for the sources). ``provision_s``: the slice
-    controller configures a slice on admission (GKE reconfigures the ICI/OCS links: seconds to a minute,
-    ``estimate``) → 0.2 s; the vLLM model load of a 397B model on a fresh slice (minutes, ``estimate``) → 1.5 s."""
-
-    evict_s: float = 0.3
-    admit_s: float = 0.02
-    provision_s: float = 0.2
-    ready_s: float = 1.5
-    tick_s: float = 0.02
-
-
 def _shape(text: str) -> tuple[int, int, int]:
     x, y, z = (int(p) for p in text.lower().split("x"))
     return x, y, z
 
 
-@dataclass
-class LiveTas:
-    kube: Emulator
-    timing: TasTiming = field(default_factory=TasTiming)
-    namespace: str = NAMESPACE
-    violations: list[str] = field(default_factory=list)
-    #: Workload name -> when it was evicted for deactivation (the tests read the order of stops).
-    evicted: list[str] = field(default_factory=list)
-    _inactive_since: dict[str, float] = field(default_factory=dict)
-    _pending_since: dict[str, float] = field(default_factory=dict)
-    _reserved_at: dict[str, float] = field(default_factory=dict)
-    _admitted_at: dict[str, float] = field(default_factory=dict)
+class LiveTas(AdmissionLoop):
+    """Kueue's topology mode (``AdmissionLoop`` with admission into partition domains), with the LWS, JobSet and
+    slice controllers and the kubelet (module docstring)."""
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            self.step(loop.time())
-            await asyncio.sleep(self.timing.tick_s)
+    def __init__(self, kube: Emulator, timing: Timing = TAS_TIMING, namespace: str = NAMESPACE) -> None:
+        super().__init__(kube, timing, namespace)
+        self.namespace = namespace
+        self.violations: list[str] = []
+        #: Workload names in the order they were evicted for deactivation (the tests read the order of stops).
+        self.evicted: list[str] = []
+        self._reserved_at: dict[str, float] = {}
+        self._admitted_at: dict[str, float] = {}
 
     def step(self, now: float) -> None:
         for lws in self.kube.list(LWS, "LeaderWorkerSet", self.namespace):
             self._lws(lws)
         for js in self.kube.list(JOBSET, "JobSet", self.namespace):
             self._jobset(js)
-        self._evictions(now)
+        self._deactivations(now)
         self._schedule(now)
         self._provision(now)
         for lws in self.kube.list(LWS, "LeaderWorkerSet", self.namespace):
@@ -134,11 +111,12 @@ class LiveTas:
                 break
             for pod in groups[index]:
                 self.kube.remove("v1", "Pod", pod["metadata"]["name"], self.namespace)
-            self._forget(f"leaderworkerset-{name}-{index}")
+            self._forget_workload(f"leaderworkerset-{name}-{index}")
             self.kube.remove(V1BETA2, "Workload", f"leaderworkerset-{name}-{index}", self.namespace)
 
-    def _forget(self, wl_name: str) -> None:
-        for book in (self._inactive_since, self._pending_since, self._reserved_at, self._admitted_at):
+    def _forget_workload(self, wl_name: str) -> None:
+        self._forget(wl_name, self.namespace)
+        for book in (self._reserved_at, self._admitted_at):
             book.pop(wl_name, None)
 
     # 2. ------------------------------------------------------------------------------------------------
@@ -167,22 +145,8 @@ class LiveTas:
         })
 
     # 3. ------------------------------------------------------------------------------------------------
-    def _evictions(self, now: float) -> None:
-        for wl in self.kube.list(V1BETA2, "Workload", self.namespace):
-            name, active = wl["metadata"]["name"], wl["spec"].get("active", True)
-            if active:
-                self._inactive_since.pop(name, None)
-                if _has_condition(wl, "Evicted", "Deactivated"):
-
-                    def requeue(obj: JsonObj) -> None:
-                        _condition(obj, "Requeued", True, "Reactivated", "The workload was reactivated")
-                        _condition(obj, "Evicted", False, "Reactivated")
-
-                    self.kube.modify(V1BETA2, "Workload", name, self.namespace, requeue)
-                continue
-            since = self._inactive_since.setdefault(name, now)
-            if (wl.get("status") or {}).get("admission") and now - since >= self.timing.evict_s:
-                self.evict(name)
+    def evict_deactivated(self, name: str, namespace: str) -> None:
+        self.evict(name)
 
     def evict(self, name: str) -> None:
         def change(obj: JsonObj) -> None:
@@ -213,17 +177,7 @@ class LiveTas:
         return used
 
     def _schedule(self, now: float) -> None:
-        pending = []
-        for wl in self.kube.list(V1BETA2, "Workload", self.namespace):
-            name = wl["metadata"]["name"]
-            if not wl["spec"].get("active", True) or (wl.get("status") or {}).get("admission"):
-                self._pending_since.pop(name, None)
-                continue
-            since = self._pending_since.setdefault(name, now)
-            if now - since >= self.timing.admit_s:
-                pending.append((since, wl))
-        pending.sort(key=lambda p: (-int(p[1]["spec"].get("priority", 0)), p[0], p[1]["metadata"]["name"]))
-        for _, wl in pending:
+        for wl in self._pending(now):
             hosts = self.place(wl)
             if hosts is not None:
                 self.reserve(wl["metadata"]["name"], hosts, now)
