@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from autoscaler.controller import inventory
+from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.workloads import KueueGate
 from autoscaler.core import topology
 from autoscaler.core.engine import compile_policy
@@ -15,6 +18,7 @@ from autoscaler.core.topology import Region, Shape
 from autoscaler.policyfile import loader
 from tests.actions.policies import FAST_RETRY
 from tests.actions.test_codelab_selector import EXAMPLE
+from tests.controller.helpers import ManualClock, pool_on
 from tests.kube import codelab
 from tests.kube.emulator import Emulator
 from tests.kube.tas import LiveTas
@@ -111,3 +115,31 @@ def test_universal_values_repeat_per_domain() -> None:
     assignment = {"levels": ["block", "kubernetes.io/hostname"], "slices": [{
         "domainCount": 2, "valuesPerLevel": [{"universal": "b"}, {"individual": {"roots": ["x", "y"]}}]}]}
     assert inventory.assigned_domains(assignment)[1] == [["b", "x"], ["b", "y"]]
+
+
+@pytest.mark.parametrize("declare", [True, False], ids=["declared", "not-declared"])
+async def test_blocks_declared_in_the_controller_config_are_what_the_controller_reads(
+    kube: Emulator, kube_client: client.ApiClient, tmp_path: Path, declare: bool
+) -> None:
+    """Where the cluster cannot say where a node sits (here the ResourceFlavor names no Topology), the blocks
+    declared in the controller config (``sliceFlavors``) are the inventory the controller's arbitration gets,
+    through the Runtime as it is built from its config; without them the flavor has no slices (quota rule)."""
+    apply_codelab(kube)
+    kube.modify("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "slice-rf", None,
+                lambda rf: rf["spec"].pop("topologyName", None))
+    flavors = {"slice-rf": {"blockShape": "4x4x4", "hostShape": "2x2x1",
+                            "blockLabel": "cloud.google.com/gke-tpu-partition-4x4x4-id"}}
+    cfg = ControllerConfig.model_validate(
+        {"leaderElection": {"enabled": False}, **({"sliceFlavors": flavors} if declare else {})})
+    clock = ManualClock()
+    rt = Runtime(api=kube_client, config=cfg, policies_dir=tmp_path, clock=clock, identity="controller-a",
+                 namespace="autoscaler", source=pool_on(clock))
+    _, quota = await rt.training.inner.training(policies()[1])
+    assert quota is not None
+    if not declare:
+        assert quota.slices is None
+        return
+    assert quota.slices is not None
+    assert "blocks declared in the controller config (sliceFlavors.slice-rf: 4x4x4" in quota.slices.source
+    inv = quota.slices.inventory
+    assert (inv.block_shape, inv.blocks, inv.used_chips) == (Shape(4, 4, 4), ("cube-a", "cube-b"), 64)
