@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from kubernetes_asyncio import client
 
@@ -41,29 +43,44 @@ class ManualClock:
         self.mono += seconds
 
 
-@dataclass
-class TgiMetrics:
-    """A stand-in TGI server: ``/metrics`` serves ``tgi_queue_size`` (what the pods source scrapes)."""
+async def serve_get(
+    path: str, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> tuple[web.AppRunner, str]:
+    """A stand-in server answering GET ``path`` with ``handler`` on a free port of 127.0.0.1: its runner (to
+    clean up) and the URL of ``path``."""
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}{path}"
 
-    queue: float = 0.0
-    url: str = ""
-    scrapes: int = 0
-    _runner: web.AppRunner | None = field(default=None, repr=False)
+
+@dataclass
+class MetricsServer:
+    """A stand-in model server's ``/metrics`` on a free port; a subclass says what it serves (``_metrics``)."""
+
+    url: str = field(default="", kw_only=True)
+    _runner: web.AppRunner | None = field(default=None, repr=False, kw_only=True)
 
     async def start(self) -> str:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.url = f"http://127.0.0.1:{port}/metrics"
+        self._runner, self.url = await serve_get("/metrics", self._metrics)
         return self.url
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        raise NotImplementedError
+
+
+@dataclass
+class TgiMetrics(MetricsServer):
+    """A stand-in TGI server: ``/metrics`` serves ``tgi_queue_size`` (what the pods source scrapes)."""
+
+    queue: float = 0.0
+    scrapes: int = 0
 
     async def _metrics(self, _: web.Request) -> web.Response:
         self.scrapes += 1
@@ -145,4 +162,13 @@ def deployment_runtime(
 def replicas(kube: Emulator, name: str = "tgi-gemma-deployment") -> int:
     """The Deployment's ``spec.replicas`` as the API server holds it."""
     return int(kube.get("apps/v1", "Deployment", name, "llm")["spec"]["replicas"])
+
+
+@pytest.fixture
+async def tgi() -> AsyncIterator[TgiMetrics]:
+    """A stand-in TGI server (``/metrics``) on a free port (registered by the controller and fault conftests)."""
+    server = TgiMetrics()
+    await server.start()
+    yield server
+    await server.stop()
 

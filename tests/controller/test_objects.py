@@ -5,7 +5,6 @@ the status subresource) with the decision, signals, held Workloads and condition
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,6 @@ from tests.kube.emulator import Emulator
 from tests.kube.kueue import Kueue
 
 API = "autoscaler.dev/v1alpha1"
-
-
-@pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def policy_object(endpoint: str, *, namespace: str = "llm", **spec: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,6 @@ from tests.controller.test_runtime import kubeconfig
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 from tests.kube.kueue import Kueue
-
-
-@pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def write_policy(tmp_path: Path, tgi: TgiMetrics) -> Path:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import io
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,14 +28,6 @@ from tests.kube.emulator import Emulator
 from tests.kube.kueue import Kueue
 
 SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
-
-
-@pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -9,10 +9,8 @@ reactivated. Signals come from the real pods source scraping a local TGI-like /m
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from kubernetes_asyncio import client
 
 from autoscaler.controller.runtime import Runtime
@@ -24,14 +22,6 @@ from tests.kube.kueue import Kueue
 WORKLOAD = "/apis/kueue.x-k8s.io/v1beta2/namespaces/llm/workloads/job-finetune-gemma-l4-3316f"
 SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/llm/events*"
-
-
-@pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def replicas(kube: Emulator) -> int:

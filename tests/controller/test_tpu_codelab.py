@@ -36,7 +36,7 @@ from autoscaler.controller.loop import LoopClock
 from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.workloads import DEACTIVATED_BY, LAST_CHECKPOINT
 from autoscaler.core.model import Reason
-from tests.controller.helpers import pool_on
+from tests.controller.helpers import MetricsServer, pool_on
 from tests.controller.test_disaggregated_loop import FakePrometheus
 from tests.kube import codelab
 from tests.kube.emulator import Emulator
@@ -53,27 +53,12 @@ FINETUNES = {f"ft-{i}": 60.0 * (9 - i) for i in range(1, 9)}
 
 
 @dataclass
-class VllmMetrics:
+class VllmMetrics(MetricsServer):
     """A stand-in for a pool's vLLM servers: ``/metrics`` with the V1 gauges the presets read."""
 
     running: float = 0.0
     waiting: float = 0.0
     kv: float = 0.2
-    url: str = ""
-    _runner: web.AppRunner | None = field(default=None, repr=False)
-
-    async def start(self) -> str:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/metrics"
-        return self.url
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _metrics(self, _: web.Request) -> web.Response:
         labels = '{model_name="Qwen/Qwen3.5-397B-A17B-FP8",engine="0"}'
@@ -134,6 +119,15 @@ class Codelab:
         self.tasks.append(asyncio.create_task(self.tas.run()))
         self.tasks.append(asyncio.create_task(rt.serve(asyncio.Event())))
 
+    async def stop(self) -> None:
+        """The controller and Kueue tasks cancelled, the metric servers stopped."""
+        for task in self.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.prefill.stop()
+        await self.decode.stop()
+
     def groups(self, lws: str) -> int:
         return int(self.kube.get(LWS, "LeaderWorkerSet", lws, NS)["spec"]["replicas"])
 
@@ -186,12 +180,7 @@ async def world(kube: Emulator, kube_client: client.ApiClient, tmp_path: Path) -
     w.policies.joinpath("lws-prefill-decode.yaml").write_text(
         yaml.safe_dump_all(shipped_policies(await prefill.start(), await decode.start())))
     yield w
-    for task in w.tasks:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-    await prefill.stop()
-    await decode.stop()
+    await w.stop()
 
 
 def _full(w: Codelab) -> None:
@@ -294,12 +283,7 @@ async def test_a_super_slice_yields_as_one_unit_freeing_both_blocks(
         assert "admit its 1 group(s) waiting for admission" in notes[0]
         assert tas.violations == []
     finally:
-        for task in w.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await prefill.stop()
-        await decode.stop()
+        await w.stop()
 
 
 JOINT_EXAMPLE = Path(__file__).parents[2] / "policies" / "tpu7x-disaggregated.yaml"
@@ -377,8 +361,5 @@ async def test_one_policy_grows_both_pools_from_the_cheapest_regions_then_gives_
         assert w.tas.violations == []
         assert len(w.tas.used_nodes()) == 32
     finally:
-        for task in w.tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await w.stop()
         await prom.stop()

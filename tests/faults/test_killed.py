@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -37,14 +36,6 @@ STEPS = [
     pytest.param("PATCH", SCALE, id="after-scaling"),
     pytest.param("POST", EVENTS, id="after-the-first-event"),
 ]
-
-
-@pytest.fixture
-async def tgi() -> AsyncIterator[TgiMetrics]:
-    server = TgiMetrics()
-    await server.start()
-    yield server
-    await server.stop()
 
 
 def replicas(kube: Emulator) -> int:
