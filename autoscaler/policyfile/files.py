@@ -79,13 +79,22 @@ def _size(n: int) -> str:
 def read_bytes(path: str | Path, *, limit: int, what: str) -> bytes:
     """At most ``limit`` bytes of the regular file ``path``; ``InputError`` otherwise."""
     fd = _open_checked(path, limit=limit, what=what)
+    chunks: list[bytes] = []
+    wanted = limit + 1  # one byte past the limit: /proc files report size 0
     try:
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)  # one byte past the limit: /proc files report size 0
+        # Plain reads on the descriptor, not a buffered file object around it: loading 5,000 policy files,
+        # building that object was a fifth of the reading.
+        while wanted > 0:
+            chunk = os.read(fd, wanted)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            wanted -= len(chunk)
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > limit:
         raise InputError(path, f"larger than the {_size(limit)} limit for a {what} file")
     return data

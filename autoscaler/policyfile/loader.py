@@ -174,11 +174,11 @@ def load_text(text: str, source: str) -> list[LoadedPolicy]:
 
 
 def _expand(paths: Sequence[str | Path], problems: list[Problem]) -> Iterator[str]:
-    seen: set[str] = set()
+    seen: set[object] = set()
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            found = sorted(_walk(path))
+            found = sorted(_walk(path), key=lambda f: f.parts)  # Path order, without Path's costlier comparisons
             if not found:
                 problems.append(Problem(str(p), 1, 1, FILE_PATH, "no *.yaml or *.yml files in this directory"))
             candidates: Iterable[Path] = found
@@ -188,10 +188,20 @@ def _expand(paths: Sequence[str | Path], problems: list[Problem]) -> Iterator[st
             problems.append(Problem(str(p), 1, 1, FILE_PATH, "no such file or directory"))
             continue
         for c in candidates:
-            key = os.path.realpath(c)
+            key = _identity(c)
             if key not in seen:  # the same file named twice would otherwise clash with itself
                 seen.add(key)
                 yield str(c)
+
+
+def _identity(path: Path) -> object:
+    """What makes two names one file: its device and inode (one ``stat``; ``realpath`` costs one per path
+    component), or the resolved path when it cannot be stat'ed (a dangling link: reading it reports why)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return (info.st_dev, info.st_ino)
 
 
 def _walk(root: Path) -> Iterator[Path]:
