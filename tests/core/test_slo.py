@@ -312,7 +312,7 @@ def test_counter_rates_filling_their_window_are_not_a_trend() -> None:
     assert rec is not None
     assert "trend" not in rec.message, rec.message
     assert "largest rise within a cold start seen in 1800s 0.00" in rec.message or rec.reason is Reason.STEADY
-    assert all(t >= T0 + 60 for t, _ in drv.learned.history)
+    assert all(x.t >= T0 + 60 for x in drv.learned.history)
 
 
 def test_queue_time_and_tpot_close_the_loop_too() -> None:
@@ -418,6 +418,64 @@ def test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise() -> No
     assert rec.reason is Reason.STEADY
     assert "largest rise" in rec.message
     assert "hysteresis 0.2" in rec.message
+
+
+def test_the_rise_and_the_band_are_not_stacked() -> None:
+    """The measured rise is its own margin: ``load + rise`` is kept at ``c``, the band at ``c·(1 − h)`` keeps
+    the steady need only. Stacked, 0.83 + 2.08 at ≤ 0.64 would hold 5; not stacked, 4 carry it at 0.8."""
+    drv = Driver()
+    drv.steady(600, 5, waiting=0, running=40)
+    for _ in range(24):
+        drv.step(5, 5, waiting=0, running=140)
+    rec = drv.steady(200, 5, waiting=0, running=40)
+    assert rec.reason is Reason.SCALE_DOWN, rec.message
+    assert rec.replicas == 4, rec.message
+    assert "(0.83 + 2.08) at ≤ 0.80" in rec.message
+
+
+def test_a_moments_queue_is_not_a_short_count() -> None:
+    """Behind random routing a few prompts land together on one replica: a queue on every replica for one or
+    two evaluations is not a count found short (remembered, it would bar scale-down at that load); a queue
+    that holds as long as saturation needs (``SATURATED_EVALUATIONS``) is."""
+    drv = Driver()
+    drv.steady(300, 4, waiting=0, running=40)
+    for _ in range(slo.SATURATED_EVALUATIONS - 1):
+        drv.step(4, 4, waiting=8, running=40)
+        assert drv.learned.short == ()
+    drv.steady(30, 4, waiting=0, running=40)
+    for _ in range(slo.SATURATED_EVALUATIONS):
+        drv.step(4, 4, waiting=8, running=40)
+    assert [x.ready for x in drv.learned.short] == [4]
+
+
+def test_a_relearned_capacity_is_not_a_rise() -> None:
+    """History keeps demand in the stated units (``LoadSample``) and recomputes it with the capacity learned
+    now: fewer usable slots learned later scale every past load alike, so the largest rise stays what the
+    demand did (nothing), not the step of the model."""
+    drv = Driver()
+    drv.steady(600, 4, waiting=0, running=40)
+    drv.state = replace(drv.learned, slot_scale=0.5)
+    rec = drv.step(4, 4, waiting=0, running=40)
+    assert "(1.67 + 0.00)" in rec.message, rec.message
+    assert slo.LoadSample(0.0, 2.0, 1.5, 0.2).load(2.0, 0.5) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("kv", "learns"),
+    [pytest.param(0.15, False, id="cache-emptier-than-slots-prefill-backlog"),
+     pytest.param(0.9, True, id="cache-fuller-than-slots-kv-binds")],
+)
+def test_usable_slots_are_learned_only_where_the_cache_binds(kv: float, learns: bool) -> None:
+    """JetStream's prefill backlog holds slots already: a backlog on every replica with a third of the slots
+    and little of the KV cache in use waits for prefill, not for a slot, and teaches no smaller slot count.
+    With the cache fuller than the slots, the cache is what admits no more: the usable share is learned."""
+    drv = Driver(config(signals={"waiting": "waiting", "slotsUsed": "used", "kvCacheUsage": "kv"}))
+    for _ in range(int(120 / STEP)):
+        drv.step(2, 2, waiting=4, used=0.35, kv=kv)
+    if learns:
+        assert drv.learned.slot_scale == pytest.approx(0.35, abs=0.05)
+    else:
+        assert drv.learned.slot_scale == 1.0
 
 
 def test_the_learned_state_is_all_in_the_returned_state() -> None:

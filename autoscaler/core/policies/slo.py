@@ -19,7 +19,8 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
 2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
    every ready replica, ``R`` unchanged for a minute) the served tokens/s per replica *is* their capacity:
    ``κ`` moves toward it (exponential average, time constant ``CAPACITY_TAU_S``), and so does the usable
-   share of the slots (from the sequences running). When they are not, what they serve is a lower bound of
+   share of the slots (from the sequences running), unless a KV gauge shows the cache emptier than the
+   slots (then the queue waits for prefill, not for a slot). When they are not, what they serve is a lower bound of
    their capacity: ``κ`` rises to it at once. So ``κ`` converges within minutes of the first busy period; it
    is kept in ``SloState`` so replay and simulation reproduce it.
 3. **Utilization at the SLO** (``c``, starts at ``targetUtilization``): the fraction of capacity a replica
@@ -38,11 +39,14 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    what the current load needs.
 5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
    them (no cascading over-scale during a cold start).
-6. **Scale down, cost-aware**: to ``ceil(max(peak, forecast, load + rise) / (c·(1 − hysteresis)))``, where
-   ``peak`` is the highest load of the last ``holdSeconds`` (default the cold start) and ``rise`` the largest
-   rise within one cold start seen lately: a replica released now and needed again within its cold start
-   costs more than keeping it. Never below the count found needed when a count was short at a comparable
-   load (``ShortCount``): the loop that found it may relax, the count it found is remembered. The band
+6. **Scale down, cost-aware**: to ``max(ceil(max(peak, forecast) / (c·(1 − hysteresis))), ceil((load + rise) / c))``,
+   where ``peak`` is the highest load of the last ``holdSeconds`` (default the cold start) and ``rise`` the
+   largest rise within one cold start seen lately: a replica released now and needed again within its cold
+   start costs more than keeping it. The two margins are not stacked: the band keeps the steady need, the
+   measured rise is its own margin. Past loads are recomputed with the capacity learned now
+   (``LoadSample``), so a re-learned capacity is not a rise. Never below the count found needed when a count
+   was short at a comparable load (``ShortCount``: the SLO missed, or a queue on every replica for as long
+   as saturation takes); the loop that found it may relax, the count it found is remembered. The band
    between the scale-up count and this one is the hysteresis; at a steady load the count is a fixed point.
 7. **Unknown never shrinks.** With a configured signal unknown, the known load is a lower bound: the policy
    scales up on it when it alone needs more than ``N`` and ``R + S``; otherwise it returns unknown and the
@@ -246,6 +250,28 @@ class ShortCount:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadSample:
+    """One evaluation's demand in the units of the stated facts, not of the learned model: the load it was is
+    recomputed with the capacity learned now. A capacity re-learned (fewer usable slots found in a burst) would
+    otherwise show as a rise of every later load against the earlier ones: a rise of the model, not of demand."""
+
+    t: float
+    #: Token work in replicas of the prior (``None`` without token signals).
+    tokens: float | None
+    #: Running + waiting over the stated slots of one replica.
+    slots: float | None
+    #: KV-cache use in replicas (a fraction of the ready replicas' caches).
+    kv: float | None
+
+    def load(self, kappa: float, slot_scale: float) -> float:
+        return max(
+            self.tokens / kappa if self.tokens is not None else 0.0,
+            self.slots / slot_scale if self.slots is not None else 0.0,
+            self.kv if self.kv is not None else 0.0,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SloState:
     """What the policy learns and remembers (``PolicyState.algorithm``): replay and simulation reproduce it."""
 
@@ -266,8 +292,8 @@ class SloState:
     proven: float = 0.0
     #: c: utilization at the SLO (None until the first evaluation sets it from the config).
     utilization: float | None = None
-    #: ``(time, load)`` over the longest window any estimate reads, oldest first.
-    history: tuple[tuple[float, float], ...] = ()
+    #: The demand of each evaluation over the longest window any estimate reads, oldest first.
+    history: tuple[LoadSample, ...] = ()
     #: The times of the samples in ``history`` taken without a queue on every replica (the trend's).
     calm: tuple[float, ...] = ()
     #: The ready count and since when it holds.
@@ -290,6 +316,10 @@ class _Reading:
     load: float
     #: The load without the waiting requests (what was being served): the basis to compare loads across time.
     served_load: float
+    #: The parts of ``load`` in the units of the stated facts (what history keeps).
+    tokens_prior: float | None
+    slots_stated: float | None
+    kv_replicas: float | None
     parts: tuple[str, ...]
     served_prior: float | None  # served tokens/s per ready replica over the prior capacity
     waiting: float | None
@@ -347,6 +377,7 @@ class SloAlgorithm:
         parts: list[str] = []
         load = served_load = 0.0
         served_prior: float | None = None
+        tokens_prior = slots_stated = kv_replicas = None
         prior = cfg.replica.prior
         if prompt is not None and gen is not None and prior is not None:
             # The first token waits for prefill compute and for a slot. Continuous-batching servers run a new
@@ -361,6 +392,7 @@ class SloAlgorithm:
             if ready > 0:
                 served_prior = busy_prior / ready
             tok = busy_prior / kappa
+            tokens_prior = busy_prior
             load = max(load, tok)
             served_load = max(served_load, tok)
             parts.append(
@@ -370,6 +402,7 @@ class SloAlgorithm:
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
             effective = slots * slot_scale
+            slots_stated = conc / slots
             load = max(load, conc / effective)
             served_load = max(served_load, (running or 0.0) / effective)
             parts.append(
@@ -377,6 +410,7 @@ class SloAlgorithm:
                 f"of {effective:.0f}/replica)"
             )
         if kv is not None:
+            kv_replicas = kv * ready
             load = max(load, kv * ready)
             served_load = max(served_load, kv * ready)
             parts.append(f"KV {kv * ready:.2f} ({kv:.0%} of {ready})")
@@ -404,6 +438,9 @@ class SloAlgorithm:
         return _Reading(
             load=load,
             served_load=served_load,
+            tokens_prior=tokens_prior,
+            slots_stated=slots_stated,
+            kv_replicas=kv_replicas,
             parts=tuple(parts),
             served_prior=served_prior,
             waiting=waiting,
@@ -443,8 +480,14 @@ class SloAlgorithm:
                 # load counts prefill only when gauges are given (``_read``), so a queue the KV cache or the
                 # slots cause is not the prefill's: the usable share of the slots is learned too. The load is
                 # the larger of the two parts, not their sum: learning both does not count the queue twice.
-                if probe.running is not None and (probe.served_prior is None or not self._generation_counts()):
-                    per = probe.running / ready / cfg.replica.slots
+                # Fewer usable slots than stated has one cause a server shows: the KV cache (or a token budget
+                # standing for it, TGI's --max-batch-total-tokens) admits no more. Where a KV gauge shows the
+                # cache fuller than the slots, or no KV gauge is given, a queue with slots free is that; where
+                # the cache is emptier than the slots, the requests wait for prefill, not for a slot (JetStream's
+                # prefill backlog holds slots already), and the slots are not learned from it.
+                per = probe.running / ready / cfg.replica.slots if probe.running is not None else None
+                kv_binds = probe.kv_replicas is None or per is None or probe.kv_replicas / ready >= per
+                if per is not None and kv_binds and (probe.served_prior is None or not self._generation_counts()):
                     slot_scale += alpha * (per - slot_scale)
             else:
                 # Without a queue, what is served is a lower bound of what can be.
@@ -499,13 +542,13 @@ class SloAlgorithm:
         horizon = cfg.replica.cold_start_seconds
         hold = cfg.hold_s
         keep = max(hold, lookback(horizon), BURST_SHORT_S)
-        history = tuple((t, v) for t, v in prev.history if t > now - keep)
+        history = tuple(x for x in prev.history if x.t > now - keep)
         calm = tuple(t for t in prev.calm if t > now - keep)
         # Until the counters' rate windows have filled, a fresh controller's rates ramp from nothing: that
         # would read as a rise and a trend. Those first samples are not history.
         warm = prev.since is not None and now - prev.since >= self._rate_window(ctx)
         if not reading.unknown and warm:
-            history = (*history, (now, load))
+            history = (*history, LoadSample(now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas))
             if not queued:
                 # While requests queue on every replica the served rates show the replicas' capacity, not
                 # the demand: those samples would fake a trend as capacity is added. The trend skips them.
@@ -516,11 +559,13 @@ class SloAlgorithm:
         # (estimate: grace periods of 30-60 s against cold starts of minutes).
         reach = HANDOFF_LEAD_COLD_STARTS * horizon
         further = load
-        if fc.enabled and history:
+        # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
+        series = tuple((x.t, x.load(kappa, slot_scale)) for x in history)
+        if fc.enabled and series:
             calm_set = set(calm)
             forecast, ftext, burst_at, further = _trend_and_burst(
-                history, now, load, horizon, fc.burst_ratio, burst_at,
-                trend_samples=[(t, v) for t, v in history if t in calm_set] if not queued else [],
+                series, now, load, horizon, fc.burst_ratio, burst_at,
+                trend_samples=[(t, v) for t, v in series if t in calm_set] if not queued else [],
                 reach=reach,
             )
             if fc.seasonality_period_seconds is not None:
@@ -531,12 +576,17 @@ class SloAlgorithm:
                 if season_load is not None and season_load > forecast:
                     forecast = season_load
                     ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
-        peak = max([v for t, v in history if t > now - hold] or [load])
-        rise = _largest_rise(history, horizon)
+        peak = max([v for t, v in series if t > now - hold] or [load])
+        rise = _largest_rise(series, horizon)
         # Nothing is released before a whole hold window has been observed (after the rate windows filled).
         observed = max(0.0, now - (prev.since if prev.since is not None else now) - self._rate_window(ctx))
 
-        insufficient = ready > 0 and starting == 0 and (queued or (ratio is not None and ratio > 1.0))
+        # Not enough: the SLO missed (the quantile is already a window's), or a queue on every replica that held
+        # for as many evaluations as saturation needs to teach capacity. A moment's backlog (a few prompts
+        # landing together on one replica behind random routing) is not a short count: remembered, it would bar
+        # every scale-down at that load for as long as the memory lasts.
+        sustained = run >= SATURATED_EVALUATIONS
+        insufficient = ready > 0 and starting == 0 and (sustained or (ratio is not None and ratio > 1.0))
         short = prev.short
         if not reading.unknown and ready > 0 and starting == 0:
             served = reading.served_load
@@ -545,7 +595,7 @@ class SloAlgorithm:
                 # served load: a burst's backlog must not be remembered as a standing need).
                 found = ShortCount(now, ready, served, max(ready + 1, _ceil(load / c)))
                 short = (*(x for x in short if x.ready != ready), found)[-MAX_SHORT:]
-            else:
+            elif not queued:
                 # The count is enough now at this load: what was short at a lower load is disproved.
                 short = tuple(x for x in short if not (x.ready == ready and x.served <= served))
 
@@ -626,8 +676,12 @@ class SloAlgorithm:
                 f"{need_text}; {have_text}: the starting replicas cover it, not scaling again", ahead=ahead,
             ), new_state
         down_u = c * (1.0 - cfg.scale_down.hysteresis)
-        keep_for = max(peak, forecast, load + rise)
-        down = max(need, _ceil(keep_for / down_u))
+        # Two margins, each for its own risk, not stacked: the band (hysteresis) keeps the steady need, the peak
+        # of the hold window and the forecast, so that a steady load is a fixed point; the largest rise within
+        # a cold start is itself a measured margin (what the load did before while a replica started), so
+        # ``load + rise`` is kept at the SLO utilization ``c``, not at ``c·(1 − hysteresis)`` again.
+        keep_for = max(peak, forecast)
+        down = max(need, _ceil(keep_for / down_u), _ceil((load + rise) / c))
         # Below what was found needed when a count was short at a comparable load (within the hysteresis) is
         # not returned to: without this, ``c`` recovering would walk the count back into the shortfall.
         too_few = max(
@@ -643,9 +697,9 @@ class SloAlgorithm:
         lead_keep = lead_keep if lead_keep > need else 0
         down = max(down, lead_keep)
         band = (
-            f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast, load + the largest rise "
-            f"within a cold start seen in {lookback(horizon):g}s {rise:.2f}) at ≤ {down_u:.2f} utilization "
-            f"(hysteresis {cfg.scale_down.hysteresis:g})"
+            f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast) at ≤ {down_u:.2f} utilization "
+            f"(hysteresis {cfg.scale_down.hysteresis:g}) and load + the largest rise within a cold start seen in "
+            f"{lookback(horizon):g}s ({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
         )
@@ -785,4 +839,4 @@ def build(config: SloPolicyConfig) -> PolicyAlgorithm:
     return SloAlgorithm(config)
 
 
-__all__ = ["ShortCount", "SloAlgorithm", "SloPolicyConfig", "SloState", "build"]
+__all__ = ["LoadSample", "ShortCount", "SloAlgorithm", "SloPolicyConfig", "SloState", "build"]
