@@ -253,3 +253,11 @@ def test_every_target_of_a_policy_with_several_targets_has_one_owner(
     assert lines[row - 2].strip() == "target:"
     assert "name: prefill" in lines[row]
     assert "variants" in "".join(lines[row - 6:row])
+
+
+def test_a_file_linked_under_another_name_is_read_once(tmp_path: Path) -> None:
+    """Two names for one file (a link beside it, as ConfigMap volumes make) are one file, not two policies that
+    clash over their name and target."""
+    write(tmp_path / "a.yaml", BASE)
+    (tmp_path / "b.yaml").symlink_to("a.yaml")
+    assert [Path(lp.file).name for lp in loader.load_paths([tmp_path])] == ["a.yaml"]
