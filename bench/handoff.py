@@ -6,6 +6,8 @@ scale, on the same trace and cluster:
 
 - ``kueue-only``: our recommended policy without ``capacity``/``preemptible`` (Kueue's own preemption);
 - ``ours``: the recommended policy as shipped (its arbitration, ``core.arbitration``: the controller's code);
+- ``ours+ahead``: the same with ``capacity.actAhead: true`` (stop just-checkpointed training ahead of the
+  policy's forecast; off as shipped: this row is why);
 - ``ours+ask``: the same with ``capacity.checkpointRequestSeconds: 60`` (ask a victim to checkpoint first,
   wait up to 60 s: ``estimate``, a few times the bundled jobs' 20–30 s save) and trainers that honour it.
 
@@ -50,7 +52,7 @@ SCENARIOS = (
     ("code", cluster_mod.bundled("AzureLLMInferenceTrace_code.csv"), cluster_mod.bundled("cluster-tpu.yaml"),
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
-RUNS = ("kueue-only", "ours", "ours+ask")
+RUNS = ("kueue-only", "ours", "ours+ahead", "ours+ask")
 METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours")
 RATE_SCALES = (0.5, 1.0, 1.5)
 ASK_SECONDS = 60.0
@@ -102,10 +104,14 @@ class Account:
                 f"restores owed {self.restores / seeds:.3f} ch-h")
 
 
-def with_ask(policy: ScalingPolicy) -> ScalingPolicy:
+def with_capacity(policy: ScalingPolicy, **capacity: object) -> ScalingPolicy:
     doc = policy.model_dump(mode="json", by_alias=True, exclude_none=True)
-    doc["spec"]["capacity"]["checkpointRequestSeconds"] = ASK_SECONDS
+    doc["spec"]["capacity"].update(capacity)
     return ScalingPolicy.model_validate(doc)
+
+
+def with_ask(policy: ScalingPolicy) -> ScalingPolicy:
+    return with_capacity(policy, checkpointRequestSeconds=ASK_SECONDS)
 
 
 def cluster_file(source: Path, *, save_on_sigterm: bool, into: Path) -> Path:
@@ -147,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                 worst = dict.fromkeys(RUNS, 0)
                 for seed in range(args.seeds):
                     out = runner.run(runner.Options(
-                        requests=trace, cluster=cfile, policies=[("ours", policy), ("ours+ask", with_ask(policy))],
+                        requests=trace, cluster=cfile,
+                        policies=[("ours", policy), ("ours+ahead", with_capacity(policy, actAhead=True)),
+                                  ("ours+ask", with_ask(policy))],
                         rate_scale=rate, baselines=("kueue-only",), seed=seed,
                     ))
                     rows, results = out.summary["policies"], {r.name: r for r in out.results}
@@ -166,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.explain:
                         print(accounts[n].line(args.seeds), flush=True)
                 base = sums["kueue-only"]
-                for n in ("ours", "ours+ask"):
+                for n in RUNS[1:]:
                     tag = f"{name} {trainers} ×{rate:g} {n}"
                     verdicts += [
                         (f"{tag}: lost ≤ ½ kueue-only's",

@@ -36,13 +36,14 @@ Its transitions:
    does not fit stops the reactivations (no lower-priority job overtakes it).
    With the policy's forecast (``ahead``), the chips it needs back within its lead are kept out of the room:
    nothing is reactivated that serving is forecast to take again (hysteresis).
-4. Acting ahead (``_act_ahead``): serving needs no more now but the policy forecasts ``ahead.replicas`` within
-   ``ahead.within_s`` and they do not fit. Workloads that have just checkpointed are stopped now and serving
-   starts the replicas they make room for (they lose at most two evaluation periods of work, instead of
-   wherever their interval stands when the need is due); with checkpoint requests on, the victims of
-   transition 2 are asked to save now, while serving does not wait yet. Nothing else is stopped early.
-   Also while this target's replicas wait for admission, once the chips they wait for are on their way
-   (an earlier hand-off in flight): a ramp's next step need not wait for the first victim to leave.
+4. Acting ahead (``_act_ahead``; only with ``capacity.actAhead``): serving needs no more now but the policy
+   forecasts ``ahead.replicas`` within ``ahead.within_s`` and they do not fit. Workloads that have just
+   checkpointed are stopped now and serving starts the replicas they make room for (they lose at most two
+   evaluation periods of work, instead of wherever their interval stands when the need is due); with
+   checkpoint requests on, the victims of transition 2 are asked to save now, while serving does not wait
+   yet. Nothing else is stopped early. Also while this target's replicas wait for admission, once the chips
+   they wait for are on their way (an earlier hand-off in flight): a ramp's next step need not wait for the
+   first victim to leave.
 
 The victim choice is a parameter (``choose``), so ``lowest_priority_first`` (Kueue's order) can be compared
 with ``least_work_lost`` on the same rule.
@@ -276,7 +277,7 @@ def plan(
             return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
                                     observation.training, current, desired, now, replicas.gated)
         up = _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
-        if desired > current or up.training or ahead is None or forecast <= current:
+        if desired > current or up.training or ahead is None or not capacity.act_ahead or forecast <= current:
             return up
         # The replicas waiting for admission wait only for chips already on their way (an earlier hand-off in
         # flight: a victim in its grace period). A ramp's next step can still be taken ahead, at a checkpoint;
@@ -284,7 +285,7 @@ def plan(
         early = _act_ahead(capacity, acct, observation.training, current, ahead, now, choose,
                            fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)
         return up if early is None else early
-    if ahead is not None and not sliced and desired == current and forecast > current:
+    if ahead is not None and capacity.act_ahead and not sliced and desired == current and forecast > current:
         early = _act_ahead(capacity, acct, observation.training, current, ahead, now, choose,
                            fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)
         if early is not None:

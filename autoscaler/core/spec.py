@@ -250,6 +250,14 @@ class CapacitySpec(SpecModel):
         "this long for a newer autoscaler.dev/last-checkpoint-time; serving's scale-up waits meanwhile. For "
         "training loops that honour the request.",
     )
+    act_ahead: bool = Field(
+        default=False,
+        description="Act ahead of the policy's forecast (type slo): when it expects more replicas within a "
+        "hand-off's lead than fit, stop now the training that has just checkpointed and start serving on its "
+        "chips (reason HandoffAhead). Off by default: on the bundled traces it lost no less work and cost "
+        "attainment in one cell (docs/controller.md, the hand-off figures). The forecast's reactivation "
+        "hysteresis applies either way.",
+    )
     max_preemptions_per_hour: int = Field(
         default=2, ge=0,
         description="This controller stops one Workload at most this many times in any hour; past it serving "

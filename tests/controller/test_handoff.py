@@ -572,7 +572,7 @@ spec:
     objective: {{ttftSeconds: 2, percentile: 0.99}}
     replica: {{slots: 10, coldStartSeconds: 10}}
     signals: {{running: batch}}
-  capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2}}
+  capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2, actAhead: true}}
   preemptible:
     - namespace: llm
       selector: {{matchLabels: {{app: finetune-job}}}}

@@ -517,35 +517,40 @@ def test_waiting_for_admission_is_its_own_reason() -> None:
 
 
 SOON = Ahead(replicas=2, within_s=240)
+AHEAD = spec_with(actAhead=True)
+AHEAD_ASK = spec_with(actAhead=True, checkpointRequestSeconds=60)
 
 
 def test_act_ahead_stops_a_victim_that_just_checkpointed_and_starts_the_replica_now() -> None:
     # 6 GPUs: 1 replica (2) + two 2-GPU jobs. Serving needs 1 now and forecasts 2 within 240 s.
     training = (ckpt("stale", 400, chips=2), ckpt("fresh", 10, chips=2))
-    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 6, training), desired=1, ahead=SOON)
     assert (result.desired, actions(result)) == (2, [("deactivate", "fresh")])
     assert "ahead of need" in result.training[0].message
     assert "forecasts 2 replicas within 240s" in result.message
+    # Opt-in: without capacity.actAhead nothing is stopped ahead of need.
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON)
+    assert (result.desired, result.training) == (1, ())
 
 
 def test_act_ahead_waits_for_a_checkpoint_rather_than_stop_work_early() -> None:
     # Nobody has just saved (fresh = 2 evaluation periods, 30 s here): stop nothing ahead, serving stays.
     training = (ckpt("a", 100, chips=2), ckpt("b", 400, chips=2))
-    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 6, training), desired=1, ahead=SOON)
     assert (result.desired, result.training) == (1, ())
     # Without a forecast, a just-saved job is not touched either.
-    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (ckpt("fresh", 10, chips=2),)), desired=1)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 6, (ckpt("fresh", 10, chips=2),)), desired=1)
     assert (result.desired, result.training) == (1, ())
 
 
 def test_act_ahead_with_requests_asks_the_cheapest_victim_to_save_while_serving_does_not_wait_yet() -> None:
     now = 10_000.0
     training = (ckpt("a", 100, chips=2), ckpt("b", 400, chips=2))
-    result = arbitration.plan(spec=ASK, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
+    result = arbitration.plan(spec=AHEAD_ASK, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
     assert (result.desired, actions(result)) == (1, [("request-checkpoint", "a")])
     # Once it has saved, it is stopped and the replica starts, still ahead of need.
     saved = (ckpt("a", 3, chips=2, checkpoint_requested_at=now - 25), ckpt("b", 425, chips=2))
-    result = arbitration.plan(spec=ASK, observation=observe(1, 6, saved), desired=1, ahead=SOON, now=now + 25)
+    result = arbitration.plan(spec=AHEAD_ASK, observation=observe(1, 6, saved), desired=1, ahead=SOON, now=now + 25)
     assert (result.desired, actions(result)) == (2, [("deactivate", "a")])
 
 
@@ -553,11 +558,11 @@ def test_act_ahead_respects_anti_thrash() -> None:
     now = 10_000.0
     capped = ckpt("fresh", 10, chips=2, preempted_at=(now - 3000, now - 100))
     training = (capped, ckpt("other", 400, chips=2))
-    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
     assert (result.desired, result.training) == (1, ())
     resumed = (ckpt("fresh", 10, chips=2, resumed_at=now - 60), ckpt("other", 400, chips=2))
-    result = arbitration.plan(spec=spec_with(minRunSeconds=600), observation=observe(1, 6, resumed), desired=1,
-                              ahead=SOON, now=now)
+    result = arbitration.plan(spec=spec_with(minRunSeconds=600, actAhead=True), observation=observe(1, 6, resumed),
+                              desired=1, ahead=SOON, now=now)
     assert (result.desired, result.training) == (1, ())
 
 
@@ -567,19 +572,20 @@ def test_act_ahead_while_an_earlier_hand_off_is_still_in_flight() -> None:
     # is gone (by then "fresh" would be stopped wherever its interval stands).
     training = (wl("leaving", chips=2, active=False, admitted=True, ours=True), ckpt("fresh", 5, chips=2))
     obs = observe_inflight(2, 6, training, gated=1)
-    result = arbitration.plan(spec=SPEC, observation=obs, desired=2, ahead=Ahead(replicas=3, within_s=240))
+    result = arbitration.plan(spec=AHEAD, observation=obs, desired=2, ahead=Ahead(replicas=3, within_s=240))
     assert (result.desired, actions(result)) == (3, [("deactivate", "fresh")])
     # Not when the gated replica still needs a victim (transition 2 decides), nor without a forecast.
     short = (ckpt("stale", 300, chips=2), ckpt("fresh", 5, chips=2))
-    result = arbitration.plan(spec=SPEC, observation=observe_inflight(2, 6, short, gated=1), desired=2,
+    result = arbitration.plan(spec=AHEAD, observation=observe_inflight(2, 6, short, gated=1), desired=2,
                               ahead=Ahead(replicas=3, within_s=240))
     assert (result.desired, actions(result)) == (2, [("deactivate", "fresh")])
-    assert arbitration.plan(spec=SPEC, observation=obs, desired=2).training == ()
+    assert arbitration.plan(spec=AHEAD, observation=obs, desired=2).training == ()
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=2, ahead=Ahead(replicas=3, within_s=240)).training == ()
 
 
 def test_act_ahead_does_nothing_when_the_forecast_fits() -> None:
     training = (ckpt("fresh", 10, chips=2),)
-    result = arbitration.plan(spec=SPEC, observation=observe(1, 4, training), desired=1, ahead=SOON)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 4, training), desired=1, ahead=SOON)
     assert (result.desired, result.training) == (1, ())
 
 
