@@ -233,8 +233,13 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         (tmp / "policies" / name).write_text(text)
     clock = LoopClock()
 
+    scrapers: list[PodsSource] = []
+
     def factory(spec: SourceSpec) -> MetricSource:
-        return PodsSource(clock=clock.wall) if spec.type == "pods" else default_factory(spec)
+        if spec.type != "pods":
+            return default_factory(spec)
+        scrapers.append(PodsSource(clock=clock.wall))
+        return scrapers[-1]
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
@@ -259,6 +264,7 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         await asyncio.sleep(warmup_s)  # policies loaded, watches synced, first evaluations done
         cpu0, wall0, load0 = time.process_time(), time.monotonic(), os.getloadavg()[0]
         screens0 = rt.controller.screens
+        fetches0 = sum(p.fetches for p in scrapers)
         for _ in range(trials):
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe rounds
             t0 = await ask("jump")
@@ -284,7 +290,9 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         print(f"controller process during the trials: {cpu:.1f} s CPU in {wall:.1f} s wall "
               f"({cpu / wall:.2f} of a core); {screens} screens ({screens / wall:.0f}/s, "
               f"{1000 * cpu / max(1, screens):.2f} ms CPU per screen); "
-              f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}",
+              f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
+              f"{sum(p.fetches for p in scrapers) - fetches0} scrapes, "
+              f"{sum(p.connections for p in scrapers)} connections opened in all",
               file=sys.stderr, flush=True)
     finally:
         loop.remove_reader(conn.fileno())

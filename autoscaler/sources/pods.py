@@ -101,6 +101,11 @@ class PodsSource:
         #: Each counter and histogram bucket read so far, per endpoint: rates are deltas between scrapes.
         self.history = History()
 
+    @property
+    def connections(self) -> int:
+        """Connections the keep-alive scrape client opened so far (reuse shows as few)."""
+        return self._fast.connects
+
     async def aclose(self) -> None:
         await self._fast.aclose()
         if self._session is not None:

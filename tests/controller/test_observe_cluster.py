@@ -15,10 +15,12 @@ from autoscaler.controller import lookups
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.observer import Prepared
 from autoscaler.controller.runtime import Runtime
+from autoscaler.controller.targets import KubeTargets
 from autoscaler.core.engine import CompiledPolicy, compile_policy
 from autoscaler.core.model import Observation, PolicyState, ScaleDecision
 from autoscaler.policyfile import loader
 from autoscaler.sources.command import observe_once
+from autoscaler.sources.pool import plan
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, tutorial_cluster
 from tests.controller.policies import tgi_policy
 from tests.controller.test_runtime import kubeconfig
@@ -184,3 +186,27 @@ async def test_observe_builds_the_observation_run_builds_and_decides_alike(
     assert (shown["current"], shown["desired"], shown["reason"], shown["message"]) == (
         decision.current, decision.desired, decision.reason.value, decision.message)
     assert not [r for r in kube.requests[before:] if r.is_write], "observe never writes"
+
+
+async def test_node_level_metrics_get_the_nodes_of_the_targets_serving_pods(
+    kube: Emulator, kube_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """Issue 9, item 5: a node-level Cloud Monitoring metric reads the nodes the target's serving pods run on
+    (their ``spec.nodeName``, from the controller's own target read), not every node and not none."""
+    kube.add(objects.deployment(replicas=2))
+    for i, node in enumerate(("gke-tpu-b", "gke-tpu-a", None)):
+        pod = objects.pod(f"tgi-gemma-deployment-6b7c8d9f4-{i}aaaa", ip=f"10.0.0.{i + 1}" if node else None,
+                          ready=node is not None)
+        if node is not None:
+            pod["spec"]["nodeName"] = node
+        kube.add(pod)
+    text = tgi_policy(source="{type: cloud-monitoring, project: p, cluster: prod-1}", capacity=False).replace(
+        "preset: tgi.queue_size", "preset: tpu.node_memory_used_ratio")
+    (tmp_path / "tgi.yaml").write_text(text)
+    (policy,) = loader.load_file(tmp_path / "tgi.yaml")
+    cp = compile_policy(policy)
+    view = (await KubeTargets(kube_client).observe_many([cp]))[cp.name]
+    assert not isinstance(view, Exception)
+    (request,), missing = plan(policy, pods=view.pods)
+    assert not missing
+    assert request.node_names() == ("gke-tpu-a", "gke-tpu-b")  # the pending pod (no node yet) adds none
