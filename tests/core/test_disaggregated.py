@@ -10,6 +10,7 @@ pool.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from autoscaler.core.model import (
     ReplicaStatus,
     ScaleDecision,
     SignalReading,
+    SliceCapacity,
     TargetKind,
     TargetRef,
     TrainingDecision,
@@ -357,6 +359,82 @@ def test_variants_only_where_they_fit_in_the_blocks() -> None:
     assert fits({"decode": 4})
     mix = dg.choose_mix(v.decode.variants, {"decode": 1, "decode-big": 0}, 9000.0, min_groups=1, fits=fits)
     assert mix == {"decode": 5, "decode-big": 0}  # the 32-chip group does not fit: five small ones do
+
+
+def full_block(jobs: tuple[TrainingWorkload, ...]) -> QuotaStatus:
+    """One 4x4x4 block held whole: a prefill and a decode group, then one 2x2x2 region per training Workload,
+    as the controller reads it (``SliceCapacity``: occupants keyed ``namespace/name``, none marked
+    preemptible: which training may yield is the arbitration's word, not the inventory's)."""
+    places = [(x, y, z) for z in (0, 2) for y in (0, 2) for x in (0, 2)]
+    two = topology.Shape(2, 2, 2)
+    occupants = [topology.Occupant("llm/prefill-0", (topology.Region("b0", places[0], two),)),
+                 topology.Occupant("llm/decode-0", (topology.Region("b0", places[1], two),))]
+    occupants += [topology.Occupant(w.key, (topology.Region("b0", places[2 + i], two),)) for i, w in enumerate(jobs)]
+    inv = topology.Inventory(topology.Shape(4, 4, 4), ("b0",), tuple(occupants))
+    owners = {"llm/prefill-0": PRE.key, "llm/decode-0": DEC.key}
+    slices = SliceCapacity("slice-rf", inv, "nodes", owners=owners)
+    return QuotaStatus("cq", "google.com/tpu", nominal=64, reserved=64, slices=slices)
+
+
+def test_in_full_blocks_a_pool_grows_by_stopping_training_slices() -> None:
+    # The codelab's shape of the defect (the simulator feeds the slice inventory): every region is held, so a
+    # new group fits only once training yields. The mix must count eligible training as able to yield.
+    pol = compiled(capacity=True, budget=None)
+    jobs = training(6, chips=8)
+    values = {**QUIET, "prompt": 20000.0}  # prefill needs 28,571 tokens/s: 1 -> 4 groups
+    obs = observation(values, {"prefill": (1, 1), "decode": (1, 1)}, training=jobs, quota=full_block(jobs))
+    decisions, _ = decide(pol, obs, PolicyState(), T0)
+    got = scales(decisions)
+    assert (got["prefill"].desired, got["decode"].desired) == (4, 1), got["prefill"].message
+    stopped = [d.workload.key for d in decisions if isinstance(d, TrainingDecision)]
+    # Three slices, the least work lost first (job-0..2 saved most recently).
+    assert sorted(stopped) == ["train/job-0", "train/job-1", "train/job-2"]
+
+
+def test_without_capacity_kueue_preempts_so_training_is_no_bound() -> None:
+    # No spec.capacity: the policy stops nothing, Kueue admits or preempts for the serving groups it asks for
+    # by its own priorities (as with a single-target policy without capacity): the blocks do not bound it.
+    pol = compiled(budget=None)
+    jobs = training(6, chips=8)
+    values = {**QUIET, "prompt": 20000.0}
+    obs = observation(values, {"prefill": (1, 1), "decode": (1, 1)}, training=jobs, quota=full_block(jobs))
+    decisions, _ = decide(pol, obs, PolicyState(), T0)
+    assert scales(decisions)["prefill"].desired == 4
+    assert not [d for d in decisions if isinstance(d, TrainingDecision)]
+
+
+def test_in_full_blocks_training_that_may_not_yield_is_no_room() -> None:
+    # Every Workload resumed a moment ago under minRunSeconds: none may stop, so no new group fits anywhere.
+    doc = policy_doc(capacity=True, budget=None)
+    doc["spec"]["capacity"]["minRunSeconds"] = 600
+    pol = compile_policy(ScalingPolicy.model_validate(doc))
+    jobs = tuple(dataclasses.replace(w, resumed_at=T0 - 10) for w in training(6, chips=8))
+    values = {**QUIET, "prompt": 20000.0}
+    obs = observation(values, {"prefill": (1, 1), "decode": (1, 1)}, training=jobs, quota=full_block(jobs))
+    decisions, _ = decide(pol, obs, PolicyState(), T0)
+    assert scales(decisions)["prefill"].desired == 1
+    assert "does not fit as whole slices in the blocks" in scales(decisions)["prefill"].message
+    assert not [d for d in decisions if isinstance(d, TrainingDecision)]
+
+
+def test_in_full_blocks_a_variant_fits_only_where_training_may_yield() -> None:
+    # Decode needs 9,000 tokens/s: one 2x4x4 group (with the 2x2x2 one kept until it serves) or five 2x2x2
+    # groups, both 40 chips. Every 2x4x4 region holds a serving group or job-4, which resumed a moment ago
+    # (minRunSeconds): no 2x4x4 can be had, so the mix must be the small groups, placed on the other jobs.
+    doc = policy_doc(capacity=True, budget=None, big=True)
+    doc["spec"]["capacity"]["minRunSeconds"] = 600
+    pol = compile_policy(ScalingPolicy.model_validate(doc))
+    jobs = tuple(dataclasses.replace(w, resumed_at=T0 - 10 if w.name == "job-4" else None)
+                 for w in training(6, chips=8))
+    values = {**QUIET, "gen": 6300.0}
+    counts = {"prefill": (1, 1), "decode": (1, 1), "decode-big": (0, 0)}
+    obs = observation(values, counts, training=jobs, quota=full_block(jobs))
+    decisions, _ = decide(pol, obs, PolicyState(), T0)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (5, 0), got["decode"].message
+    stopped = sorted(d.workload.key for d in decisions if isinstance(d, TrainingDecision))
+    assert len(stopped) == 4
+    assert "train/job-4" not in stopped
 
 
 # ----------------------------------------------------------------------------------------- the policy file

@@ -8,14 +8,14 @@ from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import traces
 from autoscaler.sim.simulation import PolicyController, Simulation
-from bench import sim_codelab_disagg
+from bench import sim_codelab
 
 CODELAB = cluster_mod.bundled("cluster-tpu7x-codelab.yaml")
 
 
 def codelab_policy() -> ScalingPolicy:
-    """The shipped example as ``bench.sim_codelab_disagg`` runs it (the codelab's namespace, no TPOT)."""
-    return ScalingPolicy.model_validate(sim_codelab_disagg.simulated_policy())
+    """The shipped example as ``bench.sim_codelab`` runs it (the codelab's namespace, no TPOT)."""
+    return sim_codelab.adapted_joint_policy(sim_codelab.JOINT_POLICY)
 
 
 def test_one_controller_sizes_both_pools_in_whole_slices() -> None:
@@ -36,3 +36,28 @@ def test_one_controller_sizes_both_pools_in_whole_slices() -> None:
     for _, before, after, _, message in res.scale_events:
         assert "tokens/s" in message or "holding" in message
         assert before != after
+
+
+def test_on_full_blocks_the_policy_grows_prefill_by_stopping_training_slices() -> None:
+    """At the codelab bench's warm start (2 + 2 groups and twelve 2x2x2 Workloads: every region held) the
+    prompts soon wait on both prefill groups: the policy must grow prefill, stopping one 2x2x2 Workload per
+    group added. (Since the simulator fed the slice inventory, it never did: its fit check saw no training
+    able to yield, so no new group ever fitted.)"""
+    cl = cluster_mod.load(CODELAB)
+    raw = traces.load(cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv"))
+    trace = traces.reshape(raw, time_scale=1.0, rate_scale=10.0, duration_s=150.0, start_s=0.0, seed=0)
+    pipe_name = cl.pipeline_name_for("default")
+    ctl = PolicyController(compile_policy(codelab_policy()), cl.spec.metric_pipelines[pipe_name], pipe_name)
+    sim = Simulation(cluster=cl, trace=trace, controller=ctl, initial_by_pool={"prefill": 2, "decode": 2},
+                     slo_ttft_s=2.0)
+    quota = sim.quota_status()
+    assert quota.slices is not None
+    assert len(quota.slices.inventory.occupants) == 16  # the blocks are full
+    res = sim.run()
+    grown = [(before, after) for _, before, after, _, message in res.scale_events
+             if message.startswith("prefill") and after > before]
+    assert grown, res.scale_events
+    added = len(sim.pools[0].live()) - 2
+    assert added >= 1
+    assert sim.deactivations == added  # one 2x2x2 Workload stopped per group added, by the policy
+    assert res.slice_violations == []

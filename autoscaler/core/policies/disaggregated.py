@@ -541,6 +541,9 @@ def plan(
         if rn.need > spec_cap + _EPS:
             mix = choose_mix(spec.variants, cur, rn.need, min_groups=spec.min_groups, fits=fit)
             how, carry = "grow", rn.need
+            if fit is not None and mix != choose_mix(spec.variants, cur, rn.need, min_groups=spec.min_groups):
+                how += ("; the cheaper mix does not fit as whole slices in the blocks, even with the training this "
+                        "policy may stop")
         else:
             peak = max(n for _, n in history)
             target = peak / (1.0 - HYSTERESIS)
