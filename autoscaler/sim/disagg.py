@@ -196,7 +196,8 @@ class PairSearch:
                  name: str = "oracle") -> PairCandidate:
         key = tuple((k, tuple(v)) for k, v in sorted(schedules.items()))
         hit = self._cache.get(key)
-        if hit is not None and (hit.exact or stop is not None):
+        # A run asked for whole (``stop`` None) is re-run when the frontier dropped its details.
+        if hit is not None and (stop is not None or (hit.exact and hit.result is not None)):
             return hit
         sim = Simulation(cluster=self.cluster, trace=self.trace, controller=PairScheduleController(name, schedules),
                          initial_by_pool=self.initial(schedules), slo_ttft_s=self.slo_ttft_s,
@@ -313,10 +314,15 @@ class PairSearch:
             met = True
         else:
             exact = [c for c in self._cache.values() if c.exact]
-            cand = max(exact, key=lambda c: (c.attainment, -c.chip_s)) if exact else PairCandidate(
-                {}, 0.0, math.inf, False, "none")
+            if exact:
+                cand = max(exact, key=lambda c: (c.attainment, -c.chip_s))
+            else:
+                # Every pair stopped early (none reached the target): the most each pool may hold, run whole,
+                # is the best found, so the oracle row still has a run to show (a hard trace, not a crash).
+                top = {name: [(0.0, hi)] for name, (_, hi) in self.bounds.items()}
+                cand = self.simulate(top, "constant at maxReplicas (target not reached)", None)
             met = False
-        if met and cand.result is None:
+        if cand.result is None and cand.schedules:
             cand = self.simulate(cand.schedules, cand.label, None)  # the frontier dropped its details
             self._cache[tuple((k, tuple(v)) for k, v in sorted(cand.schedules.items()))] = cand
         return PairOracle(target, cand, met, self.evaluated)

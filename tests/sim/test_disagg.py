@@ -183,3 +183,15 @@ def test_policies_form_rows_until_a_target_repeats() -> None:
     again = [*pols, *[(f"{n}-2", p) for n, p in pols]]
     assert [[n for n, _ in row] for row in disagg.policy_rows(again)] == [
         ["qwen-prefill", "qwen-decode"], ["qwen-prefill-2", "qwen-decode-2"]]
+
+
+def test_an_oracle_that_reaches_no_pair_still_gives_its_best_run() -> None:
+    # A TTFT objective no pair can meet (1 ms: the KV transfer alone takes longer): every candidate stops
+    # early, none is exact. The oracle row must still come with a run (the most each pool may hold), said
+    # not to meet the target, instead of failing (it crashed on the code trace ×10).
+    cl = cluster_mod.load(CODELAB)
+    search = disagg.PairSearch(cluster=cl, trace=_trace(30.0), slo_ttft_s=0.001, windows=(60.0,))
+    found = search.solve(0.99)
+    assert not found.met_target
+    assert found.result is not None
+    assert found.candidate.peaks == {name: hi for name, (_, hi) in search.bounds.items()}
