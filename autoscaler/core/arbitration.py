@@ -328,11 +328,6 @@ def _ineligible(capacity: CapacitySpec, w: TrainingWorkload, now: float) -> str 
     return None
 
 
-#: The same rule for callers outside the arbitration (the joint policy's fit check marks only these as able
-#: to yield, so its plan and this module's grant agree on which training may stop).
-ineligible = _ineligible
-
-
 def _risk_text(w: TrainingWorkload) -> str:
     if w.since_checkpoint_s is None:
         return "last checkpoint unknown"

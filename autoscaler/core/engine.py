@@ -20,7 +20,7 @@ evaluation (HPA's ``recordInitialRecommendation``): no scale-down inside the fir
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autoscaler.core import arbitration, behavior, policies, topology
@@ -34,13 +34,12 @@ from autoscaler.core.model import (
     ScaleDecision,
     SignalReading,
     SignalValue,
-    TrainingWorkload,
 )
 from autoscaler.core.policies import disaggregated
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.policies.hpa import BehaviorSpec
 from autoscaler.core.signals import SignalJudge
-from autoscaler.core.spec import CapacitySpec, FallbackSpec, ScalingPolicy, Spec
+from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
 
 
 @dataclass(frozen=True)
@@ -454,22 +453,6 @@ def _scale_to_zero(
     return recommended, None, ""
 
 
-def _room_for_serving(
-    inventory: topology.Inventory, capacity: CapacitySpec, training: Sequence[TrainingWorkload], now: float
-) -> topology.Inventory:
-    """The slice inventory as the arbitration would use it for new serving groups: training already stopped
-    (deactivated, not evicted yet) releases its regions, and running training this policy may stop (matched by
-    its ``preemptible`` selectors, so in ``training``, and eligible under ``capacity``'s anti-thrash rules) is
-    marked able to yield. The inventory as read marks no occupant preemptible, so a fit check on it alone finds
-    no room in full blocks: the joint policy then never grew there (the codelab simulation, where training
-    fills every free region)."""
-    inventory = inventory.without(w.key for w in training if not w.active and w.admitted)
-    return inventory.preemptible(
-        w.key for w in training
-        if w.active and w.admitted and w.chips > 0 and arbitration.ineligible(capacity, w, now) is None
-    )
-
-
 def _decide_joint(
     compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
 ) -> tuple[list[Decision], PolicyState]:
@@ -522,7 +505,6 @@ def _decide_joint(
     # Without ``spec.capacity`` the policy stops no training: it asks, and Kueue admits or preempts by its own
     # priorities (as for a single-target policy without capacity), so the blocks do not bound the plan here.
     if isinstance(inventory, topology.Inventory) and spec.capacity is not None:
-        inventory = _room_for_serving(inventory, spec.capacity, observation.training, now)
         costs: dict[str, float] = {}
         for w in observation.training:
             risk = arbitration.work_at_risk(w)
@@ -530,10 +512,10 @@ def _decide_joint(
                 costs[w.key] = risk
                 if w.uid:
                     costs[w.uid] = risk
-        if spec.capacity is not None:
-            # As the arbitration sees it: training this controller may stop is preemptible, stopped training's
-            # regions are being freed (else in full blocks no new group would ever "fit").
-            inventory = arbitration.serving_view(spec.capacity, inventory, observation.training, now)
+        # As the arbitration sees it: training this controller may stop is preemptible, stopped training's
+        # regions are being freed (the inventory as read marks none: in full blocks no new group would ever
+        # "fit", and the joint policy never grew in the codelab simulation).
+        inventory = arbitration.serving_view(spec.capacity, inventory, observation.training, now)
         fits = disaggregated.inventory_fit(config, inventory, costs)
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
