@@ -331,6 +331,33 @@ class _Reading:
     demand_zero: bool
 
 
+def queued_on_every_replica(waiting: float | None, ready: int) -> bool:
+    """Requests wait on every ready replica (at least ``SATURATED_WAITING_PER_REPLICA`` each): one sample of
+    saturation; ``SATURATED_EVALUATIONS`` in a row make the replicas' served rate their capacity."""
+    return waiting is not None and ready > 0 and waiting >= SATURATED_WAITING_PER_REPLICA * ready
+
+
+def capacity_alpha(samples: int, dt: float) -> float:
+    """The step of the capacity average over ``dt`` seconds (time constant ``CAPACITY_TAU_S``); the first
+    saturated sample is taken whole."""
+    return 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
+
+
+def learn_capacity_scale(kappa: float, *, saturated: bool, served: float | None, settled: bool, alpha: float) -> float:
+    """Rule 2 of the module docstring, for one capacity scale κ (capacity over the prior): ``served`` is what
+    one ready replica serves over its prior (tokens/s ÷ prior tokens/s). Saturated, the served rate *is* the
+    capacity: κ moves toward it by ``alpha``; not saturated, it is a lower bound: κ rises to it at once. Only
+    on a ``settled`` ready count (the rates are trailing averages); kept within ``CAPACITY_SCALE_BOUNDS``.
+    Shared with the ``disaggregated`` type, which learns one κ per role the same way."""
+    if settled and served is not None:
+        if saturated and served > 0:
+            kappa += alpha * (served - kappa)
+        elif not saturated and served > kappa:
+            kappa = served
+    low, high = CAPACITY_SCALE_BOUNDS
+    return min(high, max(low, kappa))
+
+
 def _ceil(x: float) -> int:
     return max(0, math.ceil(x - _EPSILON * max(1.0, x))) if x > 0 else 0
 
@@ -463,19 +490,18 @@ class SloAlgorithm:
         # 2. Learned capacity, from what the replicas served (before the load is computed with it).
         kappa, slot_scale, samples = prev.capacity_scale, prev.slot_scale, prev.capacity_samples
         probe = self._read(ctx, kappa, slot_scale)
-        low, high = CAPACITY_SCALE_BOUNDS
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
         # row. Then what each replica serves (tokens/s) and runs (sequences) is what it can: its capacity.
-        queued = probe.waiting is not None and ready > 0 and probe.waiting >= SATURATED_WAITING_PER_REPLICA * ready
+        queued = queued_on_every_replica(probe.waiting, ready)
         run = prev.saturated_run + 1 if queued and not probe.unknown else 0
-        alpha = 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
+        alpha = capacity_alpha(samples, dt)
         if not probe.unknown and ready > 0:
+            kappa = learn_capacity_scale(
+                kappa, saturated=run >= SATURATED_EVALUATIONS, served=probe.served_prior, settled=settled, alpha=alpha
+            )
             if run >= SATURATED_EVALUATIONS:
                 samples += 1
-                # Tokens/s are rates over a trailing window: only once the ready count has held through it.
-                if settled and probe.served_prior is not None and probe.served_prior > 0:
-                    kappa += alpha * (probe.served_prior - kappa)
                 # Sequences running is a gauge of now: what the replicas admit with a queue waiting. The token
                 # load counts prefill only when gauges are given (``_read``), so a queue the KV cache or the
                 # slots cause is not the prefill's: the usable share of the slots is learned too. The load is
@@ -489,13 +515,8 @@ class SloAlgorithm:
                 kv_binds = probe.kv_replicas is None or per is None or probe.kv_replicas / ready >= per
                 if per is not None and kv_binds and (probe.served_prior is None or not self._generation_counts()):
                     slot_scale += alpha * (per - slot_scale)
-            else:
-                # Without a queue, what is served is a lower bound of what can be.
-                if settled and probe.served_prior is not None and probe.served_prior > kappa:
-                    kappa = probe.served_prior
-                if probe.running is not None and not queued:
-                    slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
-            kappa = min(high, max(low, kappa))
+            elif probe.running is not None and not queued:
+                slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
             slot_scale = min(1.0, max(MIN_SLOT_SCALE, slot_scale))
         changed = (kappa, slot_scale) != (prev.capacity_scale, prev.slot_scale)
         reading = self._read(ctx, kappa, slot_scale) if changed else probe
