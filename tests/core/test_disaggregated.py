@@ -36,6 +36,7 @@ from autoscaler.core.model import (
     TrainingWorkload,
 )
 from autoscaler.core.policies import disaggregated as dg
+from autoscaler.core.policies import slo
 from autoscaler.core.spec import ScalingPolicy
 
 NS = "llm"
@@ -435,6 +436,76 @@ def test_in_full_blocks_a_variant_fits_only_where_training_may_yield() -> None:
     stopped = sorted(d.workload.key for d in decisions if isinstance(d, TrainingDecision))
     assert len(stopped) == 4
     assert "train/job-4" not in stopped
+
+
+# ------------------------------------------------------------------------------------ learned capacity (rule 0)
+
+
+def run_evaluations(values: Mapping[str, float | None], counts: Mapping[str, tuple[int, int]], n: int,
+                    state: PolicyState = SETTLED, start: float = T0) -> tuple[list[Any], PolicyState]:
+    """``n`` evaluations 15 s apart on the same signals and counts (the counts do not follow the decisions)."""
+    decisions: list[Any] = []
+    pol = compiled(budget=None)
+    for i in range(n):
+        now = start + 15 * i
+        obs = observation(values, counts)
+        fresh = {k: dataclasses.replace(r, timestamp=now - 5) if r.timestamp is not None else r
+                 for k, r in obs.signals.items()}
+        decisions, state = decide(pol, dataclasses.replace(obs, signals=fresh), state, now)
+    return decisions, state
+
+
+def learned(state: PolicyState, role: dg.Role) -> dg.Learned:
+    assert isinstance(state.algorithm, dg.DisaggState)
+    return state.algorithm.learned(role)
+
+
+def test_a_moments_queue_adds_no_group_a_queue_held_for_three_evaluations_does() -> None:
+    # 2 prefill groups serve 9,000 prompt tokens/s (needs 12,857 at 0.7 of 8,000: 2 groups); 3 prompts wait
+    # on 2 groups. Once: no group added (a burst queues on one-prompt-at-a-time prefill groups). Held for
+    # slo.SATURATED_EVALUATIONS evaluations: one more group.
+    values = {**QUIET, "prompt": 9000.0, "pwait": 3.0}
+    counts = {"prefill": (2, 2), "decode": (1, 1)}
+    for n in range(1, slo.SATURATED_EVALUATIONS):
+        decisions, _ = run_evaluations(values, counts, n)
+        assert scales(decisions)["prefill"].desired == 2, n
+    decisions, _ = run_evaluations(values, counts, slo.SATURATED_EVALUATIONS)
+    got = scales(decisions)["prefill"]
+    assert (got.desired, got.reason) == (3, Reason.SCALE_UP), got.message
+    assert "requests waited on every ready group for 3 evaluations" in got.message
+
+
+def test_capacity_is_learned_from_saturation_with_the_latency_at_risk() -> None:
+    # Two settled prefill groups serve 8,000 prompt tokens/s with a queue on each and TTFT at risk (1.8 s of
+    # 2 s): each group serves 4,000, half its declared 8,000. Once the count has held slo.SETTLE_S, κ moves
+    # toward 0.5 with slo's time constant (60 s), so within a few minutes the token need doubles
+    # (8,000 / 0.7 / 0.5 = 22,857 of declared capacity: 3 groups).
+    values = {**QUIET, "prompt": 8000.0, "pwait": 4.0, "ttft": 1.8}
+    counts = {"prefill": (2, 2), "decode": (1, 1)}
+    decisions, state = run_evaluations(values, counts, 4)
+    assert learned(state, "prefill").scale == 1.0  # the count has not held a minute yet: rates still settle
+    decisions, state = run_evaluations(values, counts, 30, state, T0 + 60)
+    assert learned(state, "prefill").scale == pytest.approx(0.5, rel=0.01)
+    assert learned(state, "prefill").samples >= 1
+    # The same demand without a queue: the need counts with the learned capacity (κ is remembered).
+    decisions, state = run_evaluations({**values, "pwait": 0.0, "ttft": 0.5}, counts, 1, state, T0 + 500)
+    got = scales(decisions)["prefill"]
+    assert "learned capacity 0.50× the declared needs 228" in got.message
+    assert got.desired == 3
+
+
+def test_a_queue_that_does_not_hurt_the_latency_teaches_no_lower_capacity() -> None:
+    values = {**QUIET, "prompt": 8000.0, "pwait": 4.0, "ttft": 0.6}
+    _, state = run_evaluations(values, {"prefill": (2, 2), "decode": (1, 1)}, 8)
+    assert learned(state, "prefill").scale == 1.0
+
+
+def test_what_a_group_serves_beyond_its_prior_raises_the_capacity_at_once() -> None:
+    # Decode serves 3,000 generated tokens/s on one settled group declared at 2,000: κ = 1.5, no queue needed.
+    values = {**QUIET, "gen": 3000.0}
+    _, state = run_evaluations(values, {"prefill": (1, 1), "decode": (1, 1)}, 6)
+    assert learned(state, "decode").scale == pytest.approx(1.5)
+    assert learned(state, "prefill").scale == 1.0  # 4,000 of 8,000: a lower bound below the prior teaches nothing
 
 
 # ----------------------------------------------------------------------------------------- the policy file

@@ -14,15 +14,24 @@ evaluation decides all of them together (``engine.decide`` calls ``plan`` and tu
 Each evaluation, per role (``ready``/``spec`` groups per variant; ``T_v`` the variant's declared tokens/s per
 group, a conservative prior from a profile):
 
-1. **Need** in tokens/s of capacity, the largest of what is known:
-   prefill: ``promptTokens / u``; decode: ``generationTokens / u`` and ``kvCacheUsage × ready capacity / kvTarget``
-   (a group's KV cache is taken as proportional to its token rate: ``estimate``); ``u`` is the role's
+0. **Learned capacity** (``κ`` per role, starts at 1 = the declared ``tokensPerSecond``), learned online by the
+   ``slo`` type's own rule (``slo.learn_capacity_scale``, not a copy): when requests have waited on every ready
+   group of the role for ``slo.SATURATED_EVALUATIONS`` evaluations in a row, on a ready count settled for
+   ``slo.SETTLE_S``, the tokens/s the role serves per group of prior capacity *is* its capacity (κ moves toward
+   it); otherwise what it serves is a lower bound (κ rises to it at once); within ``slo.CAPACITY_SCALE_BOUNDS``.
+   Prefill learns from prompt tokens/s, decode from generated tokens/s; kept in ``DisaggState``.
+1. **Need** in tokens/s of *declared* capacity, the largest of what is known:
+   prefill: ``promptTokens / (u·κ)``; decode: ``generationTokens / (u·κ)`` and ``kvCacheUsage × ready capacity /
+   kvTarget`` (a group's KV cache is taken as proportional to its token rate: ``estimate``); ``u`` is the role's
    ``targetUtilization``. **Latency**: when the measured quantile (TTFT for prefill, time per output token for
-   decode) is at or above its objective, or requests wait on every ready group, and no group of the role is
-   starting, the need is at least the ready capacity plus one group of the variant with the fewest chips.
+   decode) is at or above its objective, or requests have waited on every ready group for
+   ``slo.SATURATED_EVALUATIONS`` evaluations in a row (saturation as the ``slo`` type defines it: a moment's
+   queue is not), and no group of the role is starting, the need is at least the ready capacity plus one group
+   of the variant with the fewest chips.
 2. **Unknown never shrinks.** With every demand signal of a role unknown the role holds (``need`` unknown);
    with some known, the known part is a lower bound: the role may grow on it, never shrink. A role also never
-   shrinks while its latency quantile is unknown or at risk (≥ ``RISK_FRACTION`` of the objective).
+   shrinks while its latency quantile is unknown or at risk (≥ ``RISK_FRACTION`` of the objective), nor while
+   requests wait on every ready group.
 3. **Scale-down delay**: a shrink sizes for the highest need of the last ``scaleDownDelaySeconds`` with
    ``HYSTERESIS`` headroom, so a steady load is a fixed point; none before a whole window has been observed
    since the policy's first evaluation.
@@ -52,6 +61,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from autoscaler.core.model import SignalValue
+from autoscaler.core.policies import slo
 from autoscaler.core.policies.base import Context, Recommendation
 from autoscaler.core.policies.slo import RISK_FRACTION  # one design constant for both latency loops
 from autoscaler.core.specbase import MAX_REPLICAS, FieldError, SpecModel
@@ -238,8 +248,28 @@ class RoleNeed:
 
 
 @dataclass(frozen=True, slots=True)
+class Learned:
+    """One role's capacity learned online (rule 0; the ``slo`` type's rule 2, by its own functions)."""
+
+    #: κ: what a group serves over its declared ``tokensPerSecond`` (1.0 = the prior).
+    scale: float = 1.0
+    #: Saturated samples κ has learned from (the first is taken whole, later ones averaged).
+    samples: int = 0
+    #: Consecutive evaluations with requests waiting on every ready group of the role.
+    saturated_run: int = 0
+    #: The ready group count and since when it holds (served rates are trailing averages).
+    ready: int = -1
+    ready_since: float = 0.0
+
+    @property
+    def saturated(self) -> bool:
+        return self.saturated_run >= slo.SATURATED_EVALUATIONS
+
+
+@dataclass(frozen=True, slots=True)
 class DisaggState:
-    """Remembered between evaluations (``PolicyState.algorithm``): each role's recent needs."""
+    """Remembered between evaluations (``PolicyState.algorithm``): each role's recent needs and learned
+    capacity."""
 
     #: ``(time, need)`` per role over the last ``scaleDownDelaySeconds``.
     prefill: tuple[tuple[float, float], ...] = ()
@@ -247,9 +277,16 @@ class DisaggState:
     #: The first evaluation: no shrink before a whole ``scaleDownDelaySeconds`` has been observed (a fresh
     #: controller's first rates cover a partial window, and it has seen no peak yet).
     since: float | None = None
+    prefill_learned: Learned = Learned()
+    decode_learned: Learned = Learned()
+    #: The previous evaluation (the capacity average's step is per second, not per evaluation).
+    last_t: float | None = None
 
     def history(self, role: Role) -> tuple[tuple[float, float], ...]:
         return self.prefill if role == "prefill" else self.decode
+
+    def learned(self, role: Role) -> Learned:
+        return self.prefill_learned if role == "prefill" else self.decode_learned
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,11 +331,53 @@ def chips(variants: Sequence[VariantSpec], counts: Mapping[str, int]) -> int:
     return sum(v.chips * counts.get(v.name, 0) for v in variants)
 
 
+def _demand_names(spec: PrefillSpec | DecodeSpec) -> tuple[str | None, str | None, str | None, float]:
+    """The role's served tokens/s signal, its waiting signal, its latency quantile and that one's objective."""
+    if isinstance(spec, PrefillSpec):
+        return spec.signals.prompt_tokens, spec.signals.waiting, spec.signals.ttft, spec.ttft_seconds
+    return (spec.signals.generation_tokens, spec.signals.waiting, spec.signals.time_per_output_token,
+            spec.time_per_output_token_seconds)
+
+
+def learn(
+    config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
+    status: Mapping[str, VariantStatus], prev: Learned, now: float, dt: float,
+) -> Learned:
+    """Rule 0: one role's κ after this evaluation, by the ``slo`` type's rule (``slo.learn_capacity_scale``)."""
+    spec = config.role(role)
+    tokens_name, waiting_name, latency_name, objective = _demand_names(spec)
+    ready_groups = sum(status[v.name].ready for v in spec.variants)
+    starting = sum(status[v.name].starting for v in spec.variants)
+    ready_cap = capacity(spec.variants, {v.name: status[v.name].ready for v in spec.variants})
+    ready_since = prev.ready_since if prev.ready == ready_groups else now
+    settled = now - ready_since >= slo.SETTLE_S and ready_groups > 0 and starting == 0
+    run = prev.saturated_run + 1 if slo.queued_on_every_replica(_value(signals, waiting_name), ready_groups) else 0
+    scale, samples = prev.scale, prev.samples
+    rate = _value(signals, tokens_name)
+    if rate is not None and ready_cap > 0:
+        # The served rate is a trailing average and the queue a gauge of now: a prefill group works one prompt
+        # at a time, so bursts queue on every group at half its capacity, and the average then reads as half the
+        # capacity (seen in the codelab simulation: κ 0.5 at its first burst, TTFT 0.65 s of 2 s). Where the
+        # role has a latency quantile, saturation teaches κ only while the queue also holds the latency at risk;
+        # otherwise what is served stays a lower bound (``slo``'s rule for an unsaturated replica).
+        latency = _value(signals, latency_name)
+        hurting = latency_name is None or (latency is not None and latency >= RISK_FRACTION * objective)
+        saturated = run >= slo.SATURATED_EVALUATIONS and hurting
+        scale = slo.learn_capacity_scale(
+            scale, saturated=saturated, served=rate / ready_cap, settled=settled,
+            alpha=slo.capacity_alpha(samples, dt),
+        )
+        samples += int(saturated)
+    return Learned(scale, samples, run, ready_groups, ready_since)
+
+
 def role_need(
     config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
-    status: Mapping[str, VariantStatus],
+    status: Mapping[str, VariantStatus], learned: Learned | None = None,
 ) -> RoleNeed:
-    """Rule 1 and 2 of the module docstring, for one role."""
+    """Rule 1 and 2 of the module docstring, for one role (with its capacity learned so far, rule 0)."""
+    learned = learned or Learned()
+    kappa = learned.scale
     spec = config.role(role)
     variants = spec.variants
     u = spec.target_utilization
@@ -326,8 +405,9 @@ def role_need(
             unknown.append(tokens_name)
         else:
             demand_known = True
-            needs.append(rate / u)
-            parts.append(f"{rate:.0f} tokens/s at utilization {u:g} needs {rate / u:.0f}")
+            needs.append(rate / (u * kappa))
+            learned_text = "" if kappa == 1.0 else f" and learned capacity {kappa:.2f}× the declared"
+            parts.append(f"{rate:.0f} tokens/s at utilization {u:g}{learned_text} needs {rate / (u * kappa):.0f}")
     if kv_name is not None:
         kv = _value(signals, kv_name)
         if kv is None:
@@ -350,18 +430,21 @@ def role_need(
         unknown.append(latency_name)
     at_risk = latency is not None and latency >= RISK_FRACTION * objective
     over = latency is not None and latency >= objective
-    queued = waiting is not None and ready_groups > 0 and waiting >= ready_groups
+    queued = slo.queued_on_every_replica(waiting, ready_groups)
+    # A moment's queue forbids a shrink; only saturation (rule 1: queued for several evaluations) adds a group.
+    saturated = queued and learned.saturated
     if latency is not None:
         parts.append(f"{what} {latency:.3g}s vs objective {objective:g}s")
     if waiting is not None:
         parts.append(f"{waiting:g} waiting")
-    if (over or queued) and starting == 0:
+    if (over or saturated) and starting == 0:
         smallest = min(variants, key=lambda v: (v.chips, v.name))
         bump = ready_cap + smallest.tokens_per_second
         needs.append(bump)
-        why = f"{what} over its objective" if over else "requests wait on every ready group"
+        why = (f"{what} over its objective" if over else
+               f"requests waited on every ready group for {learned.saturated_run} evaluations")
         parts.append(f"{why}: at least one more group ({bump:.0f})")
-    elif (over or queued) and starting:
+    elif (over or saturated) and starting:
         parts.append(f"{starting} group(s) starting will add capacity")
     spec_groups = sum(status[v.name].spec for v in variants)
     if waiting is not None and waiting > 0 and spec_groups == 0:
@@ -520,11 +603,13 @@ def plan(
     messages: dict[str, str] = {}
     current = {v.name: status[v.name].spec for _, v in config.variants()}
     since = now if state.since is None else state.since
+    dt = 0.0 if state.last_t is None else max(0.0, now - state.last_t)
+    learned = {role: learn(config, role, signals, status, state.learned(role), now, dt) for role in ROLES}
     #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
     additions: dict[str, int] = {}
     for role in ROLES:
         spec = config.role(role)
-        rn = role_need(config, role, signals, status)
+        rn = role_need(config, role, signals, status, learned[role])
         needs.append(rn)
         history = tuple((t, n) for t, n in state.history(role) if now - t < config.scale_down_delay_seconds)
         if rn.need is None:
@@ -589,8 +674,8 @@ def plan(
         f"prefill {_role_groups(config, 'prefill', budgeted)} + decode {_role_groups(config, 'decode', budgeted)}"
         f" = {total} chips"
     )
-    return JointPlan(tuple(counts), tuple(needs), held, summary), DisaggState(histories["prefill"],
-                                                                             histories["decode"], since)
+    nxt = DisaggState(histories["prefill"], histories["decode"], since, learned["prefill"], learned["decode"], now)
+    return JointPlan(tuple(counts), tuple(needs), held, summary), nxt
 
 
 def _after(fits: FitCheck | None, before: Mapping[str, int]) -> FitCheck | None:
