@@ -12,10 +12,15 @@ each row's chip-hours per pool and slice audit, and, per policy row, each goal m
 * training work lost ≤ ½ of ``kueue-only``'s;
 * every scale step a whole slice that fits (no audit violation in any row);
 * at least as good as ``hpa-tuned`` (per pool, tuned with hindsight) on attainment and cost at once.
+
+Another trace or window (to check rules chosen on the default one): ``--requests FILE`` (an Azure-format CSV,
+e.g. ``autoscaler/data/sim/AzureLLMInferenceTrace_code.csv``), ``--rate-scale``, ``--start`` and ``--duration``
+(seconds) override the cluster file's scenario.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -44,15 +49,23 @@ def adapted_joint_policy(path: Path) -> ScalingPolicy:
 
 
 def main(argv: list[str]) -> int:
-    if argv:
-        pols = [(p.metadata.name, p) for a in argv for p in load_file(Path(a))]
+    ap = argparse.ArgumentParser(prog="python -m bench.sim_codelab", description=__doc__.split("\n\n")[0])
+    ap.add_argument("policies", nargs="*", type=Path, help="policy files, one row each (default: the examples)")
+    ap.add_argument("--requests", type=Path, help="another trace (Azure CSV) instead of the cluster's")
+    ap.add_argument("--rate-scale", type=float, help="requests ×N (default: the cluster file's)")
+    ap.add_argument("--start", type=float, default=0.0, help="seconds into the trace to start at")
+    ap.add_argument("--duration", type=float, help="seconds simulated (default: the cluster file's)")
+    args = ap.parse_args(argv)
+    if args.policies:
+        pols = [(p.metadata.name, p) for a in args.policies for p in load_file(a)]
     else:
         pols = [(p.metadata.name, p) for p in load_file(DEFAULT_POLICY)]
         if JOINT_POLICY.is_file():
             joint = adapted_joint_policy(JOINT_POLICY)
             pols.append((joint.metadata.name, joint))
-    out = runner.run(runner.Options(cluster=CLUSTER, policies=pols),
-                     progress=None, announce=print)
+    options = runner.Options(cluster=CLUSTER, policies=pols, requests=args.requests, rate_scale=args.rate_scale,
+                             start_s=args.start, duration_s=args.duration)
+    out = runner.run(options, progress=None, announce=print)
     s = out.summary
     rows = {**s["policies"], "oracle": s["oracle"]}
     print(report.table(rows))
