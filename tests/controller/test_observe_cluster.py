@@ -210,3 +210,24 @@ async def test_node_level_metrics_get_the_nodes_of_the_targets_serving_pods(
     (request,), missing = plan(policy, pods=view.pods)
     assert not missing
     assert request.node_names() == ("gke-tpu-a", "gke-tpu-b")  # the pending pod (no node yet) adds none
+
+
+async def test_observe_reads_a_signal_without_source_from_the_configs_default_source(
+    tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 9, item 2: ``observe --config`` serves a signal that names no source from the controller
+    config's ``defaultSource``, as ``run`` does; without ``--config`` the same policy is refused in one line."""
+    tgi.queue = 25
+    text = tgi_policy(capacity=False).replace("  source: {type: pods, port: 8000}\n", "")
+    assert "source:" not in text
+    (tmp_path / "tgi.yaml").write_text(text)
+    (tmp_path / "controller.yaml").write_text(f"defaultSource: {{type: pods, endpoints: ['{tgi.url}']}}\n")
+    argv = ["--policy", str(tmp_path / "tgi.yaml"), "--replicas", "1", "--once", "--json"]
+    code, out, _ = await observe([*argv, "--config", str(tmp_path / "controller.yaml")], capsys)
+    assert code == 0
+    (target,) = json.loads(out)["targets"]
+    assert target["signals"]["queue"]["value"] == 25
+    assert (target["decision"]["current"], target["decision"]["desired"]) == (1, 3)
+    code, out, err = await observe(argv, capsys)
+    assert code == 1
+    assert "no source" in err
