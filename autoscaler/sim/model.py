@@ -1,14 +1,15 @@
 """Serving replicas and their queues: the request-level model of one serving pool.
 
-Each request is routed on arrival to a ready replica: at random, as a ClusterIP Service spreads
-connections (``routing: service``), or to the one with the fewest outstanding requests, as an inference
-gateway does (``routing: least-request``). It waits there for a slot, then for prefill, then decodes token
-by token. A server bounds what it accepts: a request longer than the profile's ``contextTokens`` is
-rejected at once, and a replica already holding ``maxConcurrentRequests`` (running + waiting) rejects the
-next (TGI's "Model is overloaded"); the client does not retry. A client gives up on a request still
-waiting for a slot ``clientTimeoutSeconds`` after sending it. Rejected and abandoned requests never get a
-first token: they are SLO misses. (Abandoned requests leave the queue when they reach its head, which is
-when the server would notice the closed connection; until then they count in the queue gauges.)
+Each request is routed on arrival to a ready replica: at random, as a ClusterIP Service spreads connections
+(``routing: service``; one seeded uniform draw per request, the same whatever the fleet did before it: common
+random numbers, so runs differ by their decisions, not their luck), or to the one with the fewest outstanding
+requests, as an inference gateway does (``routing: least-request``). It waits there for a slot, then for
+prefill, then decodes token by token. A server bounds what it accepts: a request longer than the profile's
+``contextTokens`` is rejected at once, and a replica already holding ``maxConcurrentRequests`` (running +
+waiting) rejects the next (TGI's "Model is overloaded"); the client does not retry. A client gives up on a
+request still waiting for a slot ``clientTimeoutSeconds`` after sending it. Rejected and abandoned requests
+never get a first token: they are SLO misses. (Abandoned requests leave the queue when they reach its head,
+which is when the server would notice the closed connection; until then they count in the queue gauges.)
 
 Per replica (continuous batching, prefill first, as TGI and JetStream schedule):
 
@@ -197,7 +198,13 @@ class ServingPool:
         self.routing = routing
         #: Seeded: a run is a deterministic function of its inputs (the Service's random endpoint choice).
         self._rng = random.Random(seed)
-        self._randbelow: Callable[[int], int] = self._rng._randbelow  # type: ignore[attr-defined]
+        #: Common random numbers: one uniform draw per request, fixed by the seed; a Service sends the request
+        #: to the endpoint at that fraction of the ready list (kube-proxy's choice is independent per
+        #: connection, so the distribution is the same as drawing at routing time). Drawing at routing time
+        #: from one stream instead made every later choice depend on how many replicas were ready for every
+        #: earlier request: two schedules differing by one start re-dealt a burst an hour later, and a run
+        #: could beat another by the draws it happened to get (docs/simulate.md, "Routing").
+        self._draw = [self._rng.random() for _ in range(len(requests.arrival))]
         self._max_out = profile.max_concurrent_requests
         self._context = profile.context_tokens
         self._timeout = client_timeout_s if client_timeout_s is not None else float("inf")
@@ -311,8 +318,7 @@ class ServingPool:
             self._reject(rid, ABANDONED)  # waited at the gateway longer than the client would
             return
         if self.routing == "service":
-            # ``_randbelow(n)`` is what ``randrange(n)`` returns for n > 0, without its argument checks.
-            best = ready[self._randbelow(len(ready))] if len(ready) > 1 else ready[0]
+            best = ready[int(self._draw[rid] * len(ready))]
         else:
             best = ready[0]
             best_n = best.n_out

@@ -35,9 +35,11 @@ included) can be cheaper.
 0. Per-window fleet levels (``LevelMenu``, ``Search._solve_levels``): per window of ``LEVEL_WINDOW_S`` a
    menu of fleet levels, each with its chip-seconds and the misses the constant fleet at that level has
    there; a Lagrangian sweep (dynamic programming over the windows, starts priced) traces the hull of
-   (misses, cost); the cheapest hull plan that simulates to the attainment is found by bisection, and the
-   gap to the plan before it is filled by mixing the two window by window. This is the family that trades
-   attainment for cost at every attainment (the two below only do so coarsely).
+   (misses, cost); the cheapest hull plan that simulates to the attainment is found by a search that starts
+   where the estimated misses point and gallops, then bisects (``Search._boundary``), and the gap to the
+   plan before it is filled by mixing the two window by window (a deep re-solve also moves the last switch
+   inside its window, ``LEVEL_SUBSTEPS``). This is the family that trades attainment for cost at every
+   attainment (the two below only do so coarsely).
 1. Demand. Each request's service cost in replica-seconds on a full batch:
    ``input / prefillTokensPerSecond + (output − 1) × decodeStep(slots) / slots``. Summed per window of ``W``
    seconds and divided by ``W``, it is the replicas that window keeps busy; a request started near the end
@@ -92,6 +94,8 @@ LAMBDA_STEPS = 50
 #: Window length of the per-window level family (seconds): its menu and its schedules change level only at
 #: these boundaries.
 LEVEL_WINDOW_S = 30.0
+#: Sub-windows of a window where a deep re-solve moves the switch between two level plans (5 s steps).
+LEVEL_SUBSTEPS = 6
 #: When the hull's last plan (fewest estimated misses) fails an attainment, this many plans below it are
 #: tried too (real misses are not monotone along the hull; trying them all would cost a simulation each).
 LEVEL_WALK = 2
@@ -285,6 +289,13 @@ class LevelMenu:
             for k in self.levels:
                 row.append(min(float(misses[k][w]), row[-1]) if row else float(misses[k][w]))
             self.misses.append(row)
+
+    def miss(self, w: int, level: int) -> float:
+        """The estimated misses of window ``w`` at ``level``."""
+        return self.misses[w][self.levels.index(level)]
+
+    def estimated_misses(self, plan: Sequence[int]) -> float:
+        return sum(self.miss(w, k) for w, k in enumerate(plan))
 
     def _start_cost(self, w: int) -> float:
         """Chip-seconds of adding one replica ready for window ``w``: a lead, or (warm start) since time 0."""
@@ -749,44 +760,136 @@ class Search:
                             label=f"levels {label}")
         return target is not None and cand.exact and cand.attainment >= target
 
-    def _solve_levels(self, target: float) -> None:
-        """The cheapest level plan reaching ``target``: bisection along the hull (cheapest first) for the
-        first vertex whose simulation passes, then between it and the failing vertex before it, plans that
-        take the passing vertex's levels in the first ``T`` windows where the two differ and the failing
-        one's elsewhere, bisection on ``T``: the hull's vertices are far apart where the estimated misses
-        jump (a level that collapses under its queue), and these mixes fill the gap (serve well, then
-        shed load)."""
+    def _solve_levels(self, target: float, *, refine: bool = False) -> None:
+        """The cheapest level plan reaching ``target``: along the hull (cheapest first) the first vertex whose
+        simulation passes, then between it and the failing vertex before it, plans that take the passing
+        vertex's levels in the first ``T`` windows where the two differ and the failing one's elsewhere, the
+        smallest passing ``T``: the hull's vertices are far apart where the estimated misses jump (a level
+        that collapses under its queue), and these mixes fill the gap (serve well, then shed load).
+
+        Both searches start where the menu's estimated misses say the answer is and gallop from there
+        (``_boundary``): each finds a passing plan whose predecessor fails, as a bisection would, in about
+        two simulations when the estimate is right, and in a bisection's count when it is not."""
         hull = self.level_hull()
         last = len(hull) - 1
-        # The plan with the fewest estimated misses need not simulate best (estimates ignore the queue a
-        # window inherits): when it fails, the next ones down are tried too, while their estimate still
-        # reaches the target.
-        ok = last
-        while not self._level_passes(hull[ok].levels, target, f"hull {ok}/{last}"):
-            ok -= 1
-            if ok < last - LEVEL_WALK or ok < 0 or 1.0 - hull[ok].misses / max(1, len(self.trace.arrivals)) < target:
-                return  # no vertex expected to reach it does
-        fail = -1
-        while ok - fail > 1:
-            mid = (fail + ok) // 2
-            if self._level_passes(hull[mid].levels, target, f"hull {mid}/{last}"):
-                ok = mid
+        n = max(1, len(self.trace.arrivals))
+        allowed = misses_allowed(n, target)
+
+        def vertex(i: int) -> bool:
+            return self._level_passes(hull[i].levels, target, f"hull {i}/{last}")
+
+        guess = next((i for i, p in enumerate(hull) if p.misses <= allowed), last)
+        failed: set[int] = set()
+        ok: int | None = None
+        i, step = guess, 1
+        while ok is None:  # up from the estimate to a passing vertex
+            if vertex(i):
+                ok = i
             else:
-                fail = mid
+                failed.add(i)
+                if i == last:
+                    break
+                i, step = min(last, i + step), step * 2
+        if ok is None:
+            # The plan with the fewest estimated misses need not simulate best (estimates ignore the queue a
+            # window inherits): the next ones down are tried too, while their estimate still reaches the target.
+            for i in range(last - 1, last - 1 - LEVEL_WALK, -1):
+                if i < 0 or 1.0 - hull[i].misses / n < target:
+                    return  # no vertex expected to reach it does
+                if vertex(i):
+                    ok = i
+                    break
+            else:
+                return
+        fail, ok = self._boundary(vertex, max((f for f in failed if f < ok), default=-1), ok, ok - 1)
         if fail < 0:
             return  # the cheapest vertex passes
         low, high = hull[fail].levels, hull[ok].levels
         differ = [w for w, (x, y) in enumerate(zip(low, high, strict=True)) if x != y]
-        # ``high`` in the first ``t`` differing windows, ``low`` elsewhere: t = 0 fails, t = len(differ) passes.
-        t_fail, t_ok = 0, len(differ)
-        while t_ok - t_fail > 1:
-            t = (t_fail + t_ok) // 2
+
+        def mixed(t: int) -> list[int]:
             chosen = set(differ[:t])
-            mix = [high[w] if w in chosen else low[w] for w in range(len(low))]
-            if self._level_passes(mix, target, f"hull {ok} in its first {t} of {len(differ)} differing windows"):
-                t_ok = t
+            return [high[w] if w in chosen else low[w] for w in range(len(low))]
+
+        def mix(t: int) -> bool:
+            return self._level_passes(mixed(t), target,
+                                      f"hull {ok} in its first {t} of {len(differ)} differing windows")
+
+        # ``high`` in the first ``t`` differing windows, ``low`` elsewhere: t = 0 fails, t = len(differ) passes.
+        menu = self.level_menu()
+        est = menu.estimated_misses(low)
+        t_guess = len(differ)
+        for t, w in enumerate(differ, start=1):
+            est += menu.miss(w, high[w]) - menu.miss(w, low[w])
+            if est <= allowed:
+                t_guess = t
+                break
+        _, t_ok = self._boundary(mix, 0, len(differ), t_guess)
+        if refine:
+            self._refine_switch(low, high, differ, t_ok, target)
+
+    def _refine_switch(self, low: Sequence[int], high: Sequence[int], differ: list[int], t_ok: int,
+                       target: float) -> None:
+        """Finer than a window: the passing mix takes ``high`` in its last differing window ``w`` and the
+        failing one ``low``; switch inside ``w`` instead, after ``j`` of ``LEVEL_SUBSTEPS`` sub-windows,
+        bisection on ``j`` (a controller may stop or start a replica at any moment, not only at a window's
+        edge)."""
+        w = differ[t_ok - 1]
+        taken = set(differ[: t_ok - 1])
+        base = [high[v] if v in taken else low[v] for v in range(len(low))]
+        sub = LEVEL_SUBSTEPS
+
+        def fine(j: int) -> list[int]:
+            out = [lvl for lvl in base for _ in range(sub)]
+            out[w * sub: w * sub + j] = [high[w]] * j
+            return out
+
+        j_fail, j_ok = 0, sub
+        while j_ok - j_fail > 1:
+            j = (j_fail + j_ok) // 2
+            sched = schedule_from_levels(fine(j), window_s=self.level_window_s / sub, lead_s=self.level_lead_s,
+                                         lo=self.lo, keep_gap_s=self.level_lead_s)
+            if self._too_dear(sched, target):
+                j_ok = j
+                continue
+            cand = self._cached(sched, target, window_s=self.level_window_s, u=0.0, family="levels",
+                                label=f"levels switching {j}/{sub} into window {w}")
+            if cand.exact and cand.attainment >= target:
+                j_ok = j
             else:
-                t_fail = t
+                j_fail = j
+
+    @staticmethod
+    def _boundary(passes: Callable[[int], bool], fail: int, ok: int, guess: int) -> tuple[int, int]:
+        """``(f, f + 1)`` with ``passes(f + 1)`` and not ``passes(f)``, for ``fail < f + 1 ≤ ok`` (``fail``
+        known to fail or below the range, ``ok`` known to pass): tries ``guess`` first, gallops from it
+        (steps 1, 2, 4, … toward the side it points to), then bisects what is left."""
+        guess = min(max(guess, fail + 1), ok)
+        if guess < ok:
+            if passes(guess):
+                ok, step = guess, 1
+                while ok - fail > 1:  # down
+                    probe = max(fail + 1, ok - step)
+                    if passes(probe):
+                        ok, step = probe, step * 2
+                    else:
+                        fail = probe
+                        break
+            else:
+                fail, step = guess, 1
+                while ok - fail > 1:  # up
+                    probe = min(ok - 1, fail + step)
+                    if passes(probe):
+                        ok = probe
+                        break
+                    fail, step = probe, step * 2
+        while ok - fail > 1:
+            mid = (fail + ok) // 2
+            if passes(mid):
+                ok = mid
+            else:
+                fail = mid
+        return fail, ok
 
     def solve(self, target: float, *, windows: int | None = None, deep: bool = False) -> OracleResult:
         """The cheapest simulated schedule with attainment ≥ ``target``.
@@ -798,7 +901,7 @@ class Search:
         (the shape bursts shorter than a cold start call for).
         """
         if self.levels:
-            self._solve_levels(target)  # first: its menu simulates every constant fleet in full
+            self._solve_levels(target, refine=deep)  # first: its menu simulates every constant fleet in full
         if self.constant_fleets:
             self._bisect_constant(target)
         order = self.window_order(target) if windows is not None and not deep else list(self.windows)
