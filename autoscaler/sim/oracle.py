@@ -290,13 +290,6 @@ class LevelMenu:
                 row.append(min(float(misses[k][w]), row[-1]) if row else float(misses[k][w]))
             self.misses.append(row)
 
-    def miss(self, w: int, level: int) -> float:
-        """The estimated misses of window ``w`` at ``level``."""
-        return self.misses[w][self.levels.index(level)]
-
-    def estimated_misses(self, plan: Sequence[int]) -> float:
-        return sum(self.miss(w, k) for w, k in enumerate(plan))
-
     def _start_cost(self, w: int) -> float:
         """Chip-seconds of adding one replica ready for window ``w``: a lead, or (warm start) since time 0."""
         if self.initial is None:
@@ -767,9 +760,9 @@ class Search:
         smallest passing ``T``: the hull's vertices are far apart where the estimated misses jump (a level
         that collapses under its queue), and these mixes fill the gap (serve well, then shed load).
 
-        Both searches start where the menu's estimated misses say the answer is and gallop from there
-        (``_boundary``): each finds a passing plan whose predecessor fails, as a bisection would, in about
-        two simulations when the estimate is right, and in a bisection's count when it is not."""
+        The vertex search starts where the menu's estimated misses say the answer is and gallops from there
+        (``_boundary``): it finds a passing vertex whose predecessor fails, as a bisection would, in about two
+        simulations when the estimate is right, and in a bisection's count when it is not."""
         hull = self.level_hull()
         last = len(hull) - 1
         n = max(1, len(self.trace.arrivals))
@@ -816,15 +809,8 @@ class Search:
                                       f"hull {ok} in its first {t} of {len(differ)} differing windows")
 
         # ``high`` in the first ``t`` differing windows, ``low`` elsewhere: t = 0 fails, t = len(differ) passes.
-        menu = self.level_menu()
-        est = menu.estimated_misses(low)
-        t_guess = len(differ)
-        for t, w in enumerate(differ, start=1):
-            est += menu.miss(w, high[w]) - menu.miss(w, low[w])
-            if est <= allowed:
-                t_guess = t
-                break
-        _, t_ok = self._boundary(mix, 0, len(differ), t_guess)
+        # Plain bisection: a mix's estimated misses are poor (its windows inherit the other plan's queues).
+        _, t_ok = self._boundary(mix, 0, len(differ), len(differ))
         if refine:
             self._refine_switch(low, high, differ, t_ok, target)
 

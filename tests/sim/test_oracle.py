@@ -305,3 +305,23 @@ def test_the_work_bounds_multiplier_is_the_grids_best(total: float, pairs: list[
                 for lam in (s / oracle.LAMBDA_STEPS for s in range(oracle.LAMBDA_STEPS + 1)))]
     )
     assert oracle._best_mix(total, slack, decode) == pytest.approx(brute, rel=1e-9, abs=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 60), data=st.data())
+def test_the_boundary_search_finds_the_first_pass_from_any_guess(n: int, data: st.DataObject) -> None:
+    """``Search._boundary`` on a monotone predicate over 0..n (n passes): the first passing index, whatever
+    the guess, in no more calls than a bisection plus two gallops; two calls when the guess is right."""
+    first = data.draw(st.integers(0, n))
+    guess = data.draw(st.integers(0, n))
+    calls: list[int] = []
+
+    def passes(i: int) -> bool:
+        calls.append(i)
+        return i >= first
+
+    fail, ok = oracle.Search._boundary(passes, -1, n, guess)
+    assert (fail, ok) == (first - 1, first)
+    assert len(calls) <= 3 * max(1, n).bit_length() + 2
+    if guess == first and 0 < first < n:
+        assert len(calls) == 2
