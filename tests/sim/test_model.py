@@ -238,8 +238,9 @@ def test_every_request_is_served_in_order_of_its_phases(
     assert res.serving_chip_s == pytest.approx(replicas * 2 * tr.duration_s)
 
 
-def test_policy_training_decisions_are_applied() -> None:
-    """A policy with ``capacity`` deactivates training itself to scale up and reactivates it afterwards."""
+def _training_run(preemptible_namespace: str) -> tuple[Simulation, RunResult]:
+    """A policy with ``capacity`` on one replica of quota sharing chips with a 2-chip job, a burst that needs
+    a second replica, then a quiet tail."""
     job = {"name": "ft", "chips": 2, "checkpointIntervalSeconds": 100, "restoreSeconds": 10}
     c = make_cluster(quota=4, initial=1, training=[job])
     policy = ScalingPolicy.model_validate({
@@ -252,7 +253,7 @@ def test_policy_training_decisions_are_applied() -> None:
             "policy": {"type": "queue", "work": ["q", "b"], "capacityPerReplica": 20,
                        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 60}}},
             "capacity": {"clusterQueue": "q", "resource": "nvidia.com/gpu", "perReplica": 2},
-            "preemptible": [{"namespace": "training"}],
+            "preemptible": [{"namespace": preemptible_namespace}],
         },
     })
     busy = poisson_trace(4.0, 400, seed=5)
@@ -260,7 +261,12 @@ def test_policy_training_decisions_are_applied() -> None:
     tr = Trace("burst", [*busy.arrivals, *quiet], [*busy.inputs, *([300] * 30)], [*busy.outputs, *([20] * 30)])
     ctl = PolicyController(compile_policy(policy), c.pipeline_for("p"), "default")
     sim = Simulation(cluster=c, trace=tr, controller=ctl)
-    res = sim.run()
+    return sim, sim.run()
+
+
+def test_policy_training_decisions_are_applied() -> None:
+    """A policy with ``capacity`` deactivates training itself to scale up and reactivates it afterwards."""
+    sim, res = _training_run("training")
     assert max(p.replicas for p in res.timeline) == 2
     # The policy stopped the job (not Kueue), and resumed it once serving shrank.
     assert (sim.deactivations, sim.reactivations) == (1, 1)
@@ -268,6 +274,16 @@ def test_policy_training_decisions_are_applied() -> None:
     # Serving went back to one replica and the job it stopped runs again by the end.
     assert res.timeline[-1].replicas == 1
     assert res.timeline[-1].training_chips == 2
+
+
+def test_preemptible_selectors_are_honoured() -> None:
+    """As the controller does, the policy sees (and may stop) only the Workloads its ``preemptible``
+    selectors match: with another namespace the job is none of its business, so it stops nothing, the
+    scale-up that needs the job's chips does not fit, and the job runs throughout."""
+    sim, res = _training_run("someone-elses")
+    assert (sim.deactivations, sim.reactivations, res.preemptions) == (0, 0, 0)
+    assert max(p.replicas for p in res.timeline) == 1
+    assert min(p.training_chips for p in res.timeline) == 2
 
 
 def test_a_full_replica_rejects_and_clients_give_up() -> None:
