@@ -19,9 +19,14 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 #: The upper bound of the catch-all bucket.
 INF = math.inf
+
+
+#: A sample (time, one value or one value per counter), as ``rate`` and ``rates`` take them.
+_Sample = TypeVar("_Sample", tuple[float, float], tuple[float, Sequence[float]])
 
 
 def increase(points: Sequence[tuple[float, float]]) -> float:
@@ -32,8 +37,9 @@ def increase(points: Sequence[tuple[float, float]]) -> float:
     return total
 
 
-def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None:
-    """Per-second rate over the samples within ``window_s`` of the newest; None with fewer than two."""
+def _window(points: Sequence[_Sample], window_s: float) -> tuple[list[_Sample], float] | None:
+    """The samples within ``window_s`` of the newest and the time they span; None when fewer than two samples
+    span a positive time (no rate can be told)."""
     if len(points) < 2:
         return None
     newest = points[-1][0]
@@ -41,8 +47,15 @@ def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None
     if len(inside) < 2:
         return None
     span = inside[-1][0] - inside[0][0]
-    if span <= 0:
+    return (inside, span) if span > 0 else None
+
+
+def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None:
+    """Per-second rate over the samples within ``window_s`` of the newest; None with fewer than two."""
+    found = _window(points, window_s)
+    if found is None:
         return None
+    inside, span = found
     return increase(inside) / span
 
 
@@ -50,15 +63,10 @@ def rates(points: Sequence[tuple[float, Sequence[float]]], window_s: float) -> l
     """``rate`` of several counters scraped together (a histogram's buckets): ``points`` are (time, one
     cumulative value per counter), oldest first. The same rules and arithmetic as ``rate`` per counter; one
     pass over the samples instead of one per bucket."""
-    if len(points) < 2:
+    found = _window(points, window_s)
+    if found is None:
         return None
-    newest = points[-1][0]
-    inside = [p for p in points if p[0] >= newest - window_s]
-    if len(inside) < 2:
-        return None
-    span = inside[-1][0] - inside[0][0]
-    if span <= 0:
-        return None
+    inside, span = found
     totals = [0.0] * len(inside[0][1])
     for (_, before), (_, after) in itertools.pairwise(inside):
         if len(before) != len(after):
