@@ -331,6 +331,22 @@ async def test_the_controller_runs_the_shipped_policies_under_the_shipped_rbac(
     assert unused == set(), "rules no request needed: remove them or say why in UNEXERCISED"
 
 
+def _queue_policy(name: str, kind: str, target: str, url: str) -> dict[str, Any]:
+    """An hpa policy scaling ``kind``/``target`` in ``llm`` on TGI's queue (AverageValue 5, 1-4 replicas),
+    scraped from ``url``: what the per-kind RBAC tests run."""
+    return {
+        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": name},
+        "spec": {
+            "target": {"kind": kind, "name": target, "namespace": "llm"},
+            "minReplicas": 1, "maxReplicas": 4,
+            "source": {"type": "pods", "endpoints": [url]},
+            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
+            "policy": {"type": "hpa", "metrics": [
+                {"signal": "queue", "type": "External", "target": {"type": "AverageValue", "averageValue": 5}}]},
+        },
+    }
+
+
 async def _three_passes(kube_client: client.ApiClient, tmp_path: Path, policy: dict[str, Any], tgi: TgiMetrics,
                         queue: int) -> None:
     """Run one policy file (no leader election, the controller's defaults) for three passes at ``queue``,
@@ -401,18 +417,8 @@ async def test_a_leaderworkerset_policy_needs_and_gets_exactly_its_component(
     kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
     tgi = TgiMetrics()
     await tgi.start()
-    policy = {
-        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "slices"},
-        "spec": {
-            "target": {"kind": "LeaderWorkerSet", "name": "jetstream", "namespace": "llm"},
-            "minReplicas": 1, "maxReplicas": 4,
-            "source": {"type": "pods", "endpoints": [tgi.url]},
-            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
-            "policy": {"type": "hpa", "metrics": [
-                {"signal": "queue", "type": "External", "target": {"type": "AverageValue", "averageValue": 5}}]},
-        },
-    }
-    await _three_passes(kube_client, tmp_path, policy, tgi, queue=15)
+    await _three_passes(kube_client, tmp_path, _queue_policy("slices", "LeaderWorkerSet", "jetstream", tgi.url),
+                        tgi, queue=15)
     lws_requests = [r for r in kube.requests if r.resource.startswith("leaderworkersets")]
     assert lws_requests
     if with_component:
@@ -441,18 +447,8 @@ async def test_a_statefulset_policy_needs_and_gets_exactly_its_component(
     kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
     tgi = TgiMetrics()
     await tgi.start()
-    policy = {
-        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "sts"},
-        "spec": {
-            "target": {"kind": "StatefulSet", "name": "tgi-gemma", "namespace": "llm"},
-            "minReplicas": 1, "maxReplicas": 4,
-            "source": {"type": "pods", "endpoints": [tgi.url]},
-            "signals": [{"name": "queue", "preset": "tgi.queue_size"}],
-            "policy": {"type": "hpa", "metrics": [
-                {"signal": "queue", "type": "External", "target": {"type": "AverageValue", "averageValue": 5}}]},
-        },
-    }
-    await _three_passes(kube_client, tmp_path, policy, tgi, queue=15)
+    await _three_passes(kube_client, tmp_path, _queue_policy("sts", "StatefulSet", "tgi-gemma", tgi.url),
+                        tgi, queue=15)
     assert [r for r in kube.requests if r.resource.startswith("statefulsets")]
     stored = kube.get("apps/v1", "StatefulSet", "tgi-gemma", "llm")
     if with_component:

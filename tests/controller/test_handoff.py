@@ -292,10 +292,9 @@ async def test_a_failed_undo_is_resumed_by_the_next_refused_scale(world: World) 
     assert w.replicas("tgi-gemma-deployment") == 1
 
 
-async def test_an_hpa_on_the_target_means_training_is_never_stopped(world: World) -> None:
-    w = world
-    tgi = w.metrics["tgi-gemma-deployment"]
-    w.kube.add(objects.hpa("someone-elses"))
+async def _refused_by_the_check(w: World, tgi: TgiMetrics) -> None:
+    """Run the TGI policy with Kueue on a queue of 15 (serving needs the fine-tune's GPUs) until the hand-off's
+    check refuses (``HandoffCheckFailed``): the target is not ours to scale."""
     (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
     run_kueue(w)
     w.start(w.runtime())
@@ -305,6 +304,13 @@ async def test_an_hpa_on_the_target_means_training_is_never_stopped(world: World
         return any(e["reason"] == "HandoffCheckFailed" for e in w.kube.list("events.k8s.io/v1", "Event", "llm"))
 
     await until(warned)
+
+
+async def test_an_hpa_on_the_target_means_training_is_never_stopped(world: World) -> None:
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    w.kube.add(objects.hpa("someone-elses"))
+    await _refused_by_the_check(w, tgi)
     await asyncio.sleep(0.5)
     assert w.training_writes() == []
     assert w.workload()["active"] is True
@@ -442,15 +448,7 @@ async def test_a_claim_by_another_controller_is_never_adopted(world: World) -> N
     tgi = w.metrics["tgi-gemma-deployment"]
     w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", metadata={"annotations": {
         "autoscaler.dev/managed-by": "theirs", "autoscaler.dev/managed-by-controller": "elsewhere/accel-autoscaler"}})
-    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
-    run_kueue(w)
-    w.start(w.runtime())
-    tgi.queue = 15
-
-    def warned() -> bool:
-        return any(e["reason"] == "HandoffCheckFailed" for e in w.kube.list("events.k8s.io/v1", "Event", "llm"))
-
-    await until(warned)
+    await _refused_by_the_check(w, tgi)
     assert w.replicas("tgi-gemma-deployment") == 1
     assert w.training_writes() == []
 
