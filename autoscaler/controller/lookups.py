@@ -1,6 +1,9 @@
-"""``autoscaler observe`` on the controller's own observer: what ``autoscaler run`` would see, read-only.
+"""``autoscaler observe`` and ``record`` on the controller's own observer: what ``autoscaler run`` would see,
+read-only.
 
-``observe`` lives with the sources, a layer below the controller; the command line passes ``observing`` in.
+``observe`` and ``record`` live with the sources, a layer below the controller; the command line passes
+``observing`` in. ``record`` takes only the observer's plan (``ObserverView.plan``: the target read, and the
+requests the loop would send for it), and queries those requests over a range.
 It builds the loop's ``PolicyObserver`` (``controller.observer``) with the same readers ``Runtime`` gives it:
 ``KubeTargets`` for targets and pods (batched per namespace), the Kueue gate behind ``SharedTraining`` for the
 training and quota picture, the one ``SourcePool`` for signals, the config's ``defaultSource``. So the
@@ -21,12 +24,18 @@ from typing import Any
 import aiohttp
 
 from autoscaler.controller import kube
-from autoscaler.controller.observer import NoTraining, PolicyObserver, Prepared, SharedTraining, TrainingReader
+from autoscaler.controller.observer import (
+    NoTraining,
+    Planned,
+    PolicyObserver,
+    Prepared,
+    SharedTraining,
+    TrainingReader,
+)
 from autoscaler.controller.targets import KubeTargets, TargetView
 from autoscaler.controller.workloads import KueueGate
 from autoscaler.core.engine import CompiledPolicy, compile_policy
 from autoscaler.core.model import ReplicaStatus, TargetRef
-from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.command import (
@@ -35,8 +44,11 @@ from autoscaler.sources.command import (
     ClusterUnreachable,
     HeldLookup,
     LookupFailed,
+    NotInCluster,
     Observed,
+    ObserverOptions,
 )
+from autoscaler.sources.command import Planned as PlannedTarget
 
 #: How long reading the targets may take before observe calls their counts unknown.
 LOOKUP_TIMEOUT_S = 10.0
@@ -65,7 +77,7 @@ class FixedTargets:
 
     def _view(self) -> TargetView:
         if self.replicas is None:
-            raise LookupFailed(NO_REPLICAS)
+            raise NotInCluster(NO_REPLICAS)
         return TargetView(ReplicaStatus(spec=self.replicas, ready=self.replicas), ())
 
 
@@ -89,6 +101,27 @@ class ObserverView:
                 prepared = {cp.name: TimeoutError() for cp in group}
             for cp in group:
                 found[id(cp)] = await self._one(cp, prepared.get(cp.name))
+        return [found[id(cp)] for cp in compiled]
+
+    async def plan(self, policies: Sequence[ScalingPolicy]) -> list[PlannedTarget]:
+        """What the observer would read for each policy (``PolicyObserver.plan``), without reading it: the
+        target and its pods as the loop reads them, and the loop's requests. A target that cannot be read
+        leaves the requests without pods (the pod-name pattern selects them) and says why."""
+        compiled = [compile_policy(p) for p in policies]
+        found: dict[int, PlannedTarget] = {}
+        for group in _distinct(compiled):
+            try:
+                async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                    planned = await self.observer.plan(group)
+            except TimeoutError:
+                planned = {cp.name: TimeoutError() for cp in group}
+            for cp in group:
+                part = planned.get(cp.name)
+                if isinstance(part, Planned):
+                    found[id(cp)] = PlannedTarget(part.plan, part.view.replicas)
+                else:
+                    failed = _failure(cp.policy.spec.target.ref(), part)
+                    found[id(cp)] = PlannedTarget(self.observer.requests(cp, ()), None, failed)
         return [found[id(cp)] for cp in compiled]
 
     async def _one(self, cp: CompiledPolicy, part: Prepared | Exception | None) -> Observed:
@@ -132,18 +165,17 @@ def _failure(ref: TargetRef, exc: Exception | None) -> LookupFailed:
 
 
 @asynccontextmanager
-async def observing(
-    kubeconfig: str | None, replicas: int | None, source: MetricSource, default_source: SourceSpec | None,
-    deadline_s: float, cluster: bool,
-) -> AsyncIterator[ObserverView]:
-    """The controller's observer for ``observe``: against the cluster of ``kubeconfig`` (else ``$KUBECONFIG``,
-    in-cluster, ``~/.kube/config``) when ``cluster`` and no ``replicas`` are given, else a fixed count."""
-    if replicas is not None or not cluster:
-        yield ObserverView(PolicyObserver(targets=FixedTargets(replicas), training=NoTraining(), source=source,
-                                          default_source=default_source, deadline_s=deadline_s))
+async def observing(source: MetricSource, options: ObserverOptions) -> AsyncIterator[ObserverView]:
+    """The controller's observer for ``observe`` and ``record``: against the cluster of ``options.kubeconfig``
+    (else ``$KUBECONFIG``, in-cluster, ``~/.kube/config``) when ``options.cluster`` and no ``replicas`` are
+    given, else a fixed count."""
+    default_source, deadline_s = options.default_source, options.deadline_s
+    if options.replicas is not None or not options.cluster:
+        yield ObserverView(PolicyObserver(targets=FixedTargets(options.replicas), training=NoTraining(),
+                                          source=source, default_source=default_source, deadline_s=deadline_s))
         return
     try:
-        api = await kube.connect(kubeconfig)
+        api = await kube.connect(options.kubeconfig)
     except kube.KubeConfigError as exc:
         raise ClusterUnavailable(str(exc)) from None
     try:

@@ -51,7 +51,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.sources.base import MetricSource, PodRef, Readings, SignalRequest
-from autoscaler.sources.pool import NO_SOURCE, plan
+from autoscaler.sources.pool import NO_SOURCE, Plan, plan
 
 
 class TargetReader(Protocol):
@@ -66,6 +66,25 @@ class TargetReader(Protocol):
     async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
         """Another of a policy's targets (policies with several targets)."""
         ...
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What ``PolicyObserver.plan`` found for one policy: its target as read, and the requests the observer
+    would send for it (``autoscaler record`` queries exactly these, over a range)."""
+
+    view: TargetView
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class _Gathering:
+    """One policy in ``PolicyObserver._gather``: its view, its plan, and the readings known before any read."""
+
+    policy: CompiledPolicy
+    view: TargetView
+    plan: Plan
+    signals: dict[str, SignalReading]
 
 
 @dataclass(frozen=True)
@@ -218,7 +237,7 @@ class PolicyObserver:
     ) -> dict[str, Prepared | Exception]:
         """The signals of every policy whose view is known, in one source read."""
         prepared: dict[str, Prepared | Exception] = {}
-        plans: list[tuple[CompiledPolicy, TargetView, dict[str, SignalReading], list[SignalRequest]]] = []
+        plans: list[_Gathering] = []
         for cp in policies:
             view = views.get(cp.name)
             if view is None:
@@ -226,24 +245,35 @@ class PolicyObserver:
             if isinstance(view, Exception):
                 prepared[cp.name] = view  # the evaluation fails on it, as it would have on its own read
                 continue
-            out, requests = self._requests(cp, view[1])
-            plans.append((cp, view, out, requests))
+            planned = self.requests(cp, view.pods)
+            plans.append(_Gathering(cp, view, planned, _unsourced(planned)))
         # One read for all; a second only for requests whose (target, signal) key is already taken (two
         # policies on one target), since readings are keyed by it.
         batches: list[dict[tuple[str, str], SignalRequest]] = []
         placed: list[int] = []
-        for _, _, _, requests in plans:
-            keys = {r.key for r in requests}
+        for g in plans:
+            keys = {r.key for r in g.plan.requests}
             index = next((i for i, b in enumerate(batches) if not keys & b.keys()), len(batches))
             if index == len(batches):
                 batches.append({})
-            batches[index].update({r.key: r for r in requests})
+            batches[index].update({r.key: r for r in g.plan.requests})
             placed.append(index)
         readings = await asyncio.gather(*(self._read(list(b.values())) for b in batches))
-        for (cp, view, out, requests), index in zip(plans, placed, strict=True):
-            self._fill(out, requests, readings[index])
-            prepared[cp.name] = Prepared(view[0], view[1], out)
+        for g, index in zip(plans, placed, strict=True):
+            self._fill(g.signals, g.plan.requests, readings[index])
+            prepared[g.policy.name] = Prepared(g.view.replicas, g.view.pods, g.signals)
         return prepared
+
+    async def plan(self, policies: Sequence[CompiledPolicy]) -> dict[str, Planned | Exception]:
+        """Each policy's target, read as ``prepare`` reads it (in bulk), and the requests the observer would
+        send for it, without reading them: what ``autoscaler record`` asks of the sources over a range. A
+        policy whose target could not be read gets the error."""
+        views = await self._read_views(policies)
+        return {
+            cp.name: view if isinstance(view, Exception) else Planned(view, self.requests(cp, view.pods))
+            for cp in policies
+            if (view := views.get(cp.name)) is not None
+        }
 
     async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
         """The policy's observation; ``prepared`` (from ``prepare``) supplies its target and signals (an
@@ -284,18 +314,16 @@ class PolicyObserver:
 
     async def read_signals(self, policy: CompiledPolicy, pods: Sequence[PodRef] = ()) -> dict[str, SignalReading]:
         """Every raw signal of the policy in one batch; composites (``expr``) are the core's business."""
-        out, requests = self._requests(policy, pods)
-        if requests:
-            self._fill(out, requests, await self._read(requests))
+        planned = self.requests(policy, pods)
+        out = _unsourced(planned)
+        if planned.requests:
+            self._fill(out, planned.requests, await self._read(planned.requests))
         return out
 
-    def _requests(
-        self, policy: CompiledPolicy, pods: Sequence[PodRef]
-    ) -> tuple[dict[str, SignalReading], list[SignalRequest]]:
-        """The source requests of a policy's raw signals (``sources.pool.plan``, as ``observe`` and ``record``
-        build them), and readings already known (no source)."""
-        requests, missing = plan(policy.policy, pods=tuple(pods), default=self.default_source)
-        return {name: SignalReading(None, None, error=NO_SOURCE) for name in missing}, requests
+    def requests(self, policy: CompiledPolicy, pods: Sequence[PodRef]) -> Plan:
+        """The source requests of a policy's raw signals for a target with these pods (``sources.pool.plan``
+        with the controller's ``defaultSource``): what ``run``, ``observe`` and ``record`` ask the sources."""
+        return plan(policy.policy, pods=tuple(pods), default=self.default_source)
 
     async def _read(self, requests: Sequence[SignalRequest]) -> Readings:
         if not requests:
@@ -318,6 +346,11 @@ class PolicyObserver:
 
     async def aclose(self) -> None:
         await self.source.aclose()
+
+
+def _unsourced(planned: Plan) -> dict[str, SignalReading]:
+    """The readings known before any read: the signals without a source."""
+    return {name: SignalReading(None, None, error=NO_SOURCE) for name in planned.missing}
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,11 @@ reads, the same source requests, the same training and quota picture, the same `
 cluster its target reader answers ``--replicas`` (or an unknown count) and there is no training.
 
 ``record`` saves, per signal, one Prometheus ``query_range`` response body (``<signal>.json``) for the
-policy's target over ``--start``..``--end``: the input ``autoscaler replay`` reads.
+policy's target over ``--start``..``--end``: the input ``autoscaler replay`` reads. It opens the same observer
+(``Observing.plan``): the requests it queries over the range are the ones the controller's observer sends for
+that target (the same source resolution with the config's ``defaultSource``, the same signals, the same per-pod
+query), and in a cluster the pods it read are selected beside the target's pod-name pattern. Recorded series,
+replayed, give the core the input ``run`` gives it on the same data (tests/replay/test_record_path.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -46,8 +51,8 @@ from autoscaler.core.signals import SignalJudge
 from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec, SourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile import loader
-from autoscaler.sources.base import MetricSource
-from autoscaler.sources.pool import MissingSource, SourcePool, requests_for
+from autoscaler.sources.base import MetricSource, SignalRequest
+from autoscaler.sources.pool import MissingSource, Plan, SourcePool, refuse_missing, requests_for
 from autoscaler.sources.prometheus import GMP_SCOPE, GMP_URL, target_query
 
 #: The Workloads the controller holds down (its marks on them), for the policies shown; one dict per Workload.
@@ -66,20 +71,48 @@ class Observed(NamedTuple):
     failed: LookupFailed | None = None
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One policy's reads as the controller's observer plans them (``Observing.plan``): what ``record`` queries."""
+
+    #: The requests the observer sends for the target (with its pods, in a cluster), and signals without a source.
+    plan: Plan
+    #: The target's replica status when it was read.
+    replicas: ReplicaStatus | None
+    #: Why the target could not be read (the plan then has no pods: the pod-name pattern selects them).
+    failed: LookupFailed | None = None
+
+
 class Observing(Protocol):
-    """The controller's observer as ``observe`` uses it (``controller.lookups.observing`` builds it)."""
+    """The controller's observer as ``observe`` and ``record`` use it (``controller.lookups.observing``)."""
 
     #: The Workloads the controller holds down, against a cluster (None outside one).
     held: HeldLookup | None
 
     async def observe(self, policies: Sequence[ScalingPolicy]) -> list[Observed]: ...
 
+    async def plan(self, policies: Sequence[ScalingPolicy]) -> list[Planned]:
+        """Each policy's target and the requests the observer would send for it, without reading them."""
+        ...
 
-#: Opens the observer over ``source``: ``(kubeconfig, replicas, source, default_source, deadline_s, cluster)``;
-#: with ``cluster`` False or ``replicas`` given, no API server is asked. Raises ``ClusterUnavailable``.
-ObservingFactory = Callable[
-    [str | None, int | None, MetricSource, SourceSpec | None, float, bool], AbstractAsyncContextManager[Observing]
-]
+
+@dataclass(frozen=True)
+class ObserverOptions:
+    """How to open the controller's observer for ``observe`` or ``record``."""
+
+    #: Kubernetes credentials (None: ``$KUBECONFIG``, in-cluster, ``~/.kube/config``).
+    kubeconfig: str | None
+    #: ``--replicas``: a fixed count outside a cluster (None: read it, or unknown).
+    replicas: int | None
+    #: The controller config's ``defaultSource`` (``--config``).
+    default_source: SourceSpec | None
+    deadline_s: float
+    #: False: no API server is asked (as when ``replicas`` is given).
+    cluster: bool
+
+
+#: Opens the observer over a source; raises ``ClusterUnavailable`` when the cluster's credentials are unusable.
+ObservingFactory = Callable[[MetricSource, ObserverOptions], AbstractAsyncContextManager[Observing]]
 
 #: The controller config's ``defaultSource`` from a config file (``--config``), as ``run`` reads it; raises
 #: ``UsageError``. The command-line layer passes the controller's loader in (this layer may not import it).
@@ -99,6 +132,10 @@ class ClusterUnavailable(Exception):
 
 class LookupFailed(Exception):
     """The replica count of one target could not be read; the message says why."""
+
+
+class NotInCluster(LookupFailed):
+    """No cluster was asked (none found, or ``--replicas``), and no count given: unknown, not a failure of one."""
 
 
 class ClusterUnreachable(LookupFailed):
@@ -241,27 +278,34 @@ def _load(path: str) -> list[ScalingPolicy]:
     return policies
 
 
+async def _opened(stack: contextlib.AsyncExitStack, args: argparse.Namespace, pool: SourcePool) -> Observing:
+    """The controller's observer for ``observe`` and ``record``, kept open on ``stack``: against the cluster
+    unless ``--replicas`` is given or no credentials are found; credentials named and unusable are an error."""
+    factory: ObservingFactory = args.observing
+    kubeconfig: str | None = getattr(args, "kubeconfig", None)
+    replicas: int | None = getattr(args, "replicas", None)
+
+    async def opened(cluster: bool) -> Observing:
+        deadline: float = getattr(args, "deadline", 5.0)
+        options = ObserverOptions(kubeconfig, replicas, args.default_source, deadline, cluster)
+        return await stack.enter_async_context(factory(pool, options))
+
+    try:
+        return await opened(replicas is None)
+    except ClusterUnavailable as exc:
+        if kubeconfig is not None or os.environ.get("KUBECONFIG"):
+            # Credentials were named (flag or environment) and are unusable: say so, as run does.
+            raise UsageError(str(exc)) from None
+        # Outside a cluster without credentials: show the signals; the decision says what is missing.
+        return await opened(False)
+
+
 async def _observe(args: argparse.Namespace, policies: list[ScalingPolicy]) -> None:
     pool = SourcePool()
     period = min(p.spec.evaluation_period_seconds for p in policies)
-    factory: ObservingFactory = args.observing
-    kubeconfig: str | None = getattr(args, "kubeconfig", None)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(pool.aclose)
-
-        async def opened(cluster: bool) -> Observing:
-            return await stack.enter_async_context(
-                factory(kubeconfig, args.replicas, pool, args.default_source, args.deadline, cluster)
-            )
-
-        try:
-            observing = await opened(args.replicas is None)
-        except ClusterUnavailable as exc:
-            if kubeconfig is not None or os.environ.get("KUBECONFIG"):
-                # Credentials were named (flag or environment) and are unusable: say so, as run does.
-                raise UsageError(str(exc)) from None
-            # Outside a cluster without credentials: show the signals; the decision says what is missing.
-            observing = await opened(False)
+        observing = await _opened(stack, args, pool)
         failed: list[str] = []
         while True:
             failed.clear()
@@ -350,21 +394,39 @@ def _connect(spec: PrometheusSourceSpec | GmpSourceSpec) -> PrometheusConnect:
     return PrometheusConnect(url=url, headers={"Authorization": f"Bearer {creds.token}"}, timeout=spec.timeout_seconds)
 
 
+async def plan_recording(args: argparse.Namespace, policies: Sequence[ScalingPolicy]) -> list[Planned]:
+    """What ``record`` queries: each policy's requests as the controller's observer plans them, with the target
+    (and its pods) read from the cluster when there is one. Nothing is read from the sources here."""
+    pool = SourcePool()  # the observer's; record reads no instant value through it
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(pool.aclose)
+        observing = await _opened(stack, args, pool)
+        return await observing.plan(policies)
+
+
+def record_query(request: SignalRequest, *, cluster: str | None) -> str:
+    """The range query ``record`` saves for one of the observer's requests: the per-pod query ``run`` reads
+    (one series per pod, so that replay combines and judges them by the core's one rule). Over a past range
+    the target had other pods than now, so its pod-name pattern selects them as well as the pods just read."""
+    return target_query(request, cluster=cluster, combined=False, history=True)
+
+
 def record(
     policies: Sequence[ScalingPolicy],
+    planned: Sequence[Planned],
     *,
     start: float,
     end: float,
     step: float | None,
     out: Path,
-    default_source: SourceSpec | None = None,
 ) -> list[str]:
-    """Write ``<signal>.json`` per recordable signal (per policy subdirectory when there are several);
-    return one line per signal saying what happened."""
+    """Write ``<signal>.json`` per recordable signal of the observer's plan (per policy subdirectory when there
+    are several); return one line per signal saying what happened."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a directory; pass a directory (it is created if missing)")
     report = []
-    for policy in policies:
+    for policy, found in zip(policies, planned, strict=True):
+        refuse_missing(policy, found.plan)
         folder = out if len(policies) == 1 else out / policy.metadata.name
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -377,36 +439,45 @@ def record(
                 f"{points:.0f} points per series over the range at step {width:g}s; Prometheus allows "
                 f"{MAX_POINTS}: use --step {math.ceil((end - start) / MAX_POINTS)} or a shorter range"
             )
-        for req in requests_for(policy, default=default_source):
-            src = req.source
-            name = req.signal.name
-            if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
-                report.append(f"{name}: skipped (source {src.type} keeps no history; only prometheus/gmp record)")
-                continue
-            # One series per pod (a raw query as written): replay combines them by the core's one rule and
-            # judges each pod's age, as the controller does.
-            query = target_query(req, cluster=src.cluster, combined=False)
-            client = _connect(src)
-            try:
-                result = client.custom_query_range(
-                    query,
-                    start_time=dt.datetime.fromtimestamp(start, dt.UTC),
-                    end_time=dt.datetime.fromtimestamp(end, dt.UTC),
-                    step=f"{width:g}",
-                )
-            except Exception as exc:  # requests' and the client's exceptions: one line for the user
-                raise UsageError(f"signal {name}: query_range on {client.url} failed: {exc}") from None
-            finally:
-                client.close()
-            body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
-            path = folder / f"{name}.json"
-            try:
-                path.write_text(json.dumps(body))
-            except OSError as exc:
-                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-            samples = sum(len(s.get("values", [])) for s in result)
-            report.append(f"{name}: {len(result)} series, {samples} samples → {path}")
+        if found.failed is not None and not isinstance(found.failed, NotInCluster):
+            report.append(f"target: {found.failed}; its pods are selected by their name pattern only")
+        for req in found.plan.requests:
+            report.append(_record_one(req, folder, start=start, end=end, width=width))
+        if found.replicas is not None:
+            # The API server keeps no history of the count; replay needs it (recorded mode) to judge partial data.
+            report.append(
+                f"replicas: not recorded (the API server keeps no history; {found.replicas.ready} ready now): "
+                f"add replicas.json (docs/replay.md) or run replay with --initial-replicas"
+            )
     return report
+
+
+def _record_one(req: SignalRequest, folder: Path, *, start: float, end: float, width: float) -> str:
+    src = req.source
+    name = req.signal.name
+    if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
+        return f"{name}: skipped (source {src.type} keeps no history; only prometheus/gmp record)"
+    query = record_query(req, cluster=src.cluster)
+    client = _connect(src)
+    try:
+        result = client.custom_query_range(
+            query,
+            start_time=dt.datetime.fromtimestamp(start, dt.UTC),
+            end_time=dt.datetime.fromtimestamp(end, dt.UTC),
+            step=f"{width:g}",
+        )
+    except Exception as exc:  # requests' and the client's exceptions: one line for the user
+        raise UsageError(f"signal {name}: query_range on {client.url} failed: {exc}") from None
+    finally:
+        client.close()
+    body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    path = folder / f"{name}.json"
+    try:
+        path.write_text(json.dumps(body))
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    samples = sum(len(s.get("values", [])) for s in result)
+    return f"{name}: {len(result)} series, {samples} samples → {path}"
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -419,9 +490,11 @@ def run_record(args: argparse.Namespace) -> int:
         step = None if args.step is None else parse_duration(args.step)
         if step is not None and step <= 0:
             raise UsageError("--step must be positive")
-        lines = record(
-            policies, start=start, end=end, step=step, out=Path(args.out), default_source=_default_source(args)
-        )
+        args.default_source = _default_source(args)
+        for p in policies:
+            requests_for(p, default=args.default_source)  # every signal has a source: fail before reading anything
+        planned = asyncio.run(plan_recording(args, policies))
+        lines = record(policies, planned, start=start, end=end, step=step, out=Path(args.out))
     except (UsageError, MissingSource) as exc:
         print(f"autoscaler record: {exc}", file=sys.stderr)
         return 1

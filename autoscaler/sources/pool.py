@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from autoscaler.core import catalog
 from autoscaler.core.model import SignalReading
@@ -32,13 +33,23 @@ class MissingSource(ValueError):
 NO_SOURCE = "no source: set spec.source, the signal's source or the controller's defaultSource (--config)"
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one policy asks of its sources in one tick (``plan``)."""
+
+    #: One request per raw signal that has a source.
+    requests: tuple[SignalRequest, ...]
+    #: The raw signals that have none (the controller reads them as ``NO_SOURCE``, ``record`` refuses them).
+    missing: tuple[str, ...]
+
+
 def plan(
     policy: ScalingPolicy,
     *,
     pods: tuple[PodRef, ...] = (),
     nodes: tuple[str, ...] = (),
     default: SourceSpec | None = None,
-) -> tuple[list[SignalRequest], list[str]]:
+) -> Plan:
     """The one way a policy becomes source requests (``run``, ``observe``, ``record``): one request per raw
     signal (composites are the core's), its source resolved as the signal's own ``source``, else the policy's
     ``spec.source``, else ``default`` (the controller config's ``defaultSource``); and the names of the
@@ -60,7 +71,7 @@ def plan(
             out.append(SignalRequest(spec.signal_target(sig).ref(), sig, source))
             continue
         out.append(SignalRequest(ref, sig, source, pods=pods, nodes=nodes))
-    return out, missing
+    return Plan(tuple(out), tuple(missing))
 
 
 def requests_for(
@@ -71,10 +82,15 @@ def requests_for(
     default: SourceSpec | None = None,
 ) -> list[SignalRequest]:
     """``plan``, refusing a policy with a signal that has no source (``MissingSource``)."""
-    out, missing = plan(policy, pods=pods, nodes=nodes, default=default)
-    if missing:
-        raise MissingSource(f"policy {policy.metadata.name!r}: signal {missing[0]!r}: {NO_SOURCE}")
-    return out
+    planned = plan(policy, pods=pods, nodes=nodes, default=default)
+    refuse_missing(policy, planned)
+    return list(planned.requests)
+
+
+def refuse_missing(policy: ScalingPolicy, planned: Plan) -> None:
+    """``MissingSource`` naming the first signal of ``planned`` without a source, as every command says it."""
+    if planned.missing:
+        raise MissingSource(f"policy {policy.metadata.name!r}: signal {planned.missing[0]!r}: {NO_SOURCE}")
 
 
 def unavailable(request: SignalRequest) -> str | None:

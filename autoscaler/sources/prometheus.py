@@ -103,9 +103,13 @@ def selection(request: SignalRequest) -> _Selection | None:
     return None
 
 
-def target_query(request: SignalRequest, *, cluster: str | None, combined: bool = True) -> str:
+def target_query(
+    request: SignalRequest, *, cluster: str | None, combined: bool = True, history: bool = False
+) -> str:
     """The query for one target over time: combined server-side into one series, or (``combined=False``, what
-    ``autoscaler record`` saves) one series per pod, so that ``replay`` combines them by the core's one rule."""
+    ``autoscaler record`` saves) one series per pod, so that ``replay`` combines them by the core's one rule.
+    With ``history`` (a range reaching into the past) the target's pod-name pattern selects the pods it had
+    then, beside the pods of the request (the ones it has now, which a truncated name may hide from the pattern)."""
     sig = request.signal
     if sig.query is not None:
         return sig.query
@@ -113,10 +117,10 @@ def target_query(request: SignalRequest, *, cluster: str | None, combined: bool 
     if sel is None:
         raise PermanentError(f"signal {sig.name!r} has no query, preset or metric")
     how = aggregate_of(sig)
-    if request.pods:
-        pods = "|".join(re.escape(p.name) for p in request.pods if p.leader or sel.workers)
-    else:
-        pods = pod_pattern(request.target, workers=sel.workers)
+    named = [re.escape(p.name) for p in request.pods if p.leader or sel.workers]
+    if history or not request.pods:
+        named.insert(0, pod_pattern(request.target, workers=sel.workers))
+    pods = "|".join(named)
     m = presets.matchers(
         sig.labels,
         namespace=request.target.namespace,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -17,9 +19,10 @@ from autoscaler.controller.observer import Prepared
 from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.targets import KubeTargets
 from autoscaler.core.engine import CompiledPolicy, compile_policy
-from autoscaler.core.model import Observation, PolicyState, ScaleDecision
+from autoscaler.core.model import Observation, PolicyState, ScaleDecision, TargetKind, TargetRef
 from autoscaler.policyfile import loader
-from autoscaler.sources.command import observe_once
+from autoscaler.sources.base import pod_pattern
+from autoscaler.sources.command import ObserverOptions, observe_once
 from autoscaler.sources.pool import plan
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, tutorial_cluster
 from tests.controller.policies import tgi_policy
@@ -27,6 +30,7 @@ from tests.controller.test_runtime import kubeconfig
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 from tests.kube.kueue import Kueue
+from tests.sources.realprom import TextServer
 
 
 def write_policy(tmp_path: Path, tgi: TgiMetrics) -> Path:
@@ -173,7 +177,8 @@ async def test_observe_builds_the_observation_run_builds_and_decides_alike(
     before = len(kube.requests)
     pool = pool_on(clock)
     try:
-        async with lookups.observing(str(kubeconfig(tmp_path, kube.url)), None, pool, None, 5.0, True) as observing:
+        options = ObserverOptions(str(kubeconfig(tmp_path, kube.url)), None, None, 5.0, cluster=True)
+        async with lookups.observing(pool, options) as observing:
             (got,) = await observing.observe(policies)
             view = await observe_once(policies, observing, clock=clock.wall)
     finally:
@@ -207,8 +212,9 @@ async def test_node_level_metrics_get_the_nodes_of_the_targets_serving_pods(
     cp = compile_policy(policy)
     view = (await KubeTargets(kube_client).observe_many([cp]))[cp.name]
     assert not isinstance(view, Exception)
-    (request,), missing = plan(policy, pods=view.pods)
-    assert not missing
+    planned = plan(policy, pods=view.pods)
+    assert not planned.missing
+    (request,) = planned.requests
     assert request.node_names() == ("gke-tpu-a", "gke-tpu-b")  # the pending pod (no node yet) adds none
 
 
@@ -231,3 +237,37 @@ async def test_observe_reads_a_signal_without_source_from_the_configs_default_so
     code, out, err = await observe(argv, capsys)
     assert code == 1
     assert "no source" in err
+
+
+async def test_record_queries_what_the_controllers_observer_reads_in_the_cluster(
+    kube: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``record`` opens the controller's observer: in a cluster its range query selects the pods the observer read
+    from the API server (beside the target's pod-name pattern, for the pods it had before), its report says the
+    replica count the cluster has now, and nothing is written to the cluster."""
+    kube.add(objects.deployment(replicas=2))
+    for name in ("tgi-gemma-deployment-6b7c8d9f4-aaaaa", "tgi-gemma-deployment-6b7c8d9f4-bbbbb"):
+        kube.add(objects.pod(name, ip="10.0.0.1"))
+    matrix = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"namespace": "llm", "pod": "tgi-gemma-deployment-6b7c8d9f4-aaaaa"}, "values": [[1, "3"]]}]}}
+    prom = TextServer(json.dumps(matrix), content_type="application/json")
+    try:
+        (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: prometheus, url: '{prom.base}'}}",
+                                                      capacity=False))
+        argv = ["record", "--policy", str(tmp_path / "tgi.yaml"), "--kubeconfig", str(kubeconfig(tmp_path, kube.url)),
+                "--start", "-1m", "--step", "15s", "--out", str(tmp_path / "rec")]
+        code = await asyncio.to_thread(main, argv)
+    finally:
+        prom.close()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "queue: 1 series, 1 samples" in out
+    assert "replicas: not recorded (the API server keeps no history; 2 ready now)" in out
+    (query,) = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0] for _, path, _, _ in prom.seen]
+    # The pod selector as PromQL holds it (a regex in a double-quoted string: each backslash doubled).
+    (selected,) = re.findall(r'pod=~"((?:[^"\\]|\\.)*)"', query)
+    alternatives = selected.replace("\\\\", "\\").split("|")
+    assert alternatives == [pod_pattern(TargetRef(TargetKind.DEPLOYMENT, "tgi-gemma-deployment", "llm")),
+                            *(re.escape(f"tgi-gemma-deployment-6b7c8d9f4-{x}") for x in ("aaaaa", "bbbbb"))]
+    assert kube.requests, "record reads the target and its pods from the cluster"
+    assert not [r for r in kube.requests if r.is_write], "record never writes"

@@ -1,0 +1,224 @@
+"""``record`` sees what ``run`` sees: on the same live data (a real Prometheus scraping real exporters), the series
+``autoscaler record`` saves through the controller's observer, replayed, give the core the same signals and the
+same decision as the controller's observer gave ``run`` at that moment.
+
+``run`` here is the loop's own ``PolicyObserver`` (a target reader answering the cluster's view of the target and
+its pods, the ``SourcePool`` over the real Prometheus); ``record`` is ``ObserverView.plan`` on that observer (the
+requests it would send) queried over a range by ``sources.command.record``; replay is ``replay.engine.run`` on the
+files written, with the replica count the cluster had (``--initial-replicas``: the API server keeps no history).
+
+The cases are where a second path would drift: pods averaged (the issue's 0.4 + 0.4 case), a pod of three not
+reporting (unknown, never a scale-down), a Deployment whose name is so long that Kubernetes truncated its pods'
+names (no pod-name pattern finds them: only the pods the observer read do), per-pod counter rates, and a
+latency quantile over the pods' histograms with one pod of two reporting.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.controller.lookups import ObserverView
+from autoscaler.controller.observer import NoTraining, PolicyObserver
+from autoscaler.controller.targets import TargetView
+from autoscaler.core.engine import CompiledPolicy, compile_policy, decide
+from autoscaler.core.model import (
+    Observation,
+    PodStatus,
+    PolicyState,
+    ReplicaStatus,
+    ScaleDecision,
+    SignalState,
+    TargetRef,
+)
+from autoscaler.core.spec import ScalingPolicy
+from autoscaler.replay import engine as replay_engine
+from autoscaler.replay.traces import load
+from autoscaler.sources.base import PodRef
+from autoscaler.sources.command import record
+from autoscaler.sources.pool import SourcePool
+from tests.sources.realprom import Exporter, PrometheusServer, ScrapeTarget, have_prometheus
+
+NS = "llm"
+SHORT = "srv"
+# 52 characters: the ReplicaSet is `<name>-<hash>`, and a pod's generated name keeps only the first 58 characters
+# of `<ReplicaSet>-` before its 5 random ones, so the hash is cut: `<name>-6b7c8` + random.
+LONG = "llama-3-1-8b-instruct-serving-prod-us-central1-a-blu"
+assert len(LONG) == 52
+
+PODS = {
+    "a": f"{SHORT}-6b7c8d9f4-aaaaa",
+    "b": f"{SHORT}-6b7c8d9f4-bbbbb",
+    "long-a": f"{LONG}-6b7c8xq2zp",
+    "long-b": f"{LONG}-6b7c8mv9tr",
+}
+TTFT = "vllm:time_to_first_token_seconds"
+TTFT_SHARES = {0.05: 0.2, 0.1: 0.5, 0.25: 0.8, 0.5: 0.95, 1.0: 0.99}
+
+
+@dataclass
+class Live:
+    prometheus: PrometheusServer
+    exporters: dict[str, Exporter]
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[Live]:
+    """Four pods' exporters (vLLM V1 gauges, token counters, a TTFT histogram on pod ``a`` only) and a real
+    Prometheus scraping them every second, labelled as a PodMonitoring would (namespace, pod)."""
+    if not have_prometheus():
+        pytest.skip("the prometheus binary is not installed (apt-get install prometheus); real-server tests skipped")
+    exporters: dict[str, Exporter] = {}
+    for key, pod in PODS.items():
+        e = Exporter(labels={"namespace": NS, "pod": pod})
+        e.set("vllm:kv_cache_usage_perc", 0.4, model_name="m", engine="0")
+        e.set("vllm:num_requests_waiting", 3.0 if key in ("a", "long-a") else 5.0, model_name="m", engine="0")
+        e.counter("vllm:generation_tokens_total", 80.0 if key == "a" else 70.0)
+        if key == "a":
+            e.histogram(TTFT, 20.0, TTFT_SHARES)
+        exporters[key] = e
+    server = PrometheusServer([ScrapeTarget(e.address, e.labels) for e in exporters.values()], interval_s=1.0)
+    server.start()
+    try:
+        # Every pod scraped, and the counters' series older than the 10 s window: until then rate() sees only
+        # part of the window and reads low (run and record would then read a rate still climbing).
+        server.wait_for("count(up == 1)", lambda r: bool(r) and int(r[0]["value"][1]) == len(PODS))
+        true_rate = 80.0 + 70.0 * (len(PODS) - 1)
+        server.wait_for('sum(rate({__name__=~"vllm[:_]generation_tokens_total"}[10s]))',
+                        lambda r: bool(r) and float(r[0]["value"][1]) > 0.98 * true_rate)
+        yield Live(server, exporters)
+    finally:
+        server.stop()
+        for e in exporters.values():
+            e.close()
+
+
+def policy(url: str, target: str, signal: dict[str, Any], value: float) -> ScalingPolicy:
+    return ScalingPolicy.model_validate({
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "rec"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": target, "namespace": NS},
+            "minReplicas": 1,
+            "maxReplicas": 16,
+            "evaluationPeriodSeconds": 1,
+            "source": {"type": "prometheus", "url": url},
+            "signals": [{"name": "sig", **signal}],
+            "policy": {
+                "type": "hpa",
+                "metrics": [{"signal": "sig", "type": "External", "target": {"type": "Value", "value": value}}],
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+            },
+        },
+    })
+
+
+class ClusterView:
+    """The ``TargetReader`` of a cluster in which the target has exactly these ready pods."""
+
+    def __init__(self, pods: Sequence[str]) -> None:
+        status = ReplicaStatus(spec=len(pods), ready=len(pods), pods=tuple(PodStatus(p, True, 600.0) for p in pods))
+        self.view = TargetView(status, tuple(PodRef(p) for p in pods))
+
+    async def observe(self, policy: CompiledPolicy) -> TargetView:
+        return self.view
+
+    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+        return {cp.name: self.view for cp in policies}
+
+    async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
+        raise AssertionError(f"a single-target policy reads no other target ({ref.key})")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the core was given and what it decided, in the terms both paths share."""
+
+    value: float | None
+    state: SignalState
+    current: int
+    desired: int
+    reason: str
+    message: str
+
+
+def seen(cp: CompiledPolicy, obs: Observation, now: float) -> Seen:
+    decisions, _ = decide(cp, obs, PolicyState(), now)
+    (d,) = (d for d in decisions if isinstance(d, ScaleDecision))
+    judged = cp.judge.judge_all(cp.judge.combine(obs.signals, obs.replicas, now), now)["sig"]
+    return Seen(judged.value, judged.state, d.current, d.desired, d.reason.value, d.message)
+
+
+async def run_and_record(p: ScalingPolicy, pods: Sequence[str], out: Path) -> tuple[Seen, Seen, list[str]]:
+    """``run``'s observation and decision now, and the same moment of ``record``'s series replayed."""
+    cp = compile_policy(p)
+    cluster = ClusterView(pods)
+    pool = SourcePool()
+    observer = PolicyObserver(targets=cluster, training=NoTraining(), source=pool)
+    try:
+        obs = await observer.observe(cp)
+        now = time.time()
+        ran = seen(cp, obs, now)
+        planned = await ObserverView(observer).plan([p])
+    finally:
+        await observer.aclose()
+    at = math.floor(now)
+    lines = record([p], planned, start=at - 15, end=at, step=1.0, out=out)
+    replayed = replay_engine.run(cp, load([out]), replay_engine.Options(initial_replicas=len(pods)))
+    step = replayed.steps[-1]
+    assert step.time == at, (step.time, at)
+    obs_then = Observation(p.spec.target.ref(), step.replicas, step.readings)
+    return ran, seen(cp, obs_then, step.time), lines
+
+
+def _same(ran: Seen, replayed: Seen, *, rel: float) -> None:
+    if ran.value is None or replayed.value is None:
+        assert ran.value == replayed.value
+    else:
+        assert replayed.value == pytest.approx(ran.value, rel=rel)
+    assert replayed.state == ran.state
+    assert (replayed.current, replayed.desired, replayed.reason) == (ran.current, ran.desired, ran.reason)
+
+
+WAITING = {"preset": "vllm.waiting"}
+KV = {"preset": "vllm.kv_cache_usage"}
+RATE = {"preset": "vllm.generation_tokens", "rate": {"windowSeconds": 10}}
+P90 = {"preset": "vllm.ttft", "quantile": {"q": 0.9, "windowSeconds": 10}}
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize(
+    ("target", "signal", "value", "pods", "reason"),
+    [
+        pytest.param(SHORT, KV, 0.5, ["a", "b"], "Steady", id="kv-averaged"),
+        pytest.param(SHORT, WAITING, 5.0, ["a", "b"], "ScaleUp", id="queue-summed"),
+        pytest.param(SHORT, WAITING, 5.0, ["a", "b", "missing"], "MetricsUnknown", id="2-of-3-pods-is-unknown"),
+        pytest.param(LONG, WAITING, 5.0, ["long-a", "long-b"], "ScaleUp", id="truncated-pod-names"),
+        pytest.param(SHORT, RATE, 10.0, ["a", "b"], "RateLimited", id="per-pod-token-rates"),
+        pytest.param(SHORT, P90, 0.1, ["a"], "ScaleUp", id="ttft-quantile"),
+        pytest.param(SHORT, P90, 0.1, ["a", "b"], "MetricsUnknown", id="ttft-quantile-1-of-2-pods-is-unknown",
+                     marks=pytest.mark.xfail(strict=True, reason="record saves the target's histogram_quantile, so "
+                                             "replay cannot judge partial data: the fix is the next commit")),
+    ],
+)
+async def test_record_replayed_gives_the_core_what_run_gave_it(
+    live: Live, tmp_path: Path, target: str, signal: dict[str, Any], value: float, pods: list[str], reason: str
+) -> None:
+    p = policy(live.prometheus.url, target, signal, value)
+    names = [PODS.get(k, f"{SHORT}-6b7c8d9f4-zzzzz") for k in pods]
+    ran, replayed, lines = await run_and_record(p, names, tmp_path)
+    assert ran.reason == reason, ran.message  # the case is what it says (not two paths agreeing on nothing)
+    # A counter's rate is read at two instants up to a second apart, and PromQL's rate() extrapolates to the
+    # window's edges only from scrapes close enough to them: on this loaded machine late scrapes made one read
+    # 13 % lower than the other. Its case keeps the decision clear of that (15x the target: rate-limited to 6
+    # either way) and the value is checked to 25 % (summed per-pod rates, not averaged: 150, not 75). Gauges and
+    # quantiles (ratios of rates taken over the same scrapes) are the same to 1 %.
+    _same(ran, replayed, rel=0.25 if "rate" in signal else 0.01)
+    assert any(line.startswith("sig: ") and "→" in line for line in lines), lines
