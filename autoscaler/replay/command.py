@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autoscaler.core.spec import ScalingPolicy
+    from autoscaler.replay.plot import Painter
 
 PROG = "autoscaler replay"
 
@@ -159,8 +160,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autoscaler.core.engine import compile_policy  # noqa: PLC0415 - see run
-    from autoscaler.replay import engine, plot, report, traces  # noqa: PLC0415 - see run (plot imports matplotlib only to draw)
+    from autoscaler.replay import plot, report  # noqa: PLC0415 - see run (plot imports matplotlib only to draw)
 
     flap_window_s = report.DEFAULT_FLAP_WINDOW_S if args.flap_window is None else args.flap_window
     if args.actuation_delay and args.mode != "whatif":
@@ -169,6 +169,19 @@ def _run(args: argparse.Namespace) -> int:
     metrics = args.metrics or ([str(EXAMPLE_TRACE)] if args.example else None)
     if policy_path is None or metrics is None:
         raise UsageError("needs --policy FILE and --metrics PATH (or --example for the bundled trace)", 2)
+    if args.no_plot:
+        return _replay(args, policy_path, metrics, flap_window_s, None)
+    # The drawing process starts now, so that it imports matplotlib while this one replays.
+    with plot.Painter() as painter:
+        return _replay(args, policy_path, metrics, flap_window_s, painter)
+
+
+def _replay(
+    args: argparse.Namespace, policy_path: str, metrics: list[str], flap_window_s: float, painter: Painter | None
+) -> int:
+    from autoscaler.core.engine import compile_policy  # noqa: PLC0415 - see run
+    from autoscaler.replay import engine, plot, report, traces  # noqa: PLC0415 - see run
+
     policy = load_policy(policy_path, args.name)
     compiled = compile_policy(policy)
     trace = traces.load(metrics)
@@ -193,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
             replay = engine.stream(compiled, trace, options)
         counts = report.Tally(replay, flap_window_s=flap_window_s)
         # The plot keeps a few points per pixel column, gathered as the evaluations pass (no matplotlib yet).
-        columns = None if args.no_plot else plot.Columns(replay, evaluations=replay.evaluations, start=replay.start)
+        columns = None if painter is None else plot.Columns(replay, evaluations=replay.evaluations, start=replay.start)
         try:
             writer = report.DecisionWriter(out / "decisions.jsonl", replay.target)
         except OSError as exc:
@@ -226,9 +239,9 @@ def _run(args: argparse.Namespace) -> int:
     summary = counts.summary(inputs=trace.files)
     try:
         report.write_summary(summary, out / "summary.json")
-        if columns is not None:
+        if columns is not None and painter is not None:
             columns.finish()
-            plot.plot(columns, out / "replay.png")
+            painter.draw(columns, out / "replay.png")
     except OSError as exc:
         raise UsageError(f"{out}: cannot write the results: {exc.strerror or exc}") from None
     if not args.quiet:
