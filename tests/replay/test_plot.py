@@ -58,7 +58,7 @@ def test_every_text_is_inside_the_figure_and_each_name_left_of_its_ticks() -> No
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     box = fig.bbox
-    texts = [fig._suptitle] if fig._suptitle is not None else []  # noqa: SLF001 - the figure's own title
+    texts = [fig._suptitle] if fig._suptitle is not None else []  # the figure's own title
     panels = fig.axes
     assert len(panels) == plot.MAX_SIGNAL_PANELS + 1
     for ax in panels:
@@ -78,8 +78,10 @@ def test_every_text_is_inside_the_figure_and_each_name_left_of_its_ticks() -> No
     texts += legend.get_texts()
     for text in texts:
         extent = text.get_window_extent(renderer)
-        assert box.x0 <= extent.x0 and extent.x1 <= box.x1, text.get_text()
-        assert box.y0 <= extent.y0 and extent.y1 <= box.y1, text.get_text()
+        assert box.x0 <= extent.x0, text.get_text()
+        assert extent.x1 <= box.x1, text.get_text()
+        assert box.y0 <= extent.y0, text.get_text()
+        assert extent.y1 <= box.y1, text.get_text()
     assert legend.get_window_extent(renderer).x0 >= panels[-1].get_window_extent(renderer).x1
 
 
@@ -137,7 +139,7 @@ def test_without_a_child_the_painter_draws_here(tmp_path: Path, monkeypatch: pyt
     monkeypatch.delattr(os, "fork")
     cols = columns(["backlog"])
     with plot.Painter() as painter:
-        assert painter._pid is None  # noqa: SLF001
+        assert painter._pid is None
         painter.draw(cols, tmp_path / "a.png")
     plot.plot(cols, tmp_path / "b.png")
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
