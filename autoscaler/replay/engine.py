@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from autoscaler.core import counters
 from autoscaler.core.engine import CompiledPolicy, decide
 from autoscaler.core.fast import quick_init
 from autoscaler.core.model import (
@@ -36,7 +37,7 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.signals import aggregate_of
 from autoscaler.core.spec import SignalSpec
-from autoscaler.replay.traces import AGGREGATES, Series, Trace, TraceError, combine, total
+from autoscaler.replay.traces import AGGREGATES, RawSignal, Series, Trace, TraceError, combine, total
 
 Mode = Literal["recorded", "whatif"]
 
@@ -141,6 +142,28 @@ def _pod_of(series: Series) -> str | None:
     return next((labels[k] for k in POD_LABELS if labels.get(k)), None)
 
 
+#: The label of a histogram bucket's upper bound (``+Inf`` for the bucket counting every observation).
+BUCKET_LABEL = "le"
+
+
+def _pod_buckets(raw: RawSignal) -> dict[str, dict[float, Series]] | None:
+    """A quantile signal recorded as each pod's bucket rates (what ``autoscaler record`` saves: series labelled by
+    pod and ``le``), by pod and upper bound; None when the series are not that (a quantile recorded whole)."""
+    out: dict[str, dict[float, Series]] = {}
+    for one in raw.series:
+        pod, le = _pod_of(one), dict(one.labels).get(BUCKET_LABEL)
+        if pod is None or le is None:
+            return None
+        try:
+            bound = float(le)  # "+Inf" parses as inf
+        except ValueError:
+            return None
+        if bound in out.setdefault(pod, {}):
+            return None  # two series for one bucket of one pod: not a per-pod record
+        out[pod][bound] = one
+    return out or None
+
+
 @dataclass(frozen=True, slots=True)
 class _Input:
     name: str
@@ -150,6 +173,10 @@ class _Input:
     #: Per-pod series (one per pod, as ``record`` saves them), combined by the core at each evaluation.
     pods: dict[str, Series] | None = None
     max_age_s: float = 0.0
+    #: A quantile signal's per-pod bucket rates (pod -> upper bound -> series), summed and read by the core.
+    buckets: dict[str, dict[float, Series]] | None = None
+    #: whatif mode: the quantile taken here over the pods' summed buckets (no pods to judge against our count).
+    quantile: float | None = None
 
 
 def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> tuple[list[_Input], list[str]]:
@@ -179,6 +206,25 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
         max_age = sig.max_age_seconds or spec.metric_safety.max_age_seconds
         pod_names = [_pod_of(one) for one in raw.series]
         per_pod = (sig.preset is not None or sig.metric is not None) and mode == "recorded"
+        hist = _pod_buckets(raw) if sig.quantile is not None else None
+        if hist is not None:
+            # Each pod's bucket rates: as in the cluster, the core sums the buckets of the pods reporting a fresh
+            # sample and takes the quantile, and (recorded mode) a reading is known only when every recorded
+            # replica's pod reports. A pod's sample is its +Inf bucket (every observation); pods without one
+            # recorded nothing usable.
+            assert sig.quantile is not None
+            hist = {pod: b for pod, b in hist.items() if math.inf in b and b[math.inf].times}
+            if not hist:
+                raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+            notes.append(
+                f"signal {sig.name}: {len(hist)} pods' histogram buckets in {raw.origin}; the core takes the "
+                f"{sig.quantile.q:g} quantile of the reporting pods' summed buckets"
+                + ("; a reading is known when as many pods report as replicas were recorded" if per_pod else "")
+            )
+            merged = combine(RawSignal(sig.name, raw.origin, tuple(b[math.inf] for b in hist.values())), "sum")
+            inputs.append(_Input(sig.name, merged, raw.origin, False, None, max_age, hist,
+                                 None if per_pod else sig.quantile.q))
+            continue
         if per_pod and all(pod_names) and len(set(pod_names)) == len(pod_names):
             # One series per pod: the core combines them at each evaluation, judging each pod's age and
             # counting the pods that report against the recorded replica count, as in the cluster.
@@ -372,6 +418,64 @@ class _PodCursors:
         return SignalReading(total(values.values()), min(stamps.values()), self.origin, None, values, stamps)
 
 
+class _PodHistograms:
+    """Every pod's latest bucket rates at or before ``now`` (no older than ``max_age_s``), as one per-pod histogram
+    reading: the core sums the reporting pods' buckets and takes the quantile (``core.signals.combine_pods``), as
+    it does the Prometheus source's. A pod's value is its +Inf bucket (observations a second). With ``quantile``
+    (whatif mode: the trace's pods are not ours to count) the quantile is taken here over the fresh pods."""
+
+    __slots__ = ("max_age_s", "origin", "pods", "quantile")
+
+    def __init__(
+        self, pods: dict[str, dict[float, Series]], origin: str, max_age_s: float, quantile: float | None
+    ) -> None:
+        self.pods = [
+            (pod, _Cursor(b[math.inf], origin), [(bound, _Cursor(s, origin)) for bound, s in sorted(b.items())])
+            for pod, b in pods.items()
+        ]
+        self.origin = origin
+        self.max_age_s = max_age_s
+        self.quantile = quantile
+
+    def read(self, now: float) -> SignalReading | None:
+        values: dict[str, float] = {}
+        stamps: dict[str, float] = {}
+        buckets: dict[str, dict[float, float]] = {}
+        seen = False
+        for pod, everything, cursors in self.pods:
+            i = everything.advance(now)
+            if i < 0:
+                continue
+            seen = True
+            stamp = everything.stamps[i]
+            if now - stamp > self.max_age_s:
+                continue
+            values[pod] = everything.values[i]
+            stamps[pod] = stamp
+            mine: dict[float, float] = {}
+            for bound, cursor in cursors:
+                j = cursor.advance(now)
+                if j >= 0 and cursor.stamps[j] == stamp:  # the same scrape (evaluation step) as the +Inf bucket
+                    mine[bound] = cursor.values[j]
+            buckets[pod] = mine
+        if not values:
+            return SignalReading(None, None, self.origin, None, {}, {}) if seen else None
+        if self.quantile is not None:
+            summed: dict[float, float] = {}
+            for mine in buckets.values():
+                counters.add_buckets(summed, mine)
+            return SignalReading(counters.histogram_quantile(self.quantile, summed), min(stamps.values()), self.origin)
+        return SignalReading(None, min(stamps.values()), self.origin, None, values, stamps, buckets)
+
+
+def _cursor(inp: _Input) -> _Cursor | _PodCursors | _PodHistograms:
+    if inp.buckets is not None:
+        return _PodHistograms(inp.buckets, inp.origin, inp.max_age_s, inp.quantile)
+    if inp.pods is not None:
+        return _PodCursors(inp.pods, inp.origin, inp.max_age_s)
+    return _Cursor(inp.series, inp.origin)
+
+
 def _steps(
     compiled: CompiledPolicy,
     inputs: list[_Input],
@@ -405,10 +509,7 @@ def _steps(
     rec_known = recorded is not None or options.initial_replicas is not None
     whatif = options.mode == "whatif"
     names = [inp.name for inp in inputs]
-    cursors = [
-        _Cursor(inp.series, inp.origin) if inp.pods is None else _PodCursors(inp.pods, inp.origin, inp.max_age_s)
-        for inp in inputs
-    ]
+    cursors = [_cursor(inp) for inp in inputs]
     reads = [cursor.read for cursor in cursors]
     # whatif: perReplica signals are rescaled when our ready count differs from the recorded one.
     rescaled = [j for j, inp in enumerate(inputs) if inp.per_replica] if whatif else []

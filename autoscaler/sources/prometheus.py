@@ -107,7 +107,8 @@ def target_query(
     request: SignalRequest, *, cluster: str | None, combined: bool = True, history: bool = False
 ) -> str:
     """The query for one target over time: combined server-side into one series, or (``combined=False``, what
-    ``autoscaler record`` saves) one series per pod, so that ``replay`` combines them by the core's one rule.
+    ``autoscaler record`` saves) one series per pod (a histogram's: per pod and bucket), so that ``replay``
+    combines them by the core's one rule.
     With ``history`` (a range reaching into the past) the target's pod-name pattern selects the pods it had
     then, beside the pods of the request (the ones it has now, which a truncated name may hide from the pattern)."""
     sig = request.signal
@@ -129,10 +130,12 @@ def target_query(
         regex={} if sel.labels.pool_wide else {sel.labels.pod: pods},
         namespace_label=sel.labels.namespace,
     )
-    if sel.histogram:
+    if sel.histogram and (combined or sel.labels.pool_wide):
         # One series for the target: its quantile over the buckets summed across its pods (replay reads it as is).
         assert sig.quantile is not None
         return f"histogram_quantile({sig.quantile.q:g}, sum by (le) ({sel.numerator(m)}))"
+    # Per pod (a histogram: each pod's bucket rates, labelled by ``le``): replay sums the reporting pods' buckets
+    # and takes the quantile through the core, judging partial data, as the controller does with ``batch_query``.
     per_pod = _per_pod(sel, how, m)
     return f"{how}({per_pod})" if combined else per_pod
 

@@ -202,3 +202,46 @@ def test_replay_reads_recorded_per_pod_rates_like_the_controller(tmp_path: Path)
     assert value is None
     assert decision.reason.value == "MetricsUnknown"
     assert "1 of 2" in decision.message
+
+
+def _bucket_dump(tmp: Path, pods: dict[str, dict[float, float]], replicas: int) -> None:
+    """What `record` saves for a quantile signal: each pod's bucket rates, labelled by pod and `le`."""
+    times = [NOW - 30, NOW - 15, NOW]
+    series = [
+        {"metric": {"namespace": "llm", "pod": pod, "le": "+Inf" if bound == float("inf") else repr(bound)},
+         "values": [[t, str(rate)] for t in times]}
+        for pod, buckets in pods.items() for bound, rate in buckets.items()
+    ]
+    (tmp / "kv.json").write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": series}}))
+    reps = {"metric": {}, "values": [[t, str(replicas)] for t in times]}
+    (tmp / "replicas.json").write_text(json.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                                                  "result": [reps]}}))
+
+
+@pytest.mark.parametrize("mode", ["recorded", "whatif"])
+def test_replay_takes_a_quantile_over_the_recorded_pods_summed_buckets_like_the_controller(
+    tmp_path: Path, mode: replay_engine.Mode
+) -> None:
+    # The core's rule: the reporting pods' bucket rates summed, then the quantile (histogram_quantile over
+    # sum by (le)); recorded mode counts the pods reporting against the recorded replicas, as the controller
+    # does; whatif (our own count, which the trace has no pods for) takes the quantile over the pods as recorded.
+    p = policy({}, "http://unused")
+    doc = p.model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["spec"]["signals"] = [{"name": "kv", "preset": "vllm.ttft", "quantile": {"q": 0.5, "windowSeconds": 60}}]
+    doc["spec"]["policy"]["metrics"][0]["target"] = {"type": "Value", "value": 0.2}
+    cp = compile_policy(ScalingPolicy.model_validate(doc))
+    inf = float("inf")
+    # Summed: 6 at or below 0.1 s, 17 at or below 0.5 s, 20 in all: the median is 0.1 + 0.4 × (10 − 6) / (17 − 6).
+    both = {PODS[0]: {0.1: 5.0, 0.5: 9.0, inf: 10.0}, PODS[1]: {0.1: 1.0, 0.5: 8.0, inf: 10.0}}
+    _bucket_dump(tmp_path, both, 2)
+    step = replay_engine.run(cp, load([tmp_path]), replay_engine.Options(mode=mode)).steps[-1]
+    seen = cp.judge.combine(step.readings, step.replicas, step.time)["kv"]
+    assert seen.value == pytest.approx(0.1 + 0.4 * 4 / 11)
+    assert step.decision.reason.value == "ScaleUp", step.decision.message
+    if mode == "recorded":  # whatif has applied its own earlier scale-ups by the last step
+        assert (step.decision.current, step.decision.desired) == (2, 3)
+
+    _bucket_dump(tmp_path, {PODS[0]: both[PODS[0]]}, 2)  # 1 of the 2 recorded replicas' pods reported
+    step = replay_engine.run(cp, load([tmp_path]), replay_engine.Options(mode="recorded")).steps[-1]
+    assert step.decision.reason.value == "MetricsUnknown"
+    assert "1 of 2 ready pods reported" in step.decision.message

@@ -203,9 +203,7 @@ P90 = {"preset": "vllm.ttft", "quantile": {"q": 0.9, "windowSeconds": 10}}
         pytest.param(LONG, WAITING, 5.0, ["long-a", "long-b"], "ScaleUp", id="truncated-pod-names"),
         pytest.param(SHORT, RATE, 10.0, ["a", "b"], "RateLimited", id="per-pod-token-rates"),
         pytest.param(SHORT, P90, 0.1, ["a"], "ScaleUp", id="ttft-quantile"),
-        pytest.param(SHORT, P90, 0.1, ["a", "b"], "MetricsUnknown", id="ttft-quantile-1-of-2-pods-is-unknown",
-                     marks=pytest.mark.xfail(strict=True, reason="record saves the target's histogram_quantile, so "
-                                             "replay cannot judge partial data: the fix is the next commit")),
+        pytest.param(SHORT, P90, 0.1, ["a", "b"], "MetricsUnknown", id="ttft-quantile-1-of-2-pods-is-unknown"),
     ],
 )
 async def test_record_replayed_gives_the_core_what_run_gave_it(
