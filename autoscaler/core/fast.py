@@ -6,9 +6,12 @@ stands for (``tests/core/test_fastpaths.py`` checks they agree; ``bench/fastpath
   no reference cycles (each collection would traverse all of them again as they pile up), and what the block
   built handed to the oldest generation when it ends (``gc.freeze`` then ``gc.unfreeze``);
 - ``memoized``: a bounded cache of a pure function of hashable arguments (policy expressions parsed once per
-  text, however many validators and policies ask).
+  text, however many validators and policies ask);
+- ``hpa_decider``: ``engine.decide`` fused for an ``hpa`` policy's usual evaluation (every signal known, no
+  per-pod samples, no capacity), returning None for anything else so that the caller calls ``decide``.
 
-Nothing else in the project disables the collector, freezes it, rewrites an ``__init__`` or caches a parse.
+Nothing else in the project disables the collector, freezes it, rewrites an ``__init__``, caches a parse or
+short-cuts ``decide``.
 """
 
 from __future__ import annotations
@@ -16,12 +19,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+    from autoscaler.core.engine import CompiledPolicy
+    from autoscaler.core.model import Decision, Observation, PolicyState, SignalValue
 
 _T = TypeVar("_T", bound="DataclassInstance")
 _P = ParamSpec("_P")
@@ -109,3 +116,161 @@ def memoized(maxsize: int) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         return functools.update_wrapper(cast(Callable[_P, _R], cached), fn)
 
     return wrap
+
+
+#: ``decide`` for one policy, or None where the fast path does not apply (the caller then calls ``decide``).
+FastDecide = Callable[["Observation", "PolicyState", float], "tuple[list[Decision], PolicyState] | None"]
+
+
+def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
+    """``engine.decide`` for an ``hpa`` policy, fused for the usual evaluation: every signal a fresh, finite,
+    non-negative aggregate (no per-pod samples), the current count within [min, max], no pod waiting for
+    admission and no capacity block, no composite signal and no scale-to-zero. It returns None for anything else
+    (and for a scale-up with starting replicas, where HPA's unready-pod adjustment applies), before it has
+    decided anything: the caller then calls ``decide``, the plain path it stands for.
+
+    Same decisions, messages and state as ``decide`` (``tests/core/test_fast_decide.py`` compares the two over
+    random policies and observation sequences, and checks how often this path is taken): it calls the same
+    formatting and behavior-stage functions, and skips what cannot apply here — the readings' combination
+    (no per-pod samples), the ``Context``, the fallback counts (no unknown signal), range and scale-to-zero
+    checks, arbitration (no capacity) and the per-call closures. None when the policy is not of that kind.
+    """
+    # Imported here: this module is imported by the policy types' base (``quick_init``), which the engine imports.
+    from autoscaler.core import behavior, engine  # noqa: PLC0415
+    from autoscaler.core.model import PolicyState as State  # noqa: PLC0415
+    from autoscaler.core.model import Reason, ScaleDecision, SignalState, SignalValue  # noqa: PLC0415
+    from autoscaler.core.policies import hpa  # noqa: PLC0415
+    from autoscaler.core.signals import FUTURE_SKEW_S  # noqa: PLC0415
+
+    algorithm = compiled.algorithm
+    spec = compiled.policy.spec
+    stz = spec.scale_to_zero
+    if (
+        type(algorithm) is not hpa.HpaAlgorithm
+        or spec.capacity is not None
+        or (stz.enabled and stz.activation is not None)
+        or any(s.expr is not None for s in spec.signals)
+    ):
+        return None
+    plan = [(name, max_age) for name, max_age, _ in compiled.judge._plan]  # the judge's own order
+    names = {name for name, _ in plan}
+    metrics = []
+    for name, kind, target, target_text in algorithm.metrics:
+        if name not in names:
+            return None
+        per_replica = spec.signal(name).scope == "perReplica"
+        metrics.append((name, kind, target, target_text, per_replica))
+    tol = algorithm.tolerances
+    low, high = tol.low, tol.high
+    several = len(metrics) > 1
+    count_of = f" (highest of {len(metrics)} metrics; "
+    min_replicas, max_replicas = spec.min_replicas, spec.max_replicas
+    floor = max(min_replicas, 1)
+    rules = compiled.rules
+    ok = SignalState.OK
+    inf = math.inf
+    ceil = math.ceil
+    milli = hpa.milli
+    explain = hpa._explain  # the same sentences as the algorithm's
+    up, down, steady, within_tolerance = Reason.SCALE_UP, Reason.SCALE_DOWN, Reason.STEADY, Reason.WITHIN_TOLERANCE
+    horizon_s = engine._MAX_PERIOD_S  # the engine's own horizon
+    newer_than = behavior.newer_than
+    stage = behavior.stage
+
+    def fast(observation: Observation, state: PolicyState, now: float) -> tuple[list[Decision], PolicyState] | None:
+        replicas = observation.replicas
+        current = replicas.spec
+        if (
+            current < floor or current > max_replicas or current < min_replicas
+            or replicas.gated or replicas.pods is not None
+        ):
+            return None
+        readings = observation.signals
+        signals: dict[str, SignalValue] = {}
+        for name, max_age in plan:  # judge_all's usual case, and only that
+            reading = readings.get(name)
+            if reading is None or reading.error is not None or reading.per_replica is not None:
+                return None
+            value, stamp = reading.value, reading.timestamp
+            if value is None or stamp is None or not 0.0 <= value < inf:
+                return None
+            age = now - stamp
+            if not -FUTURE_SKEW_S <= age <= max_age:
+                return None
+            signals[name] = SignalValue(name, ok, float(value), "", age if age >= 0.0 else 0.0, reading.source)
+
+        # HpaAlgorithm.recommend with every metric known (the highest count, the first on ties).
+        ready, starting = replicas.ready, replicas.starting
+        outcomes = []
+        best: tuple[str, int, bool, tuple[object, ...]] | None = None
+        replicas_wanted = 0
+        all_within = True
+        for name, kind, target, target_text, per_replica in metrics:
+            value = signals[name].value
+            assert value is not None
+            if kind == "Pods":
+                if ready == 0:
+                    return None  # no ready replica: unknown
+                total = milli(value) * ready if per_replica else milli(value)
+                ratio = (total // ready) / target
+                if starting and ratio > 1.0:
+                    return None  # HPA's unready-pod adjustment: the plain path
+                within = low <= ratio <= high
+                count = current if within else ceil(ratio * ready)
+                why: tuple[object, ...] = (
+                    "pods", "perReplica" if per_replica else "total", (total, ready, 0, 0), target_text, ratio, None,
+                    current, count,
+                )
+            elif kind == "Value":
+                usage = milli(value)
+                count, ratio = hpa.value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
+                within = low <= ratio <= high  # current > 0 here
+                why = ("value", usage, target_text, ratio, ready, current, count)
+            else:
+                usage = milli(value)
+                counted = ready + starting
+                count, ratio = hpa.average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
+                within = low <= ratio <= high
+                why = ("average", usage, target_text, ratio, counted, current, count)
+            outcome = (name, count, within, why)
+            outcomes.append(outcome)
+            if best is None or count > replicas_wanted:
+                best, replicas_wanted = outcome, count
+            all_within = all_within and within
+        assert best is not None
+        message = explain(best[0], best[3], tol)
+        if several:
+            others = ", ".join(f"{o[0]} → {o[1]}" for o in outcomes if o is not best)
+            message = f"{message}{count_of}{others})"
+        if replicas_wanted > current:
+            reason = up
+        elif replicas_wanted < current:
+            reason = down
+        else:
+            reason = within_tolerance if all_within else steady
+
+        history = state.recommendations or ((now, current),)
+        desired, norm_reason, norm_message, history = stage(
+            rules=rules, min_replicas=floor, max_replicas=max_replicas, current=current,
+            recommended=replicas_wanted, state=state, now=now, recommendations=history,
+        )
+        if norm_reason is not None:
+            reason = norm_reason
+            if norm_message:
+                message = f"{message}; {norm_message}"
+        elif desired == current and (reason is up or reason is down):
+            reason = steady
+        horizon = now - horizon_s
+        ups = newer_than(state.scale_up_events, horizon)
+        downs = newer_than(state.scale_down_events, horizon)
+        last_scale = state.last_scale_time
+        if desired > current:
+            ups = (*ups, (now, desired - current))
+            last_scale = now
+        elif desired < current:
+            downs = (*downs, (now, current - desired))
+            last_scale = now
+        decision = ScaleDecision(observation.target, current, desired, reason, message, signals)
+        return [decision], State(history, ups, downs, (), now, last_scale, state.idle_since, state.algorithm)
+
+    return fast

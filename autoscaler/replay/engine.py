@@ -27,7 +27,7 @@ from typing import Literal, cast
 
 from autoscaler.core import counters
 from autoscaler.core.engine import CompiledPolicy, decide
-from autoscaler.core.fast import quick_init
+from autoscaler.core.fast import hpa_decider, quick_init
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -492,6 +492,8 @@ def _steps(
     first_recorded = int(recorded.values[0]) if recorded is not None else options.initial_replicas
     assert first_recorded is not None or options.mode == "whatif"
     state = PolicyState()
+    # ``decide`` fused for an hpa policy's usual evaluation (None where it does not apply: then ``decide``).
+    fast = hpa_decider(compiled)
     # whatif: starts from --initial-replicas, else the first recorded count, else minReplicas.
     if options.initial_replicas is not None:
         initial = options.initial_replicas
@@ -558,7 +560,8 @@ def _steps(
         else:
             observation = Observation(target, status, readings)
         try:
-            decisions, new_state = decide(compiled, observation, state, now)
+            done = fast(observation, state, now) if fast is not None else None
+            decisions, new_state = done if done is not None else decide(compiled, observation, state, now)
         except Exception as exc:  # a failure inside the core must still say when, and not as a traceback
             raise EvaluationError(now, exc) from exc
         decision = decisions[0]
