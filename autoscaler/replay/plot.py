@@ -22,10 +22,12 @@ import pickle
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autoscaler.core.model import SignalState
 from autoscaler.replay.report import Info, rfc3339
 
 if TYPE_CHECKING:
@@ -78,6 +80,8 @@ class Columns:
         self._k = 0  # evaluations added
         self._bin_start = 0
         self._buffers: list[list[float]] = []  # the current column: one list per series, signals first
+        self._shown_appends: list[tuple[str, Callable[[float], None]]] = []
+        self._other_appends: tuple[Callable[[float], None], ...] = ()
 
     def add(self, step: Step) -> None:
         d = step.decision
@@ -87,26 +91,33 @@ class Columns:
             self.shown = self.names[:MAX_SIGNAL_PANELS]
             self.signals = [Line() for _ in self.shown]
             self._buffers = [[] for _ in range(len(self.shown) + 4)]
-        buffers = self._buffers
+            # Once per replay: each shown signal's name with its column's append, and the other series' appends.
+            self._shown_appends = [(name, buffers.append) for name, buffers in zip(self.shown, self._buffers,
+                                                                                   strict=False)]
+            self._other_appends = tuple(b.append for b in self._buffers[len(self.shown):])
         nan = math.nan
-        for j, name in enumerate(self.shown):
-            v = signals.get(name)
+        get = signals.get
+        for name, append in self._shown_appends:
+            v = get(name)
             value = v.value if v is not None else None
-            buffers[j].append(nan if value is None else value)
-        n = len(self.shown)
+            append(nan if value is None else value)
+        add_desired, add_recorded, add_ready, add_unknown = self._other_appends
         recorded = step.recorded
-        buffers[n].append(d.desired)
-        buffers[n + 1].append(nan if recorded is None else recorded)
-        buffers[n + 2].append(step.replicas.ready)
-        unknown = False
+        desired = d.desired
+        add_desired(desired)
+        add_recorded(nan if recorded is None else recorded)
+        replicas = step.replicas
+        add_ready(replicas.ready)
+        ok = SignalState.OK
+        unknown = 0.0
         for v in signals.values():
-            if not v.ok:
-                unknown = True
+            if v.state is not ok:  # ``not v.ok`` without the property's call
+                unknown = 1.0
                 break
-        buffers[n + 3].append(1.0 if unknown else 0.0)
+        add_unknown(unknown)
         if recorded is not None:
             self.any_recorded = True
-        self.highest = max(self.highest, d.desired, step.replicas.spec, recorded or 0)
+        self.highest = max(self.highest, desired, replicas.spec, recorded or 0)
         self.last_time = step.time
         self._k += 1
         if self._k - self._bin_start >= self.per_column:
@@ -385,6 +396,7 @@ class Painter:
         info = columns.info
         sent = copy.copy(columns)
         sent.info = Facts(info.policy, info.target, info.mode, info.period_s, list(info.notes))
+        sent._shown_appends, sent._other_appends = [], ()  # the finished columns' data only
         try:
             _write_all(self._send, pickle.dumps((sent, path), protocol=pickle.HIGHEST_PROTOCOL))
             os.close(self._send)
