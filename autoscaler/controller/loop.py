@@ -135,6 +135,10 @@ class Observer(Protocol):
     async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
         ...
 
+    def still_kept(self, name: str, part: Prepared) -> bool:
+        """Whether ``part`` (a probe's) was read on the target view still kept (no change or read since)."""
+        ...
+
 
 class Actuator(Protocol):
     """Writes to the cluster. ``refusal`` types are "this target is not ours" (a Warning Event, no retry storm)."""
@@ -194,6 +198,8 @@ class _Index:
     targets: dict[str, list[str]] = field(default_factory=dict)
     training: dict[str, list[str]] = field(default_factory=dict)
     any_training: list[str] = field(default_factory=list)
+    #: Policies probes screen (``_fast``), in the policy set's order.
+    fast: list[CompiledPolicy] = field(default_factory=list)
 
 
 @dataclass
@@ -246,6 +252,9 @@ class Controller:
     #: Per policy: its raw signal values at its last screening, and when they last changed (screening order).
     _screened: dict[str, tuple[object, ...]] = field(default_factory=dict)
     _moved: dict[str, float] = field(default_factory=dict)
+    #: Per policy: its last clean screen (every signal read), when it started and the evaluation count then;
+    #: a periodic evaluation decides on it instead of reading again (``_reusable``).
+    _kept: dict[str, tuple[float, int, Prepared]] = field(default_factory=dict)
     #: Evaluations started by probes (kept so that they are not collected, and cancelled with the loop).
     _escalations: set[asyncio.Task[None]] = field(default_factory=set)
     _by: _Index | None = None
@@ -283,6 +292,8 @@ class Controller:
             for n, cp in policies.items():
                 spec = cp.policy.spec
                 index.targets.setdefault(spec.target.ref().key, []).append(n)
+                if _fast(cp):
+                    index.fast.append(cp)
                 if spec.capacity is None:
                     continue
                 if not spec.preemptible:
@@ -344,15 +355,40 @@ class Controller:
     ) -> list[T]:
         """Evaluate a pass chunk by chunk (see the module docstring): a big pass's targets read once, then
         per chunk its signals in one read and its evaluations at once."""
+        reused = self._reusable(policies)
         since = None
-        if len(policies) > self.pass_chunk:
+        if len(policies) - len(reused) > self.pass_chunk:
             since = self.clock.monotonic()
-            await self._read_targets(policies)
+            await self._read_targets([cp for cp in policies if cp.name not in reused])
         out: list[T] = []
         for chunk in _chunks(policies, self.pass_chunk):
-            prepared = await self.prepare(chunk, since)
+            prepared = await self.prepare([cp for cp in chunk if cp.name not in reused], since)
             self._note_prepared(prepared)
+            prepared.update((cp.name, reused[cp.name]) for cp in chunk if cp.name in reused)
             out.extend(await asyncio.gather(*(evaluate(cp, prepared.get(cp.name)) for cp in chunk)))
+        return out
+
+    def _reusable(self, policies: list[CompiledPolicy]) -> dict[str, tuple[int, Prepared]]:
+        """The policies of a pass whose last probe screen stands for a read (one pipeline: what a probe read,
+        the periodic evaluation does not read again): a clean screen (every signal read) taken within the
+        policy's evaluation period, no evaluation of the policy since, its target view still the one kept (no
+        watched change, no read since). Not for policies on a ClusterQueue: their bulk read fills the pass
+        ledger. The evaluation decides on it and records its history; to act, it reads afresh (``_evaluate``).
+        The window is the period, not a probe round: when the machine is slow and rounds take seconds, a
+        pass that read everything again would take the CPU the rounds lack and slow them further; a reading
+        grown too old for its signal's ``maxAgeSeconds`` is unknown to the core (a hold), as it would be if
+        just read that late."""
+        now = self.clock.monotonic()
+        out: dict[str, tuple[int, Prepared]] = {}
+        for cp in policies:
+            kept = self._kept.get(cp.name)
+            if kept is None or _queue_key(cp) is not None:
+                continue
+            at, stamp, part = kept
+            if now - at < cp.policy.spec.evaluation_period_seconds and self._runs.get(cp.name, 0) == stamp and (
+                self.observer.still_kept(cp.name, part)
+            ):
+                out[cp.name] = (stamp, dataclasses.replace(part, kept=True))
         return out
 
     async def _read_targets(self, policies: list[CompiledPolicy]) -> None:
@@ -518,6 +554,10 @@ class Controller:
             log.error("decide_failed", error=_one_line(exc))
             return Outcome(cp.name, error=f"decide: {_one_line(exc)}")
         t2 = self.clock.monotonic()
+        if isinstance(prepared, Prepared) and prepared.kept and _changes(decisions):
+            # Decided on a probe's screen (the target as last kept): what is written is decided on what the
+            # cluster shows now, so observe afresh and decide again.
+            return await self._evaluate(cp, trigger, probe=probe, prepared=None)
         if probe and not _changes(decisions):
             log.debug("probe", reasons=[d.reason.value for d in decisions])
             return Outcome(cp.name, tuple(decisions), observation=obs)
@@ -878,16 +918,19 @@ class Controller:
     async def probe_round(self) -> None:
         """Screen every probed policy once (in chunks, see the module docstring); evaluate at once those whose
         decision would change. Returns when every chunk was screened (the evaluations it started run on)."""
-        now = self.clock.monotonic()
+        # Every fast policy evaluated once already (its first evaluation reads everything), due soon or not:
+        # its periodic evaluation decides on this round's screen instead of reading again (``_reusable``).
+        locks = self._locks
         probes = [
-            cp for cp in self.store.policies.values()
-            if _fast(cp) and self._due.get(cp.name, now) - now > self.fast_poll_s
-            and not self._locks.get(cp.name, asyncio.Lock()).locked()
+            cp for cp in self._index().fast
+            if cp.name in self._due and not (cp.name in locks and locks[cp.name].locked())
         ]
         live = set(self.store.policies)
         for gone in [n for n in self._screened if n not in live]:
             self._screened.pop(gone)
             self._moved.pop(gone, None)
+        for gone in [n for n in self._kept if n not in live]:
+            self._kept.pop(gone)
         # Signals that moved lately first: a ramp is most likely to cross where it is already moving.
         probes.sort(key=lambda cp: -self._moved.get(cp.name, -math.inf))
         slots = asyncio.Semaphore(self.probe_parallel)
@@ -901,6 +944,7 @@ class Controller:
     async def _probe_chunk(self, chunk: list[CompiledPolicy]) -> None:
         self.screens += len(chunk)
         stamps = {cp.name: self._runs.get(cp.name, 0) for cp in chunk}
+        started = self.clock.monotonic()
         try:
             async with asyncio.timeout(self.pass_deadline_s):
                 found = await self.observer.probe(chunk)
@@ -915,7 +959,12 @@ class Controller:
         for cp in chunk:
             part = found.get(cp.name)
             if not isinstance(part, Prepared) or self._runs.get(cp.name, 0) != stamps[cp.name]:
+                self._kept.pop(cp.name, None)
                 continue  # unreadable (its evaluation reports that), or evaluated since: its state moved on
+            if all(r.error is None for r in part.signals.values()):
+                self._kept[cp.name] = (started, stamps[cp.name], part)
+            else:  # a periodic evaluation reads a failing signal itself (and reports why)
+                self._kept.pop(cp.name, None)
             if await self._would_act(cp, part):
                 self._escalate(cp)
 

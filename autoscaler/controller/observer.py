@@ -94,6 +94,9 @@ class Prepared:
     replicas: ReplicaStatus
     pods: tuple[PodRef, ...]
     signals: dict[str, SignalReading]
+    #: Read by a probe's screen on the target as last kept (``PolicyObserver.probe``), handed on to a periodic
+    #: evaluation (``Controller._pass``): decided on, but never acted on (the evaluation re-reads to act).
+    kept: bool = False
 
 
 #: What a TrainingReader answers: the preemptible Workloads and the ClusterQueue quota.
@@ -174,6 +177,9 @@ class PolicyObserver:
     #: Each policy's last target view and when it was read (``now``): what probes screen on.
     views: dict[str, tuple[float, TargetView]] = field(default_factory=dict)
     now: Callable[[], float] = time.monotonic
+    #: Each policy's source requests, planned for one compiled policy and one pod list (both by identity):
+    #: a probe round plans thousands of policies a second on the very views it planned them on last round.
+    _plans: dict[str, tuple[CompiledPolicy, Sequence[PodRef], Plan]] = field(default_factory=dict)
 
     async def prepare(
         self, policies: Sequence[CompiledPolicy], *, since: float | None = None
@@ -216,6 +222,12 @@ class PolicyObserver:
         if stale:
             views.update(await self._read_views(stale))
         return await self._gather(policies, views)
+
+    def still_kept(self, name: str, part: Prepared) -> bool:
+        """Whether ``part`` was read on the target view this observer still keeps for the policy: no watched
+        change dropped it and no read replaced it since (each read makes a new ``ReplicaStatus``)."""
+        kept = self.views.get(name)
+        return kept is not None and kept[1].replicas is part.replicas
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop these policies' kept target views (their target changed: the next probe reads it again)."""
@@ -322,8 +334,17 @@ class PolicyObserver:
 
     def requests(self, policy: CompiledPolicy, pods: Sequence[PodRef]) -> Plan:
         """The source requests of a policy's raw signals for a target with these pods (``sources.pool.plan``
-        with the controller's ``defaultSource``): what ``run``, ``observe`` and ``record`` ask the sources."""
-        return plan(policy.policy, pods=tuple(pods), default=self.default_source)
+        with the controller's ``defaultSource``): what ``run``, ``observe`` and ``record`` ask the sources.
+        Kept per policy for one compiled policy and one pod list (both by identity): a probe round plans
+        thousands of policies a second on the very views it planned them on last round."""
+        hit = self._plans.get(policy.name)
+        if hit is not None and hit[0] is policy and hit[1] is pods:
+            return hit[2]
+        planned = plan(policy.policy, pods=tuple(pods), default=self.default_source)
+        if len(self._plans) > 2 * len(self.views) + 1024:
+            self._plans.clear()  # policies gone since: start afresh rather than keep them
+        self._plans[policy.name] = (policy, pods, planned)
+        return planned
 
     async def _read(self, requests: Sequence[SignalRequest]) -> Readings:
         if not requests:

@@ -245,9 +245,13 @@ class Runtime:
 
     async def reload(self) -> ReloadResult:
         """Re-read the files and the watched objects; apply and report what changed."""
-        before = {n: cp.policy.spec.target.ref().key for n, cp in self.store.policies.items()}
+        # The set in force before, as an object (a reload that changes anything replaces it, one that changes
+        # nothing keeps it): its targets are looked at only on a change, not at every poll (0.05 s per poll of
+        # 5,000 policies, for nothing).
+        old = self.store.policies
         result = self.store.reload()
         if result.changed:
+            before = {n: cp.policy.spec.target.ref().key for n, cp in old.items()}
             for name, cp in self.store.policies.items():
                 if before.get(name) not in (None, cp.policy.spec.target.ref().key):
                     # Stabilization history of another target says nothing about this one.

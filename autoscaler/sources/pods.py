@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -32,12 +34,14 @@ from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import PodsSourceSpec
 from autoscaler.sources import presets, scrapeclient
 from autoscaler.sources.base import PodRef, Readings, SignalRequest, describe
-from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
+from autoscaler.sources.circuit import Circuit, PermanentError, TransientError
 
 ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 
 #: Circuits of endpoints not scraped for this long are forgotten (pods come and go with new IPs).
 FORGET_S = 600.0
+#: Requests of one read in flight at once (the scrape client's own limit on connections in use).
+WORKERS = scrapeclient.MAX_ACTIVE
 
 #: metric name -> list of (labels, value, sample timestamp or None)
 Exposition = dict[str, list[tuple[dict[str, str], float, float | None]]]
@@ -52,13 +56,24 @@ class Scrape:
     error: str | None = None
 
 
-def parse(text: str, content_type: str = "") -> Exposition:
-    """Parse exposition text into ``{name: [(labels, value, timestamp)]}``; ValueError on garbage."""
+def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = None) -> Exposition:
+    """Parse exposition text into ``{name: [(labels, value, timestamp)]}``; ValueError on garbage.
+
+    ``wanted``: only these sample names are kept (what the signals read; a vLLM server exports hundreds of
+    series and a signal reads one or two). Classic text in its plain form (what every serving server writes)
+    goes through ``_plain``, a line scanner that gives exactly what prometheus-client's parser gives and
+    hands anything else (escapes, exemplars, tabs, garbage) to that parser, which then decides."""
+    if "openmetrics" not in content_type:
+        plain = _plain(text, wanted)
+        if plain is not None:
+            return plain
     parser = parse_openmetrics if "openmetrics" in content_type else parse_text
     out: Exposition = {}
     try:
         for family in parser(text):
             for s in family.samples:
+                if wanted is not None and s.name not in wanted:
+                    continue
                 stamp = s.timestamp
                 if stamp is not None and not isinstance(stamp, int | float):
                     stamp = float(stamp.sec) + float(stamp.nsec) / 1e9  # OpenMetrics Timestamp
@@ -66,6 +81,81 @@ def parse(text: str, content_type: str = "") -> Exposition:
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError, ... on bad input
         raise ValueError(f"unparseable exposition: {exc}") from None
     return out
+
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+#: A label set without escapes: ``a="x",b="y"`` (blanks after commas and around the set, a trailing comma).
+_LABELS = re.compile(r'[ ]*(?:[a-zA-Z][a-zA-Z0-9_]*="[^"\\]*",[ ]*)*(?:[a-zA-Z][a-zA-Z0-9_]*="[^"\\]*")?[ ]*')
+_PAIR = re.compile(r'([a-zA-Z][a-zA-Z0-9_]*)="([^"]*)"')
+
+
+def _plain(text: str, wanted: frozenset[str] | None) -> Exposition | None:
+    """The classic text format in its plain form, or None (then prometheus-client's parser reads it).
+
+    Plain: no backslash, tab or ``#`` beyond comment lines; every sample line ``name[{labels}] value
+    [timestamp_ms]`` with a valid name and unquoted-free values. As the reference parser does, a sample of a
+    ``counter`` family named without ``_total`` is named with it, a value is read as an int when it is one
+    (then as a float), a timestamp is in milliseconds."""
+    if "\\" in text or "\t" in text:
+        return None
+    out: Exposition = {}
+    renamed: dict[str, str] = {}
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        if line[0] == "#":
+            parts = line.split(None, 3)
+            if len(parts) > 2 and parts[1] in ("TYPE", "HELP"):
+                if _NAME.fullmatch(parts[2]) is None:
+                    return None
+                if parts[1] == "TYPE":
+                    if len(parts) < 4:
+                        return None
+                    if parts[3] == "counter" and not parts[2].endswith("_total"):
+                        renamed[parts[2]] = parts[2] + "_total"
+                    else:
+                        renamed.pop(parts[2], None)
+            continue
+        if "#" in line:
+            return None  # an exemplar (or garbage): the reference parser decides
+        brace = line.find("{")
+        if brace < 0:
+            name, _, rest = line.partition(" ")
+            labels_text = ""
+        else:
+            name = line[:brace].rstrip(" ")
+            close = line.find("}", brace)
+            if close < 0:
+                return None
+            labels_text, rest = line[brace + 1:close], line[close + 1:]
+            if _LABELS.fullmatch(labels_text) is None:
+                return None
+        if _NAME.fullmatch(name) is None:
+            return None
+        name = renamed.get(name, name)
+        fields = rest.split()
+        if not fields or len(fields) > 2 or "_" in rest:
+            return None
+        try:  # every line is checked, wanted or not: garbage anywhere makes the whole exposition unreadable
+            value = float(_number(fields[0]))
+            stamp = _number(fields[1]) / 1000 if len(fields) == 2 else None
+        except ValueError:
+            return None
+        pairs = _PAIR.findall(labels_text) if labels_text else []
+        labels = dict(pairs)
+        if len(labels) != len(pairs):
+            return None  # a label named twice: the reference parser refuses the line
+        if wanted is None or name in wanted:
+            out.setdefault(name, []).append((labels, value, stamp))
+    return out
+
+
+def _number(token: str) -> float:
+    try:
+        return int(token)
+    except ValueError:
+        return float(token)
 
 
 def _url(spec: PodsSourceSpec, pod: PodRef) -> str | None:
@@ -145,13 +235,14 @@ class PodsSource:
             del self._last_used[url]
             self._circuits.pop(url, None)
 
-    async def _fetch_once(self, url: str, timeout_s: float) -> Scrape:
+    async def _fetch_once(self, url: str, timeout_s: float, wanted: frozenset[str] | None = None) -> Scrape:
+        """One request, bounded by the caller (``_scrape_all``'s one deadline) for plain http, by ``timeout_s``
+        for aiohttp's."""
         self.fetches += 1
         if scrapeclient.supports(url):
             # Plain http (every pod in a cluster): the keep-alive scrape client, a fraction of aiohttp's CPU.
             try:
-                async with asyncio.timeout(timeout_s):
-                    got = await self._fast.get(url, accept=ACCEPT)
+                got = await self._fast.get(url, accept=ACCEPT)
             except scrapeclient.ScrapeFailed as exc:
                 raise TransientError(f"cannot reach {url}: {exc}") from None
             status, content_type, text = got.status, got.content_type, got.text
@@ -163,32 +254,79 @@ class PodsSource:
         if status != 200:
             raise PermanentError(f"{url} answered HTTP {status}")
         try:
-            return Scrape(parse(text, content_type), received)
+            return Scrape(parse(text, content_type, wanted), received)
         except ValueError as exc:
             raise PermanentError(f"{url}: {exc}") from None
 
-    async def scrape(self, url: str, *, timeout_s: float, deadline_s: float) -> Scrape:
-        """One endpoint, with retries inside the deadline and its circuit; never raises."""
+    async def _attempts(self, url: str, timeout_s: float, wanted: frozenset[str] | None) -> Scrape:
+        """A transient failure (connection refused or lost, HTTP 5xx) is tried once more, after a jittered
+        pause of at most 50 ms, within the same deadline; the circuit counts the outcome."""
         circuit = self.circuit(url)
-        blocked = circuit.allow()
-        if blocked is not None:
-            return Scrape(None, self._clock(), f"{url}: {blocked}")
         try:
-            got = await retrying(lambda: self._fetch_once(url, timeout_s), deadline_s=deadline_s, attempts=2)
-        except TimeoutError:
-            err = f"{url}: no answer within the {deadline_s:g}s deadline"
+            try:
+                got = await self._fetch_once(url, timeout_s, wanted)
+            except TransientError:
+                await asyncio.sleep(random.uniform(0.0, 0.05))
+                got = await self._fetch_once(url, timeout_s, wanted)
         except (TransientError, PermanentError) as exc:
-            err = str(exc)
-        else:
-            circuit.success()
-            return got
-        circuit.failure(err)
-        return Scrape(None, self._clock(), err)
+            circuit.failure(str(exc))
+            return Scrape(None, self._clock(), str(exc))
+        circuit.success()
+        return got
+
+    async def _scrape_all(
+        self, limits: dict[str, float], wanted: dict[str, frozenset[str] | None]
+    ) -> dict[str, Scrape]:
+        """Every URL once, concurrently, each within its limit (``min(timeoutSeconds, deadline)``): **one**
+        timer per distinct limit (normally one per read), not one or two per request. The URLs of a limit are
+        taken by at most ``WORKERS`` tasks in turn (not one task each queueing for a connection slot: at
+        thousands of URLs a read, the queue's wake-ups cost more than the requests); what has not answered
+        when the timer fires is cancelled (its connection closed, never reused) and reads as unknown."""
+        out: dict[str, Scrape] = {}
+        groups: dict[float, list[str]] = {}
+        for url, limit in limits.items():
+            blocked = self.circuit(url).allow()
+            if blocked is not None:
+                out[url] = Scrape(None, self._clock(), f"{url}: {blocked}")
+            else:
+                groups.setdefault(limit, []).append(url)
+
+        async def bounded(limit: float, urls: list[str]) -> None:
+            todo = iter(urls)
+
+            async def worker() -> None:
+                for url in todo:
+                    out[url] = await self._attempts(url, limit, wanted.get(url))
+
+            workers = [asyncio.ensure_future(worker()) for _ in range(min(WORKERS, len(urls)))]
+            try:
+                _, pending = await asyncio.wait(workers, timeout=limit)
+            except BaseException:  # cancelled from outside: nothing is left running behind
+                for w in workers:
+                    w.cancel()
+                raise
+            for w in pending:
+                w.cancel()
+            if pending:
+                await asyncio.wait(pending)  # let each close its connection
+            for url in urls:
+                if url not in out:
+                    err = f"{url}: no answer within the {limit:g}s deadline"
+                    self.circuit(url).failure(err)
+                    out[url] = Scrape(None, self._clock(), err)
+
+        await asyncio.gather(*(bounded(limit, urls) for limit, urls in groups.items()))
+        return out
+
+    async def scrape(self, url: str, *, timeout_s: float, deadline_s: float) -> Scrape:
+        """One endpoint, within ``min(timeout_s, deadline_s)``, with one retry and its circuit; never raises."""
+        return (await self._scrape_all({url: min(timeout_s, deadline_s)}, {url: None}))[url]
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
         plans: list[tuple[SignalRequest, list[tuple[str, str]]]] = []
         out: Readings = {}
         timeouts: dict[str, float] = {}
+        wanted: dict[str, set[str]] = {}
         for req in requests:
             spec = req.source
             assert isinstance(spec, PodsSourceSpec)
@@ -217,19 +355,31 @@ class PodsSource:
             if not endpoints:
                 out[req.key] = SignalReading(None, None, label, "no pods to scrape (none ready, or no endpoints given)")
                 continue
+            names = _names(req)
             for _, url in endpoints:
                 timeouts[url] = min(timeouts.get(url, spec.timeout_seconds), spec.timeout_seconds)
+                wanted.setdefault(url, set()).update(names)
             plans.append((req, endpoints))
-        urls = sorted(timeouts)
-        scrapes = await asyncio.gather(
-            *(self.scrape(u, timeout_s=min(timeouts[u], deadline_s), deadline_s=deadline_s) for u in urls)
+        by_url = await self._scrape_all(
+            {u: min(t, deadline_s) for u, t in sorted(timeouts.items())},
+            {u: frozenset(names) for u, names in wanted.items()},
         )
-        by_url = dict(zip(urls, scrapes, strict=True))
         self._forget_old()
         for req, endpoints in plans:
             out[req.key] = _reading(req, endpoints, by_url, self.history)
         self.history.forget(self._clock() - FORGET_S)
         return out
+
+
+def _names(req: SignalRequest) -> tuple[str, ...]:
+    """The sample names a request reads (``_pod_value``, ``_pod_rate``): only these are parsed."""
+    sig = req.signal
+    if sig.preset is not None:
+        preset = presets.get(sig.preset)
+        names = (*preset.metrics, *preset.denominator)
+    else:
+        names = (sig.metric or "",)
+    return tuple(f"{n}_bucket" for n in names) if sig.quantile is not None else names
 
 
 def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) -> tuple[float, float | None] | None:

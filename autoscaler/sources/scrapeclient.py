@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import zlib
 from collections import OrderedDict
@@ -34,6 +35,8 @@ from urllib.parse import urlsplit
 MAX_BODY = 32 * 1024 * 1024
 #: Largest status line + headers.
 MAX_HEAD = 64 * 1024
+#: Requests in flight at once.
+MAX_ACTIVE = 128
 
 
 class ScrapeFailed(Exception):
@@ -61,14 +64,35 @@ class _Conn:
 
 def supports(url: str) -> bool:
     """Plain ``http://host:port/path`` without credentials: what this client serves."""
+    return _split(url) is not None
+
+
+@functools.lru_cache(maxsize=16384)
+def _split(url: str) -> tuple[str, int, str] | None:
+    """``(host, port, request target)`` of a URL this client serves, else None. Cached: the same pod URLs
+    are scraped every second, and splitting one cost as much as parsing its answer."""
     parts = urlsplit(url)
-    return parts.scheme == "http" and bool(parts.hostname) and "@" not in parts.netloc
+    if parts.scheme != "http" or not parts.hostname or "@" in parts.netloc:
+        return None
+    return parts.hostname, parts.port or 80, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+@functools.lru_cache(maxsize=16384)
+def _request(url: str, accept: str) -> bytes:
+    """The request bytes for a URL (cached, as ``_split``)."""
+    netloc = urlsplit(url).netloc
+    target = _split(url)
+    assert target is not None
+    return (
+        f"GET {target[2]} HTTP/1.1\r\nHost: {netloc}\r\nAccept: {accept}\r\n"
+        "User-Agent: accel-autoscaler\r\nConnection: keep-alive\r\n\r\n"
+    ).encode("latin-1")
 
 
 class ScrapeClient:
     """Keep-alive ``GET`` over asyncio streams (see the module docstring)."""
 
-    def __init__(self, *, max_idle: int = 1024, max_active: int = 128, max_body: int = MAX_BODY) -> None:
+    def __init__(self, *, max_idle: int = 1024, max_active: int = MAX_ACTIVE, max_body: int = MAX_BODY) -> None:
         self.max_idle = max_idle
         self.max_body = max_body
         self.max_active = max_active
@@ -82,14 +106,11 @@ class ScrapeClient:
         self.connects = 0
 
     async def get(self, url: str, *, accept: str) -> Response:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or 80
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        request = (
-            f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: {accept}\r\n"
-            "User-Agent: accel-autoscaler\r\nConnection: keep-alive\r\n\r\n"
-        ).encode("latin-1")
+        split = _split(url)
+        if split is None:
+            raise ScrapeFailed(f"not a plain http URL: {url}")
+        host, port, _ = split
+        request = _request(url, accept)
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # Connections and the semaphore belong to the loop that made them (a command run twice in one
@@ -108,7 +129,7 @@ class ScrapeClient:
             try:
                 return await self._exchange(conn, host, port, request)
             except (ConnectionError, asyncio.IncompleteReadError) as exc:
-                raise ScrapeFailed(f"connection to {parts.netloc} lost: {_words(exc)}") from None
+                raise ScrapeFailed(f"connection to {host}:{port} lost: {_words(exc)}") from None
 
     async def _connect(self, host: str, port: int) -> _Conn:
         try:
@@ -235,6 +256,7 @@ class ScrapeClient:
                 await conn.writer.wait_closed()
 
 
+@functools.lru_cache(maxsize=256)
 def _charset(content_type: str) -> str:
     for param in content_type.split(";")[1:]:
         name, _, value = param.partition("=")

@@ -7,14 +7,15 @@ Against the emulated API server and a stand-in TGI server; the clock is explicit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
 
-from autoscaler.controller.loop import _chunks
-from autoscaler.controller.observer import WatchSpec
+from autoscaler.controller.loop import Controller, _chunks
+from autoscaler.controller.observer import Prepared, WatchSpec
 from autoscaler.controller.runtime import Runtime
 from autoscaler.core.engine import compile_policy
 from autoscaler.policyfile.loader import load_text
@@ -124,3 +125,66 @@ async def test_a_pass_in_chunks_reads_the_targets_once(
     assert tgi.scrapes - scrapes == 3  # the signals are read chunk by chunk: 3 chunks
     assert len(r.controller.outcomes) == 7
     await r.observer.aclose()
+
+
+async def periodic_pass(controller: Controller) -> None:
+    """One periodic pass over every policy, as ``Controller.run`` makes it when they are due."""
+    policies = list(controller.store.policies.values())
+    await controller._pass(policies, lambda cp, part: controller.evaluate(cp, "period", prepared=part))
+
+
+async def test_a_periodic_evaluation_decides_on_the_last_screen_without_reading_again(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics
+) -> None:
+    await rt.controller.probe_round()  # queue 5: nothing to do
+    await settle(rt)
+    kube.requests.clear()
+    scrapes, runs = tgi.scrapes, rt.controller._runs["tgi-gemma"]
+    await periodic_pass(rt.controller)
+    assert rt.controller._runs["tgi-gemma"] == runs + 1  # evaluated (its history recorded) ...
+    assert rt.controller.outcomes["tgi-gemma"].committed
+    assert tgi.scrapes == scrapes  # ... on what the screen read: no scrape,
+    assert kube.requests == []  # no target read
+
+
+async def test_a_screen_is_not_reused_once_its_target_changed_or_it_aged(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics
+) -> None:
+    await rt.controller.probe_round()
+    await settle(rt)
+    obj = kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")
+    rt._on_watch_event(WatchSpec("apps", "v1", "deployments", "llm"), "MODIFIED", obj)
+    kube.requests.clear()
+    scrapes = tgi.scrapes
+    await periodic_pass(rt.controller)
+    assert tgi.scrapes == scrapes + 1  # the watched change dropped the view the screen was read on
+    assert ("GET", TARGET) in [(r.method, r.path) for r in kube.requests]
+
+    await rt.controller.probe_round()
+    await settle(rt)
+    clock = rt.controller.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(15)  # a screen older than the policy's evaluation period: read again
+    scrapes = tgi.scrapes
+    await periodic_pass(rt.controller)
+    assert tgi.scrapes == scrapes + 1
+
+
+async def test_an_evaluation_on_a_screen_reads_afresh_before_it_acts(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics
+) -> None:
+    cp = rt.store.policies["tgi-gemma"]
+    tgi.queue = 25  # the screen reads 25 on the kept view (1 replica): it would scale to 3
+    found = await rt.observer.probe([cp])
+    part = found["tgi-gemma"]
+    assert isinstance(part, Prepared)
+    # Meanwhile someone scaled the target to 3 (no watch runs here: the kept view still says 1).
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 3},
+                status={"replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
+    kube.requests.clear()
+    stamp = rt.controller._runs["tgi-gemma"]
+    outcome = await rt.controller.evaluate(cp, "period", prepared=(stamp, dataclasses.replace(part, kept=True)))
+    assert kube.writes() == []  # decided again on the fresh read: 3 replicas for 25 is right
+    assert ("GET", TARGET) in [(r.method, r.path) for r in kube.requests]
+    assert outcome.committed
+    assert outcome.acted == ()
