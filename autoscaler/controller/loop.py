@@ -29,7 +29,9 @@ A chunk **screens**: targets as the observer last read them (no API read; a watc
 view), its signals in one source read, ``decide`` on a copy. Only a policy whose decision would change is
 then **evaluated** at once as a probe on a fresh read (target, pods, signals), with its own concurrency
 slots (``urgent``) so that it never queues behind a periodic pass: what is written is decided on what the
-cluster shows now, never on the kept view. Policies whose signal moved in the last round are screened first.
+cluster shows now, never on the kept view. The least recently screened go first, so every policy waits one round
+between two screens. A periodic evaluation of a probed policy decides on its last screen instead of reading again
+(``_reusable``): one read per round serves both, and to act it reads afresh.
 Rounds start every ``fastPollSeconds`` (a round that runs longer delays the next, it is not repeated).
 A periodic pass over many policies is evaluated in chunks of ``pass_chunk`` (policies sharing a ClusterQueue
 stay in one chunk: its ledger is filled from their bulk read before any of them decides), so the event
@@ -249,9 +251,8 @@ class Controller:
     held: list[Held] = field(default_factory=list)
     _next_sweep: float = 0.0
     _swept_policies: frozenset[str] | None = None
-    #: Per policy: its raw signal values at its last screening, and when they last changed (screening order).
-    _screened: dict[str, tuple[object, ...]] = field(default_factory=dict)
-    _moved: dict[str, float] = field(default_factory=dict)
+    #: Per policy: when its last screen started (the round's order: least recently screened first).
+    _screened: dict[str, float] = field(default_factory=dict)
     #: Per policy: its last clean screen (every signal read), when it started and the evaluation count then;
     #: a periodic evaluation decides on it instead of reading again (``_reusable``).
     _kept: dict[str, tuple[float, int, Prepared]] = field(default_factory=dict)
@@ -928,11 +929,14 @@ class Controller:
         live = set(self.store.policies)
         for gone in [n for n in self._screened if n not in live]:
             self._screened.pop(gone)
-            self._moved.pop(gone, None)
         for gone in [n for n in self._kept if n not in live]:
             self._kept.pop(gone)
-        # Signals that moved lately first: a ramp is most likely to cross where it is already moving.
-        probes.sort(key=lambda cp: -self._moved.get(cp.name, -math.inf))
+        # Least recently screened first (never screened: before all): every policy waits one round between two
+        # screens, however long rounds take. (Signals that moved lately went first before: when every signal
+        # moves, as real queues do, that reversed the order each round, and a policy screened first in one
+        # round waited almost two rounds for its next screen.)
+        screened = self._screened
+        probes.sort(key=lambda cp: screened.get(cp.name, -math.inf))
         slots = asyncio.Semaphore(self.probe_parallel)
 
         async def chunk(part: list[CompiledPolicy]) -> None:
@@ -945,6 +949,8 @@ class Controller:
         self.screens += len(chunk)
         stamps = {cp.name: self._runs.get(cp.name, 0) for cp in chunk}
         started = self.clock.monotonic()
+        for cp in chunk:
+            self._screened[cp.name] = started
         try:
             async with asyncio.timeout(self.pass_deadline_s):
                 found = await self.observer.probe(chunk)
@@ -971,10 +977,6 @@ class Controller:
     async def _would_act(self, cp: CompiledPolicy, part: Prepared) -> bool:
         """Screening: would ``decide`` on this (kept-view) observation change anything? Writes nothing,
         notes nothing in the ledger, commits no state."""
-        values = tuple((n, r.value, r.error) for n, r in sorted(part.signals.items()))
-        if self._screened.get(cp.name, values) != values:
-            self._moved[cp.name] = self.clock.monotonic()
-        self._screened[cp.name] = values
         try:
             obs = await self.observer.observe(cp, part)
             queue = _queue_key(cp)

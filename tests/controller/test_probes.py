@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from autoscaler.controller.loop import Controller, _chunks
 from autoscaler.controller.observer import Prepared, WatchSpec
 from autoscaler.controller.runtime import Runtime
-from autoscaler.core.engine import compile_policy
+from autoscaler.core.engine import CompiledPolicy, compile_policy
 from autoscaler.policyfile.loader import load_text
 from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, runtime
 from tests.controller.policies import tgi_policy
@@ -188,3 +188,39 @@ async def test_an_evaluation_on_a_screen_reads_afresh_before_it_acts(
     assert ("GET", TARGET) in [(r.method, r.path) for r in kube.requests]
     assert outcome.committed
     assert outcome.acted == ()
+
+
+async def test_every_policy_waits_one_round_between_two_screens(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """Least recently screened first: the order is kept from round to round even when every signal moves
+    (screening what moved first reversed it, so the first of one round waited almost two for its next)."""
+    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
+                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(4)]
+    for i in range(4):
+        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
+    clock = ManualClock()
+    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
+    (tmp_path / "tgi.yaml").unlink()
+    (tmp_path / "many.yaml").write_text("---\n".join(docs))
+    r.store.reload()
+    tgi.queue = 5
+    assert await r.controller.run_once()
+    for name in r.store.policies:
+        r.controller._due[name] = clock.monotonic() + 15
+    r.controller.probe_chunk, r.controller.probe_parallel = 1, 1
+    order: list[str] = []
+    inner = r.observer.probe
+
+    async def probe(policies: list[CompiledPolicy]) -> dict[str, Prepared | Exception]:
+        order.extend(cp.name for cp in policies)
+        clock.advance(0.1)  # screening takes time: a round's chunks start one after another
+        return await inner(policies)
+
+    r.observer.probe = probe  # type: ignore[method-assign]
+    for queue in (6, 7, 5):
+        tgi.queue = queue  # every signal moves every round, as real queues do (none needs a second replica)
+        await r.controller.probe_round()
+        clock.advance(1.0)
+    assert order[0:4] == order[4:8] == order[8:12]
+    await r.observer.aclose()
