@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -212,7 +212,7 @@ async def test_every_policy_waits_one_round_between_two_screens(
     order: list[str] = []
     inner = r.observer.probe
 
-    async def probe(policies: list[CompiledPolicy]) -> dict[str, Prepared | Exception]:
+    async def probe(policies: Sequence[CompiledPolicy]) -> dict[str, Prepared | Exception]:
         order.extend(cp.name for cp in policies)
         clock.advance(0.1)  # screening takes time: a round's chunks start one after another
         return await inner(policies)
