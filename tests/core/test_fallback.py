@@ -145,3 +145,39 @@ def test_difference_the_fallback_count_is_not_put_through_the_tolerance_band() -
     for i in range(3):
         decision, state = run(cp, observe(10, waiting=None), state, NOW + 15 * i)
     assert decision.desired == 11
+
+
+# --- added where a mutation run (scripts/mutate.sh, docs/testing.md) showed the rule untested ------------------
+
+
+def test_the_fallback_message_names_every_falling_trigger_and_its_count() -> None:
+    # "Why did it scale?" during an outage: each trigger past the threshold, why it is unknown, for how long.
+    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 7}})
+    state = PolicyState()
+    for i in range(3):
+        decision, state = run(cp, observe(4, waiting=None, running=SignalReading(math.nan, NOW)), state,
+                              NOW + 15 * i)
+    assert (decision.desired, decision.reason) == (7, Reason.FALLBACK)
+    assert decision.message.startswith(
+        "fallback (static) to 7: unknown for more than failureThreshold 1 evaluations: "
+        "waiting (missing: no reading for this signal; 3 evaluations), running (invalid: NaN; 3 evaluations)"
+    ), decision.message
+
+
+def test_usable_triggers_asking_exactly_the_fallback_count_leave_the_fallback_in_charge() -> None:
+    # HPA takes the highest count; on a tie the fallback decides, and the decision says so (not the usable
+    # trigger's reason), whether the usable triggers would hold (running asks 3 = current) ...
+    policy: dict[str, Any] = {**HPA, "metrics": [
+        *HPA["metrics"], {"signal": "running", "type": "External", "target": {"type": "Value", "value": 10}}]}
+    cp = compiled(policy, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 3}})
+    state = PolicyState()
+    for i in range(3):
+        decision, state = run(cp, observe(3, waiting=None, running=fresh(10.0, NOW + 15 * i)), state, NOW + 15 * i)
+    assert (decision.desired, decision.reason) == (3, Reason.FALLBACK)
+    assert decision.message.startswith("fallback (static) to 3"), decision.message
+    # ... or would scale down to it (running asks ceil(8 x 3.75 / 10) = 3 < 8): never "ask for more".
+    state = PolicyState()
+    for i in range(30):  # past the 300 s scale-down window, at 100 % per 15 s
+        decision, state = run(cp, observe(8, waiting=None, running=fresh(3.75, NOW + 15 * i)), state, NOW + 15 * i)
+    assert (decision.desired, decision.reason) == (3, Reason.FALLBACK)
+    assert "ask for more" not in decision.message, decision.message

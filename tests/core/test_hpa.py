@@ -189,6 +189,22 @@ PER_POD_CASES = [
                  id="nan-per-pod-value-counts-as-a-missing-pod"),
     pytest.param(pod_list("a", "b"), {"a": 20, "b": 20, "ghost": 20}, 4, Reason.SCALE_UP,
                  id="values-of-pods-not-listed-average-in-but-ready-count-is-listed-pods"),
+    # The cases below were added where a mutation run (scripts/mutate.sh) showed the rule untested: each fails
+    # when the rule its name states is broken (docs/testing.md, "Mutation testing").
+    pytest.param(pod_list("a", "b", "c-"), {"a": 16, "b": 16}, 3, Reason.WITHIN_TOLERANCE,
+                 id="unready-pod-at-0-brings-scale-up-within-tolerance"),
+    pytest.param(pod_list("a", "b", "c-"), {"a": 16.5, "b": 16.501}, 3, Reason.WITHIN_TOLERANCE,
+                 id="adjusted-average-is-an-integer-milli-division"),
+    pytest.param(pod_list("a", "b", "c"), {"a": 11, "b": 11, "c": 11.002}, 3, Reason.WITHIN_TOLERANCE,
+                 id="per-pod-average-is-an-integer-milli-division"),
+    pytest.param(pod_list("a", "b"), {"a": 0, "b": 5}, 1, Reason.SCALE_DOWN,
+                 id="a-pod-reporting-0-is-idle-not-missing"),
+    pytest.param(pod_list("a", "b"), {"a": -5, "b": 5}, 2, Reason.STEADY,
+                 id="a-negative-per-pod-value-counts-as-a-missing-pod"),
+    pytest.param(pod_list("a", "b", "c-", "d-"), {"a": 21, "b": 21}, 4, Reason.WITHIN_TOLERANCE,
+                 id="every-unready-pod-counts-at-0-on-scale-up"),
+    pytest.param(pod_list("a", "b", "c-", "d-"), {"a": 10, "b": 10}, 4, Reason.WITHIN_TOLERANCE,
+                 id="ratio-exactly-1-with-unready-pods-is-no-scale-up-and-holds"),
 ]
 
 
@@ -201,6 +217,67 @@ def test_pods_metric_per_pod(
     policy = hpa_policy([pods(10)], min_reporting_fraction=0.01)  # HPA's own missing-pod rules
     decision = evaluate(policy, replicas, {"backlog": reading(1.0, values)})
     assert (decision.desired, decision.reason) == (desired, reason)
+
+
+@pytest.mark.parametrize(
+    ("spec", "pod_statuses", "values", "desired", "reason"),
+    [
+        # Upstream's last guard: after the missing/unready adjustment a count that moved against the direction
+        # the metric points to is discarded. Only reachable when the target's count differs from its pods.
+        pytest.param(2, pod_list("a", "b", "c"), {"a": 8, "b": 8}, 2, Reason.STEADY,
+                     id="scale-down-evidence-never-scales-up"),
+        pytest.param(5, pod_list("a", "b", "c-"), {"a": 20, "b": 20}, 5, Reason.STEADY,
+                     id="scale-up-evidence-never-scales-down"),
+    ],
+)
+def test_adjusted_count_never_moves_against_the_metric(
+    spec: int, pod_statuses: tuple[PodStatus, ...], values: dict[str, float], desired: int, reason: Reason
+) -> None:
+    replicas = ReplicaStatus(spec=spec, ready=sum(p.ready for p in pod_statuses), pods=pod_statuses)
+    policy = hpa_policy([pods(10)], min_reporting_fraction=0.01)
+    decision = evaluate(policy, replicas, {"backlog": reading(1.0, values)})
+    assert (decision.desired, decision.reason) == (desired, reason)
+
+
+def test_per_pod_values_without_a_pod_list_use_the_aggregate() -> None:
+    # Replay and some sources carry per-pod values but no pod list: the aggregate rule decides, as without them.
+    decision = evaluate(hpa_policy([pods(10)]), ready(3), {"backlog": reading(37.0, {"a": 12.0, "b": 12.0, "c": 13.0})})
+    assert (decision.desired, decision.reason) == (4, Reason.SCALE_UP)
+
+
+@pytest.mark.parametrize(
+    ("pod_statuses", "values", "message"),
+    [
+        # 2 pods at 30 = ratio 3; on a scale-up the silent ready pod and the not-ready one count at 0, so 60 over
+        # 4 pods = ratio 1.5, ceil(1.5 x 4) = 6.
+        pytest.param(pod_list("a", "b", "c", "d-"), {"a": 30, "b": 30},
+                     "backlog averages 30 over 2 pods vs target 10 (ratio 3 > 1.1 tolerance); counting 1 pod "
+                     "without a value and 1 not-ready pod at 0: ratio 1.5: 4 → 6", id="scale-up-missing-and-unready"),
+        # Ratio 1.6; 32 over 3 pods = 1.07, within the tolerance: hold.
+        pytest.param(pod_list("a", "b", "c-"), {"a": 16, "b": 16},
+                     "backlog averages 16 over 2 pods vs target 10 (ratio 1.6 > 1.1 tolerance); counting 1 "
+                     "not-ready pod at 0: ratio 1.07: 3 → 3", id="scale-up-unready-within-tolerance"),
+        # On a scale-down the silent ready pod counts at the target and the not-ready one is left out (not "at 0").
+        pytest.param(pod_list("a", "b", "c", "d-"), {"a": 2, "b": 2},
+                     "backlog averages 2 over 2 pods vs target 10 (ratio 0.2 < 0.9 tolerance); counting 1 pod "
+                     "without a value: ratio 0.467: 4 → 2", id="scale-down-missing-unready-left-out"),
+    ],
+)
+def test_per_pod_message_names_the_adjustment(
+    pod_statuses: tuple[PodStatus, ...], values: dict[str, float], message: str
+) -> None:
+    replicas = ReplicaStatus(spec=len(pod_statuses), ready=sum(p.ready for p in pod_statuses), pods=pod_statuses)
+    policy = hpa_policy([pods(10)], min_reporting_fraction=0.01)
+    decision = evaluate(policy, replicas, {"backlog": reading(1.0, values)})
+    assert decision.message == message
+
+
+def test_per_replica_scope_message_has_the_numbers() -> None:
+    policy = hpa_policy([pods(10)], scopes={"backlog": "perReplica"})
+    decision = evaluate(policy, ready(4), {"backlog": reading(15.0)})
+    assert decision.message == (
+        "backlog 15 per ready replica over 4 ready vs target 10 (ratio 1.5 > 1.1 tolerance): 4 → 6"
+    )
 
 
 @pytest.mark.parametrize(
