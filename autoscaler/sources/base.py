@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from autoscaler.core import catalog
 from autoscaler.core.catalog import DEVICE_PLUGIN_LABELS, SERVER_LABELS, LabelLayout
@@ -84,6 +84,13 @@ class SignalRequest:
 
 #: (target key, signal name) -> reading
 Readings = dict[tuple[str, str], SignalReading]
+
+
+class PodSample(NamedTuple):
+    """One pod's (or node's) latest sample as a source read it: its value and its own time (unix seconds)."""
+
+    value: float
+    timestamp: float
 
 
 class MetricSource(Protocol):
@@ -186,12 +193,12 @@ class PodMatcher:
 
 def per_target(
     requests: Sequence[SignalRequest],
-    samples: Mapping[str, Mapping[str, tuple[float, float]]],
+    samples: Mapping[str, Mapping[str, PodSample]],
     *,
     source: str,
     how: Aggregate,
 ) -> Readings:
-    """Readings from per-target per-pod samples ``{target key: {pod: (value, timestamp)}}``.
+    """Readings from per-target per-pod samples ``{target key: {pod: PodSample}}``.
 
     The reading's timestamp is the oldest pod sample: the value is only as fresh as its stalest part.
     A target without samples gets an empty reading (value None, no error): missing, never zero.
@@ -202,12 +209,12 @@ def per_target(
         if not pods:
             out[req.key] = SignalReading(value=None, timestamp=None, source=source)
             continue
-        values = [v for v, _ in pods.values()]
+        ordered = sorted(pods.items())
         out[req.key] = SignalReading(
-            value=combine(values, how),
-            timestamp=min(t for _, t in pods.values()),
+            value=combine([s.value for s in pods.values()], how),
+            timestamp=min(s.timestamp for s in pods.values()),
             source=source,
-            per_replica={p: v for p, (v, _) in sorted(pods.items())},
-            pod_times={p: t for p, (_, t) in sorted(pods.items())},
+            per_replica={pod: s.value for pod, s in ordered},
+            pod_times={pod: s.timestamp for pod, s in ordered},
         )
     return out

@@ -17,15 +17,23 @@ from __future__ import annotations
 import asyncio
 import enum
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
-from autoscaler.core.model import SignalReading
 from autoscaler.sources.base import Readings
+
+
+class Answer(NamedTuple):
+    """One query group's readings, and whether the backend answered at all: the circuit counts a tick as failed
+    only when no group was answered (a refusal, such as a bad query, is an answer from a working backend)."""
+
+    readings: Readings
+    answered: bool
+
 
 T = TypeVar("T")
 
@@ -95,16 +103,16 @@ class Circuit:
             self.opened_at = self.clock()  # transitions 1 and 3 (probe failed)
         self._probing = False
 
-    def settle(self, results: Iterable[tuple[Mapping[tuple[str, str], SignalReading], bool]]) -> Readings:
+    def settle(self, results: Iterable[Answer]) -> Readings:
         """Merge the readings of one tick's query groups and count the tick: a success if any group was
         answered, else a failure carrying the last error seen."""
         out: Readings = {}
         reached, last_error = False, ""
-        for readings, ok in results:
-            out.update(readings)
-            reached = reached or ok
-            if not ok:
-                last_error = next((r.error for r in readings.values() if r.error), last_error)
+        for result in results:
+            out.update(result.readings)
+            reached = reached or result.answered
+            if not result.answered:
+                last_error = next((r.error for r in result.readings.values() if r.error), last_error)
         if reached:
             self.success()
         else:

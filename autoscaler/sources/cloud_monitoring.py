@@ -18,7 +18,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.core import counters
 from autoscaler.core.model import SignalReading
@@ -27,32 +27,72 @@ from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
 from autoscaler.sources import presets
 from autoscaler.sources.base import (
     PodMatcher,
+    PodSample,
     Readings,
     SignalRequest,
     describe,
     label_layout,
     per_target,
 )
-from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
+from autoscaler.sources.circuit import Answer, Circuit, PermanentError, TransientError, retrying
 
 #: How far back to look for the newest point: system metrics are sampled every 60 s and may lag minutes.
 LOOKBACK_S = 600.0
 
-#: (namespace, pod or node) -> list of (value, end time, bucket rates of a distribution or None) for one type
-_Points = dict[tuple[str, str], list[tuple[float, float, dict[float, float] | None]]]
-#: How a request asks Cloud Monitoring to align a cumulative series: (aligner, alignment period in seconds).
-_Alignment = tuple[str, float] | None
 
 
-def alignment(request: SignalRequest) -> _Alignment:
+class Where(NamedTuple):
+    """Whose a time series is: the workload's namespace and pod, or (node-level metrics) no namespace and the node."""
+
+    namespace: str
+    unit: str
+
+
+class Point(NamedTuple):
+    """The newest point of one time series."""
+
+    value: float
+    #: The end of the point's interval (unix seconds): the sample's own time.
+    timestamp: float
+    #: A distribution's cumulative bucket rates by upper bound (histograms), else None.
+    buckets: dict[float, float] | None
+
+
+#: Points of one metric type by whose they are.
+_Points = dict[Where, list[Point]]
+
+
+class Alignment(NamedTuple):
+    """How a request asks Cloud Monitoring to align a cumulative series."""
+
+    aligner: str
+    #: The alignment period asked for, in seconds (Cloud Monitoring's minimum is 60).
+    window_s: float
+
+
+class Distribution(NamedTuple):
+    """A delta distribution point as rates: observations per second and cumulative bucket rates by upper bound."""
+
+    rate: float
+    buckets: dict[float, float]
+
+
+class MetricTypes(NamedTuple):
+    """The Cloud Monitoring metric types a request reads: summed numerators, over summed denominators if any."""
+
+    numerators: tuple[str, ...]
+    denominators: tuple[str, ...]
+
+
+def alignment(request: SignalRequest) -> Alignment | None:
     """Counters: ``ALIGN_RATE`` over the window; histograms (distributions): ``ALIGN_DELTA`` over the window, whose
     bucket counts the core turns into the quantile (Cloud Monitoring's own ``ALIGN_PERCENTILE_nn`` aligners offer
     only p05/p50/p95/p99 and cannot sum several pods' buckets first)."""
     sig = request.signal
     if sig.rate is not None:
-        return ("ALIGN_RATE", sig.rate.window_seconds)
+        return Alignment("ALIGN_RATE", sig.rate.window_seconds)
     if sig.quantile is not None:
-        return ("ALIGN_DELTA", sig.quantile.window_seconds)
+        return Alignment("ALIGN_DELTA", sig.quantile.window_seconds)
     return None
 
 
@@ -77,8 +117,8 @@ def _bounds(options: Any, count: int) -> list[float]:
     return [*padded[: count - 1], math.inf]
 
 
-def _distribution(point: Any, period_s: float) -> tuple[float, dict[float, float]]:
-    """A delta distribution point as (observations per second, cumulative bucket rates by upper bound)."""
+def _distribution(point: Any, period_s: float) -> Distribution:
+    """A delta distribution point as rates (observations per second, cumulative bucket rates by upper bound)."""
     dist = point.value.distribution_value
     counts = [float(c) for c in dist.bucket_counts]
     bounds = _bounds(dist.bucket_options, len(counts))
@@ -89,21 +129,21 @@ def _distribution(point: Any, period_s: float) -> tuple[float, dict[float, float
         cumulative[bound] = running / period_s
     total = float(dist.count) / period_s
     cumulative[math.inf] = max(total, cumulative.get(math.inf, 0.0))
-    return total, cumulative
+    return Distribution(total, cumulative)
 
 
-def metric_types(request: SignalRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(numerator types, denominator types) a request needs (the catalog's, for a preset)."""
+def metric_types(request: SignalRequest) -> MetricTypes:
+    """The metric types a request needs (the catalog's, for a preset)."""
     sig = request.signal
     if sig.metric is not None:
-        return (sig.metric,), ()
+        return MetricTypes((sig.metric,), ())
     if sig.preset is None:
         raise PermanentError("the cloud-monitoring source reads 'preset' or 'metric' signals, not PromQL")
     preset = presets.get(sig.preset)
     why = preset.why_unavailable("cloud-monitoring")
     if why is not None:
         raise PermanentError(f"preset {preset.name} is not served by Cloud Monitoring: {why}")
-    return preset.cloud_monitoring_types()
+    return MetricTypes(*preset.cloud_monitoring_types())
 
 
 def _node_level(metric_type: str) -> bool:
@@ -154,21 +194,21 @@ def _point_value(point: Any) -> float:
     raise PermanentError(f"point of type {kind} is not a number")
 
 
-def _where(series: Any) -> tuple[str, str]:
-    """(namespace, pod or node) of a time series, whatever its monitored resource.
+def _where(series: Any) -> Where:
+    """Whose a time series is (namespace and pod, or the node), whatever its monitored resource.
 
     A series scraped from another namespace's exporter (the TPU device plugin in kube-system) names the
     workload in ``exported_namespace``/``exported_pod``: those win over the scrape's own."""
     res, met = series.resource.labels, series.metric.labels
     if met.get("exported_namespace"):
-        return (met["exported_namespace"], met.get("exported_pod", ""))
+        return Where(met["exported_namespace"], met.get("exported_pod", ""))
     namespace = res.get("namespace_name") or res.get("namespace") or met.get("namespace") or ""
     if "node_name" in res and "pod_name" not in res:
-        return ("", res["node_name"])
+        return Where("", res["node_name"])
     pod = res.get("pod_name") or met.get("pod") or res.get("pod") or ""
     if not pod and res.get("instance"):
         pod = res["instance"].rsplit(":", 1)[0]  # GMP: instance is <pod>:<port>
-    return (namespace, pod)
+    return Where(namespace, pod)
 
 
 class CloudMonitoringSource:
@@ -207,7 +247,7 @@ class CloudMonitoringSource:
                 raise PermanentError(f"cannot create a Cloud Monitoring client: {exc}") from None
         return self._client
 
-    async def _list(self, metric_type: str, flt: str, timeout_s: float, align: _Alignment = None) -> list[Any]:
+    async def _list(self, metric_type: str, flt: str, timeout_s: float, align: Alignment | None = None) -> list[Any]:
         # Loaded on first use: importing the client library costs about a second of CLI start-up.
         from google.api_core import exceptions as gexc  # noqa: PLC0415
         from google.cloud import monitoring_v3  # noqa: PLC0415
@@ -223,10 +263,10 @@ class CloudMonitoringSource:
             view=monitoring_v3.ListTimeSeriesRequest.TimeSeriesView.FULL,
         )
         if align is not None:
-            aligner, period = align
             request.aggregation = monitoring_v3.Aggregation(
-                alignment_period={"seconds": max(60, int(period))},  # Cloud Monitoring's minimum period is 60 s
-                per_series_aligner=getattr(monitoring_v3.Aggregation.Aligner, aligner),
+                # Cloud Monitoring's minimum period is 60 s.
+                alignment_period={"seconds": max(60, int(align.window_s))},
+                per_series_aligner=getattr(monitoring_v3.Aggregation.Aligner, align.aligner),
             )
         out: list[Any] = []
         try:
@@ -258,11 +298,11 @@ class CloudMonitoringSource:
                 continue
             newest = max(ts.points, key=lambda p: p.interval.end_time.timestamp())
             stamp = newest.interval.end_time.timestamp()
-            if align is not None and align[0] == "ALIGN_DELTA":
-                total, buckets = _distribution(newest, max(60.0, align[1]))
-                points.setdefault(_where(ts), []).append((total, stamp, buckets))
+            if align is not None and align.aligner == "ALIGN_DELTA":
+                dist = _distribution(newest, max(60.0, align.window_s))
+                points.setdefault(_where(ts), []).append(Point(dist.rate, stamp, dist.buckets))
             else:
-                points.setdefault(_where(ts), []).append((_point_value(newest), stamp, None))
+                points.setdefault(_where(ts), []).append(Point(_point_value(newest), stamp, None))
         return points
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
@@ -279,7 +319,7 @@ class CloudMonitoringSource:
             except (PermanentError, presets.PresetError) as exc:
                 out[r.key] = SignalReading(None, None, self.label, str(exc))
                 continue
-            if any(_node_level(t) for t in types[0] + types[1]) and not r.node_names():
+            if any(_node_level(t) for t in types.numerators + types.denominators) and not r.node_names():
                 out[r.key] = SignalReading(
                     None,
                     None,
@@ -291,7 +331,7 @@ class CloudMonitoringSource:
             key = (types, tuple(sorted(r.signal.labels.items())), aggregate_of(r.signal), alignment(r))
             groups.setdefault(key, []).append(r)
         results = await asyncio.gather(
-            *(self._read_group(k[0], g, deadline_s) for k, g in groups.items()), return_exceptions=False
+            *(self._read_group(key[0], g, deadline_s) for key, g in groups.items()), return_exceptions=False
         )
         if not groups:
             self.circuit.success()
@@ -299,20 +339,18 @@ class CloudMonitoringSource:
         out.update(self.circuit.settle(results))
         return out
 
-    async def _read_group(
-        self, types: tuple[tuple[str, ...], tuple[str, ...]], group: list[SignalRequest], deadline_s: float
-    ) -> tuple[Readings, bool]:
-        numerators, denominators = types
+    async def _read_group(self, types: MetricTypes, group: list[SignalRequest], deadline_s: float) -> Answer:
+        numerators, denominators = types.numerators, types.denominators
         try:
             async with asyncio.timeout(deadline_s):
                 fetched = await asyncio.gather(*(self._points(t, group, deadline_s) for t in numerators + denominators))
         except TimeoutError:
             why = f"no answer from Cloud Monitoring within the {deadline_s:g}s deadline"
-            return {r.key: SignalReading(None, None, self.label, why) for r in group}, False
+            return Answer({r.key: SignalReading(None, None, self.label, why) for r in group}, answered=False)
         except TransientError as exc:
-            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, False
+            return Answer({r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, answered=False)
         except PermanentError as exc:
-            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, True
+            return Answer({r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, answered=True)
         num: _Points = {}
         for pts in fetched[: len(numerators)]:
             for where, values in pts.items():
@@ -322,49 +360,49 @@ class CloudMonitoringSource:
             for where, values in pts.items():
                 den.setdefault(where, []).extend(values)
         how = aggregate_of(group[0].signal)
-        per_unit: dict[tuple[str, str], tuple[float, float]] = {}
-        buckets: dict[tuple[str, str], dict[float, float]] = {}
+        per_unit: dict[Where, PodSample] = {}
+        buckets: dict[Where, dict[float, float]] = {}
         for where, values in num.items():
-            stamp = min(t for _, t, _ in values)
+            stamp = min(p.timestamp for p in values)
             if denominators:
                 totals = den.get(where)
                 if not totals:
                     continue
-                total = math.fsum(v for v, _, _ in totals)
-                value = math.fsum(v for v, _, _ in values) / total if total else math.nan
-                stamp = min(stamp, *(t for _, t, _ in totals))
+                total = math.fsum(p.value for p in totals)
+                value = math.fsum(p.value for p in values) / total if total else math.nan
+                stamp = min(stamp, *(p.timestamp for p in totals))
             elif group[0].signal.quantile is not None:
-                value = math.fsum(v for v, _, _ in values)  # observations per second
-                for _, _, b in values:
-                    counters.add_buckets(buckets.setdefault(where, {}), b or {})
+                value = math.fsum(p.value for p in values)  # observations per second
+                for p in values:
+                    counters.add_buckets(buckets.setdefault(where, {}), p.buckets or {})
             elif group[0].signal.rate is not None:
-                value = math.fsum(v for v, _, _ in values)  # a pod's counters add up
+                value = math.fsum(p.value for p in values)  # a pod's counters add up
             else:
-                value = combine([v for v, _, _ in values], how)
-            per_unit[where] = (value, stamp)
+                value = combine([p.value for p in values], how)
+            per_unit[where] = PodSample(value, stamp)
         out = self._attribute(per_unit, group, how)
         if group[0].signal.quantile is not None:
             for req in group:
                 got = out[req.key]
                 if got.per_replica is not None:
-                    mine = {unit: buckets.get((req.target.namespace, unit), {}) for unit in got.per_replica}
+                    mine = {unit: buckets.get(Where(req.target.namespace, unit), {}) for unit in got.per_replica}
                     out[req.key] = dataclasses.replace(got, value=None, buckets=mine)
-        return out, True
+        return Answer(out, answered=True)
 
     def _attribute(
         self,
-        per_unit: dict[tuple[str, str], tuple[float, float]],
+        per_unit: dict[Where, PodSample],
         group: list[SignalRequest],
         how: presets.Aggregate,
     ) -> Readings:
         workers = group[0].signal.preset is not None and presets.get(group[0].signal.preset).workers
         matcher = PodMatcher(group, workers=workers)
-        samples: dict[str, dict[str, tuple[float, float]]] = {}
+        samples: dict[str, dict[str, PodSample]] = {}
         node_owner = {node: r for r in group for node in r.node_names()}
-        for (namespace, unit), sample in per_unit.items():
-            if not namespace and unit in node_owner:
-                samples.setdefault(node_owner[unit].target.key, {})[unit] = sample
+        for where, sample in per_unit.items():
+            if not where.namespace and where.unit in node_owner:
+                samples.setdefault(node_owner[where.unit].target.key, {})[where.unit] = sample
                 continue
-            for req in matcher.owners(namespace, unit):
-                samples.setdefault(req.target.key, {})[unit] = sample
+            for req in matcher.owners(where.namespace, where.unit):
+                samples.setdefault(req.target.key, {})[where.unit] = sample
         return per_target(group, samples, source=self.label, how=how)

@@ -456,7 +456,9 @@ def _record_one(req: SignalRequest, folder: Path, *, start: float, end: float, w
     src = req.source
     name = req.signal.name
     if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
-        return f"{name}: skipped (source {src.type} keeps no history; only prometheus/gmp record)"
+        # Pods keep no history; Cloud Monitoring does, but record reads only the Prometheus API (not built yet).
+        why = "keeps no history" if src.type == "pods" else "is not recorded yet"
+        return f"{name}: skipped (source {src.type} {why}; only prometheus/gmp record)"
     query = record_query(req, cluster=src.cluster)
     client = _connect(src)
     try:

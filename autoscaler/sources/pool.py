@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoscaler.core import catalog
 from autoscaler.core.model import SignalReading
@@ -102,6 +103,14 @@ def unavailable(request: SignalRequest) -> str | None:
     return None if why is None else f"preset {preset} cannot be read from a {request.source.type} source: {why}"
 
 
+class _Waiting(NamedTuple):
+    """A ``read`` call waiting for the coalescing window to close."""
+
+    requests: list[SignalRequest]
+    deadline_s: float
+    future: asyncio.Future[Readings]
+
+
 def _backend_key(spec: SourceSpec) -> str:
     # One pods backend for every pods spec (it fetches per URL); one per distinct API endpoint otherwise.
     if isinstance(spec, PodsSourceSpec):
@@ -118,7 +127,7 @@ class SourcePool:
         self._factory = factory or default_factory
         self._backends: dict[str, MetricSource] = {}
         self._coalesce_s = coalesce_s
-        self._pending: list[tuple[list[SignalRequest], float, asyncio.Future[Readings]]] = []
+        self._pending: list[_Waiting] = []
         self._flush: asyncio.Task[None] | None = None
 
     def backend(self, spec: SourceSpec) -> MetricSource:
@@ -134,7 +143,7 @@ class SourcePool:
             return await self._read_now(requests, deadline_s=deadline_s)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Readings] = loop.create_future()
-        self._pending.append((list(requests), deadline_s, future))
+        self._pending.append(_Waiting(list(requests), deadline_s, future))
         if self._flush is None:
             self._flush = loop.create_task(self._flush_later())
         return await future
@@ -142,19 +151,19 @@ class SourcePool:
     async def _flush_later(self) -> None:
         await asyncio.sleep(self._coalesce_s)
         pending, self._pending, self._flush = self._pending, [], None
-        everything = [r for reqs, _, _ in pending for r in reqs]
+        everything = [r for waiting in pending for r in waiting.requests]
         # The window ate into every caller's deadline; the shortest one left bounds the batch.
-        deadline_s = max(0.001, min(d for _, d, _ in pending) - self._coalesce_s)
+        deadline_s = max(0.001, min(waiting.deadline_s for waiting in pending) - self._coalesce_s)
         try:
             readings = await self._read_now(everything, deadline_s=deadline_s)
         except BaseException as exc:
-            for _, _, future in pending:
-                if not future.done():
-                    future.set_exception(exc)
+            for waiting in pending:
+                if not waiting.future.done():
+                    waiting.future.set_exception(exc)
             raise
-        for reqs, _, future in pending:
-            if not future.done():  # a caller that gave up (cancelled) gets nothing
-                future.set_result({r.key: readings[r.key] for r in reqs})
+        for waiting in pending:
+            if not waiting.future.done():  # a caller that gave up (cancelled) gets nothing
+                waiting.future.set_result({r.key: readings[r.key] for r in waiting.requests})
 
     async def _read_now(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
         groups: dict[str, list[SignalRequest]] = {}

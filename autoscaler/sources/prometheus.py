@@ -39,6 +39,7 @@ from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec
 from autoscaler.sources import presets
 from autoscaler.sources.base import (
     PodMatcher,
+    PodSample,
     Readings,
     SignalRequest,
     describe,
@@ -46,7 +47,7 @@ from autoscaler.sources.base import (
     per_target,
     pod_pattern,
 )
-from autoscaler.sources.circuit import Circuit, PermanentError, TransientError, retrying
+from autoscaler.sources.circuit import Answer, Circuit, PermanentError, TransientError, retrying
 
 GMP_URL = "https://monitoring.googleapis.com/v1/projects/{project}/location/{location}/prometheus"
 GMP_SCOPE = "https://www.googleapis.com/auth/monitoring.read"
@@ -270,7 +271,7 @@ class PrometheusSource:
 
     async def _read_group(
         self, group: list[SignalRequest], *, deadline_s: float, timeout_s: float
-    ) -> tuple[Readings, bool]:
+    ) -> Answer:
         """Readings for one batch, and whether the backend answered (for the circuit)."""
         first = group[0]
         raw = first.signal.query is not None
@@ -280,18 +281,18 @@ class PrometheusSource:
             data = await retrying(lambda: self.query(promql, timeout_s=timeout_s), deadline_s=deadline_s)
         except TimeoutError:
             why = f"no answer from {self.base_url} within the {deadline_s:g}s deadline"
-            return {r.key: SignalReading(None, None, self.label, why) for r in group}, False
+            return Answer({r.key: SignalReading(None, None, self.label, why) for r in group}, answered=False)
         except TransientError as exc:
-            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, False
+            return Answer({r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, answered=False)
         except (PermanentError, presets.PresetError) as exc:
-            return {r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, True
+            return Answer({r.key: SignalReading(None, None, self.label, str(exc)) for r in group}, answered=True)
         try:
             if raw:
-                return {r.key: _single(data, r, self.label) for r in group}, True
-            return self._attribute(data, group), True
+                return Answer({r.key: _single(data, r, self.label) for r in group}, answered=True)
+            return Answer(self._attribute(data, group), answered=True)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             why = f"unexpected response shape from {self.base_url}: {exc!r}"
-            return {r.key: SignalReading(None, None, self.label, why) for r in group}, True
+            return Answer({r.key: SignalReading(None, None, self.label, why) for r in group}, answered=True)
 
     def _attribute(self, data: dict[str, Any], group: list[SignalRequest]) -> Readings:
         sel = selection(group[0])
@@ -299,7 +300,9 @@ class PrometheusSource:
         if sel.labels.pool_wide:
             return self._attribute_pool(data, group, sel)
         matcher = PodMatcher(group, workers=sel.workers)
-        values: dict[tuple[str, str], tuple[float, float]] = {}
+        # Keyed by (namespace, pod); a value's timestamp is the evaluation time until its ``time`` part says when
+        # the pod's oldest sample was scraped.
+        values: dict[tuple[str, str], PodSample] = {}
         stamps: dict[tuple[str, str], float] = {}
         buckets: dict[tuple[str, str], dict[float, float]] = {}
         for series in data["result"]:
@@ -313,17 +316,17 @@ class PrometheusSource:
                 bound = float(labels.get("le", "nan"))
                 buckets.setdefault(pod_key, {})[bound] = number
                 if bound == math.inf:
-                    values[pod_key] = (number, at)
+                    values[pod_key] = PodSample(number, at)
             else:
-                values[pod_key] = (number, at)
-        samples: dict[str, dict[str, tuple[float, float]]] = {}
-        for (ns, pod), (value, eval_time) in values.items():
+                values[pod_key] = PodSample(number, at)
+        samples: dict[str, dict[str, PodSample]] = {}
+        for (ns, pod), evaluated in values.items():
             for req in matcher.owners(ns, pod):
-                stamp = stamps.get((ns, pod), eval_time)
-                samples.setdefault(req.target.key, {})[pod] = (value, stamp)
+                stamp = stamps.get((ns, pod), evaluated.timestamp)
+                samples.setdefault(req.target.key, {})[pod] = PodSample(evaluated.value, stamp)
         for key, pods in samples.items():
-            newest = max(t for _, t in pods.values())
-            samples[key] = {p: vt for p, vt in pods.items() if vt[1] >= newest - POD_GONE_S}
+            newest = max(s.timestamp for s in pods.values())
+            samples[key] = {p: s for p, s in pods.items() if s.timestamp >= newest - POD_GONE_S}
         out = per_target(group, samples, source=self.label, how=aggregate_of(group[0].signal))
         if sel.histogram:
             for req in group:
@@ -337,7 +340,7 @@ class PrometheusSource:
     def _attribute_pool(self, data: dict[str, Any], group: list[SignalRequest], sel: _Selection) -> Readings:
         """A pool- or model-wide series: one value per namespace, the same for every target of the group in it
         (they share the signal's labels). None found: missing, never zero."""
-        values: dict[str, tuple[float, float]] = {}
+        values: dict[str, PodSample] = {}
         stamps: dict[str, float] = {}
         for series in data["result"]:
             labels = series["metric"]
@@ -346,14 +349,15 @@ class PrometheusSource:
             if labels.get(_PART) == "time":
                 stamps[ns] = number
             else:
-                values[ns] = (number, at)
+                values[ns] = PodSample(number, at)
         out: Readings = {}
         for req in group:
             found = values.get(req.target.namespace)
             if found is None:
                 out[req.key] = SignalReading(None, None, self.label)
             else:
-                out[req.key] = SignalReading(found[0], stamps.get(req.target.namespace, found[1]), self.label)
+                stamp = stamps.get(req.target.namespace, found.timestamp)
+                out[req.key] = SignalReading(found.value, stamp, self.label)
         return out
 
 
