@@ -100,11 +100,15 @@ class Driver:
         self.judge = SignalJudge(self.pol.spec)
         self.state: object | None = None
         self.now = T0
+        #: Each replica's own value of some signals (what a pods source gives), for the next steps.
+        self.per_replica: Mapping[str, Mapping[str, float]] = {}
 
     def step(self, spec: int, ready: int, starting: int = 0, /, **values: float | None) -> Recommendation:
         readings = {k: SignalReading(math.nan if v is None else v, self.now - 1) for k, v in values.items()}
         signals = self.judge.judge_all(readings, self.now)
-        ctx = Context(self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec)
+        ctx = Context(
+            self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec, self.per_replica
+        )
         rec, self.state = self.algo.recommend(ctx, self.state)
         self.now += STEP
         return rec
@@ -128,7 +132,7 @@ class Driver:
 CASES = [
     # (config, spec, ready, starting, signals, expected, reason, words in the message)
     pytest.param(None, 2, 2, 0, {"waiting": 20, "running": 80}, 3, Reason.SCALE_UP,
-                 ["load 2.08", "80 running + 20 waiting of 48/replica", "utilization 0.80", "needs 3",
+                 ["load 2.40", "80 running + 20 waiting of 42/replica", "utilization 0.80", "needs 3",
                   "scaling to 3"], id="slots-scale-up"),
     pytest.param(TOKENS_ONLY, 2, 2, 0, {"waiting": 0, "prompt": 8000, "gen": 600, "ttft": 0.5}, 4,
                  Reason.SCALE_UP, ["tokens 2.60 (8000 prompt + 600 generated tok/s)", "capacity 5000 prompt / 600",
@@ -137,14 +141,14 @@ CASES = [
     # replicas shows in the slots it holds, not in its tokens.
     pytest.param(TOKENS, 2, 2, 0, {"waiting": 0, "running": 10, "prompt": 12000, "gen": 6000, "ttft": 0.5}, 3,
                  Reason.SCALE_UP, ["tokens 2.40 (12000 prompt + 6000 generated tok/s, prefill only",
-                                   "slots 0.21", "needs 3"], id="tokens-prefill-only-with-gauges"),
+                                   "slots 0.24", "needs 3"], id="tokens-prefill-only-with-gauges"),
     pytest.param({**TOKENS, "objective": {"ttftSeconds": 2.0, "timePerOutputTokenSeconds": 0.1}}, 2, 2, 0,
                  {"waiting": 0, "running": 10, "prompt": 8000, "gen": 600, "ttft": 0.5}, 4, Reason.SCALE_UP,
                  ["tokens 2.60 (8000 prompt + 600 generated tok/s)", "needs 4"], id="tokens-with-a-tpot-objective"),
     pytest.param(None, 3, 1, 2, {"waiting": 20, "running": 80}, 3, Reason.WAITING_FOR_STARTING,
                  ["1 ready + 2 starting", "not scaling again"], id="starting-replicas-cover-the-need"),
-    pytest.param(None, 3, 1, 2, {"waiting": 100, "running": 80}, 5, Reason.SCALE_UP,
-                 ["needs 5"], id="more-than-starting-can-absorb"),
+    pytest.param(None, 3, 1, 2, {"waiting": 100, "running": 80}, 6, Reason.SCALE_UP,
+                 ["needs 6"], id="more-than-starting-can-absorb"),
     pytest.param(None, 8, 8, 0, {"waiting": 0, "running": 10}, 8, Reason.STEADY,
                  ["observed 0s < the 120s hold window"], id="first-evaluation-never-scales-down"),
     pytest.param(TOKENS, 2, 2, 0, {"waiting": 5, "running": 40, "prompt": 2000, "gen": 200, "ttft": 3.0}, 3,
@@ -155,7 +159,7 @@ CASES = [
     pytest.param({**BASE, "signals": {"kvCacheUsage": "kv"}}, 2, 2, 0, {"kv": 0.95}, 3, Reason.SCALE_UP,
                  ["KV 1.90 (95% of 2)"], id="kv-cache-load"),
     pytest.param({**BASE, "signals": {"slotsUsed": "used", "waiting": "waiting"}}, 2, 2, 0,
-                 {"used": 1.0, "waiting": 10}, 3, Reason.SCALE_UP, ["96 running + 10 waiting"],
+                 {"used": 1.0, "waiting": 10}, 4, Reason.SCALE_UP, ["96 running + 10 waiting"],
                  id="slots-used-fraction-times-slots"),
 ]
 
@@ -172,8 +176,8 @@ def test_recommendation(
 
 
 UNKNOWN_CASES = [
-    pytest.param(None, 2, 2, 0, {"waiting": 150, "running": None}, 4, Reason.SCALE_UP,
-                 ["at least 4 on known signals", "unknown: running"], id="known-part-alone-needs-more"),
+    pytest.param(None, 2, 2, 0, {"waiting": 150, "running": None}, 5, Reason.SCALE_UP,
+                 ["at least 5 on known signals", "unknown: running"], id="known-part-alone-needs-more"),
     pytest.param(None, 6, 6, 0, {"waiting": 10, "running": None}, None, Reason.METRICS_UNKNOWN,
                  ["unknown: running"], id="known-part-fits-hold"),
     pytest.param(None, 2, 2, 4, {"waiting": 150, "running": None}, None, Reason.METRICS_UNKNOWN, [],
@@ -422,15 +426,16 @@ def test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise() -> No
 
 def test_the_rise_and_the_band_are_not_stacked() -> None:
     """The measured rise is its own margin: ``load + rise`` is kept at ``c``, the band at ``c·(1 − h)`` keeps
-    the steady need only. Stacked, 0.83 + 2.08 at ≤ 0.64 would hold 5; not stacked, 4 carry it at 0.8."""
+    the steady need only. Stacked, 0.96 + 1.92 at ≤ 0.64 would hold 5; not stacked, 4 carry it at 0.8 (a
+    replica-equivalent of the slots is 41.7 sequences: ``slot_unit``)."""
     drv = Driver()
     drv.steady(600, 5, waiting=0, running=40)
     for _ in range(24):
-        drv.step(5, 5, waiting=0, running=140)
+        drv.step(5, 5, waiting=0, running=120)
     rec = drv.steady(200, 5, waiting=0, running=40)
     assert rec.reason is Reason.SCALE_DOWN, rec.message
     assert rec.replicas == 4, rec.message
-    assert "(0.83 + 2.08) at ≤ 0.80" in rec.message
+    assert "(0.96 + 1.92) at ≤ 0.80" in rec.message
 
 
 def test_a_moments_queue_is_not_a_short_count() -> None:
@@ -448,6 +453,61 @@ def test_a_moments_queue_is_not_a_short_count() -> None:
     assert [x.ready for x in drv.learned.short] == [4]
 
 
+@pytest.mark.parametrize(
+    ("per_waiting", "saturated"),
+    [pytest.param({"g0": 12.0, "g1": 0.0, "g2": 0.0, "g3": 0.0}, False, id="stacked-on-one-replica"),
+     pytest.param({"g0": 3.0, "g1": 3.0, "g2": 3.0, "g3": 3.0}, True, id="on-every-replica"),
+     pytest.param(None, True, id="totals-only")],
+)
+def test_saturation_is_a_queue_on_every_replica_not_a_total(
+    per_waiting: dict[str, float] | None, saturated: bool
+) -> None:
+    """Behind random routing a total of ``ready`` waiting is often a few prompts stacked on one replica while
+    the others have room: what those serve is their demand, not their capacity. With each replica's own count
+    (a pods source gives it), saturation is a queue on every replica; it teaches capacity and is remembered as
+    a short count only then. Without per-replica counts the total stands for them."""
+    drv = Driver(config(**TOKENS))
+    drv.steady(120, 4, waiting=0, running=100, prompt=4 * 2000, gen=4 * 300, ttft=0.5)
+    drv.per_replica = {"waiting": per_waiting} if per_waiting is not None else {}
+    for _ in range(int(60 / STEP)):
+        drv.step(4, 4, waiting=12, running=100, prompt=4 * 2000, gen=4 * 300, ttft=1.0)
+    learned = drv.learned
+    if saturated:
+        assert learned.capacity_samples > 0
+        assert learned.capacity_scale == pytest.approx(0.4, rel=0.05)
+        assert [x.ready for x in learned.short] == [4]
+    else:
+        assert learned.capacity_samples == 0
+        assert learned.capacity_scale == 1.0
+        assert learned.short == ()
+
+
+def _poisson_at_least(n: int, mean: float) -> float:
+    """P(Poisson(mean) ≥ n), summed directly (an independent check of ``occupancy_at_objective``)."""
+    term, below = math.exp(-mean), 0.0
+    for k in range(n):
+        below += term
+        term *= mean / (k + 1)
+    return 1.0 - below
+
+
+@pytest.mark.parametrize("slots", [8, 48, 64, 256])
+@pytest.mark.parametrize("percentile", [0.9, 0.99])
+def test_a_replicas_slot_share_behind_random_routing_is_the_poisson_tail(slots: int, percentile: float) -> None:
+    """Behind random routing a replica's occupancy is Poisson around its mean (M/G/∞): the mean it may hold is
+    the one at which its slots are all taken for ``1 − percentile`` of arrivals; smaller replicas run emptier."""
+    mean = slo.occupancy_at_objective(slots, percentile)
+    assert _poisson_at_least(slots, mean) == pytest.approx(1.0 - percentile, rel=1e-3)
+    assert _poisson_at_least(slots, mean * 1.02) > 1.0 - percentile
+    if slots > 8:
+        assert mean / slots > slo.occupancy_at_objective(8, percentile) / 8
+    # One replica-equivalent of the slot part: that mean over targetUtilization, never more than the slots.
+    algo = slo.SloAlgorithm(slo.SloPolicyConfig.model_validate(
+        config(replica={**BASE["replica"], "slots": slots}, objective={"ttftSeconds": 2.0, "percentile": percentile})
+    ))
+    assert algo.slot_unit(1.0) == pytest.approx(min(slots, mean / 0.8))
+
+
 def test_a_relearned_capacity_is_not_a_rise() -> None:
     """History keeps demand in the stated units (``LoadSample``) and recomputes it with the capacity learned
     now: fewer usable slots learned later scale every past load alike, so the largest rise stays what the
@@ -456,7 +516,7 @@ def test_a_relearned_capacity_is_not_a_rise() -> None:
     drv.steady(600, 4, waiting=0, running=40)
     drv.state = replace(drv.learned, slot_scale=0.5)
     rec = drv.step(4, 4, waiting=0, running=40)
-    assert "(1.67 + 0.00)" in rec.message, rec.message
+    assert "(2.27 + 0.00)" in rec.message, rec.message
     assert slo.LoadSample(0.0, 2.0, 1.5, 0.2).load(2.0, 0.5) == 3.0
 
 
@@ -503,7 +563,7 @@ def test_engine_bounds_and_decision_message() -> None:
     assert isinstance(scale, ScaleDecision)
     assert scale.desired == 3
     assert scale.reason is Reason.LIMITED_BY_MAX
-    assert "load 6.17" in scale.message
+    assert "load 7.10" in scale.message
     assert isinstance(state.algorithm, slo.SloState)
 
 

@@ -14,10 +14,14 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    time-per-output-token objective is set: the first token waits for prefill compute and for a slot, and
    continuous-batching servers run a new prompt's prefill ahead of (TGI, JetStream) or within the token
    budget of (vLLM) the decode steps, so the decode delays it through the slots and KV it holds; slots
-   ``(running + waiting) / usable slots`` (``waiting`` is the backlog the served rates do not show); KV cache
-   ``kvUsage × R``. The first rate window of a fresh controller is not history (its rates ramp from nothing).
+   ``(running + waiting) / slot unit`` (``waiting`` is the backlog the served rates do not show; the slot unit
+   is the mean occupancy at which, behind random routing, a replica's usable slots are all taken for at most
+   ``1 − percentile`` of arrivals (Poisson occupancy, ``occupancy_at_objective``), over ``targetUtilization``);
+   KV cache ``kvUsage × R``. The first rate window of a fresh controller is not history (its rates ramp from
+   nothing).
 2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
-   every ready replica, ``R`` unchanged for a minute) the served tokens/s per replica *is* their capacity:
+   every ready replica, checked replica by replica where the source gives each replica's count, ``R``
+   unchanged for a minute) the served tokens/s per replica *is* their capacity:
    ``κ`` moves toward it (exponential average, time constant ``CAPACITY_TAU_S``), and so does the usable
    share of the slots (from the sequences running), unless a KV gauge shows the cache emptier than the
    slots (then the queue waits for prefill, not for a slot). When they are not, what they serve is a lower bound of
@@ -60,8 +64,10 @@ window and the hysteresis are this type's smoothing; the engine still applies mi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -263,10 +269,12 @@ class LoadSample:
     #: KV-cache use in replicas (a fraction of the ready replicas' caches).
     kv: float | None
 
-    def load(self, kappa: float, slot_scale: float) -> float:
+    def load(self, kappa: float, slot_unit: float) -> float:
+        """The load with capacity scale ``kappa`` and ``slot_unit`` (the slots one replica-equivalent counts,
+        over the stated slots: ``SloAlgorithm.slot_unit`` / slots)."""
         return max(
             self.tokens / kappa if self.tokens is not None else 0.0,
-            self.slots / slot_scale if self.slots is not None else 0.0,
+            self.slots / slot_unit if self.slots is not None else 0.0,
             self.kv if self.kv is not None else 0.0,
         )
 
@@ -331,10 +339,21 @@ class _Reading:
     demand_zero: bool
 
 
-def queued_on_every_replica(waiting: float | None, ready: int) -> bool:
+def queued_on_every_replica(
+    waiting: float | None, ready: int, per_replica: Mapping[str, float] | None = None
+) -> bool:
     """Requests wait on every ready replica (at least ``SATURATED_WAITING_PER_REPLICA`` each): one sample of
-    saturation; ``SATURATED_EVALUATIONS`` in a row make the replicas' served rate their capacity."""
-    return waiting is not None and ready > 0 and waiting >= SATURATED_WAITING_PER_REPLICA * ready
+    saturation; ``SATURATED_EVALUATIONS`` in a row make the replicas' served rate their capacity.
+
+    With each replica's own count (``per_replica``, what a pods source scrapes) that is checked replica by
+    replica: behind random routing (a ClusterIP Service) a total of ``ready`` waiting is as often a few prompts
+    stacked on one replica while the others have room, and the served rate of replicas with room is their
+    demand, not their capacity. Without it the total stands for the per-replica counts (an average)."""
+    if waiting is None or ready <= 0 or waiting < SATURATED_WAITING_PER_REPLICA * ready:
+        return False
+    if per_replica:
+        return min(per_replica.values()) >= SATURATED_WAITING_PER_REPLICA
+    return True
 
 
 def capacity_alpha(samples: int, dt: float) -> float:
@@ -428,7 +447,7 @@ class SloAlgorithm:
             )
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
-            effective = slots * slot_scale
+            effective = self.slot_unit(slot_scale)
             slots_stated = conc / slots
             load = max(load, conc / effective)
             served_load = max(served_load, (running or 0.0) / effective)
@@ -493,7 +512,9 @@ class SloAlgorithm:
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
         # row. Then what each replica serves (tokens/s) and runs (sequences) is what it can: its capacity.
-        queued = queued_on_every_replica(probe.waiting, ready)
+        queued = queued_on_every_replica(
+            probe.waiting, ready, ctx.per_replica.get(cfg.signals.waiting) if cfg.signals.waiting else None
+        )
         run = prev.saturated_run + 1 if queued and not probe.unknown else 0
         alpha = capacity_alpha(samples, dt)
         if not probe.unknown and ready > 0:
@@ -581,7 +602,7 @@ class SloAlgorithm:
         reach = HANDOFF_LEAD_COLD_STARTS * horizon
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
-        series = tuple((x.t, x.load(kappa, slot_scale)) for x in history)
+        series = tuple((x.t, x.load(kappa, self.slot_unit(slot_scale) / cfg.replica.slots)) for x in history)
         if fc.enabled and series:
             calm_set = set(calm)
             forecast, ftext, burst_at, further = _trend_and_burst(
@@ -740,6 +761,23 @@ class SloAlgorithm:
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
 
+    def slot_unit(self, slot_scale: float) -> float:
+        """The sequences (running + waiting) that count as one replica-equivalent of the slot part of the load.
+
+        Behind random routing (a ClusterIP Service) each replica receives its own random share of the
+        arrivals, and the sequences it holds are Poisson-distributed around their mean (an M/G/∞ occupancy is
+        Poisson whatever the sequences' lengths; source: the standard M/G/∞ result), so a replica's slots fill
+        up before their mean does. A request that finds its replica's slots all taken waits for a sequence to
+        end, and is counted here as at risk of missing the objective (an approximation on the safe side: some
+        such waits are short). So the mean a replica may hold is the one at which its usable slots are all taken
+        with probability at most ``1 − percentile`` (``occupancy_at_objective``), and one replica-equivalent is
+        that mean over ``targetUtilization``: at the target utilization the slot part needs exactly that. Never
+        more than the usable slots."""
+        cfg = self.config
+        usable = cfg.replica.slots * slot_scale
+        allowed = occupancy_at_objective(max(1, math.floor(usable + _EPSILON)), cfg.objective.percentile)
+        return min(usable, allowed / cfg.target_utilization)
+
     def _rate_window(self, ctx: Context) -> float:
         """The longest rate window of the token signals (0 without them)."""
         s = self.config.signals
@@ -759,6 +797,32 @@ class SloAlgorithm:
     def _latency_names(self) -> tuple[str, ...]:
         s = self.config.signals
         return tuple(n for n in (s.ttft, s.queue_time, s.time_per_output_token) if n is not None)
+
+
+@functools.lru_cache(maxsize=512)
+def occupancy_at_objective(slots: int, percentile: float) -> float:
+    """The largest mean ``A`` of a Poisson occupancy with ``P(occupancy ≥ slots) ≤ 1 − percentile``: how many
+    sequences a replica with ``slots`` slots may hold on average behind random routing and still have a free
+    slot for a ``percentile`` share of arrivals (Poisson arrivals see time averages). Bisection on ``A``; the
+    tail is summed in log space (large means do not underflow)."""
+    budget = 1.0 - percentile
+
+    def full(mean: float) -> float:
+        if mean <= 0:
+            return 0.0
+        logs = [-mean + k * math.log(mean) - math.lgamma(k + 1) for k in range(slots)]
+        top = max(logs)
+        below = math.exp(top) * math.fsum(math.exp(x - top) for x in logs)
+        return max(0.0, 1.0 - below)
+
+    low, high = 0.0, float(slots)
+    for _ in range(60):
+        mid = (low + high) / 2
+        if full(mid) <= budget:
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def lookback(horizon: float) -> float:
