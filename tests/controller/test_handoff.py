@@ -549,8 +549,9 @@ class RampingTgi(TgiMetrics):
 
 
 def slo_policy_text(url: str) -> str:
-    """Type ``slo`` on the running batch (10 slots a replica): its trend forecast over two cold starts is the
-    ``Recommendation.ahead`` the arbitration acts on. The stated cold start (10 s) is the policy's own fact."""
+    """Type ``slo`` on the running batch (16 slots a replica: behind random routing one replica-equivalent is
+    10.2 running sequences at p99, ``slo.SloAlgorithm.slot_unit``): its trend forecast over two cold starts is
+    the ``Recommendation.ahead`` the arbitration acts on. The stated cold start (10 s) is the policy's own fact."""
     return f"""\
 apiVersion: autoscaler.dev/v1alpha1
 kind: ScalingPolicy
@@ -568,7 +569,7 @@ spec:
   policy:
     type: slo
     objective: {{ttftSeconds: 2, percentile: 0.99}}
-    replica: {{slots: 10, coldStartSeconds: 10}}
+    replica: {{slots: 16, coldStartSeconds: 10}}
     signals: {{running: batch}}
   capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2, actAhead: true}}
   preemptible:
