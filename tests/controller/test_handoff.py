@@ -528,9 +528,11 @@ async def test_a_pass_cut_between_the_stop_and_the_scale_resumes_what_it_stopped
 
     await until(lambda: any("the pass was cut short before the scale was written" in n
                             for n in notes("ReactivateTraining")))
-    # The next pass hands off again, without the hold: serving gets its second replica, training is stopped.
+    # Serving gets its second replica: either the next pass hands off again, without the hold, or the held
+    # write lands late (the server applies it after the client gave up, as a real one may) while Kueue has
+    # already evicted the training; then the resumed Workload waits for quota. Either way it holds no chips.
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
-    assert w.workload()["active"] is False
+    assert not w.workload()["admitted"]
     tgi.queue = 5
     await until(lambda: not stranded(w) and w.workload()["admitted"])
 
