@@ -137,7 +137,8 @@ class Columns:
             _m4(line, base, values)
         mask = buffers[n + 3]
         count = len(mask)
-        per_signal = [any(math.isnan(x) for x in buffers[j]) for j in range(n)]
+        isnan = math.isnan
+        per_signal = [any(map(isnan, buffers[j])) for j in range(n)]
         self.unknown.append((base, count, any(mask), per_signal))
         for values in buffers:
             values.clear()
@@ -151,12 +152,18 @@ def _m4(line: Line, base: int, values: list[float]) -> None:
         line.at.append(base)
         line.values.append(values[0])
         return
-    keep = {0, len(values) - 1}
-    finite = [(v, i) for i, v in enumerate(values) if not math.isnan(v)]
-    if finite:
-        keep.add(min(finite)[1])
-        keep.add(max(finite)[1])
-    if len(finite) < len(values):
+    last = len(values) - 1
+    keep = {0, last}
+    if not any(map(math.isnan, values)):
+        # The usual column, without a (value, index) pair per point: the first lowest and the last highest, as
+        # the pairs' min and max below pick them.
+        keep.add(values.index(min(values)))
+        keep.add(last - values[::-1].index(max(values)))
+    else:
+        finite = [(v, i) for i, v in enumerate(values) if not math.isnan(v)]
+        if finite:
+            keep.add(min(finite)[1])
+            keep.add(max(finite)[1])
         keep.add(next(i for i, v in enumerate(values) if math.isnan(v)))
     for i in sorted(keep):
         line.at.append(base + i)

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from matplotlib.text import Text
 
 from autoscaler.core.model import Reason, ReplicaStatus, ScaleDecision, SignalState, SignalValue, TargetKind, TargetRef
@@ -145,3 +147,30 @@ def test_without_a_child_the_painter_draws_here(tmp_path: Path, monkeypatch: pyt
         painter.draw(cols, tmp_path / "a.png")
     plot.plot(cols, tmp_path / "b.png")
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+def reference_m4(base: int, values: list[float]) -> tuple[list[int], list[float]]:
+    """The points a pixel column keeps, as first written: (value, index) pairs, their min and max, the first NaN."""
+    if len(values) == 1:
+        return [base], [values[0]]
+    keep = {0, len(values) - 1}
+    finite = [(v, i) for i, v in enumerate(values) if not math.isnan(v)]
+    if finite:
+        keep.add(min(finite)[1])
+        keep.add(max(finite)[1])
+    if len(finite) < len(values):
+        keep.add(next(i for i, v in enumerate(values) if math.isnan(v)))
+    return [base + i for i in sorted(keep)], [values[i] for i in sorted(keep)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(values=st.lists(st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.0, math.nan, 3]), st.floats(allow_nan=True)),
+                       min_size=1, max_size=40))
+@example(values=[1.0, 2.0, 2.0, 1.0])  # ties: the first lowest, the last highest
+@example(values=[0.0, -0.0, math.nan, -0.0])
+def test_a_column_keeps_the_points_the_reference_keeps(values: list[float]) -> None:
+    line = plot.Line()
+    plot._m4(line, 7, values)
+    at, kept = reference_m4(7, values)
+    assert line.at == at
+    assert [repr(v) for v in line.values] == [repr(v) for v in kept]
