@@ -9,7 +9,11 @@ Finding (``KueueGate.training``), for each ``preemptible`` entry (namespace + ``
 3. priority: ``spec.priority``, else the WorkloadPriorityClass named by ``spec.priorityClassRef`` (v1beta2) or
    ``spec.priorityClassName`` (v1beta1) or the ``kueue.x-k8s.io/priority-class`` label; chips: the sum over
    ``podSets`` of ``count`` × the capacity resource each pod requests; ``active`` (default true); admitted
-   (``status.admission`` or condition ``Admitted``).
+   (``status.admission`` or condition ``Admitted``);
+4. what a stop costs: the time since the last checkpoint (``LAST_CHECKPOINT``), the pods'
+   ``terminationGracePeriodSeconds`` (``grace_seconds``: the job's pod templates, else the Workload's podSets),
+   and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``); an undeclared
+   interval is learned from successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID).
 
 Quota (``quota``): the ClusterQueue's ``nominalQuota`` and ``borrowingLimit`` for the resource over all
 flavors, and its ``status.flavorsReservation`` (serving's own replicas are in it already).
@@ -28,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +72,16 @@ LAST_CHECKPOINT = "autoscaler.dev/last-checkpoint-time"
 #: On the training Job/JobSet: when this controller asked it to checkpoint before being stopped (capacity
 #: ``checkpointRequestSeconds``). A training loop that honours it saves at once and updates LAST_CHECKPOINT.
 CHECKPOINT_REQUESTED = "autoscaler.dev/checkpoint-requested-at"
+#: On the training Job/JobSet, declared by whoever runs it (read also from the Workload as a fallback):
+#: how long one checkpoint save takes, in seconds (``SAVE_SECONDS``); ``"true"`` when the trainer saves a
+#: checkpoint on SIGTERM (``ON_TERMINATION``): with a save that fits in the pods'
+#: ``terminationGracePeriodSeconds``, a stop then loses nothing; and the seconds between its checkpoints
+#: (``INTERVAL_SECONDS``; else learned from successive LAST_CHECKPOINT values, ``arbitration.learn_interval``).
+SAVE_SECONDS = "autoscaler.dev/checkpoint-save-seconds"
+ON_TERMINATION = "autoscaler.dev/checkpoint-on-termination"
+INTERVAL_SECONDS = "autoscaler.dev/checkpoint-interval-seconds"
+#: Kubernetes' default ``terminationGracePeriodSeconds`` when a pod template leaves it out.
+DEFAULT_GRACE_S = 30.0
 #: On the Workload: when this controller stopped it, comma-separated, the last hour only (the per-job cap).
 PREEMPTED_AT = "autoscaler.dev/preempted-at"
 #: On the Workload: when this controller last resumed it (the minimum run time after a resume).
@@ -158,6 +173,47 @@ def _pod_template_labels(owner: JsonObj) -> list[dict[str, str]]:
         job_spec = ((replicated.get("template") or {}).get("spec")) or {}
         found.append(((job_spec.get("template") or {}).get("metadata") or {}).get("labels") or {})
     return found
+
+
+def _pod_specs(obj: JsonObj) -> list[JsonObj]:
+    """The pod specs a training job (Job ``spec.template``, JobSet ``spec.replicatedJobs[].template.spec.
+    template``, RayJob ``spec.rayClusterSpec`` head and worker groups) or a Workload (``spec.podSets[].template``)
+    creates its pods from."""
+    spec = obj.get("spec") or {}
+    templates = [spec.get("template")]
+    templates += [
+        ((r.get("template") or {}).get("spec") or {}).get("template") for r in spec.get("replicatedJobs") or []
+    ]
+    ray = spec.get("rayClusterSpec") or {}
+    templates.append((ray.get("headGroupSpec") or {}).get("template"))
+    templates += [g.get("template") for g in ray.get("workerGroupSpecs") or []]
+    templates += [p.get("template") for p in spec.get("podSets") or []]
+    return [t["spec"] for t in templates if isinstance(t, dict) and isinstance(t.get("spec"), dict)]
+
+
+def grace_seconds(obj: JsonObj) -> float | None:
+    """The longest ``terminationGracePeriodSeconds`` over the pod templates of ``obj`` (a training job or its
+    Workload; Kubernetes' default 30 s where a template leaves it out): how long its pods may take to exit
+    after SIGTERM. None when ``obj`` has no pod template."""
+    found: list[float] = []
+    for pod in _pod_specs(obj):
+        value = pod.get("terminationGracePeriodSeconds")
+        try:
+            found.append(DEFAULT_GRACE_S if value is None else max(0.0, float(value)))
+        except (TypeError, ValueError):
+            found.append(DEFAULT_GRACE_S)  # not a number: the API server would have rejected it; the default
+    return max(found) if found else None
+
+
+def _seconds(value: object) -> float | None:
+    """A declared duration in seconds (``"20"``, ``"20s"``); None when absent, negative or not a number."""
+    if value is None:
+        return None
+    try:
+        seconds = float(str(value).strip().removesuffix("s"))
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _owner_matches(owner: JsonObj, wanted: dict[str, str]) -> bool:
@@ -271,6 +327,9 @@ class KueueGate:
         #: List Workloads cluster-wide in ``held`` (needs ``list workloads`` cluster-wide; the shipped RBAC grants
         #: Workloads per namespace): config ``heldSweepAllNamespaces``.
         self.list_all = False
+        #: Per Workload UID, its checkpoints seen so far (``arbitration.learn_interval``): the interval of a job
+        #: that declares none is learned from two successive LAST_CHECKPOINT values.
+        self._checkpoints: dict[str, arbitration.CheckpointMemory] = {}
 
     # --- Kueue API version ---------------------------------------------------------------------------------
 
@@ -389,6 +448,16 @@ class KueueGate:
             # Restarted (resumed, or requeued by Kueue) after that checkpoint: it restored from it, so what a stop
             # loses now is at most what it did since this admission, not since the checkpoint.
             since = min(since, max(0.0, now - admitted_at))
+        uid = meta.get("uid", "")
+        memory = arbitration.learn_interval(self._checkpoints.get(uid), checkpoint)
+        if memory is not None and uid:
+            self._checkpoints[uid] = memory
+
+        def declared(key: str) -> object:
+            return job_annotations.get(key, annotations.get(key))
+
+        interval = _seconds(declared(INTERVAL_SECONDS))
+        grace = grace_seconds(job) if job is not None else None
         return TrainingWorkload(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -405,6 +474,12 @@ class KueueGate:
             resumed_at=_parse_time(annotations.get(RESUMED_AT)),
             checkpoint_requested_at=_parse_time(job_annotations.get(CHECKPOINT_REQUESTED)),
             slices=inventory.workload_slices(wl, resource),
+            # The job's pod template, else the copy Kueue keeps in the Workload's podSets.
+            grace_s=grace if grace is not None else grace_seconds(wl),
+            save_s=_seconds(declared(SAVE_SECONDS)),
+            saves_on_termination=str(declared(ON_TERMINATION) or "").strip().lower() == "true",
+            checkpoint_interval_s=interval if interval is not None and interval > 0 else (
+                None if memory is None else memory.interval_s),
         )
 
     async def quota(self, capacity: CapacitySpec) -> QuotaStatus:

@@ -20,15 +20,19 @@ Its transitions:
 
 1. Scale-up that fits: the new replicas need ``(desired − current) × perReplica`` units, no more than
    ``available + freeing − pending``. Serving scales.
-2. Scale-up that does not fit: choose victims among the active, admitted Workloads that may be stopped
-   (not resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than ``maxPreemptionsPerHour``
-   times in the last hour): the set that frees enough chips and loses the least work (``least_work_lost``:
-   chips × seconds since the last checkpoint; a Workload whose checkpoint time is unknown is stopped only
-   when no set of known ones suffices). Serving asks at once for what fits once they are gone: the caller
-   deactivates first, then scales, in one pass; the new pods wait for Kueue admission and, being of higher
-   priority, take the freed quota before any queued training. What does not fit even with every eligible
-   Workload stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the
-   same snapshot gives the same plan, and a Workload already stopped is counted as freeing, not stopped twice.
+2. Scale-up that does not fit: choose victims among the active, admitted Workloads that may be stopped (not
+   resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than ``maxPreemptionsPerHour`` times in the
+   last hour): the set that frees enough chips and loses the least work (``least_work_lost``: chips × seconds
+   since the last checkpoint, nothing for one that saves on SIGTERM within its grace period,
+   ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; a Workload whose checkpoint time is
+   unknown is stopped only when no set of known ones suffices). Victims may first save: asked to
+   (``checkpointRequestSeconds``; asked as they are stopped when their save fits their grace period,
+   ``asks_as_it_stops``) or on their own schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then
+   waits for them (``Plan.waiting_for_checkpoint``). Serving asks at once for what fits once they are gone: the
+   caller deactivates first, then scales, in one pass; the new pods wait for Kueue admission and, being of higher
+   priority, take the freed quota before any queued training. What does not fit even with every eligible Workload
+   stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the same snapshot
+   gives the same plan, and a Workload already stopped is counted as freeing, not stopped twice.
 3. Serving no longer needs the room (desired ≤ current): scale down first, then reactivate the Workloads
    this controller deactivated, highest priority first, while they fit in ``available`` plus what the
    scale-down frees minus ``claiming``. **Nothing is reactivated while any serving replica on the
@@ -39,11 +43,11 @@ Its transitions:
 4. Acting ahead (``_act_ahead``; only with ``capacity.actAhead``): serving needs no more now but the policy
    forecasts ``ahead.replicas`` within ``ahead.within_s`` and they do not fit. Workloads that have just
    checkpointed are stopped now and serving starts the replicas they make room for (they lose at most two
-   evaluation periods of work, instead of wherever their interval stands when the need is due); with
-   checkpoint requests on, the victims of transition 2 are asked to save now, while serving does not wait
-   yet. Nothing else is stopped early. Also while this target's replicas wait for admission, once the chips
-   they wait for are on their way (an earlier hand-off in flight): a ramp's next step need not wait for the
-   first victim to leave.
+   evaluation periods of work, instead of wherever their interval stands when the need is due); with checkpoint
+   requests on, the victims of transition 2 are asked to save now, while serving does not wait yet. Nothing else
+   is stopped early, and never a Workload that saves within its grace period. Also while this target's replicas
+   wait for admission, once the chips they wait for are on their way (an earlier hand-off in flight): a ramp's
+   next step need not wait for the first victim to leave.
 
 The victim choice is a parameter (``choose``), so ``lowest_priority_first`` (Kueue's order) can be compared
 with ``least_work_lost`` on the same rule.
@@ -51,6 +55,7 @@ with ``least_work_lost`` on the same rule.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import Counter
@@ -94,6 +99,8 @@ class Plan:
     desired: int
     training: tuple[TrainingDecision, ...]
     message: str = ""
+    #: Some victim is left to checkpoint first (asked, or its own save due soon): serving waits for it.
+    waiting_for_checkpoint: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,17 +174,77 @@ def kueue_borrowable(own: QueueQuota, others: Sequence[QueueQuota], *, in_cohort
     return borrowed + more
 
 
+def saves_within_grace(w: TrainingWorkload) -> bool:
+    """``w`` saves a checkpoint on SIGTERM (declared) and its save (declared) fits in its pods'
+    ``terminationGracePeriodSeconds``: a stop loses nothing. A save longer than the grace period is cut by
+    SIGKILL: then a stop loses the work since its last checkpoint, as for a trainer that does not save."""
+    return (w.saves_on_termination and w.save_s is not None and w.grace_s is not None
+            and w.save_s <= w.grace_s + _EPS)
+
+
+def eviction_s(w: TrainingWorkload) -> float | None:
+    """At most how long ``w``'s chips stay held after SIGTERM: its save when it saves within its grace period
+    (it exits once saved), else its grace period (a trainer still running at its end is killed). None when its
+    grace period was not read. Kueue's own reconcile before SIGTERM comes on top (a second or two)."""
+    return w.save_s if saves_within_grace(w) else w.grace_s
+
+
 def work_at_risk(w: TrainingWorkload) -> float | None:
-    """Chip-seconds stopping ``w`` now loses (work since its last checkpoint), None when unknown."""
+    """Chip-seconds stopping ``w`` now loses (work since its last checkpoint; nothing when it saves within its
+    grace period), None when unknown."""
+    if saves_within_grace(w):
+        return 0.0
     return None if w.since_checkpoint_s is None else w.chips * max(0.0, w.since_checkpoint_s)
 
 
-def _set_key(ws: Sequence[TrainingWorkload]) -> tuple[float, float, float, tuple[int, ...], tuple[str, ...]]:
+def next_checkpoint_s(w: TrainingWorkload) -> float | None:
+    """Seconds until ``w``'s next checkpoint completes, from its interval (declared or learned) and its last
+    checkpoint; None when either is unknown or the checkpoint is overdue (a schedule it does not keep now)."""
+    if w.checkpoint_interval_s is None or w.since_checkpoint_s is None:
+        return None
+    due = w.checkpoint_interval_s - w.since_checkpoint_s
+    return due if due >= 0 else None
+
+
+#: A learned checkpoint interval: the gap between two successive ``last-checkpoint-time`` values, kept while
+#: the next gap is within this factor of it (a trainer whose steps drift keeps its learned interval; a gap
+#: far off, after a restart or a missed save, replaces it: the latest gap is the best guess of the next).
+INTERVAL_DRIFT = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointMemory:
+    """What the controller remembers of one job's checkpoints between passes (``learn_interval``)."""
+
+    last: float
+    interval_s: float | None = None
+
+
+def learn_interval(memory: CheckpointMemory | None, last_checkpoint: float | None) -> CheckpointMemory | None:
+    """The job's checkpoint schedule after reading ``last_checkpoint`` (its annotation's time, unix seconds)
+    this pass: a new, later value than remembered gives the interval (their difference). Pure: the caller
+    keeps the memory (the controller per Workload UID; lost on restart, then learned again after two saves)."""
+    if last_checkpoint is None:
+        return memory
+    if memory is None or last_checkpoint <= memory.last:
+        return memory if memory is not None else CheckpointMemory(last=last_checkpoint)
+    gap = last_checkpoint - memory.last
+    interval = memory.interval_s
+    if interval is None or not interval / INTERVAL_DRIFT <= gap <= interval * INTERVAL_DRIFT:
+        interval = gap
+    return CheckpointMemory(last=last_checkpoint, interval_s=interval)
+
+
+def _set_key(
+    ws: Sequence[TrainingWorkload],
+) -> tuple[float, float, float, float, tuple[int, ...], tuple[str, ...]]:
     risks = [work_at_risk(w) for w in ws]
     return (
         # Chips whose checkpoint time is unknown first: unknown is never taken as "just saved".
         sum(w.chips for w, r in zip(ws, risks, strict=True) if r is None),
         sum(r for r in risks if r is not None),  # then the least work lost
+        # then the shortest wait for serving (the slowest victim's eviction; an unread grace period last)
+        max((math.inf if (e := eviction_s(w)) is None else e for w in ws), default=0.0),
         sum(w.chips for w in ws),  # then the fewest chips stopped
         tuple(sorted((w.priority for w in ws), reverse=True)),  # then, as Kueue, the lowest priorities
         tuple(sorted(w.key for w in ws)),  # deterministic
@@ -203,18 +270,18 @@ def least_work_lost(candidates: Sequence[TrainingWorkload], shortfall: float) ->
     if sum(w.chips for w in pool) < shortfall - _EPS:
         return pool
     if len(pool) <= EXHAUSTIVE_MAX:
-        # The first three terms of the key are sums: compare those cheaply, the full key only on a tie.
+        # The first two terms of the key are sums: compare those cheaply, the full key only on a tie.
         parts = [
             (w.chips if work_at_risk(w) is None else 0, work_at_risk(w) or 0.0, w.chips) for w in pool
         ]
         best: tuple[int, ...] | None = None
-        best_sums: tuple[float, float, float] = (math.inf, math.inf, math.inf)
+        best_sums: tuple[float, float] = (math.inf, math.inf)
         for r in range(1, len(pool) + 1):
             for combo in itertools.combinations(range(len(pool)), r):
                 chips = sum(parts[i][2] for i in combo)
                 if chips < shortfall - _EPS:
                     continue
-                sums = (sum(parts[i][0] for i in combo), sum(parts[i][1] for i in combo), chips)
+                sums = (sum(parts[i][0] for i in combo), sum(parts[i][1] for i in combo))
                 if sums < best_sums or (
                     sums == best_sums and best is not None
                     and _set_key([pool[i] for i in combo]) < _set_key([pool[i] for i in best])
@@ -359,8 +426,8 @@ def _scale_up(
     reachable = max(current, min(
         desired, current + math.floor((headroom + sum(w.chips for w in eligible)) / per + _EPS)))
     shortfall = (reachable - current) * per - headroom
-    victims = choose(eligible, shortfall) if shortfall > _EPS else []
-    stopping, saving = _checkpoint_first(capacity, victims, now)
+    victims = _choose_waiting(capacity, choose, eligible, shortfall) if shortfall > _EPS else []
+    stopping, saving = _checkpoint_first(capacity, victims, now, missing=shortfall)
     if saving:
         # Serving asks only for what fits without the victims still saving: a pending replica would make
         # Kueue preempt them at once, losing the work the checkpoint is about to keep.
@@ -386,16 +453,18 @@ def _scale_up(
         if stopping:
             waiting.append(f"deactivating {', '.join(v.key for v in stopping)}")
         waiting.extend(f"not stopping {why}" for why in held.values())
-        return Plan(desired=desired, training=decisions, message="; ".join(waiting))
+        return Plan(desired=desired, training=decisions, message="; ".join(waiting),
+                    waiting_for_checkpoint=bool(saving))
     if reachable == desired:
-        return Plan(desired=desired, training=decisions)
+        return Plan(desired=desired, training=decisions, waiting_for_checkpoint=bool(saving))
     parts = [f"{desired} {unit} need {_units(need)} more {res}; {acct.describe()}"]
     parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
     if victims:
         parts.append(f"deactivating {', '.join(v.key for v in victims)}")
     parts.extend(f"not stopping {why}" for why in held.values())
     message = f"limited by capacity: only {reachable} {unit} fit even with all eligible training stopped; "
-    return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
+    return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts),
+                waiting_for_checkpoint=bool(saving))
 
 
 def _training_decisions(
@@ -414,6 +483,17 @@ def _training_decisions(
             message=f"deactivating {v.key} (priority {v.priority}, {v.chips} {res}, {_risk_text(v)}) {because(v)}",
         )
         for v in stopping
+    ) + tuple(
+        TrainingDecision(
+            workload=v,
+            action=TrainingAction.REQUEST_CHECKPOINT,
+            reason=Reason.REQUEST_CHECKPOINT,
+            message=(
+                f"asking {v.key} to checkpoint as it is stopped ({_risk_text(v)}): its {v.save_s:g}s save fits "
+                f"in its {v.grace_s:g}s grace period; serving does not wait for it"
+            ),
+        )
+        for v in stopping if asks_as_it_stops(capacity, v)
     ) + tuple(
         TrainingDecision(
             workload=v,
@@ -553,7 +633,7 @@ def _grant_sliced(
     by_key = {w.key: w for w in training}
     victims = [by_key[k] for a in order for k in dict.fromkeys(plans[a.target].victims)]
     victims = list({v.key: v for v in victims}.values())
-    stopping, saving = _checkpoint_first(capacity, victims, now)
+    stopping, saving = _checkpoint_first(capacity, victims, now, missing=float(sum(v.chips for v in victims)))
     ready = {v.key for v in stopping}
     room = quota_room + sum(v.chips for v in stopping)
     reachable: dict[str, int] = {}
@@ -662,19 +742,22 @@ def _scale_up_sliced(
     reachable, want, waiting, desc = got.reachable[target], got.want[target], got.waiting[target], got.desc
     decisions = got.decisions
     if reachable == desired and (desired > current or got.unplaceable[target] == 0):
-        return Plan(desired=desired, training=decisions, message="" if desired > current else (
-            f"{waiting} group(s) waiting for admission need as many {shape} slice(s); {desc}"))
+        return Plan(
+            desired=desired, training=decisions, waiting_for_checkpoint=bool(got.saving),
+            message="" if desired > current else (
+                f"{waiting} group(s) waiting for admission need as many {shape} slice(s); {desc}"))
     parts = [f"{want} {shape} slice(s) asked for, {got.placeable[target]} placeable; {desc}"]
     parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in got.saving)
     if got.stopping:
         parts.append(f"deactivating {', '.join(v.key for v in got.stopping)}")
     parts.extend(f"not stopping {why}" for why in got.held.values())
     if desired == current:
-        return Plan(desired=desired, training=decisions, message=(
+        return Plan(desired=desired, training=decisions, waiting_for_checkpoint=bool(got.saving), message=(
             "they do not all fit as whole slices even with all eligible training stopped; " + "; ".join(parts)))
     message = (f"limited by topology: only {reachable} groups fit as whole {shape} slices even with all eligible "
                "training stopped; ")
-    return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts))
+    return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts),
+                waiting_for_checkpoint=bool(got.saving))
 
 
 @dataclass(frozen=True, slots=True)
@@ -723,21 +806,75 @@ def plan_slices(
     return SlicedPlan(desired=got.reachable, training=got.decisions, message=message + "; ".join(parts))
 
 
+def worth_waiting(capacity: CapacitySpec, w: TrainingWorkload, missing: float) -> float | None:
+    """With ``checkpointWaitSeconds`` W > 0: the seconds until ``w``'s next checkpoint (``next_checkpoint_s``)
+    when it is due within W and stopping ``w`` right after it saves more work (its ``work_at_risk`` now) than
+    serving goes without meanwhile (``missing`` chips × the wait); else None (stop it now, or ask)."""
+    bound = capacity.checkpoint_wait_seconds
+    if bound <= 0 or saves_within_grace(w):
+        return None
+    due, risk = next_checkpoint_s(w), work_at_risk(w)
+    if due is None or risk is None or due > bound:
+        return None
+    return due if due * max(missing, 0.0) < risk else None
+
+
+def asks_as_it_stops(capacity: CapacitySpec, w: TrainingWorkload) -> bool:
+    """With checkpoint requests on (``checkpointRequestSeconds`` > 0): ``w``'s declared save fits in its grace
+    period (and it does not save on SIGTERM by itself), so it is asked to checkpoint and stopped in the same
+    pass. A trainer that honours requests finishes a requested save before it exits, SIGTERM or not (the
+    request's documented contract): the save runs in the grace period the chips are held for anyway, and
+    serving does not wait for it."""
+    return (capacity.checkpoint_request_seconds > 0 and not saves_within_grace(w) and w.save_s is not None
+            and w.grace_s is not None and w.save_s <= w.grace_s + _EPS)
+
+
+def _choose_waiting(
+    capacity: CapacitySpec, choose: VictimChooser, eligible: Sequence[TrainingWorkload], shortfall: float
+) -> list[TrainingWorkload]:
+    """``choose`` with the victims worth waiting for (``worth_waiting``) counted as losing nothing: they are
+    stopped right after their checkpoint. The chosen Workloads as read (``_checkpoint_first`` splits them)."""
+    if capacity.checkpoint_wait_seconds <= 0:
+        return choose(eligible, shortfall)
+    seen = {w.key: w for w in eligible}
+    shown = [
+        w if worth_waiting(capacity, w, shortfall) is None else dataclasses.replace(w, since_checkpoint_s=0.0)
+        for w in eligible
+    ]
+    return [seen[w.key] for w in choose(shown, shortfall)]
+
+
 def _checkpoint_first(
-    capacity: CapacitySpec, victims: Sequence[TrainingWorkload], now: float
+    capacity: CapacitySpec, victims: Sequence[TrainingWorkload], now: float, *, missing: float = 0.0
 ) -> tuple[list[TrainingWorkload], list[tuple[TrainingWorkload, bool]]]:
     """Split victims into those to stop now and those to let save first (with whether to ask now).
+
+    A victim that saves on SIGTERM within its grace period is stopped now: it loses nothing, and asking it
+    first would only delay serving. With ``checkpointWaitSeconds``, a victim whose own next checkpoint is
+    worth waiting for (``worth_waiting``, ``missing``: the chips serving still lacks) is left to save on its
+    schedule, not asked: the next evaluation after its save finds it just checkpointed and stops it.
 
     With ``checkpointRequestSeconds`` T > 0, a victim whose last checkpoint is older than T (or unknown) is
     asked to checkpoint (``REQUEST_CHECKPOINT``) and stopped once its last checkpoint is newer than the request,
     or T after the request, whichever comes first. A request older than 2 T belongs to an earlier hand-off:
     it is asked again. The request time lives on the job, so a restart neither repeats nor forgets it."""
     t = capacity.checkpoint_request_seconds
-    if t <= 0:
+    if t <= 0 and capacity.checkpoint_wait_seconds <= 0:
         return list(victims), []
     stopping: list[TrainingWorkload] = []
     saving: list[tuple[TrainingWorkload, bool]] = []
     for v in victims:
+        if saves_within_grace(v) or asks_as_it_stops(capacity, v):
+            # It saves on SIGTERM within its grace period, or saves when asked within it: waiting first is
+            # pure delay (``_training_decisions`` asks the latter as it stops it).
+            stopping.append(v)
+            continue
+        if worth_waiting(capacity, v, missing) is not None:
+            saving.append((v, False))  # its own checkpoint is due soon: wait for it, no request
+            continue
+        if t <= 0:
+            stopping.append(v)
+            continue
         if v.since_checkpoint_s is not None and v.since_checkpoint_s <= t:
             stopping.append(v)  # saved recently: little to lose, no reason to wait
             continue
@@ -778,7 +915,10 @@ def _act_ahead(
     eligible = [w for w in running if _ineligible(capacity, w, now) is None]
     t = capacity.checkpoint_request_seconds
     window = max(fresh_s, t)
-    fresh = [w for w in eligible if w.since_checkpoint_s is not None and w.since_checkpoint_s <= window]
+    # Just checkpointed: stopped now, it loses at most ``window`` of work. Not one that saves on SIGTERM within
+    # its grace period: it loses nothing when the need is due either, so stopping it early only costs training.
+    fresh = [w for w in eligible if not saves_within_grace(w)
+             and w.since_checkpoint_s is not None and w.since_checkpoint_s <= window]
     reachable = min(ahead.replicas, current + math.floor(max(0.0, headroom + sum(w.chips for w in fresh)) / per + _EPS))
     stopping: list[TrainingWorkload] = []
     if reachable > current:
@@ -790,7 +930,8 @@ def _act_ahead(
         rest = [w for w in eligible if w not in stopping]
         missing = need - headroom - sum(w.chips for w in stopping)
         if missing > _EPS:
-            asking = [v for v, ask in _checkpoint_first(capacity, choose(rest, missing), now)[1] if ask]
+            asking = [v for v, ask in _checkpoint_first(capacity, choose(rest, missing), now, missing=missing)[1]
+                      if ask]
     if not stopping and not asking:
         return None
     lead = f"the policy forecasts {ahead.replicas} replicas within {ahead.within_s:g}s (now {current})"

@@ -27,6 +27,7 @@ from autoscaler.core import arbitration, behavior, policies, topology
 from autoscaler.core.model import (
     Ahead,
     Decision,
+    DeferredScale,
     Observation,
     PolicyState,
     Reason,
@@ -103,6 +104,7 @@ class _Next:
 
     __slots__ = (
         "algorithm",
+        "deferred",
         "idle_since",
         "last_decision_time",
         "last_scale_time",
@@ -121,6 +123,7 @@ class _Next:
         self.last_scale_time = state.last_scale_time
         self.idle_since = state.idle_since
         self.algorithm = algorithm
+        self.deferred = state.deferred
 
     def freeze(self) -> PolicyState:
         return PolicyState(
@@ -132,6 +135,7 @@ class _Next:
             last_scale_time=self.last_scale_time,
             idle_since=self.idle_since,
             algorithm=self.algorithm,
+            deferred=self.deferred,
         )
 
 
@@ -348,11 +352,32 @@ def _arbitrate(
         return _finish([scale(desired, reason, message)], nxt, now, replicas.spec, desired)
     if ahead is not None:
         ahead = Ahead(min(ahead.replicas, spec.max_replicas), ahead.within_s)
-    plan = arbitration.plan(spec=spec, observation=observation, desired=desired, now=now, ahead=ahead)
-    if plan.desired > desired:
+    # A scale-up deferred while its victims checkpoint stays wanted while the policy holds its count (had the
+    # replicas started at once, the policy would keep them), within the wait's bound; a policy scaling down,
+    # or a count reached, ends it.
+    deferred = nxt.deferred
+    bound = max(spec.capacity.checkpoint_request_seconds, spec.capacity.checkpoint_wait_seconds)
+    if deferred is not None and (desired < replicas.spec or deferred.replicas <= max(desired, replicas.spec)
+                                 or now - deferred.since > bound + spec.evaluation_period_seconds):
+        deferred = None
+    wanted = desired if deferred is None else min(deferred.replicas, spec.max_replicas)
+    plan = arbitration.plan(spec=spec, observation=observation, desired=wanted, now=now, ahead=ahead)
+    nxt.deferred = (
+        (deferred or DeferredScale(wanted, now)) if plan.waiting_for_checkpoint and plan.desired < wanted else None
+    )
+    if deferred is not None and plan.desired > desired:
+        desired, reason, message = plan.desired, Reason.HANDOFF_AFTER_CHECKPOINT, (
+            f"{message}; completing the scale-up to {deferred.replicas} deferred {now - deferred.since:.0f}s ago "
+            f"while training checkpointed (the policy still holds its count)"
+            + (f"; {plan.message}" if plan.message else ""))
+    elif plan.desired > desired:
         desired, reason, message = plan.desired, Reason.HANDOFF_AHEAD, f"{message}; {plan.message}"
     elif plan.desired != desired:
         desired, reason, message = plan.desired, Reason.WAITING_FOR_CAPACITY, f"{message}; {plan.message}"
+    elif deferred is not None and plan.desired < wanted:
+        reason, message = Reason.WAITING_FOR_CAPACITY, (
+            f"{message}; the scale-up to {deferred.replicas} deferred {now - deferred.since:.0f}s ago still waits: "
+            f"{plan.message}")
     else:
         reason, message = _admission_hold(replicas, desired, reason, message, plan.message)
     decisions: list[Decision] = [scale(desired, reason, message), *plan.training]

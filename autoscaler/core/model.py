@@ -142,6 +142,18 @@ class TrainingWorkload:
     #: slice: six ``2x2x2`` for the codelab's sub-slicing JobSet, one ``4x4x8`` for its super-slicing one);
     #: empty when it names none. Where it runs is in ``SliceCapacity.inventory`` (its key).
     slices: tuple[Shape, ...] = ()
+    #: Its pods' ``terminationGracePeriodSeconds`` (the longest over its pod templates; Kubernetes' default 30
+    #: when a template leaves it out), None when no template was read: after SIGTERM, what it has to save in,
+    #: and at most how long its chips stay held (``arbitration.eviction_s``).
+    grace_s: float | None = None
+    #: How long one checkpoint save takes (``autoscaler.dev/checkpoint-save-seconds``, declared), when known.
+    save_s: float | None = None
+    #: It saves a checkpoint on SIGTERM (``autoscaler.dev/checkpoint-on-termination: "true"``, declared): when
+    #: ``save_s`` fits in ``grace_s`` a stop loses nothing (``arbitration.saves_within_grace``).
+    saves_on_termination: bool = False
+    #: Seconds between its checkpoints: declared (``autoscaler.dev/checkpoint-interval-seconds``) or learned
+    #: from successive ``last-checkpoint-time`` values (``arbitration.learn_interval``); None when neither.
+    checkpoint_interval_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -251,6 +263,8 @@ class Reason(enum.StrEnum):
     REACTIVATE_TRAINING = "ReactivateTraining"
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # serving wants more than quota can give
     HANDOFF_AHEAD = "HandoffAhead"  # replicas started ahead of a forecast need, on chips training just saved
+    #: replicas a scale-up asked for, deferred while a victim checkpointed, started once it saved
+    HANDOFF_AFTER_CHECKPOINT = "HandoffAfterCheckpoint"
 
 
 @quick_init
@@ -289,6 +303,16 @@ class TrainingDecision:
 Decision = ScaleDecision | TrainingDecision
 
 
+@dataclass(frozen=True, slots=True)
+class DeferredScale:
+    """A scale-up the arbitration deferred while its victims checkpoint (``Plan.waiting_for_checkpoint``)."""
+
+    #: The replica count it was for.
+    replicas: int
+    #: When it was first deferred (the wait is bounded from there).
+    since: float
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class PolicyState:
@@ -309,6 +333,9 @@ class PolicyState:
     #: When the activation signal last went to or below its threshold (scale-to-zero), else None.
     idle_since: float | None = None
     algorithm: object | None = None
+    #: A scale-up deferred while training checkpoints: kept while the policy holds its count, so the
+    #: hand-off finishes as it would have had the replicas started at once (the policy would keep them).
+    deferred: DeferredScale | None = None
 
     @property
     def consecutive_failures(self) -> int:
@@ -332,4 +359,5 @@ class PolicyState:
             last_scale_time,
             self.idle_since,
             self.algorithm,
+            self.deferred,
         )

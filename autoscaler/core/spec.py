@@ -250,6 +250,14 @@ class CapacitySpec(SpecModel):
         "this long for a newer autoscaler.dev/last-checkpoint-time; serving's scale-up waits meanwhile. For "
         "training loops that honour the request.",
     )
+    checkpoint_wait_seconds: float = Field(
+        default=0.0, ge=0,
+        description="0: off. Else, a victim whose next checkpoint is due within this many seconds (its "
+        "interval: annotation autoscaler.dev/checkpoint-interval-seconds, or learned from successive "
+        "autoscaler.dev/last-checkpoint-time values) is stopped right after it rather than now, when the work "
+        "that saves (its chips × seconds since its last checkpoint) exceeds what serving goes without meanwhile "
+        "(the chips it waits for × the wait); serving's scale-up waits. Victims are chosen counting the wait.",
+    )
     act_ahead: bool = Field(
         default=False,
         description="Act ahead of the policy's forecast (type slo): when it expects more replicas within a "

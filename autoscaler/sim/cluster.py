@@ -118,6 +118,12 @@ class TrainingSpec(SpecModel):
         description="The count identical jobs started at different times: at time 0, job i of n is i/n of a "
                     "checkpoint interval past its last checkpoint (False: all just checkpointed).",
     )
+    declares_checkpoints: bool = Field(
+        default=True,
+        description="The job declares its checkpoint save time, whether it saves on SIGTERM and its interval "
+                    "(annotations autoscaler.dev/checkpoint-save-seconds, -on-termination, -interval-seconds) "
+                    "for the controller to read; false: only its last checkpoint time and grace period are known.",
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="Workload labels (preemptible selectors).")
     checkpoint_on_request: bool = Field(
         default=False,

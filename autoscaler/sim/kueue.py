@@ -21,6 +21,10 @@ Preemption and deactivation take time, as in a cluster: Kueue's reconcile (``kue
 the victim's pods get SIGTERM and ``terminationGracePeriodSeconds``. A trainer that saves on SIGTERM
 (``saveOnPreemption``) and whose save fits in the grace period keeps all its work and exits after the save;
 otherwise it loses the work since its last checkpoint and its chips are held for the whole grace period.
+A trainer that honours checkpoint requests (``checkpointOnRequest``) and is still saving a requested
+checkpoint when SIGTERM comes finishes that save when it ends within the grace period, keeps the work up to
+the request, and exits once saved (the request's contract, docs/controller.md); a save that would end later
+is cut by SIGKILL.
 The job is ``TERMINATING`` meanwhile: its chips are not free, and the serving pod waits for them.
 """
 
@@ -91,7 +95,8 @@ class TrainingJob:
     """One checkpointed training job (one Kueue Workload)."""
 
     __slots__ = (
-        "admitted_at", "after", "chips", "evicted_at", "evictions", "first_admission", "grace_s",
+        "admitted_at", "after", "chips", "declares_checkpoints", "evicted_at", "evictions", "first_admission",
+        "grace_s",
         "honours_requests", "interval_s", "labels", "lost_s", "name", "namespace", "offset_s", "preemptions",
         "priority", "rebased", "release_at", "requested_at", "restore_s", "save_on_preemption", "save_s", "state",
         "stops", "useful_s",
@@ -100,7 +105,7 @@ class TrainingJob:
     def __init__(self, *, name: str, namespace: str, priority: int, chips: int, interval_s: float,
                  save_s: float, restore_s: float, grace_s: float = 0.0, save_on_preemption: bool = False,
                  offset_s: float = 0.0, labels: dict[str, str] | None = None,
-                 honours_requests: bool = False) -> None:
+                 honours_requests: bool = False, declares_checkpoints: bool = True) -> None:
         self.name = name
         self.namespace = namespace
         self.priority = priority
@@ -132,6 +137,9 @@ class TrainingJob:
         self.honours_requests = honours_requests
         self.requested_at: float | None = None
         self.rebased = False
+        #: Its job declares its save time, whether it saves on SIGTERM and its checkpoint interval (the
+        #: ``autoscaler.dev/checkpoint-*`` annotations the controller reads); its grace period is always read.
+        self.declares_checkpoints = declares_checkpoints
 
     def work(self, now: float) -> SegmentWork:
         """This admission's work inside the simulated window (work before time 0 is not counted)."""
@@ -171,10 +179,20 @@ class TrainingJob:
         it saves within the grace period), lose the rest. Returns when its chips are free."""
         w = self.work(now)
         saves = self.save_on_preemption and self.save_s <= self.grace_s
+        asked = self.requested_at
+        # A save asked for (``request_checkpoint``) and still running when SIGTERM comes: a trainer that honours
+        # requests finishes it and then exits, when it ends within the grace period; the rest is SIGKILLed.
+        in_flight = (
+            asked is not None and self.honours_requests and self.admitted_at <= asked <= now < asked + self.save_s
+            and asked + self.save_s <= now + reconcile_s + self.grace_s
+        )
         lost = 0.0
         if saves:
             self.useful_s += w.computed_s
             hold = self.save_s
+        elif in_flight and asked is not None:
+            self.useful_s += self.work(asked).computed_s  # computing stopped when the save began
+            hold = max(reconcile_s, asked + self.save_s - now) - reconcile_s
         else:
             self.useful_s += w.checkpointed_s
             lost = w.computed_s - w.checkpointed_s
@@ -225,6 +243,11 @@ class TrainingJob:
             checkpoint_requested_at=self.requested_at,
             preempted_at=preempted_at,
             resumed_at=resumed_at,
+            grace_s=self.grace_s,
+            save_s=self.save_s if self.declares_checkpoints else None,
+            saves_on_termination=self.save_on_preemption and self.declares_checkpoints,
+            # Between two completed saves: the time the last-checkpoint annotation moves by.
+            checkpoint_interval_s=self.interval_s + self.save_s if self.declares_checkpoints else None,
         )
 
 

@@ -208,7 +208,7 @@ class Simulation:
                 restore_s=t.restore_seconds, grace_s=t.termination_grace_period_seconds,
                 save_on_preemption=t.save_on_preemption, labels=dict(t.labels),
                 offset_s=(i / t.count) * t.checkpoint_interval_seconds if t.staggered else 0.0,
-                honours_requests=t.checkpoint_on_request,
+                honours_requests=t.checkpoint_on_request, declares_checkpoints=t.declares_checkpoints,
             )
             for t in cluster.spec.training
             for i in range(t.count)

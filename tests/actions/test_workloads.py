@@ -15,12 +15,16 @@ from autoscaler.controller.workloads import (
     DEACTIVATED_BY,
     DEACTIVATED_REASON,
     HELD_FOR,
+    INTERVAL_SECONDS,
     LAST_CHECKPOINT,
+    ON_TERMINATION,
     PREEMPTED_AT,
     RESUMED_AT,
+    SAVE_SECONDS,
     KueueGate,
     UnresolvableWorkload,
 )
+from autoscaler.core import arbitration
 from autoscaler.core.model import QuotaStatus, Reason, TrainingAction, TrainingDecision, TrainingWorkload
 from tests.actions.policies import FAST_RETRY, policy
 from tests.kube import objects
@@ -58,7 +62,7 @@ async def test_finds_the_finetune_workload_by_owner_uid(
     assert found == (
         TrainingWorkload(
             namespace="llm", name=WL_NAME, priority=100, chips=4, active=True, admitted=True,
-            uid=kube.get(V1BETA2, "Workload", WL_NAME, "llm")["metadata"]["uid"],
+            uid=kube.get(V1BETA2, "Workload", WL_NAME, "llm")["metadata"]["uid"], grace_s=60.0,
         ),
     )
     assert quota == QuotaStatus("cluster-queue", "nvidia.com/gpu", nominal=6.0, reserved=6.0, borrowable=0.0)
@@ -330,8 +334,21 @@ async def test_server_errors_on_deactivate_are_retried_within_a_bound(
         assert kube.get(V1BETA2, "Workload", WL_NAME, "llm")["spec"].get("active", True) is True
 
 
-def jobset(name: str, *, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    """The codelab's training as a JobSet: one replicated Job whose pods carry ``app: finetune-job``."""
+def jobset(name: str, *, annotations: dict[str, str] | None = None, grace: list[int | None] | None = None,
+           ) -> dict[str, Any]:
+    """The codelab's training as a JobSet: one replicated Job whose pods carry ``app: finetune-job`` (with
+    ``grace``, one replicated Job per entry, each with that ``terminationGracePeriodSeconds``, None: unset)."""
+    if grace is not None:
+        doc = jobset(name, annotations=annotations)
+        (replicated,) = doc["spec"]["replicatedJobs"]
+        doc["spec"]["replicatedJobs"] = []
+        for i, seconds in enumerate(grace):
+            r = json.loads(json.dumps(replicated))
+            r["name"] = f"workers-{i}"
+            if seconds is not None:
+                r["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = seconds
+            doc["spec"]["replicatedJobs"].append(r)
+        return doc
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": name, "namespace": "llm", "labels": {"kueue.x-k8s.io/queue-name": "lq"},
@@ -404,3 +421,57 @@ async def test_a_job_restarted_after_its_checkpoint_risks_only_what_it_did_since
                 status={"conditions": [{**admitted, "lastTransitionTime": "2026-11-30T09:00:00Z"}]})
     (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
     assert w.since_checkpoint_s == 900.0
+
+
+async def test_the_victims_grace_period_and_declared_checkpoint_facts_are_read_from_its_job(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """``terminationGracePeriodSeconds`` from the pod template(s) of the Job (the tutorial's sets 60) or JobSet
+    (the longest over its replicated Jobs; Kubernetes' 30 where one leaves it out), the copy in the Workload's
+    podSets when the job is not found; the save time, save-on-SIGTERM and interval as the job declares them."""
+    kube.add(objects.cluster_queue())
+    job = objects.job()  # the tutorial's: terminationGracePeriodSeconds 60
+    job["metadata"]["annotations"] = {SAVE_SECONDS: "20", ON_TERMINATION: "true", INTERVAL_SECONDS: "620"}
+    job = kube.add(job)
+    js = kube.add(jobset("pretrain", grace=[None, 120]))
+    unset = kube.add(jobset("defaults", annotations={SAVE_SECONDS: "oops", ON_TERMINATION: "yes"}))
+    kube.add(objects.workload("job-finetune-gemma-l4-3316f", owner=job, priority=5))
+    kube.add(objects.workload("jobset-pretrain-0a1b2", owner=js, priority=5))
+    kube.add(objects.workload("jobset-defaults-9f8e7", owner=unset, priority=5))
+    labeled = objects.workload("labeled-only", labels={"app": "finetune-job"}, priority=5)
+    labeled["spec"]["podSets"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
+    kube.add(labeled)
+    found = {w.name: w for w in await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")}
+    facts = {n: (w.grace_s, w.save_s, w.saves_on_termination, w.checkpoint_interval_s) for n, w in found.items()}
+    assert facts == {
+        "job-finetune-gemma-l4-3316f": (60.0, 20.0, True, 620.0),
+        "jobset-pretrain-0a1b2": (120.0, None, False, None),
+        "jobset-defaults-9f8e7": (30.0, None, False, None),  # bad declarations are not taken
+        "labeled-only": (45.0, None, False, None),
+    }
+
+
+async def test_the_checkpoint_interval_is_learned_from_successive_annotation_updates(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """A job that declares no interval: the controller learns it from two successive values of its
+    last-checkpoint annotation (one gate, as the controller keeps it between passes)."""
+    kube.add(objects.cluster_queue())
+    job = kube.add(objects.job())
+    kube.add(objects.workload(WL_NAME, owner=job, priority=5))
+    clock = [NOW]
+    g = KueueGate(kube_client, retry=FAST_RETRY, now=lambda: clock[0])
+
+    async def read(checkpoint: float) -> TrainingWorkload:
+        kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm",
+                    metadata={"annotations": {LAST_CHECKPOINT: str(checkpoint)}})
+        (w,) = await g.find(policy().policy.spec, owner="tgi-gemma")
+        return w
+
+    assert (await read(NOW - 100)).checkpoint_interval_s is None  # one value: no interval yet
+    clock[0] = NOW + 530
+    w = await read(NOW + 500)  # saved again 600 s after the first
+    assert (w.checkpoint_interval_s, w.since_checkpoint_s) == (600.0, 30.0)
+    assert arbitration.next_checkpoint_s(w) == 570.0
+    clock[0] = NOW + 560
+    assert (await read(NOW + 500)).checkpoint_interval_s == 600.0  # unchanged annotation: kept

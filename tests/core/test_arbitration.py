@@ -12,6 +12,7 @@ from autoscaler.core import arbitration
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import (
     Ahead,
+    DeferredScale,
     Observation,
     PolicyState,
     QuotaStatus,
@@ -600,3 +601,167 @@ def test_no_reactivation_of_what_the_forecast_needs_back() -> None:
     assert actions(result) == [("reactivate", "job")]
     result = arbitration.plan(spec=SPEC, observation=observe(2, 6, stopped), desired=1)
     assert actions(result) == [("reactivate", "job")]
+
+
+# --- the victim's grace period and checkpoint schedule (issue 11, items 4 and 5) -------------------------------
+
+
+def test_a_trainer_that_saves_within_its_grace_period_loses_nothing_and_goes_first() -> None:
+    # "saver" has not checkpointed for 500 s but saves on SIGTERM in 20 s of its 60 s grace period: stopping it
+    # loses nothing, so it goes before a job that saved 30 s ago.
+    saver = ckpt("saver", 500, saves_on_termination=True, save_s=20, grace_s=60)
+    training = (saver, ckpt("fresh", 30))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2)
+    assert actions(result) == [("deactivate", "saver")]
+    assert arbitration.work_at_risk(saver) == 0.0
+    assert arbitration.eviction_s(saver) == 20
+    # A grace period shorter than its save: SIGKILL cuts the save, it loses its 500 s like any other.
+    short = ckpt("saver", 500, saves_on_termination=True, save_s=20, grace_s=10)
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, (short, ckpt("fresh", 30))), desired=2)
+    assert actions(result) == [("deactivate", "fresh")]
+    assert (arbitration.work_at_risk(short), arbitration.eviction_s(short)) == (2000.0, 10)
+
+
+def test_a_trainer_that_saves_within_its_grace_period_is_never_asked_first() -> None:
+    # Asking it would only delay serving: it saves on SIGTERM anyway.
+    saver = ckpt("saver", 500, saves_on_termination=True, save_s=20, grace_s=60)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (saver,)), desired=2, now=1e4)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "saver")])
+
+
+def test_equal_losses_stop_the_victim_that_leaves_soonest() -> None:
+    # Both lose 30 s × 4 chips; serving waits for the slower's eviction: 30 s grace beats 600 s.
+    training = (ckpt("a-slow", 30, grace_s=600), ckpt("b-quick", 30, grace_s=30))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2)
+    assert actions(result) == [("deactivate", "b-quick")]
+
+
+def test_with_requests_a_save_that_fits_the_grace_period_is_asked_as_the_victim_stops() -> None:
+    # Requests on, the victim's declared 30 s save fits in its 60 s grace period: ask and stop in one pass (the
+    # save runs while its chips are held anyway); serving does not wait.
+    fits = ckpt("stale", 500, save_s=30, grace_s=60)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (fits,)), desired=2, now=1e4)
+    assert (result.desired, sorted(actions(result))) == (2, [("deactivate", "stale"), ("request-checkpoint", "stale")])
+    assert not result.waiting_for_checkpoint
+    assert "fits in its 60s grace period" in " ".join(d.message for d in result.training)
+    # Applied request first, then the stop.
+    assert [d.action for d in arbitration.in_apply_order(list(result.training))
+            if isinstance(d, TrainingDecision)] == [TrainingAction.REQUEST_CHECKPOINT, TrainingAction.DEACTIVATE]
+    # A save longer than the grace period: asked, and serving waits for it (the old rule).
+    long = ckpt("stale", 500, save_s=90, grace_s=60)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (long,)), desired=2, now=1e4)
+    assert (result.desired, actions(result), result.waiting_for_checkpoint) == (
+        1, [("request-checkpoint", "stale")], True)
+
+
+WAIT = spec_with(checkpointWaitSeconds=60)
+
+
+def test_a_checkpoint_due_soon_is_waited_for_when_it_saves_more_than_serving_waits() -> None:
+    # Interval 600 s: "due" saved 590 s ago, its next save is due in 10 s (2,360 chip-s at risk against 10 s × 4
+    # chips serving waits); "mid" saved 200 s ago (800 chip-s, due in 400 s). Without the schedule "mid" is
+    # stopped; with it "due" is waited for and then stopped right after its save.
+    training = (ckpt("due", 590, checkpoint_interval_s=600), ckpt("mid", 200, checkpoint_interval_s=600))
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=2, now=1e4)
+    assert actions(result) == [("deactivate", "mid")]
+    result = arbitration.plan(spec=WAIT, observation=observe(1, 6, training), desired=2, now=1e4)
+    assert (result.desired, result.training, result.waiting_for_checkpoint) == (1, (), True)
+    assert "waiting for llm/due to checkpoint" in result.message
+    # 12 s later it has saved: stopped now, serving scales.
+    saved = (ckpt("due", 2, checkpoint_interval_s=600), ckpt("mid", 212, checkpoint_interval_s=600))
+    result = arbitration.plan(spec=WAIT, observation=observe(1, 6, saved), desired=2, now=1e4 + 12)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "due")])
+
+
+def test_a_checkpoint_due_soon_is_not_waited_for_when_little_is_at_risk_or_it_is_due_too_late() -> None:
+    # 2 chips at risk for 20 s (40 chip-s) against its save due in 25 s × the 2 chips serving lacks: stop now.
+    small = ckpt("small", 20, chips=2, checkpoint_interval_s=45)
+    assert WAIT.capacity is not None
+    assert arbitration.worth_waiting(WAIT.capacity, small, 2) is None
+    assert arbitration.worth_waiting(WAIT.capacity, small, 1) == 25  # 25 chip-s of serving: worth it
+    result = arbitration.plan(spec=WAIT, observation=observe(1, 6, (small,)), desired=2, now=1e4)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "small")])
+    # Due in 100 s, beyond the 60 s bound: stop now.
+    late = ckpt("late", 500, checkpoint_interval_s=600)
+    result = arbitration.plan(spec=WAIT, observation=observe(1, 6, (late,)), desired=2, now=1e4)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "late")])
+    # Overdue (it does not keep its schedule): stop now.
+    overdue = ckpt("overdue", 700, checkpoint_interval_s=600)
+    assert arbitration.next_checkpoint_s(overdue) is None
+
+
+def test_the_checkpoint_interval_is_learned_from_successive_checkpoint_times() -> None:
+    learn = arbitration.learn_interval
+    m = learn(None, None)
+    assert m is None
+    m = learn(None, 1000.0)
+    assert m == arbitration.CheckpointMemory(last=1000.0, interval_s=None)
+    assert learn(m, 1000.0) == m  # the same annotation read again: nothing new
+    m = learn(m, 1620.0)
+    assert m == arbitration.CheckpointMemory(last=1620.0, interval_s=620.0)
+    m = learn(m, 2260.0)  # 640 s: within the drift band, the interval is kept
+    assert m == arbitration.CheckpointMemory(last=2260.0, interval_s=620.0)
+    m = learn(m, 2360.0)  # 100 s (a requested save): far off, the latest gap replaces it
+    assert m == arbitration.CheckpointMemory(last=2360.0, interval_s=100.0)
+    assert learn(m, 2000.0) == m  # an older value (a restored job's annotation read late): ignored
+
+
+def test_act_ahead_never_stops_early_a_trainer_that_saves_within_its_grace_period() -> None:
+    # Just checkpointed, but it saves on SIGTERM within its grace period: it loses nothing when the need is due
+    # either, so stopping it ahead would only cost training. The one that does not save is stopped ahead.
+    saver = ckpt("saver", 10, chips=2, saves_on_termination=True, save_s=20, grace_s=60)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 6, (saver, ckpt("other", 400, chips=2))),
+                              desired=1, ahead=SOON)
+    assert (result.desired, result.training) == (1, ())
+    plain = ckpt("plain", 10, chips=2, grace_s=60)
+    result = arbitration.plan(spec=AHEAD, observation=observe(1, 6, (plain, ckpt("other", 400, chips=2))),
+                              desired=1, ahead=SOON)
+    assert (result.desired, actions(result)) == (2, [("deactivate", "plain")])
+
+
+def _deferring_policy(**capacity: Any) -> Any:
+    doc = policy_doc()
+    doc["spec"]["capacity"].update(capacity)
+    return compile_policy(ScalingPolicy.model_validate(doc))
+
+
+def test_a_scale_up_deferred_for_a_checkpoint_completes_while_the_policy_holds_its_count() -> None:
+    # The queue policy wants 2 (queue 15 over 10 per replica) and the victim is asked to save; by the time it
+    # has saved the burst is gone (queue 9: the policy holds its 1 replica); the scale-up it asked for still
+    # completes (HandoffAfterCheckpoint), as it would have had the replica started at once and kept it.
+    cp = _deferring_policy(checkpointRequestSeconds=60)
+    now = 10_000.0
+    stale = ckpt("job-finetune-gemma-l4-3316f", 500)
+    obs = observe(1, 6, (stale,))
+    burst = Observation(obs.target, obs.replicas, {"queue": SignalReading(15.0, now)}, obs.training, obs.quota)
+    decisions, state = cp.decide(burst, PolicyState(), now)
+    scale = decisions[0]
+    assert isinstance(scale, ScaleDecision)
+    assert scale.desired == 1
+    assert state.deferred is not None
+    assert state.deferred.replicas == 2
+    # 15 s later, still saving, the burst gone: the deferred scale-up still waits, and says so.
+    saving = ckpt("job-finetune-gemma-l4-3316f", 515, checkpoint_requested_at=now)
+    calm = Observation(obs.target, obs.replicas, {"queue": SignalReading(9.0, now + 15)}, (saving,), obs.quota)
+    decisions, state = cp.decide(calm, state, now + 15)
+    scale = decisions[0]
+    assert isinstance(scale, ScaleDecision)
+    assert (scale.desired, scale.reason, decisions[1:]) == (1, Reason.WAITING_FOR_CAPACITY, [])
+    assert "the scale-up to 2 deferred 15s ago still waits" in scale.message
+    assert state.deferred == DeferredScale(2, now)
+    saved = ckpt("job-finetune-gemma-l4-3316f", 2, checkpoint_requested_at=now)
+    calm = Observation(obs.target, obs.replicas, {"queue": SignalReading(9.0, now + 30)}, (saved,), obs.quota)
+    decisions, state = cp.decide(calm, state, now + 30)
+    scale = decisions[0]
+    assert isinstance(scale, ScaleDecision)
+    assert (scale.desired, scale.reason) == (2, Reason.HANDOFF_AFTER_CHECKPOINT)
+    assert [(d.action, d.workload.name) for d in decisions[1:] if isinstance(d, TrainingDecision)] == [
+        (TrainingAction.DEACTIVATE, "job-finetune-gemma-l4-3316f")]
+    assert state.deferred is None
+    # Past the wait's bound (60 s + one evaluation period), the deferred scale-up is dropped.
+    _, state = cp.decide(burst, PolicyState(), now)
+    late = Observation(obs.target, obs.replicas, {"queue": SignalReading(9.0, now + 90)}, (saved,), obs.quota)
+    decisions, state = cp.decide(late, state, now + 90)
+    assert isinstance(decisions[0], ScaleDecision)
+    assert decisions[0].desired == 1
+    assert state.deferred is None

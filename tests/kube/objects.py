@@ -181,7 +181,9 @@ def job(
             "suspend": True,
             "template": {
                 "metadata": {"labels": {"app": "finetune-job"} if pod_labels is None else pod_labels},
-                "spec": {"containers": [container({GPU: str(gpus)})], "restartPolicy": "OnFailure"},
+                # The tutorial's fine-tune pods get 60 s to save a checkpoint after SIGTERM.
+                "spec": {"containers": [container({GPU: str(gpus)})], "restartPolicy": "OnFailure",
+                         "terminationGracePeriodSeconds": 60},
             },
         },
     }

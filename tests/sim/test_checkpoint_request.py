@@ -55,3 +55,43 @@ def test_a_restarted_job_risks_what_it_did_since_its_admission_as_the_controller
     assert j.workload(1100.0).since_checkpoint_s == 100.0  # 40 s computed after the restore
     # Once it has saved in this admission, the time since that save.
     assert j.workload(1000.0 + 60 + 600 + 20 + 5).since_checkpoint_s == 5.0
+
+
+@pytest.mark.parametrize(
+    ("grace_s", "honours", "useful_s", "lost_s", "release_at"),
+    [
+        # Asked at 300 (a 20 s save), SIGTERM at 310 + 2 s reconcile: the save ends at 320, within the grace
+        # period: the work up to the request is kept and the pods exit once it is saved.
+        pytest.param(60.0, True, 300.0, 0.0, 320.0, id="save-in-flight-fits-the-grace-period"),
+        # A 5 s grace period: SIGKILL at 317 cuts the save; everything since the last checkpoint is lost.
+        pytest.param(5.0, True, 0.0, 310.0, 317.0, id="grace-period-shorter-than-the-rest-of-the-save"),
+        # A job that does not honour requests never started the save.
+        pytest.param(60.0, False, 0.0, 310.0, 372.0, id="request-ignored"),
+    ],
+)
+def test_a_requested_save_still_running_at_sigterm_completes_within_the_grace_period(
+    grace_s: float, honours: bool, useful_s: float, lost_s: float, release_at: float
+) -> None:
+    j = TrainingJob(name="t", namespace="training", priority=1, chips=4, interval_s=600, save_s=20, restore_s=60,
+                    grace_s=grace_s, honours_requests=honours, save_on_preemption=False)
+    j.admit(0.0)
+    j.request_checkpoint(300.0)
+    assert j.evict(310.0, deactivate=True, reconcile_s=2.0) == release_at
+    assert (j.useful_s, j.lost_s) == (useful_s, lost_s)
+    j.checkpoint_saved(300.0, 320.0)  # the save's own completion: already counted (or cut), never twice
+    assert j.useful_s == useful_s
+
+
+def test_the_controller_reads_the_grace_period_and_the_declared_checkpoint_facts() -> None:
+    """The simulated Workload carries what controller/workloads.py reads from the job: its grace period always,
+    and its save time, save-on-SIGTERM and interval (between completed saves) when the job declares them."""
+    j = TrainingJob(name="t", namespace="training", priority=1, chips=4, interval_s=600, save_s=20, restore_s=60,
+                    grace_s=60, save_on_preemption=True)
+    j.admit(0.0)
+    w = j.workload(100.0)
+    assert (w.grace_s, w.save_s, w.saves_on_termination, w.checkpoint_interval_s) == (60, 20, True, 620)
+    quiet = TrainingJob(name="q", namespace="training", priority=1, chips=4, interval_s=600, save_s=20,
+                        restore_s=60, grace_s=60, save_on_preemption=True, declares_checkpoints=False)
+    quiet.admit(0.0)
+    w = quiet.workload(100.0)
+    assert (w.grace_s, w.save_s, w.saves_on_termination, w.checkpoint_interval_s) == (60, None, False, None)
