@@ -8,8 +8,13 @@ scale, on the same trace and cluster:
 - ``ours``: the recommended policy as shipped (its arbitration, ``core.arbitration``: the controller's code);
 - ``ours+ahead``: the same with ``capacity.actAhead: true`` (stop just-checkpointed training ahead of the
   policy's forecast; off as shipped: this row is why);
-- ``ours+ask``: the same with ``capacity.checkpointRequestSeconds: 60`` (ask a victim to checkpoint first,
-  wait up to 60 s: ``estimate``, a few times the bundled jobs' 20–30 s save) and trainers that honour it.
+- ``ours+wait``: the same with ``capacity.checkpointWaitSeconds: 60`` (a victim whose own next checkpoint is
+  due within 60 s, by the interval its job declares, is stopped right after it when that saves more work than
+  serving goes without meanwhile; ``estimate``: two of the bundled jobs' 20–30 s saves);
+- ``ours+ask``: the same with ``capacity.checkpointRequestSeconds: 60`` (ask a victim to checkpoint, wait up
+  to 60 s: ``estimate``, a few times the bundled jobs' 20–30 s save) and trainers that honour it. A victim
+  whose declared save fits in its ``terminationGracePeriodSeconds`` is asked and stopped in the same pass: it
+  finishes the requested save in its grace period (the request's contract), so serving does not wait.
 
 Twice: with the bundled trainers, which save a checkpoint on SIGTERM within their grace period (then Kueue's
 own preemption loses nothing either), and with trainers that do not (``saveOnPreemption: false``: the work
@@ -52,10 +57,11 @@ SCENARIOS = (
     ("code", cluster_mod.bundled("AzureLLMInferenceTrace_code.csv"), cluster_mod.bundled("cluster-tpu.yaml"),
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
-RUNS = ("kueue-only", "ours", "ours+ahead", "ours+ask")
+RUNS = ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours+ask")
 METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours")
 RATE_SCALES = (0.5, 1.0, 1.5)
 ASK_SECONDS = 60.0
+WAIT_SECONDS = 60.0
 
 
 def max_per_hour(result: RunResult) -> int:
@@ -155,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     out = runner.run(runner.Options(
                         requests=trace, cluster=cfile,
                         policies=[("ours", policy), ("ours+ahead", with_capacity(policy, actAhead=True)),
+                                  ("ours+wait", with_capacity(policy, checkpointWaitSeconds=WAIT_SECONDS)),
                                   ("ours+ask", with_ask(policy))],
                         rate_scale=rate, baselines=("kueue-only",), seed=seed,
                     ))
