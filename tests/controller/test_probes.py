@@ -164,7 +164,7 @@ async def test_a_screen_is_not_reused_once_its_target_changed_or_it_aged(
     await settle(rt)
     clock = rt.controller.clock
     assert isinstance(clock, ManualClock)
-    clock.advance(15)  # a screen older than the policy's evaluation period: read again
+    clock.advance(30)  # a screen older than twice the policy's evaluation period: read again
     scrapes = tgi.scrapes
     await periodic_pass(rt.controller)
     assert tgi.scrapes == scrapes + 1
