@@ -258,6 +258,14 @@ def test_decisions_are_applied_deactivations_first_then_the_scale_then_reactivat
     assert arbitration.in_apply_order([scale]) == [scale]
 
 
+def test_a_shrinking_target_is_applied_before_a_growing_one() -> None:
+    # One policy with several targets: the chips one pool frees are there for the other's new replicas.
+    grow = ScaleDecision(TARGET, 1, 3, Reason.SCALE_UP, "")
+    shrink = ScaleDecision(TargetRef(TargetKind.DEPLOYMENT, "other", TARGET.namespace), 4, 2, Reason.SCALE_DOWN, "")
+    assert arbitration.in_apply_order([grow, shrink]) == [shrink, grow]
+    assert arbitration.in_apply_order([shrink, grow]) == [shrink, grow]
+
+
 # --- the budget: chips in flight ------------------------------------------------------------------------
 
 
@@ -417,6 +425,13 @@ BORROW_CASES = [
                  id="capped-by-the-lenders-lending-limit"),
     pytest.param(arbitration.QueueQuota(6, 8), [arbitration.QueueQuota(8, 2)], True, 6.0,
                  id="already-borrowed-counts-and-is-not-lent-twice"),
+    # Added where a mutation run (docs/testing.md) showed the rule untested.
+    pytest.param(arbitration.QueueQuota(6, 6), [arbitration.QueueQuota(8, 6), arbitration.QueueQuota(4, 1)], True,
+                 5.0, id="every-cohort-member-lends-its-spare"),
+    pytest.param(arbitration.QueueQuota(6, 9, borrowing_limit=3), [arbitration.QueueQuota(8, 2)], True, 3.0,
+                 id="a-used-up-borrowing-limit-lends-no-more"),
+    pytest.param(arbitration.QueueQuota(6, 8, borrowing_limit=4), [arbitration.QueueQuota(8, 0)], True, 4.0,
+                 id="the-borrowing-limit-counts-what-is-already-borrowed"),
 ]
 
 

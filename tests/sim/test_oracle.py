@@ -10,6 +10,7 @@ discriminate.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -325,3 +326,62 @@ def test_the_boundary_search_finds_the_first_pass_from_any_guess(n: int, data: s
     assert len(calls) <= 3 * max(1, n).bit_length() + 2
     if guess == first and 0 < first < n:
         assert len(calls) == 2
+
+
+# --- added where a mutation run (docs/testing.md) showed a rule of the bound untested ---------------------------
+
+
+def test_the_work_bound_drops_the_largest_requests_a_miss_allows() -> None:
+    """100 requests 2 s apart, 1 s of prefill each, no decode; H = 198 s, SLO 2 s: the 99 arriving by 196 s
+    count. One miss allowed (99 %): the bound drops the costliest request, so a trace whose first request
+    takes 10 s has the same bound as one where it takes 1 s: 98 s of work, 2 chips."""
+    cluster = cluster_mod.load()
+    pool = cluster.spec.pools[0]
+    tps = int(cluster.profile(pool).prefill_tokens_per_second)
+    arrivals = [2.0 * i for i in range(100)]
+    short = traces.Trace("short", arrivals, [tps] * 100, [1] * 100)
+    long_first = traces.Trace("long", arrivals, [10 * tps] + [tps] * 99, [1] * 100)
+    chips = cluster.chips_per_replica(pool)
+    for tr in (short, long_first):
+        b = oracle.work_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=0.99,
+                                     initial_replicas=1)
+        assert b == pytest.approx(chips * 98.0), tr.name
+
+
+def test_the_work_bound_adds_the_cold_starts_the_work_forces() -> None:
+    """The same 99 s of work with no replica at the start: one replica started at 0 is ready after the
+    cold start (lead), so it can do at most H − lead = 198 − lead s of it; 99 s needs ceil(99 / (198 − lead))
+    replicas, each paid for its cold start. With one initial replica (ready from 0) none is forced."""
+    cluster = cluster_mod.load()
+    pool = cluster.spec.pools[0]
+    tps = int(cluster.profile(pool).prefill_tokens_per_second)
+    tr = traces.Trace("t", [2.0 * i for i in range(100)], [tps] * 100, [1] * 100)
+    chips, lead = cluster.chips_per_replica(pool), cluster.lead_seconds(pool)
+    started = math.ceil(99.0 / (198.0 - lead))
+    assert started == 2  # the bundled profile's lead (122 s): a case where H − lead, not H, decides
+    cold = oracle.work_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                    initial_replicas=0)
+    assert cold == pytest.approx(chips * (99.0 + started * lead))
+    warm = oracle.work_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                    initial_replicas=1)
+    assert warm == pytest.approx(chips * 99.0)
+
+
+def test_the_readiness_bound_drops_the_longest_prefills_a_miss_allows() -> None:
+    """The two bursts of ``test_readiness_bound_counts_a_cold_start_per_burst_and_replica`` with the first
+    prompt 3 s instead of 0.2 s. Served in full, burst 1's 8.8 s of prefill needs 3 replicas ready within its
+    1 s + 2 s SLO: (3 + 2) × a lead. One miss allowed (60 of 61): the 3 s prompt is the one dropped, and the
+    bound is the all-short trace's, 2 replicas × 2 bursts × a lead."""
+    cluster = cluster_mod.load()
+    pool = cluster.spec.pools[0]
+    tps = cluster.profile(pool).prefill_tokens_per_second
+    burst = [t + i / 100 for t in (1000.0, 3000.0) for i in range(30)]
+    short = int(tps * 0.2)
+    tr = traces.Trace("bursts", [*burst, 3600.0], [int(tps * 3.0)] + [short] * 59 + [1], [1] * 61)
+    chips, lead = cluster.chips_per_replica(pool), cluster.lead_seconds(pool)
+    full = oracle.readiness_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                         horizon_s=tr.duration_s)
+    assert full == pytest.approx(chips * (3 + 2) * lead)
+    one_miss = oracle.readiness_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=60 / 61,
+                                             horizon_s=tr.duration_s)
+    assert one_miss == pytest.approx(chips * 2 * 2 * lead)
