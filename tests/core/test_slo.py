@@ -424,6 +424,29 @@ def test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise() -> No
     assert "hysteresis 0.2" in rec.message
 
 
+def test_requests_waiting_on_every_replica_block_a_scale_down() -> None:
+    # Added where a mutation run (docs/testing.md) showed the rule untested. 0.38 replica-equivalents of load
+    # need 1 of 8, but a request waits on every replica: one such sample teaches no capacity yet, and nothing
+    # is released while it lasts.
+    drv = Driver()
+    drv.steady(600, 8, waiting=0, running=10)
+    rec = drv.step(8, 8, waiting=8, running=10)
+    assert (rec.replicas, rec.reason) == (8, Reason.STEADY), rec.message
+    assert "requests are waiting on every replica" in rec.message
+
+
+def test_an_slo_at_risk_blocks_a_scale_down() -> None:
+    # Added where a mutation run (docs/testing.md) showed the rule untested. The model needs 1 of 8, but the
+    # measured TTFT p99 (1.7 s of 2 s: past the 0.8 risk line) says the replicas are not idle enough to release.
+    drv = Driver(config(**TOKENS))
+    rec = drv.steady(600, 8, waiting=0, running=10, prompt=2000, gen=200, ttft=1.7)
+    assert (rec.replicas, rec.reason) == (8, Reason.STEADY), rec.message
+    assert "the SLO is at risk" in rec.message
+    # Control: the same load with the SLO comfortably met is released.
+    drv = Driver(config(**TOKENS))
+    assert drv.steady(600, 8, waiting=0, running=10, prompt=2000, gen=200, ttft=0.5).reason is Reason.SCALE_DOWN
+
+
 def test_the_rise_and_the_band_are_not_stacked() -> None:
     """The measured rise is its own margin: ``load + rise`` is kept at ``c``, the band at ``c·(1 − h)`` keeps
     the steady need only. Stacked, 0.96 + 1.92 at ≤ 0.64 would hold 5; not stacked, 4 carry it at 0.8 (a
