@@ -48,7 +48,9 @@ tar -C "$src" --exclude='__pycache__' --exclude='.venv' -cf - autoscaler tests p
   sep=''
   for t in "$@"; do printf '%s"%s"' "$sep" "$t"; sep=', '; done
   echo ']'
-  echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]'
+  # A traced first pass on a loaded machine can take minutes per property test: pytest's 120 s per-test
+  # timeout would abort it; mutmut times each mutant out on its own (against the clean run's durations).
+  echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=900"]'
   # The checkout is not a git repository in the copy: compare nothing, mutate everything in MODULE.
   echo 'use_git_change_detection = false'
 } >>"$workdir/pyproject.toml"
