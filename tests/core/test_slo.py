@@ -590,6 +590,25 @@ def test_engine_bounds_and_decision_message() -> None:
     assert isinstance(state.algorithm, slo.SloState)
 
 
+def test_the_engine_feeds_the_policys_state_back() -> None:
+    # Added where a mutation run (docs/testing.md) showed it untested through ``decide``: the hold window is
+    # counted in the policy's own state, so a scale-down after it proves the engine hands the state back each
+    # evaluation (were it dropped, every evaluation would be the first, and nothing would ever be released).
+    compiled = compile_policy(policy(config()))
+    state, decision = PolicyState(), None
+    for i in range(60):  # 300 s at 8 replicas, 0.21 replica-equivalents of load
+        now = T0 + STEP * i
+        obs = Observation(TARGET, ReplicaStatus(8, 8, 0),
+                          {"waiting": SignalReading(0, now - 1), "running": SignalReading(10, now - 1)})
+        decisions, state = decide(compiled, obs, state, now)
+        decision = decisions[0]
+        assert isinstance(decision, ScaleDecision)
+        if decision.reason is Reason.SCALE_DOWN:
+            break
+    assert decision is not None
+    assert decision.reason is Reason.SCALE_DOWN, decision.message
+
+
 def test_engine_holds_on_unknown() -> None:
     compiled = compile_policy(policy())
     obs = Observation(TARGET, ReplicaStatus(5, 5, 0), {"running": SignalReading(10, T0 - 1)})
