@@ -136,11 +136,34 @@ _ORDINAL_POD = r"{name}-[0-9]+"
 _LWS_ANY = r"{name}-[0-9]+(-[0-9]+)?"
 
 
+#: A generated name's base (a Deployment pod's ``<ReplicaSet>-``, the ReplicaSet being ``<Deployment>-<hash>``) is
+#: cut to 58 characters before its 5 random ones (the API server's SimpleNameGenerator: 63 − 5). A Deployment
+#: named with 47 or more characters therefore has pods whose hash lost its tail (and its dash), or, from 58
+#: characters on, pods named by the first 58 characters of the Deployment's own name.
+_GENERATED_BASE = 58
+#: The shortest Deployment name whose pods can be cut (a 10-character hash and its dash no longer fit).
+_CUT_FROM = _GENERATED_BASE - 11
+
+
+def _deployment_pod(name: str) -> str:
+    """The names of Deployment ``name``'s pods: ``<name>-<hash, 1-10>-<5 random>``, from a base cut to 58."""
+    escaped = re.escape(name)
+    if len(name) >= _GENERATED_BASE:
+        return re.escape(name[:_GENERATED_BASE]) + "[a-z0-9]{5}"
+    room = _GENERATED_BASE - len(name) - 1  # characters left for the hash and its dash
+    if room > 10:
+        return _DEPLOYMENT_POD.format(name=escaped)
+    cut = f"[a-z0-9]{{{room + 5}}}"  # a hash of `room` characters or more, cut to `room`, then the random five
+    if room < 2:
+        return f"{escaped}-{cut}"
+    return f"{escaped}-(?:[a-z0-9]{{1,{room - 1}}}-[a-z0-9]{{5}}|{cut})"  # shorter hashes keep their dash
+
+
 def pod_pattern(target: TargetRef, *, workers: bool = False) -> str:
     """An RE2/Python regex (fully anchored when used) for the names of the target's pods."""
     name = re.escape(target.name)
     if target.kind is TargetKind.DEPLOYMENT:
-        return _DEPLOYMENT_POD.format(name=name)
+        return _deployment_pod(target.name)
     if target.kind is TargetKind.STATEFUL_SET:
         return _ORDINAL_POD.format(name=name)
     return (_LWS_ANY if workers else _ORDINAL_POD).format(name=name)
@@ -151,6 +174,9 @@ def pod_pattern(target: TargetRef, *, workers: bool = False) -> str:
 _DEPLOYMENT_OWNER = re.compile(r"(.+)-[a-z0-9]{1,10}-[a-z0-9]{5}")
 _ORDINAL_OWNER = re.compile(r"(.+)-[0-9]+")  # a StatefulSet pod or an LWS leader
 _LWS_WORKER_OWNER = re.compile(r"(.+)-[0-9]+-[0-9]+")
+#: A Deployment pod whose base was cut (``_GENERATED_BASE``): 63 characters, its owner everything before the
+#: last dash (47-57 characters), or, for longer owners, identified by their first 58 characters.
+_CUT_OWNER = re.compile(r"(.+)-[a-z0-9]{5,15}")
 
 
 class PodMatcher:
@@ -165,17 +191,26 @@ class PodMatcher:
         self._workers = workers
         self._exact: dict[tuple[str, str], list[SignalRequest]] = {}
         self._by_name: dict[tuple[str, TargetKind, str], list[SignalRequest]] = {}
+        #: Deployments of 58 characters or more, by namespace and their first 58 (all their pods' names show).
+        self._by_prefix: dict[tuple[str, str], list[SignalRequest]] = {}
         for req in requests:
             ns = req.target.namespace
             if req.pods:
                 for pod in req.pods:
                     if pod.leader or workers:
                         self._exact.setdefault((ns, pod.name), []).append(req)
+            elif req.target.kind is TargetKind.DEPLOYMENT and len(req.target.name) >= _GENERATED_BASE:
+                self._by_prefix.setdefault((ns, req.target.name[:_GENERATED_BASE]), []).append(req)
             else:
                 self._by_name.setdefault((ns, req.target.kind, req.target.name), []).append(req)
 
     def owners(self, namespace: str, pod: str) -> list[SignalRequest]:
         found = list(self._exact.get((namespace, pod), ()))
+        if len(pod) == _GENERATED_BASE + 5:  # a generated name as long as they come: its base may have been cut
+            found.extend(self._by_prefix.get((namespace, pod[:_GENERATED_BASE]), ()))
+            m = _CUT_OWNER.fullmatch(pod)
+            if m and _CUT_FROM <= len(m.group(1)) < _GENERATED_BASE:
+                found.extend(self._by_name.get((namespace, TargetKind.DEPLOYMENT, m.group(1)), ()))
         if not self._by_name:
             return found
         candidates: list[tuple[TargetKind, str]] = []

@@ -8,8 +8,8 @@ requests it would send) queried over a range by ``sources.command.record``; repl
 files written, with the replica count the cluster had (``--initial-replicas``: the API server keeps no history).
 
 The cases are where a second path would drift: pods averaged (the issue's 0.4 + 0.4 case), a pod of three not
-reporting (unknown, never a scale-down), a Deployment whose name is so long that Kubernetes truncated its pods'
-names (no pod-name pattern finds them: only the pods the observer read do), per-pod counter rates, and a
+reporting (unknown, never a scale-down), a Deployment whose name is so long that Kubernetes cut its pods' names
+(the observer's pods and the cut-name pattern find them; before either, record found none), per-pod counter rates, and a
 latency quantile over the pods' histograms with one pod of two reporting.
 """
 

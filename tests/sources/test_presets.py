@@ -138,3 +138,30 @@ def test_pod_matcher_agrees_with_the_patterns(target: TargetRef, workers: bool, 
     matcher = PodMatcher([req], workers=workers)
     assert bool(matcher.owners(target.namespace, pod)) is mine
     assert bool(matcher.owners("elsewhere", pod)) is False
+
+
+def _generated(name: str, pod_template_hash: str, random5: str = "x2x7q") -> str:
+    """A Deployment pod's name as Kubernetes makes it: the base ``<Deployment>-<hash>-`` (its ReplicaSet's name and
+    a dash) cut to 58 characters, then five random ones (the API server's SimpleNameGenerator)."""
+    return f"{name}-{pod_template_hash}-"[:58] + random5
+
+
+@pytest.mark.parametrize("length", [20, 46, 47, 50, 52, 54, 55, 56, 57, 58, 60, 63])
+@pytest.mark.parametrize("pod_template_hash", ["7", "6b7c8d9f4", "6b7c8d9f4b"])
+def test_a_long_deployments_pods_are_found_where_kubernetes_cut_their_names(
+    length: int, pod_template_hash: str
+) -> None:
+    # From 47 characters on a Deployment's pods lose the tail of their hash (then its dash, then the end of the
+    # Deployment's own name): the pattern (queries) and the matcher (attribution) still find them.
+    name = ("vllm-" + "x" * 70)[:length]
+    target = TargetRef(TargetKind.DEPLOYMENT, name, "llm")
+    pod = _generated(name, pod_template_hash)
+    matcher = PodMatcher([request(target.key, PROM, {"preset": "vllm.waiting"})], workers=False)
+    assert re.fullmatch(pod_pattern(target), pod), pod
+    assert matcher.owners("llm", pod), pod
+    assert not matcher.owners("elsewhere", pod)
+    if length <= 54:
+        # Where the names still tell them apart, a Deployment whose name extends this one's keeps its pods.
+        sibling = _generated(f"{name}-b", pod_template_hash)
+        assert not re.fullmatch(pod_pattern(target), sibling), sibling
+        assert not matcher.owners("llm", sibling), sibling
