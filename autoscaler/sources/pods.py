@@ -23,6 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import aiohttp
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
@@ -43,8 +44,44 @@ FORGET_S = 600.0
 #: Requests of one read in flight at once (the scrape client's own limit on connections in use).
 WORKERS = scrapeclient.MAX_ACTIVE
 
-#: metric name -> list of (labels, value, sample timestamp or None)
-Exposition = dict[str, list[tuple[dict[str, str], float, float | None]]]
+class Sample(NamedTuple):
+    """One sample of an exposition."""
+
+    labels: dict[str, str]
+    value: float
+    #: The exposition's own timestamp (seconds), if it gave one; else the scrape's time stands for it.
+    timestamp: float | None
+
+
+#: sample name -> its samples, in the exposition's order
+Exposition = dict[str, list[Sample]]
+
+
+class PodValue(NamedTuple):
+    """One pod's value of a gauge signal (its series combined) and the oldest explicit sample time, if any."""
+
+    value: float
+    timestamp: float | None
+
+
+class PodRate(NamedTuple):
+    """One pod's rate over the window: a counter's, or a histogram's observations with its bucket rates."""
+
+    rate: float
+    buckets: dict[float, float] | None
+
+
+class _Fetched(NamedTuple):
+    status: int
+    content_type: str
+    text: str
+
+
+class _Planned(NamedTuple):
+    """A request to answer from this read's scrapes, and its endpoints as (pod name, URL)."""
+
+    request: SignalRequest
+    endpoints: list[tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -77,7 +114,7 @@ def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = Non
                 stamp = s.timestamp
                 if stamp is not None and not isinstance(stamp, int | float):
                     stamp = float(stamp.sec) + float(stamp.nsec) / 1e9  # OpenMetrics Timestamp
-                out.setdefault(s.name, []).append((dict(s.labels), float(s.value), stamp))
+                out.setdefault(s.name, []).append(Sample(dict(s.labels), float(s.value), stamp))
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError, ... on bad input
         raise ValueError(f"unparseable exposition: {exc}") from None
     return out
@@ -147,7 +184,7 @@ def _plain(text: str, wanted: frozenset[str] | None) -> Exposition | None:
         if len(labels) != len(pairs):
             return None  # a label named twice: the reference parser refuses the line
         if wanted is None or name in wanted:
-            out.setdefault(name, []).append((labels, value, stamp))
+            out.setdefault(name, []).append(Sample(labels, value, stamp))
     return out
 
 
@@ -217,13 +254,13 @@ class PodsSource:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
         return self._session
 
-    async def _fetch_aiohttp(self, url: str, timeout_s: float) -> tuple[int, str, str]:
+    async def _fetch_aiohttp(self, url: str, timeout_s: float) -> _Fetched:
         try:
             async with self._client().get(
                 url, headers={"Accept": ACCEPT}, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
                 text = await resp.text(errors="replace")
-                return resp.status, resp.headers.get("Content-Type", ""), text
+                return _Fetched(resp.status, resp.headers.get("Content-Type", ""), text)
         except aiohttp.ClientConnectionError as exc:
             raise TransientError(f"cannot reach {url}: {exc}") from None
         except aiohttp.ClientError as exc:
@@ -247,7 +284,8 @@ class PodsSource:
                 raise TransientError(f"cannot reach {url}: {exc}") from None
             status, content_type, text = got.status, got.content_type, got.text
         else:
-            status, content_type, text = await self._fetch_aiohttp(url, timeout_s)
+            fetched = await self._fetch_aiohttp(url, timeout_s)
+            status, content_type, text = fetched.status, fetched.content_type, fetched.text
         received = self._clock()
         if status >= 500:
             raise TransientError(f"{url} answered HTTP {status}")
@@ -323,7 +361,7 @@ class PodsSource:
         return (await self._scrape_all({url: min(timeout_s, deadline_s)}, {url: None}))[url]
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
-        plans: list[tuple[SignalRequest, list[tuple[str, str]]]] = []
+        plans: list[_Planned] = []
         out: Readings = {}
         timeouts: dict[str, float] = {}
         wanted: dict[str, set[str]] = {}
@@ -359,14 +397,14 @@ class PodsSource:
             for _, url in endpoints:
                 timeouts[url] = min(timeouts.get(url, spec.timeout_seconds), spec.timeout_seconds)
                 wanted.setdefault(url, set()).update(names)
-            plans.append((req, endpoints))
+            plans.append(_Planned(req, endpoints))
         by_url = await self._scrape_all(
             {u: min(t, deadline_s) for u, t in sorted(timeouts.items())},
             {u: frozenset(names) for u, names in wanted.items()},
         )
         self._forget_old()
-        for req, endpoints in plans:
-            out[req.key] = _reading(req, endpoints, by_url, self.history)
+        for planned in plans:
+            out[planned.request.key] = _reading(planned.request, planned.endpoints, by_url, self.history)
         self.history.forget(self._clock() - FORGET_S)
         return out
 
@@ -382,7 +420,7 @@ def _names(req: SignalRequest) -> tuple[str, ...]:
     return tuple(f"{n}_bucket" for n in names) if sig.quantile is not None else names
 
 
-def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) -> tuple[float, float | None] | None:
+def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) -> PodValue | None:
     """One pod's value of the signal (combined over its series) and the oldest explicit sample time."""
     sig = req.signal
     if sig.preset is not None:
@@ -392,28 +430,24 @@ def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) 
         assert sig.metric is not None
         names, denominator = (sig.metric,), ()
 
-    def pick(wanted: tuple[str, ...]) -> list[tuple[float, float | None]]:
-        got = []
-        for name in wanted:
-            for labels, value, stamp in samples.get(name, ()):
-                if all(labels.get(k) == v for k, v in sig.labels.items()):
-                    got.append((value, stamp))
-        return got
+    def pick(wanted: tuple[str, ...]) -> list[Sample]:
+        return [s for name in wanted for s in samples.get(name, ()) if all(
+            s.labels.get(k) == v for k, v in sig.labels.items())]
 
     num = pick(names)
     if not num:
         return None
-    stamps = [s for _, s in num if s is not None]
+    stamps = [s.timestamp for s in num if s.timestamp is not None]
     if denominator:
         den = pick(denominator)
         if not den:
             return None
-        total = math.fsum(v for v, _ in den)
-        value = math.fsum(v for v, _ in num) / total if total else math.nan
-        stamps += [s for _, s in den if s is not None]
+        total = math.fsum(s.value for s in den)
+        value = math.fsum(s.value for s in num) / total if total else math.nan
+        stamps += [s.timestamp for s in den if s.timestamp is not None]
     else:
-        value = combine([v for v, _ in num], how)
-    return value, (min(stamps) if stamps else None)
+        value = combine([s.value for s in num], how)
+    return PodValue(value, min(stamps) if stamps else None)
 
 
 class History:
@@ -444,9 +478,7 @@ class History:
             del self._points[key]
 
 
-def _pod_rate(
-    req: SignalRequest, url: str, scrape: Scrape, history: History
-) -> tuple[float, dict[float, float] | None] | str | None:
+def _pod_rate(req: SignalRequest, url: str, scrape: Scrape, history: History) -> PodRate | str | None:
     """A pod's rate (counter) or observation rate and bucket rates (histogram) over the window; None when the
     pod serves no such series; a reason when it does but has no rate yet."""
     sig = req.signal
@@ -459,16 +491,17 @@ def _pod_rate(
     found = pending = False
     for base in names:
         name = f"{base}_bucket" if histogram else base
-        for labels, value, stamp in scrape.samples.get(name, ()):
-            if not all(labels.get(k) == v for k, v in sig.labels.items()):
+        for s in scrape.samples.get(name, ()):
+            if not all(s.labels.get(k) == v for k, v in sig.labels.items()):
                 continue
             found = True
-            r = history.rate(url, name, labels, stamp if stamp is not None else scrape.received_at, value, window)
+            at = s.timestamp if s.timestamp is not None else scrape.received_at
+            r = history.rate(url, name, s.labels, at, s.value, window)
             if r is None:
                 pending = True
                 continue
             if histogram:
-                bound = float(labels.get("le", "nan"))
+                bound = float(s.labels.get("le", "nan"))
                 buckets[bound] = buckets.get(bound, 0.0) + r
             else:
                 total += r
@@ -477,8 +510,8 @@ def _pod_rate(
     if pending:
         return f"no rate yet (a rate needs two scrapes within {window:g}s)"
     if histogram:
-        return buckets.get(math.inf, math.nan), buckets
-    return total, None
+        return PodRate(buckets.get(math.inf, math.nan), buckets)
+    return PodRate(total, None)
 
 
 def _reading(
@@ -505,17 +538,17 @@ def _reading(
             if rated is None:
                 lacking.append(pod)
                 continue
-            per_pod[pod] = rated[0]
+            per_pod[pod] = rated.rate
             stamps[pod] = scrape.received_at
-            if rated[1] is not None:
-                bucket_rates[pod] = rated[1]
+            if rated.buckets is not None:
+                bucket_rates[pod] = rated.buckets
             continue
         got = _pod_value(req, scrape.samples, how)
         if got is None:
             lacking.append(pod)
             continue
-        per_pod[pod] = got[0]
-        stamps[pod] = got[1] if got[1] is not None else scrape.received_at
+        per_pod[pod] = got.value
+        stamps[pod] = got.timestamp if got.timestamp is not None else scrape.received_at
     # A signal accepting partial data (minReportingFraction) passes on the pods that answered; the core then
     # counts them against the ready pods. Otherwise the first failure is the most useful reason to show.
     partial_ok = req.signal.min_reporting_fraction is not None

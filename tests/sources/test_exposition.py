@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.sources.pods import Exposition, _plain, parse
+from autoscaler.sources.pods import Exposition, Sample, _plain, parse
 
 NAMES = st.sampled_from(["a", "tgi_queue_size", "vllm:num_requests_waiting", "x_total", "h_bucket", "9bad", "a-b"])
 LABEL_NAMES = st.sampled_from(["le", "model_name", "__name__", "_x", "a", "pod", "b c"])
@@ -60,7 +60,7 @@ def _reference(text: str, wanted: frozenset[str] | None) -> Exposition:
                 if wanted is None or s.name in wanted:
                     stamp = s.timestamp
                     assert stamp is None or isinstance(stamp, float)  # the classic text parser's seconds
-                    out.setdefault(s.name, []).append((dict(s.labels), float(s.value), stamp))
+                    out.setdefault(s.name, []).append(Sample(dict(s.labels), float(s.value), stamp))
     except Exception as exc:
         raise ValueError(str(exc)) from None
     return out
