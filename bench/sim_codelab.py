@@ -3,8 +3,9 @@ decode LeaderWorkerSets of 2x2x2 groups, sub-slice and super-slice JobSets), sco
 
 Run: ``python -m bench.sim_codelab [POLICY_FILE ...]`` from a plain clone (default:
 ``policies/lws-prefill-decode.yaml``, the shipped two-policy example, and, when present,
-``policies/tpu7x-disaggregated.yaml``, the one policy sizing both pools, adapted to the codelab's namespace
-and without its per-token latency signal, which the simulated server does not sample). Each file is a row.
+``policies/tpu7x-disaggregated.yaml``, the one policy sizing both pools, adapted to the codelab's namespace;
+its decode pool reads the simulated servers' per-token latency histogram like every other signal). Each file
+is a row.
 Prints the table (every baseline, the two-pool oracle re-solved at each row's attainment, the lower bound),
 each row's chip-hours per pool and slice audit, and, per policy row, each goal met or MISSED:
 
@@ -40,12 +41,9 @@ CODELAB_NAMESPACE = "llm-d-pd-disaggregation"
 
 def adapted_joint_policy(path: Path) -> ScalingPolicy:
     """The one-policy example in the codelab's namespace (it ships in another so that both examples validate
-    side by side), without the per-token latency signal the simulated server does not sample."""
+    side by side), every signal kept."""
     text = path.read_text(encoding="utf-8").replace("llm-d-pd-joint", CODELAB_NAMESPACE)
-    doc = yaml.safe_load(text)
-    doc["spec"]["signals"] = [s for s in doc["spec"]["signals"] if s["name"] != "tpot"]
-    doc["spec"]["policy"]["decode"]["signals"].pop("timePerOutputToken", None)
-    return ScalingPolicy.model_validate(doc)
+    return ScalingPolicy.model_validate(yaml.safe_load(text))
 
 
 def main(argv: list[str]) -> int:

@@ -48,6 +48,7 @@ SIMULATED = (
     "generation_tokens",  # counter: tokens generated
     "ttft",  # histogram: arrival to first token, seconds
     "queue_time",  # histogram: arrival to taking a slot, seconds
+    "tpot",  # histogram: time between a sequence's generated tokens (vLLM's inter-token latency), seconds
 )
 
 
@@ -106,10 +107,6 @@ _NO_SIM_ARRIVALS = (
 _NO_SIM_READY = (
     "the simulated router exports no ready-pod gauge; the policy reads the target's ready replicas from the "
     "cluster (the simulator's replica status)"
-)
-_NO_SIM_TPOT = (
-    "the simulated server exports no per-token latency histogram (its decode time is not sampled per token); "
-    "use a token-rate or KV preset in simulation"
 )
 _DISTRIBUTION_SUM = (
     "Managed Prometheus stores this histogram as one distribution in Cloud Monitoring, whose running sum "
@@ -237,7 +234,7 @@ _PRESETS = (
         "vLLM time between generated tokens, seconds (histogram; V1 inter_token_latency_seconds, older "
         "time_per_output_token_seconds): the decode pool's latency.",
         "vllm", "histogram", _vllm("inter_token_latency_seconds", "time_per_output_token_seconds"), "sum",
-        unavailable={SIMULATOR: _NO_SIM_TPOT},
+        simulated="tpot",
     ),
     Preset(
         "vllm.queue_time", "vLLM time a request waits in the queue, seconds (histogram).",

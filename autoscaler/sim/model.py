@@ -47,6 +47,11 @@ HISTOGRAM_BOUNDS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
     160.0, 640.0, 2560.0,
 )
+#: Upper bounds (seconds) of the per-token latency histogram: vLLM V1's inter-token latency buckets
+#: (``vllm/v1/metrics/loggers.py``; the older ``time_per_output_token_seconds`` has the same ones).
+TPOT_BOUNDS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)
 
 #: Event kinds on the simulator's heap (entries are (time, seq, kind, replica, version)).
 PREFILL_DONE = 1
@@ -91,9 +96,10 @@ ABANDONED = 2
 
 class Replica:
     __slots__ = (
-        "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "gen_done", "index", "kv_base",
-        "kv_reserved", "n_dec", "n_out", "name", "prefill_fifo", "prefilling", "prompt_tokens", "queue",
-        "queue_hist", "ready_at", "state", "ttft_hist", "version",
+        "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "gen_done", "index", "itl_V",
+        "itl_hist", "itl_owed", "kv_base", "kv_reserved", "n_dec", "n_out", "name", "paused_at", "paused_n",
+        "prefill_fifo", "prefilling", "prompt_tokens", "queue", "queue_hist", "ready_at", "state", "ttft_hist",
+        "version",
     )
 
     def __init__(self, index: int, name: str, chips: int, now: float) -> None:
@@ -126,6 +132,17 @@ class Replica:
         #: Observations per bucket of ``HISTOGRAM_BOUNDS`` (the last is +Inf), not cumulative.
         self.ttft_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
         self.queue_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
+        #: Inter-token intervals per bucket of ``TPOT_BOUNDS`` (the last is +Inf): one observation per token a
+        #: decoding sequence gains, of the step it took. Fractional between events (a step is not an event);
+        #: exported rounded down, so the cumulative counts never decrease.
+        self.itl_hist = [0.0] * (len(TPOT_BOUNDS) + 1)
+        #: Ordinary steps already counted as the long interval of a prefill pause (taken off the next ones).
+        self.itl_owed = 0.0
+        #: ``V`` when the histogram last counted this replica's steps (``ServingPool._count_steps``).
+        self.itl_V = 0.0
+        #: Since when decoding is paused by prefills, and how many sequences it paused (-1: not paused).
+        self.paused_at = 0.0
+        self.paused_n = -1
 
     @property
     def active(self) -> int:
@@ -152,6 +169,8 @@ class ReplicaGauges:
     #: Cumulative observation counts per upper bound of ``HISTOGRAM_BOUNDS`` then +Inf.
     ttft: tuple[int, ...] = ()
     queue_time: tuple[int, ...] = ()
+    #: Time per output token (vLLM's inter-token latency): cumulative counts per bound of ``TPOT_BOUNDS``, +Inf.
+    tpot: tuple[int, ...] = ()
 
 
 class ServingPool:
@@ -194,6 +213,11 @@ class ServingPool:
         self._base_s = profile.decode_step.base_ms / 1000.0
         self._per_seq_s = profile.decode_step.per_sequence_ms / 1000.0
         self.cold_start_s = profile.cold_start.total
+        #: The ``TPOT_BOUNDS`` bucket of one decode step, by batch size (filled as batch sizes occur).
+        self._step_bucket: dict[int, int] = {}
+        #: Whether the per-token histogram is kept (``count_per_token_latency``): only when a policy reads it,
+        #: since it costs a fifth of a simulation's time and the oracle's many runs read no metric at all.
+        self._per_token = False
         self._ready_cache: list[Replica] | None = None
         self.routing = routing
         #: Seeded: a run is a deterministic function of its inputs (the Service's random endpoint choice).
@@ -216,6 +240,11 @@ class ServingPool:
         # The sequence number breaks time ties in creation order: deterministic, and never compares replicas.
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind + self.kind_offset, rep.index, version))
+
+    def count_per_token_latency(self) -> None:
+        """Keep the time-per-output-token histogram from now on (call before the run: a server counts from its
+        start)."""
+        self._per_token = True
 
     def set_prefill_only(self) -> None:
         """A prefill pool of a disaggregated deployment: prompts are computed one at a time, so one request
@@ -372,6 +401,35 @@ class ServingPool:
             rep.V += (now - rep.V_t) / (self._base_s + self._per_seq_s * rep.n_dec)
         rep.V_t = now
 
+    def _count_steps(self, rep: Replica) -> None:
+        """Every decoding sequence gained ``V − itl_V`` tokens since the batch last changed size, each one step
+        of this batch after the last: that many observations of the step time each (less those already counted
+        as a pause's long interval). Called before the batch changes size and at a scrape (after ``_advance``),
+        so the routing hot path pays nothing for the histogram."""
+        n = rep.n_dec
+        if n:
+            tokens = n * (rep.V - rep.itl_V)
+            if rep.itl_owed:
+                taken = min(tokens, rep.itl_owed)
+                rep.itl_owed -= taken
+                tokens -= taken
+            b = self._step_bucket.get(n)
+            if b is None:
+                b = self._step_bucket[n] = bisect_left(TPOT_BOUNDS, self._base_s + self._per_seq_s * n)
+            rep.itl_hist[b] += tokens
+        rep.itl_V = rep.V
+
+    def _resume_decoding(self, rep: Replica, now: float) -> None:
+        """Decoding resumes after prefills paused it: each paused sequence's next token came one step plus
+        the pause after its last (one long interval instead of an ordinary one)."""
+        n = rep.paused_n
+        rep.paused_n = -1
+        if n <= 0:
+            return
+        interval = now - rep.paused_at + self._base_s + self._per_seq_s * n
+        rep.itl_hist[bisect_left(TPOT_BOUNDS, interval)] += n
+        rep.itl_owed += n
+
     def _schedule_decode(self, rep: Replica, now: float) -> None:
         rep.version += 1
         if rep.n_dec and not rep.prefilling:
@@ -381,6 +439,8 @@ class ServingPool:
 
     def _start_prefill(self, rep: Replica, now: float) -> None:
         self._advance(rep, now)
+        if self._per_token and rep.paused_n < 0:
+            rep.paused_at, rep.paused_n = now, rep.n_dec
         rep.prefilling = True
         rep.version += 1  # decoding pauses: any scheduled completion is void
         rid = rep.prefill_fifo[0]
@@ -403,6 +463,8 @@ class ServingPool:
         if remaining <= 0:
             self._complete(rep, rid, now)
         else:
+            if self._per_token:
+                self._count_steps(rep)
             rep.n_dec += 1
             rep.dec_joined += rep.V
             rep.kv_base += req.inputs[rid] - rep.V
@@ -413,6 +475,8 @@ class ServingPool:
             if rep.queue:
                 self._admit(rep, now)
             if not rep.prefilling:
+                if self._per_token:
+                    self._resume_decoding(rep, now)
                 self._schedule_decode(rep, now)
         if rep.state is ReplicaState.DRAINING:
             self._maybe_gone(rep, now)
@@ -421,6 +485,8 @@ class ServingPool:
         if version != rep.version:
             return
         self._advance(rep, now)
+        if self._per_token:
+            self._count_steps(rep)
         heap = rep.dec_heap
         outputs, inputs = self.req.outputs, self.req.inputs
         # Tolerance: floating error must not leave a finished sequence waiting for another event.
@@ -453,6 +519,8 @@ class ServingPool:
     # ----- gauges -------------------------------------------------------------------------------------
     def gauges(self, rep: Replica, now: float) -> ReplicaGauges:
         self._advance(rep, now)
+        if self._per_token:
+            self._count_steps(rep)
         self._drop_abandoned(rep, now)
         running = rep.active
         pending = len(rep.prefill_fifo) - (1 if rep.prefilling else 0)
@@ -470,4 +538,6 @@ class ServingPool:
             generation_tokens=rep.gen_done + max(0.0, rep.n_dec * rep.V - rep.dec_joined),
             ttft=tuple(accumulate(rep.ttft_hist)),
             queue_time=tuple(accumulate(rep.queue_hist)),
+            # Rounded down (a count is whole), with a tolerance for the float sums of whole steps.
+            tpot=tuple(accumulate(int(c + 1e-6) for c in rep.itl_hist)),
         )

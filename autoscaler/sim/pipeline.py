@@ -7,10 +7,12 @@ taken every ``scrapeIntervalSeconds`` and become visible ``ingestionDelaySeconds
 time as their timestamp, so the core judges their age exactly as it would in the cluster. Starting
 replicas export nothing (HPA sees them as unready); with no ready replica a signal is missing, never 0.
 
-Counters (prompt and generation tokens) and histograms (time to first token, queue time) are kept by each
-simulated server from the requests it serves (``sim.model``); a ``rate`` or ``quantile`` signal reads them as
-the pods source does: per replica, the deltas between this pipeline's own scrapes within the window
-(``core.counters``), and the core takes the target's quantile over the replicas' summed buckets.
+Counters (prompt and generation tokens) and histograms (time to first token, queue time, time per output
+token) are kept by each simulated server from the requests it serves (``sim.model``); a ``rate`` or
+``quantile`` signal reads them as the pods source does: per replica, the deltas between this pipeline's own
+scrapes within the window (``core.counters``), and the core takes the target's quantile over the replicas'
+summed buckets. The per-token histogram is kept only by pools a policy reads it from (it costs simulation
+time; ``ServingPool.count_per_token_latency``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.spec import SignalSpec, Spec
 from autoscaler.sim.cluster import PipelineSpec
-from autoscaler.sim.model import HISTOGRAM_BOUNDS, ReplicaGauges
+from autoscaler.sim.model import HISTOGRAM_BOUNDS, TPOT_BOUNDS, ReplicaGauges
 
 Quantity = Callable[[ReplicaGauges], float]
 
@@ -40,7 +42,7 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 #: The cumulative series a simulated replica keeps: counters (a number) and histograms (cumulative counts per
-#: upper bound of ``HISTOGRAM_BOUNDS``, then +Inf).
+#: upper bound, then +Inf: ``HISTOGRAM_BOUNDS`` for TTFT and queue time, ``TPOT_BOUNDS`` per output token).
 COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
     "prompt_tokens": lambda g: g.prompt_tokens,
     "generation_tokens": lambda g: g.generation_tokens,
@@ -48,8 +50,15 @@ COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
 HISTOGRAMS: dict[str, Callable[[ReplicaGauges], tuple[int, ...]]] = {
     "ttft": lambda g: g.ttft,
     "queue_time": lambda g: g.queue_time,
+    "tpot": lambda g: g.tpot,
 }
-_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
+_LATENCY_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
+#: Each histogram's upper bounds, +Inf last.
+BOUNDS: dict[str, tuple[float, ...]] = {
+    "ttft": _LATENCY_BOUNDS,
+    "queue_time": _LATENCY_BOUNDS,
+    "tpot": (*TPOT_BOUNDS, math.inf),
+}
 
 #: Every exposition name of every preset the simulator serves, current spellings first (the catalog's order).
 _SERVED = [
@@ -192,7 +201,7 @@ class MetricPipeline:
                 continue
             rated = counters.rates(points, window)  # type: ignore[arg-type]
             if rated:
-                mine = dict(zip(_BOUNDS, rated, strict=True))
+                mine = dict(zip(BOUNDS[b.preset.simulated], rated, strict=True))
                 buckets[pod] = mine
                 per[pod] = mine[math.inf]
         for key in [k for k, p in history.items() if k[0] == b.signal and p[-1][0] < now]:

@@ -722,6 +722,11 @@ def _tick_time(tick: list[object]) -> float:
 
 
 # ----- controllers ------------------------------------------------------------------------------------
+def _reads_per_token_latency(bindings: list[pipeline.Binding]) -> bool:
+    """Whether a controller reads the servers' time-per-output-token histogram (its pool must then keep it)."""
+    return any(b.preset.simulated == "tpot" for b in bindings)
+
+
 class FixedController:
     """A constant replica count (``static-peak``, and the sanity tests)."""
 
@@ -796,6 +801,8 @@ class PolicyController:
             sim.notes.append(
                 f"{self.name}: targets {target.key}; simulated on pool {pool.name} ({pool_target.key})"
             )
+        if _reads_per_token_latency(self.bindings):
+            pool.count_per_token_latency()
         servers = {b.server for b in self.bindings}
         server = pool.profile.server
         other = sorted(s for s in servers if s != server)
@@ -866,6 +873,10 @@ class PolicyController:
         for b in self.bindings:
             by_target.setdefault(spec.signal_target(spec.signal(b.signal)).ref().key, []).append(b)
         pipes = {key: pipeline.MetricPipeline(self.pipe_spec, bs) for key, bs in by_target.items()}
+        for key, bs in by_target.items():
+            if key in pools and _reads_per_token_latency(bs):
+                pools[key].count_per_token_latency()
+
         def scrape(now: float) -> float:
             for key, pipe in pipes.items():
                 pool = pools.get(key)

@@ -14,7 +14,7 @@ CODELAB = cluster_mod.bundled("cluster-tpu7x-codelab.yaml")
 
 
 def codelab_policy() -> ScalingPolicy:
-    """The shipped example as ``bench.sim_codelab`` runs it (the codelab's namespace, no TPOT)."""
+    """The shipped example as ``bench.sim_codelab`` runs it (the codelab's namespace, every signal)."""
     return sim_codelab.adapted_joint_policy(sim_codelab.JOINT_POLICY)
 
 
@@ -36,6 +36,11 @@ def test_one_controller_sizes_both_pools_in_whole_slices() -> None:
     for _, before, after, _, message in res.scale_events:
         assert "tokens/s" in message or "holding" in message
         assert before != after
+    # Decode's per-token latency is read from the simulated servers' histogram, not dropped: every decode
+    # step after the first window names it, and none calls it unknown.
+    decode = [m for t, _, _, _, m in res.scale_events if m.startswith("decode:") and t >= 60.0]
+    assert decode, res.scale_events
+    assert all("time per output token" in m and "unknown: tpot" not in m for m in decode), decode
 
 
 def test_on_full_blocks_the_policy_grows_both_pools_by_stopping_training_slices() -> None:
