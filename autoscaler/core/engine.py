@@ -20,7 +20,7 @@ evaluation (HPA's ``recordInitialRecommendation``): no scale-down inside the fir
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from autoscaler.core import arbitration, behavior, policies, topology
@@ -478,6 +478,34 @@ def _scale_to_zero(
     return recommended, None, ""
 
 
+def _roles_with_groups(
+    config: disaggregated.DisaggregatedPolicyConfig, members: Mapping[str, ReplicaStatus]
+) -> set[str]:
+    """The roles at least one of whose variants has a group (asked for or running)."""
+    return {role for role, v in config.variants()
+            if (m := members.get(v.target.ref().key)) is not None and (m.spec > 0 or m.ready > 0)}
+
+
+def _zero_group_variant(
+    config: disaggregated.DisaggregatedPolicyConfig, key: str, status: ReplicaStatus | None,
+    serving_roles: set[str], combined: Mapping[str, SignalReading], now: float,
+) -> dict[str, SignalReading]:
+    """A variant at zero groups while another variant of its role serves (resize through variants: the
+    2x4x4 LWS at 0 while 2x2x2 groups carry the role) has no pod to read, and serves nothing: its token rates,
+    load gauges and latency quantiles read 0, not unknown, so a role-wide ``expr`` over the variants stays
+    known: a sum of rates counts nothing from it, a ``max`` of latencies takes the serving variants' (0 is its
+    neutral element). With no group in any variant of the role the readings stay unknown (nothing says where
+    its requests wait), and a source error stays an error."""
+    out = dict(combined)
+    role = next((r for r, v in config.variants() if v.target.ref().key == key), None)
+    if status is None or role is None or status.spec > 0 or status.ready > 0 or role not in serving_roles:
+        return out
+    for name, reading in combined.items():
+        if reading.value is None and reading.error is None:
+            out[name] = SignalReading(0.0, now, reading.source or "no group")
+    return out
+
+
 def _decide_joint(
     compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
 ) -> tuple[list[Decision], PolicyState]:
@@ -504,8 +532,10 @@ def _decide_joint(
             key = spec.signal_target(sig).ref().key
             by_target.setdefault(key, {})[sig.name] = observation.signals[sig.name]
     readings: dict[str, SignalReading] = dict(observation.signals)
+    serving_roles = _roles_with_groups(config, members)
     for key, part in by_target.items():
-        readings.update(compiled.judge.combine(part, members.get(key), now))
+        combined = compiled.judge.combine(part, members.get(key), now)
+        readings.update(_zero_group_variant(config, key, members.get(key), serving_roles, combined, now))
     signals = compiled.judge.judge_all(readings, now)
     previous = state.algorithm if isinstance(state.algorithm, disaggregated.DisaggState) else None
     nxt = _Next(state, previous, now)

@@ -52,7 +52,10 @@ class PoolSpec(SpecModel):
     profile: str
     chips_per_replica: int | None = Field(default=None, gt=0, description="Default: the profile's chips.")
     group_size: int = Field(default=1, ge=1, description="Pods per LWS group (informational).")
-    min_replicas: int = Field(default=1, ge=1)
+    min_replicas: int = Field(
+        default=1, ge=0, description="At least 1, except for a disaggregation variant pool (another slice shape "
+        "of a role, which may hold no group).",
+    )
     max_replicas: int = Field(ge=1)
     routing: Literal["service", "least-request"] = Field(
         default="service",
@@ -222,6 +225,19 @@ class DisaggregationSpec(SpecModel):
     prefill_pool: str = Field(pattern=DNS_LABEL_PATTERN)
     decode_pool: str = Field(pattern=DNS_LABEL_PATTERN)
     kv_transfer: KvTransferSpec
+    prefill_variants: list[str] = Field(
+        default_factory=list, max_length=3,
+        description="Further pools of the prefill role: LeaderWorkerSet variants of other slice shapes (each its "
+        "own target and profile). The router spreads the role's requests over every ready group of all its "
+        "pools; the baselines and the oracle size prefillPool and decodePool only.",
+    )
+    decode_variants: list[str] = Field(default_factory=list, max_length=3,
+                                       description="Further pools of the decode role, as prefillVariants.")
+
+    def roles(self) -> dict[str, list[str]]:
+        """Role -> its pools' names, the primary pool first."""
+        return {"prefill": [self.prefill_pool, *self.prefill_variants],
+                "decode": [self.decode_pool, *self.decode_variants]}
 
 
 class SloSpec(SpecModel):
@@ -270,12 +286,25 @@ class ClusterSpec(SpecModel):
         if self.topology is not None:
             self._check_topology(self.topology)
         dis = self.disaggregation
+        variants: set[str] = set()
         if dis is not None:
             for role, name in (("prefillPool", dis.prefill_pool), ("decodePool", dis.decode_pool)):
                 if name not in names:
                     raise ValueError(f"disaggregation.{role} names unknown pool {name!r}; pools: {', '.join(names)}")
             if dis.prefill_pool == dis.decode_pool:
                 raise ValueError("disaggregation: prefillPool and decodePool must be different pools")
+            for role, listed in (("prefillVariants", dis.prefill_variants), ("decodeVariants", dis.decode_variants)):
+                for name in listed:
+                    if name not in names:
+                        raise ValueError(f"disaggregation.{role} names unknown pool {name!r}; pools: "
+                                         f"{', '.join(names)}")
+            every = [n for pools in dis.roles().values() for n in pools]
+            if len(set(every)) != len(every):
+                raise ValueError("disaggregation: a pool is named twice (each pool serves one role once)")
+            variants = set(dis.prefill_variants) | set(dis.decode_variants)
+        for p in self.pools:
+            if p.min_replicas == 0 and p.name not in variants:
+                raise ValueError(f"pools.{p.name}: minReplicas 0 is only for a disaggregation variant pool")
         for policy, pipe in self.policy_pipelines.items():
             if pipe not in self.metric_pipelines:
                 raise ValueError(
@@ -358,6 +387,14 @@ class Cluster:
         if dis is None:
             return None
         return self.pool_named(dis.prefill_pool), self.pool_named(dis.decode_pool)
+
+    @property
+    def role_pools(self) -> dict[str, list[PoolSpec]] | None:
+        """Role -> its pools (the primary first, then its variants) when the cluster serves disaggregated."""
+        dis = self.spec.disaggregation
+        if dis is None:
+            return None
+        return {role: [self.pool_named(n) for n in names] for role, names in dis.roles().items()}
 
     @property
     def capacity_chips(self) -> int:

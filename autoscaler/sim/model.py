@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+import math
 import random
 from bisect import bisect_left
 from collections import deque
@@ -234,12 +235,22 @@ class ServingPool:
         self._timeout = client_timeout_s if client_timeout_s is not None else float("inf")
         self.rejected = 0
         self.abandoned = 0
+        #: The pools serving the same role (``join``): None when this pool serves alone.
+        self._peers: list[ServingPool] | None = None
 
     # ----- events -------------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, rep: Replica, version: int = 0) -> None:
         # The sequence number breaks time ties in creation order: deterministic, and never compares replicas.
         self.seq += 1
         heapq.heappush(self.events, (t, self.seq, kind + self.kind_offset, rep.index, version))
+
+    def join(self, peers: list[ServingPool]) -> None:
+        """Serve one role with other pools (LeaderWorkerSet variants of other slice shapes, one request stream):
+        requests routed to this pool go to the ready group of any of them, and wait for one in a gateway they
+        share. ``peers`` holds this pool too; they share one ``Requests``."""
+        if len(peers) > 1:
+            self._peers = peers
+            self.gateway = peers[0].gateway
 
     def count_per_token_latency(self) -> None:
         """Keep the time-per-output-token histogram from now on (call before the run: a server counts from its
@@ -339,6 +350,9 @@ class ServingPool:
         if self._context is not None and req.inputs[rid] + req.outputs[rid] > self._context:
             self._reject(rid, REJECTED)
             return
+        if self._peers is not None:
+            self._route_among(rid, now)
+            return
         ready = self.ready()
         if not ready:
             self.gateway.append(rid)
@@ -361,6 +375,40 @@ class ServingPool:
         best.n_out += 1
         if len(best.prefill_fifo) + best.n_dec < self._slots:
             self._admit(best, now)
+
+    def _route_among(self, rid: int, now: float) -> None:
+        """``route`` over every pool of the role. A Service draws among all their ready groups; the gateway
+        (llm-d's endpoint picker scores queue depth and KV use) takes the group with the fewest outstanding
+        requests per slot, so a group of a larger slice with more slots takes more."""
+        peers = self._peers
+        assert peers is not None
+        pool: ServingPool | None = None
+        best: Replica | None = None
+        if self.routing == "service":
+            ready = [(p, r) for p in peers for r in p.ready()]
+            if ready:
+                pool, best = ready[int(self._draw[rid] * len(ready))]
+        else:
+            best_load = math.inf
+            for p in peers:
+                slots = p._slots
+                for r in p.ready():
+                    load = r.n_out / slots
+                    if load < best_load:
+                        pool, best, best_load = p, r, load
+        if pool is None or best is None:
+            self.gateway.append(rid)
+            return
+        if now - self.req.arrival[rid] > self._timeout:
+            self._reject(rid, ABANDONED)
+            return
+        if pool._max_out is not None and best.n_out >= pool._max_out:
+            pool._reject(rid, REJECTED)
+            return
+        best.queue.append(rid)
+        best.n_out += 1
+        if len(best.prefill_fifo) + best.n_dec < pool._slots:
+            pool._admit(best, now)
 
     def _drop_abandoned(self, rep: Replica, now: float) -> None:
         """Requests at the head of the queue whose client has given up leave it."""

@@ -143,16 +143,27 @@ class Simulation:
             self.pool_spec = pair[0]  # the trace arrives at the prefill pool
         self.routing = routing if routing is not None else self.pool_spec.routing
         specs = list(pair) if pair is not None else [self.pool_spec]
+        #: Disaggregated: role -> its pools' names (the primary first, then variants of other slice shapes).
+        roles = cluster.spec.disaggregation.roles() if cluster.spec.disaggregation is not None else {}
+        if pair is not None:
+            specs += [cluster.pool_named(n) for role in ("prefill", "decode") for n in roles[role][1:]]
+        role_of = {name: role for role, names in roles.items() for name in names}
         #: Disaggregated: the prefill pool computes each prompt (one output token: its KV cache) and hands it
-        #: to the decode pool after the KV transfer; TTFT and the SLO are the decode pool's.
+        #: to the decode pool after the KV transfer; TTFT and the SLO are the decode pool's. The pools of one
+        #: role share the requests (one stream, routed over all their groups).
+        role_requests = {
+            "prefill": Requests(trace.arrivals, trace.inputs, [1] * len(trace.arrivals)),
+            "decode": Requests(trace.arrivals, trace.inputs, trace.outputs),
+        } if pair is not None else {}
         self.pools: list[ServingPool] = []
         for i, spec in enumerate(specs):
-            outputs = [1] * len(trace.arrivals) if pair is not None and i == 0 else trace.outputs
+            role = role_of.get(spec.name)
             sp = ServingPool(
                 name=spec.name,
                 profile=cluster.profile(spec),
                 chips_per_replica=cluster.chips_per_replica(spec),
-                requests=Requests(trace.arrivals, trace.inputs, outputs),
+                requests=(role_requests[role] if role is not None
+                          else Requests(trace.arrivals, trace.inputs, trace.outputs)),
                 events=self.events,
                 on_chips_released=self._chips_released,
                 routing=self.routing if i == 0 else spec.routing,
@@ -165,15 +176,24 @@ class Simulation:
         self._pool_chips = {sp.name: 0 for sp in self.pools}
         self.pool_chip_s = {sp.name: 0.0 for sp in self.pools}
         self.pool_specs = {spec.name: spec for spec in specs}
-        #: The pool whose first tokens are the client's (TTFT, the SLO, stopping early).
-        self.score_pool = self.pools[-1]
+        #: The pool whose first tokens are the client's (TTFT, the SLO, stopping early): decode's primary pool;
+        #: with variants, every pool of the decode role (``_score_pools``) completes requests.
+        self.score_pool = self.pools[1] if pair is not None else self.pools[0]
         self.requests = self.score_pool.req
+        self._score_pools = [sp for sp in self.pools if role_of.get(sp.name) == "decode"] or [self.score_pool]
         self._kv = cluster.spec.disaggregation.kv_transfer if cluster.spec.disaggregation is not None else None
         if pair is not None:
-            self.pool.on_first_token = self._handoff
-            self.pool.set_prefill_only()
-            # The decode group receives the KV cache: no prefill compute of its own.
-            self.score_pool.set_prefill_free()
+            by_name = {sp.name: sp for sp in self.pools}
+            for role, names in roles.items():
+                peers = [by_name[n] for n in names]
+                for sp in peers:
+                    sp.join(peers)
+                    if role == "prefill":
+                        sp.on_first_token = self._handoff
+                        sp.set_prefill_only()
+                    else:
+                        # The decode group receives the KV cache: no prefill compute of its own.
+                        sp.set_prefill_free()
         #: Kueue's reconcile delays every admission (added to the cold start) and every eviction.
         self.reconcile_s = cluster.spec.kueue.admission_seconds
         topo_spec = cluster.spec.topology
@@ -183,7 +203,8 @@ class Simulation:
                 # The slice controller's AdmissionCheck provisions the carved slice before the pods start.
                 sp.cold_start_s += topo_spec.provisioning_seconds
         if slo_ttft_s is not None:
-            self.score_pool.slo_s = slo_ttft_s
+            for sp in self._score_pools:
+                sp.slo_s = slo_ttft_s
         #: Stop as soon as more requests than this have missed the SLO (the oracle's search only needs to
         #: know that a schedule fails); the result is then marked ``stopped_early``.
         self.stop_after_misses = stop_after_misses
@@ -597,7 +618,7 @@ class Simulation:
 
         self.every(self.horizon, close)
         pool, events, req = self.pool, self.events, self.requests
-        pools, score = self.pools, self.score_pool
+        pools, score, score_pools = self.pools, self.score_pool, self._score_pools
         arrivals = req.arrival
         n = len(arrivals)
         i = 0
@@ -659,7 +680,7 @@ class Simulation:
             if self._tickers_changed:
                 continue
             # Every request ends once: completed by the scoring pool, or rejected or abandoned by any pool.
-            finished = score.completed + sum(p.rejected + p.abandoned for p in pools)
+            finished = sum(p.completed for p in score_pools) + sum(p.rejected + p.abandoned for p in pools)
             if tick is None or t_tick > end_limit or (i >= n and finished >= n and t_tick > self.horizon):
                 break
             if stop_limit is not None and sum(p.late for p in pools) > stop_limit:
