@@ -441,11 +441,13 @@ def test_in_full_blocks_a_variant_fits_only_where_training_may_yield() -> None:
 # ------------------------------------------------------------------------------------ learned capacity (rule 0)
 
 
-def run_evaluations(values: Mapping[str, float | None], counts: Mapping[str, tuple[int, int]], n: int,
-                    state: PolicyState = SETTLED, start: float = T0) -> tuple[list[Any], PolicyState]:
+def run_evaluations(
+    values: Mapping[str, float | None], counts: Mapping[str, tuple[int, int]], n: int,
+    state: PolicyState = SETTLED, start: float = T0, policy: Any = None,
+) -> tuple[list[Any], PolicyState]:
     """``n`` evaluations 15 s apart on the same signals and counts (the counts do not follow the decisions)."""
     decisions: list[Any] = []
-    pol = compiled(budget=None)
+    pol = policy if policy is not None else compiled(budget=None)
     for i in range(n):
         now = start + 15 * i
         obs = observation(values, counts)
@@ -460,19 +462,35 @@ def learned(state: PolicyState, role: dg.Role) -> dg.Learned:
     return state.algorithm.learned(role)
 
 
-def test_a_moments_queue_adds_no_group_a_queue_held_for_three_evaluations_does() -> None:
+def test_a_moments_queue_adds_no_group_a_queue_held_for_three_evaluations_does_without_a_latency_signal() -> None:
     # 2 prefill groups serve 9,000 prompt tokens/s (needs 12,857 at 0.7 of 8,000: 2 groups); 3 prompts wait
-    # on 2 groups. Once: no group added (a burst queues on one-prompt-at-a-time prefill groups). Held for
-    # slo.SATURATED_EVALUATIONS evaluations: one more group.
+    # on 2 groups, and the role has no TTFT signal. Once: no group added (a burst queues on one-prompt-at-a-time
+    # prefill groups). Held for slo.SATURATED_EVALUATIONS evaluations: one more group.
     values = {**QUIET, "prompt": 9000.0, "pwait": 3.0}
     counts = {"prefill": (2, 2), "decode": (1, 1)}
-    for n in range(1, slo.SATURATED_EVALUATIONS):
-        decisions, _ = run_evaluations(values, counts, n)
-        assert scales(decisions)["prefill"].desired == 2, n
-    decisions, _ = run_evaluations(values, counts, slo.SATURATED_EVALUATIONS)
+    doc = policy_doc(budget=None)
+    del doc["spec"]["policy"]["prefill"]["signals"]["ttft"]
+    pol = compile_policy(ScalingPolicy.model_validate(doc))
+    for n in range(1, slo.SATURATED_EVALUATIONS + 1):
+        decisions, _ = run_evaluations(values, counts, n, policy=pol)
+        got = scales(decisions)["prefill"]
+        assert got.desired == (2 if n < slo.SATURATED_EVALUATIONS else 3), (n, got.message)
+    assert got.reason is Reason.SCALE_UP
+    assert "requests waited on every ready group for 3 evaluations" in got.message
+
+
+def test_with_a_latency_signal_the_latency_at_risk_adds_a_group_not_a_queue() -> None:
+    # The same queue held for many evaluations with TTFT comfortably met (0.5 s of 2 s) adds no group (the
+    # codelab simulation's 4th prefill group at TTFT 1.33 s, held 12 minutes); TTFT at risk (1.7 s: ≥ 0.8 of
+    # the objective, not yet over it) adds one at once, with or without a queue, since a group serves minutes
+    # after it is asked for.
+    counts = {"prefill": (2, 2), "decode": (1, 1)}
+    decisions, _ = run_evaluations({**QUIET, "prompt": 9000.0, "pwait": 3.0}, counts, 6)
+    assert scales(decisions)["prefill"].desired == 2, scales(decisions)["prefill"].message
+    decisions, _ = run_evaluations({**QUIET, "prompt": 9000.0, "ttft": 1.7}, counts, 1)
     got = scales(decisions)["prefill"]
     assert (got.desired, got.reason) == (3, Reason.SCALE_UP), got.message
-    assert "requests waited on every ready group for 3 evaluations" in got.message
+    assert "TTFT at risk (0.8 of its objective)" in got.message
 
 
 def test_capacity_is_learned_from_saturation_with_the_latency_at_risk() -> None:
