@@ -45,13 +45,13 @@ def test_one_controller_sizes_both_pools_in_whole_slices() -> None:
 
 def test_on_full_blocks_the_policy_grows_both_pools_by_stopping_training_slices() -> None:
     """At the codelab bench's warm start (2 + 2 groups and twelve 2x2x2 Workloads: every region held), with
-    the conversation trace at 1.5× the bench's rate, decode's token demand and then a queue held on every
-    prefill group ask for more: the policy must grow both pools, stopping one 2x2x2 Workload per group added.
+    the conversation trace at 2× the bench's rate, decode's token demand and then prefill's TTFT at risk ask for
+    more: the policy must grow both pools, stopping one 2x2x2 Workload per group added.
     (Once the simulator fed the slice inventory, it never did: its fit check saw no training able to yield,
     so no new group ever fitted.)"""
     cl = cluster_mod.load(CODELAB)
     raw = traces.load(cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv"))
-    trace = traces.reshape(raw, time_scale=1.0, rate_scale=15.0, duration_s=150.0, start_s=0.0, seed=0)
+    trace = traces.reshape(raw, time_scale=1.0, rate_scale=20.0, duration_s=150.0, start_s=0.0, seed=0)
     pipe_name = cl.pipeline_name_for("default")
     ctl = PolicyController(compile_policy(codelab_policy()), cl.spec.metric_pipelines[pipe_name], pipe_name)
     sim = Simulation(cluster=cl, trace=trace, controller=ctl, initial_by_pool={"prefill": 2, "decode": 2},
