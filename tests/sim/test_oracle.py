@@ -95,6 +95,8 @@ def with_token_signals(policy: ScalingPolicy) -> ScalingPolicy:
 NOT_SIMULATED = {
     "jetstream-slots-used": "reads TPU memory (tpu.memory_used_ratio), which the simulator does not model",
     "qwen-pd": "type disaggregated: two pools (tests/sim/test_disagg.py runs it on the TPU7x codelab cluster)",
+    "qwen-pd-variants": "type disaggregated over three LWSs (tests/sim/test_variants.py runs it on the codelab's "
+    "variants cluster)",
 }
 
 
