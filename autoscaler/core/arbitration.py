@@ -459,8 +459,8 @@ def _scale_up(
         return Plan(desired=desired, training=decisions, waiting_for_checkpoint=bool(saving))
     parts = [f"{desired} {unit} need {_units(need)} more {res}; {acct.describe()}"]
     parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
-    if victims:
-        parts.append(f"deactivating {', '.join(v.key for v in victims)}")
+    if stopping:  # not the victims still saving: they are named above, waited for
+        parts.append(f"deactivating {', '.join(v.key for v in stopping)}")
     parts.extend(f"not stopping {why}" for why in held.values())
     message = f"limited by capacity: only {reachable} {unit} fit even with all eligible training stopped; "
     return Plan(desired=reachable, training=decisions, message=message + "; ".join(parts),

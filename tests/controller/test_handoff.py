@@ -643,3 +643,38 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
     reasons = [e["reason"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
     assert "ScaleDown" not in reasons, reasons
     assert "ReactivateTraining" not in reasons, reasons
+
+
+async def test_the_real_loop_asks_and_stops_in_one_pass_when_the_save_fits_the_grace_period(world: World) -> None:
+    """Checkpoint requests on; the fine-tune (the tutorial's Job: 60 s grace period) declares a 20 s save and
+    last saved 10 minutes ago. The controller asks it to checkpoint and stops it in the same pass (the request
+    written first), and serving's second replica is asked for at once: it does not wait for the save, which
+    runs in the grace period the chips are held for anyway. Its grace period is read from the Job."""
+    w = world
+    tgi = w.metrics["tgi-gemma-deployment"]
+    text = policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url).replace(
+        "perReplica: 2", "perReplica: 2, checkpointRequestSeconds: 60")
+    (w.policies / "tgi.yaml").write_text(text)
+    rt = w.runtime()
+    w.kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm", metadata={"annotations": {
+        "autoscaler.dev/checkpoint-save-seconds": "20",
+        "autoscaler.dev/last-checkpoint-time": str(rt.clock.wall() - 600)}})
+    run_kueue(w)
+    w.start(rt)
+    tgi.queue = 15  # 2 replicas = 4 GPUs; the fine-tune holds 4 of the 6
+    await until(lambda: bool(w.training_writes()))
+    writes = [(r.method, r.path) for r in w.kube.writes() if r.method == "PATCH" and r.status < 300]
+    job = ("PATCH", "/apis/batch/v1/namespaces/llm/jobs/finetune-gemma-l4")
+    assert job in writes
+    stop = next(i for i, (_, path) in enumerate(writes) if path.endswith(f"/workloads/{FINETUNE}"))
+    assert writes.index(job) < stop, writes
+    requested = w.kube.get("batch/v1", "Job", "finetune-gemma-l4", "llm")["metadata"]["annotations"]
+    assert "autoscaler.dev/checkpoint-requested-at" in requested
+    await until(lambda: w.replicas("tgi-gemma-deployment") == 2)
+    notes = [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == "CheckpointRequested"]
+    assert any("its 20s save fits in its 60s grace period; serving does not wait for it" in n for n in notes), notes
+    # Not one pass waited for the save: no WaitingForCapacity before the scale.
+    reasons = [e["reason"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm")]
+    assert "WaitingForCapacity" not in reasons, reasons
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert w.training_writes() == [False]
