@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,19 @@ def test_no_arguments_runs_the_bundled_default(tmp_path: Path, monkeypatch: pyte
         assert f"\n{name} " in stdout
     # The feasibility report comes before the table.
     assert stdout.index("feasibility on") < stdout.index("\npolicy ")
+    # The README shows this run's table: it must be what the command prints today (a change that moves the
+    # default run re-measures the README's block in the same commit).
+    readme = re.search(r"```console\n\$ autoscaler simulate\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert readme is not None, "README.md has no `$ autoscaler simulate` console block"
+    assert _table(stdout) == _table(readme.group(1)), "README's default-run table differs from the command's"
+
+
+def _table(text: str) -> list[str]:
+    """The result table's lines, from its header to the oracle's row, trailing spaces dropped."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("policy "))
+    end = next(i for i, line in enumerate(lines) if line.startswith("oracle "))
+    return lines[start:end + 1]
 
 
 @pytest.mark.parametrize(
