@@ -484,28 +484,20 @@ def _training_decisions(
         )
         for v in stopping
     ) + tuple(
-        TrainingDecision(
-            workload=v,
-            action=TrainingAction.REQUEST_CHECKPOINT,
-            reason=Reason.REQUEST_CHECKPOINT,
-            message=(
-                f"asking {v.key} to checkpoint as it is stopped ({_risk_text(v)}): its {v.save_s:g}s save fits "
-                f"in its {v.grace_s:g}s grace period; serving does not wait for it"
-            ),
-        )
+        _ask(v, f"as it is stopped ({_risk_text(v)}): its {v.save_s:g}s save fits in its {v.grace_s:g}s grace "
+                "period; serving does not wait for it")
         for v in stopping if asks_as_it_stops(capacity, v)
     ) + tuple(
-        TrainingDecision(
-            workload=v,
-            action=TrainingAction.REQUEST_CHECKPOINT,
-            reason=Reason.REQUEST_CHECKPOINT,
-            message=(
-                f"asking {v.key} to checkpoint before it is stopped ({_risk_text(v)}); serving waits up to "
-                f"{capacity.checkpoint_request_seconds:g}s for it"
-            ),
-        )
+        _ask(v, f"before it is stopped ({_risk_text(v)}); serving waits up to "
+                f"{capacity.checkpoint_request_seconds:g}s for it")
         for v, ask in saving if ask
     )
+
+
+def _ask(v: TrainingWorkload, when: str) -> TrainingDecision:
+    """The decision asking ``v`` to checkpoint; ``when`` says when and what serving does meanwhile."""
+    return TrainingDecision(workload=v, action=TrainingAction.REQUEST_CHECKPOINT, reason=Reason.REQUEST_CHECKPOINT,
+                            message=f"asking {v.key} to checkpoint {when}")
 
 
 #: How many free places ``describe_slices`` counts at most (a message, not a census).

@@ -368,6 +368,11 @@ class ServingPool:
             for rep in ready:
                 if rep.n_out < best_n:
                     best, best_n = rep, rep.n_out
+        self._take(best, rid, now)
+
+    def _take(self, best: Replica, rid: int, now: float) -> None:
+        """``rid`` joins ``best``'s queue (one of this pool's replicas), refused when the server's cap on
+        outstanding requests is reached; admitted at once when a slot is free."""
         if self._max_out is not None and best.n_out >= self._max_out:
             self._reject(rid, REJECTED)
             return
@@ -402,13 +407,7 @@ class ServingPool:
         if now - self.req.arrival[rid] > self._timeout:
             self._reject(rid, ABANDONED)
             return
-        if pool._max_out is not None and best.n_out >= pool._max_out:
-            pool._reject(rid, REJECTED)
-            return
-        best.queue.append(rid)
-        best.n_out += 1
-        if len(best.prefill_fifo) + best.n_dec < pool._slots:
-            pool._admit(best, now)
+        pool._take(best, rid, now)
 
     def _drop_abandoned(self, rep: Replica, now: float) -> None:
         """Requests at the head of the queue whose client has given up leave it."""

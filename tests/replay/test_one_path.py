@@ -63,6 +63,8 @@ def status(n: int) -> ReplicaStatus:
 
 
 class Targets:
+    """The ``TargetReader`` of a cluster whose every target is seen as ``view``."""
+
     def __init__(self, view: TargetView) -> None:
         self.view = view
 

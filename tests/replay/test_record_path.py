@@ -35,7 +35,6 @@ from autoscaler.core.model import (
     ReplicaStatus,
     ScaleDecision,
     SignalState,
-    TargetRef,
 )
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.replay import engine as replay_engine
@@ -43,6 +42,7 @@ from autoscaler.replay.traces import load
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import record
 from autoscaler.sources.pool import SourcePool
+from tests.replay.test_one_path import Targets
 from tests.sources.realprom import Exporter, PrometheusServer, ScrapeTarget, have_prometheus
 
 NS = "llm"
@@ -120,21 +120,12 @@ def policy(url: str, target: str, signal: dict[str, Any], value: float) -> Scali
     })
 
 
-class ClusterView:
+class ClusterView(Targets):
     """The ``TargetReader`` of a cluster in which the target has exactly these ready pods."""
 
     def __init__(self, pods: Sequence[str]) -> None:
         status = ReplicaStatus(spec=len(pods), ready=len(pods), pods=tuple(PodStatus(p, True, 600.0) for p in pods))
-        self.view = TargetView(status, tuple(PodRef(p) for p in pods))
-
-    async def observe(self, policy: CompiledPolicy) -> TargetView:
-        return self.view
-
-    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
-        return {cp.name: self.view for cp in policies}
-
-    async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
-        raise AssertionError(f"a single-target policy reads no other target ({ref.key})")
+        super().__init__(TargetView(status, tuple(PodRef(p) for p in pods)))
 
 
 @dataclass(frozen=True)
