@@ -181,3 +181,14 @@ def test_usable_triggers_asking_exactly_the_fallback_count_leave_the_fallback_in
         decision, state = run(cp, observe(8, waiting=None, running=fresh(3.75, NOW + 15 * i)), state, NOW + 15 * i)
     assert (decision.desired, decision.reason) == (3, Reason.FALLBACK)
     assert "ask for more" not in decision.message, decision.message
+
+
+def test_a_target_at_one_replica_falls_back_too() -> None:
+    # Only 0 replicas is left alone (HPA does nothing at 0); one replica is a running target like any other.
+    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 3}})
+    state = PolicyState()
+    got = []
+    for i in range(3):
+        decision, state = run(cp, observe(1, waiting=None, running=fresh(1.0)), state, NOW + 15 * i)
+        got.append((decision.desired, decision.reason))
+    assert got == [(1, Reason.METRICS_UNKNOWN), (3, Reason.FALLBACK), (3, Reason.FALLBACK)]
