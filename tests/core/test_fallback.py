@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
+
 from autoscaler.core.model import PolicyState, Reason, SignalReading
 from tests.core.test_safety import HPA, KPA, NOW, QUEUE, compiled, fresh, observe, run
 
@@ -43,14 +45,20 @@ def test_failures_are_counted_per_trigger() -> None:
     assert dict(state.signal_failures) == {"running": 1}
 
 
-def test_a_trigger_falls_back_once_its_own_count_passes_the_threshold() -> None:
-    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 2, "replicas": 7}})
+@pytest.mark.parametrize(
+    ("current", "fallback"),
+    # One replica too: only 0 is left alone (HPA does nothing at 0); from 1, HPA's default scale-up (4 pods a
+    # step) reaches 5 at once.
+    [pytest.param(4, 7, id="four-replicas"), pytest.param(1, 5, id="one-replica")],
+)
+def test_a_trigger_falls_back_once_its_own_count_passes_the_threshold(current: int, fallback: int) -> None:
+    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 2, "replicas": fallback}})
     state = PolicyState()
     got = []
     for i in range(4):
-        decision, state = run(cp, observe(4, waiting=None, running=fresh(1.0)), state, NOW + 15 * i)
+        decision, state = run(cp, observe(current, waiting=None, running=fresh(1.0)), state, NOW + 15 * i)
         got.append((decision.desired, decision.reason))
-    assert got == [(4, Reason.METRICS_UNKNOWN)] * 2 + [(7, Reason.FALLBACK)] * 2
+    assert got == [(current, Reason.METRICS_UNKNOWN)] * 2 + [(fallback, Reason.FALLBACK)] * 2
     assert dict(state.signal_failures) == {"waiting": 4}
 
 
@@ -181,14 +189,3 @@ def test_usable_triggers_asking_exactly_the_fallback_count_leave_the_fallback_in
         decision, state = run(cp, observe(8, waiting=None, running=fresh(3.75, NOW + 15 * i)), state, NOW + 15 * i)
     assert (decision.desired, decision.reason) == (3, Reason.FALLBACK)
     assert "ask for more" not in decision.message, decision.message
-
-
-def test_a_target_at_one_replica_falls_back_too() -> None:
-    # Only 0 replicas is left alone (HPA does nothing at 0); one replica is a running target like any other.
-    cp = compiled(QUEUE, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 3}})
-    state = PolicyState()
-    got = []
-    for i in range(3):
-        decision, state = run(cp, observe(1, waiting=None, running=fresh(1.0)), state, NOW + 15 * i)
-        got.append((decision.desired, decision.reason))
-    assert got == [(1, Reason.METRICS_UNKNOWN), (3, Reason.FALLBACK), (3, Reason.FALLBACK)]

@@ -14,23 +14,17 @@ from autoscaler.core.engine import CompiledPolicy, compile_policy, decide
 from autoscaler.core.fast import hpa_decider
 from autoscaler.core.model import Observation, PolicyState, ReplicaStatus, SignalReading, TargetKind, TargetRef
 from autoscaler.core.spec import ScalingPolicy
+from tests.core.test_engine_hpa_props import policies_st
 
 TARGET = TargetRef(TargetKind.DEPLOYMENT, "llm")
 SIGNALS = ("a", "b", "c")
 
-rate_policies = st.fixed_dictionaries(
-    {
-        "type": st.sampled_from(["Pods", "Percent"]),
-        "value": st.integers(1, 200),
-        "periodSeconds": st.sampled_from([15, 30, 60, 120]),
-    }
-)
 rules = st.fixed_dictionaries(
     {},
     optional={
         "stabilizationWindowSeconds": st.sampled_from([0, 15, 45, 300]),
         "selectPolicy": st.sampled_from(["Max", "Min", "Disabled"]),
-        "policies": st.lists(rate_policies, min_size=1, max_size=2),
+        "policies": st.lists(policies_st, min_size=1, max_size=2),
         "tolerance": st.sampled_from([0.0, 0.05, 0.3]),
     },
 )
