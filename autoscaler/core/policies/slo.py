@@ -66,8 +66,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -75,49 +73,32 @@ from pydantic import Field, model_validator
 
 from autoscaler.core.model import Ahead, Reason
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
+from autoscaler.core.sizing import (
+    BURST_SHORT_S,
+    CAPACITY_SCALE_BOUNDS,
+    RISK_FRACTION,
+    SATURATED_EVALUATIONS,
+    SETTLE_S,
+    capacity_alpha,
+    largest_rise,
+    learn_capacity_scale,
+    learn_utilization,
+    lookback,
+    queued_on_every_replica,
+    seasonal,
+    trend_and_burst,
+)
+from autoscaler.core.sizing import EPSILON as _EPSILON
+from autoscaler.core.sizing import ceil_count as _ceil
 from autoscaler.core.specbase import FieldError, SpecModel
 
-#: A latency quantile at or above this fraction of its objective puts the SLO at risk. Design constant:
-#: the loop must act before the target is crossed, since the quantile is measured over a trailing window.
-RISK_FRACTION = 0.8
-#: At or below this fraction of the objective the SLO is comfortably met and ``c`` may recover.
-RELAX_FRACTION = 0.5
-#: Time constant (s) of the capacity average over saturated samples: converges within a few minutes.
-CAPACITY_TAU_S = 60.0
-#: Time constant (s) of ``c`` recovering toward ``targetUtilization`` once the SLO is comfortably met.
-RECOVER_TAU_S = 300.0
-#: Time constant (s) of ``c`` dropping while the SLO is at risk (at an excess of 1.0 over the risk line).
-DROP_TAU_S = 30.0
-#: The learned capacity scale stays within these bounds of the prior (a broken metric cannot run it away).
-CAPACITY_SCALE_BOUNDS = (0.2, 5.0)
-#: The utilization at the SLO never drops below this (a queue that never drains would otherwise ask for
-#: unbounded replicas; ``maxReplicas`` bounds it too).
-MIN_UTILIZATION = 0.2
-#: The upward probe of ``c`` stops here: a replica planned at most at the capacity the model has learned.
-PROBE_MAX_UTILIZATION = 1.0
-#: Saturation must hold this many evaluations in a row before it teaches capacity (a moment's queue does not).
-SATURATED_EVALUATIONS = 3
 #: Counts remembered as short (the most recent ones).
 MAX_SHORT = 32
 #: The learned share of usable slots stays above this.
 MIN_SLOT_SCALE = 0.05
-#: Saturated: at least this many requests waiting per ready replica.
-SATURATED_WAITING_PER_REPLICA = 1.0
-#: The ready count must have held this long before served rates count as a replica's capacity (rates are
-#: averaged over a trailing window; a fresh replica's share is not in it yet).
-SETTLE_S = 60.0
-#: The largest rise within a cold start is looked for over this many cold starts, and at least
-#: ``LOOKBACK_MIN_S``: long enough to have seen the traffic's usual swings (the largest of ~15 rises, not of 5:
-#: with 5 the estimate misses the swings that come back every half hour), short enough to forget a day-old one.
-LOOKBACK_COLD_STARTS = 15.0
-LOOKBACK_MIN_S = 1800.0
-#: The short window of burst detection.
-BURST_SHORT_S = 20.0
 #: ``Recommendation.ahead`` forecasts this many cold starts ahead: a hand-off's lead is the training victim's
 #: eviction (Kueue's reconcile plus its grace period: estimate, at most one cold start) plus the cold start.
 HANDOFF_LEAD_COLD_STARTS = 2.0
-#: Ratios this close to an integer count as that integer (float noise must not add a replica).
-_EPSILON = 1e-9
 
 
 class ObjectiveSpec(SpecModel):
@@ -339,48 +320,6 @@ class _Reading:
     demand_zero: bool
 
 
-def queued_on_every_replica(
-    waiting: float | None, ready: int, per_replica: Mapping[str, float] | None = None
-) -> bool:
-    """Requests wait on every ready replica (at least ``SATURATED_WAITING_PER_REPLICA`` each): one sample of
-    saturation; ``SATURATED_EVALUATIONS`` in a row make the replicas' served rate their capacity.
-
-    With each replica's own count (``per_replica``, what a pods source scrapes) that is checked replica by
-    replica: behind random routing (a ClusterIP Service) a total of ``ready`` waiting is as often a few prompts
-    stacked on one replica while the others have room, and the served rate of replicas with room is their
-    demand, not their capacity. Without it the total stands for the per-replica counts (an average)."""
-    if waiting is None or ready <= 0 or waiting < SATURATED_WAITING_PER_REPLICA * ready:
-        return False
-    if per_replica:
-        return min(per_replica.values()) >= SATURATED_WAITING_PER_REPLICA
-    return True
-
-
-def capacity_alpha(samples: int, dt: float) -> float:
-    """The step of the capacity average over ``dt`` seconds (time constant ``CAPACITY_TAU_S``); the first
-    saturated sample is taken whole."""
-    return 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
-
-
-def learn_capacity_scale(kappa: float, *, saturated: bool, served: float | None, settled: bool, alpha: float) -> float:
-    """Rule 2 of the module docstring, for one capacity scale κ (capacity over the prior): ``served`` is what
-    one ready replica serves over its prior (tokens/s ÷ prior tokens/s). Saturated, the served rate *is* the
-    capacity: κ moves toward it by ``alpha``; not saturated, it is a lower bound: κ rises to it at once. Only
-    on a ``settled`` ready count (the rates are trailing averages); kept within ``CAPACITY_SCALE_BOUNDS``.
-    Shared with the ``disaggregated`` type, which learns one κ per role the same way."""
-    if settled and served is not None:
-        if saturated and served > 0:
-            kappa += alpha * (served - kappa)
-        elif not saturated and served > kappa:
-            kappa = served
-    low, high = CAPACITY_SCALE_BOUNDS
-    return min(high, max(low, kappa))
-
-
-def _ceil(x: float) -> int:
-    return max(0, math.ceil(x - _EPSILON * max(1.0, x))) if x > 0 else 0
-
-
 @dataclass(frozen=True, slots=True)
 class SloAlgorithm:
     config: SloPolicyConfig
@@ -548,35 +487,14 @@ class SloAlgorithm:
         ratio = reading.latency_ratio
         at_risk = ratio is not None and ratio >= RISK_FRACTION
         h = cfg.scale_down.hysteresis
-        proven = prev.proven
-        # The latency corrects the model only where the model thought the ready replicas were enough: a risk
-        # the model already explains (it asks for more) is under-provisioning, not a model error.
-        model_content = _ceil(reading.load / c) <= ready
-        if at_risk and starting == 0 and ratio is not None and model_content:
-            # In proportion to the excess over the risk line and to the time elapsed (the quantile lags by
-            # its window: a per-evaluation step would crash c before new capacity could show in it).
-            c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
-        elif not reading.latency_unknown and (
-            (ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and reading.demand_zero)
-        ):
-            if c < u_max:
-                c = u_max - (u_max - c) * math.exp(-dt / RECOVER_TAU_S)
-            # The upward probe: a conservative prior (or targetUtilization) is never corrected by saturation,
-            # since the policy avoids it. Where the quantile is comfortably met while the replicas run in the
-            # upper part of the hysteresis band (load per replica above c·(1 − hysteresis)), c may rise to
-            # what that utilization allows, so that a scale-down goes at most to a utilization seen to hold
-            # the objective. Bounded: never above 1 (the learned capacity), only on a settled count with
-            # nothing starting, never near a load where a count was found short (the memory below).
-            guarded = any(reading.served_load >= (1.0 - h) * x.served for x in prev.short)
-            if ratio is not None and settled and not guarded:
-                proven = max(proven, reading.load / ready)
-                ceiling = min(PROBE_MAX_UTILIZATION, proven / (1.0 - h))
-                if ceiling > c:
-                    c = ceiling - (ceiling - c) * math.exp(-dt / RECOVER_TAU_S)
-        if at_risk and ready > 0:
-            # A utilization at risk is not proven: the probe restarts below it.
-            proven = min(proven, reading.load / ready * (1.0 - h))
-        c = min(max(u_max, PROBE_MAX_UTILIZATION), max(MIN_UTILIZATION, c))
+        # A load near one at which a count was found short: no upward probe there (the memory below).
+        near_short = any(reading.served_load >= (1.0 - h) * x.served for x in prev.short)
+        headroom = learn_utilization(
+            c, prev.proven, target=u_max, ratio=ratio, latency_unknown=reading.latency_unknown,
+            demand_zero=reading.demand_zero, load=reading.load, served_load=reading.served_load, ready=ready,
+            starting=starting, settled=settled, near_short=near_short, hysteresis=h, dt=dt,
+        )
+        c, proven = headroom.utilization, headroom.proven
 
         # 4. History, burst, trend, seasonality.
         load = reading.load
@@ -595,7 +513,7 @@ class SloAlgorithm:
                 # While requests queue on every replica the served rates show the replicas' capacity, not
                 # the demand: those samples would fake a trend as capacity is added. The trend skips them.
                 calm = (*calm, now)
-        forecast, ftext, burst_at, seasonal = load, "", prev.burst_at, prev.seasonal
+        forecast, ftext, burst_at, season = load, "", prev.burst_at, prev.seasonal
         # For the capacity arbitration (``Recommendation.ahead``): the trend over a hand-off's lead, a training
         # victim's eviction plus this cold start; the eviction is taken as at most one more cold start
         # (estimate: grace periods of 30-60 s against cold starts of minutes).
@@ -605,13 +523,14 @@ class SloAlgorithm:
         series = tuple((x.t, x.load(kappa, self.slot_unit(slot_scale) / cfg.replica.slots)) for x in history)
         if fc.enabled and series:
             calm_set = set(calm)
-            forecast, ftext, burst_at, further = _trend_and_burst(
+            trend = trend_and_burst(
                 series, now, load, horizon, fc.burst_ratio, burst_at,
                 trend_samples=[(t, v) for t, v in series if t in calm_set] if not queued else [],
                 reach=reach,
             )
+            forecast, ftext, burst_at, further = trend.value, trend.text, trend.burst_at, trend.further
             if fc.seasonality_period_seconds is not None:
-                seasonal, season_load = _seasonal(
+                season, season_load = seasonal(
                     prev.seasonal, fc.seasonality_period_seconds, fc.seasonality_buckets, now, horizon,
                     None if reading.unknown else load,
                 )
@@ -619,7 +538,7 @@ class SloAlgorithm:
                     forecast = season_load
                     ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
         peak = max([v for t, v in series if t > now - hold] or [load])
-        rise = _largest_rise(series, horizon)
+        rise = largest_rise(series, horizon)
         # Nothing is released before a whole hold window has been observed (after the rate windows filled).
         observed = max(0.0, now - (prev.since if prev.since is not None else now) - self._rate_window(ctx))
 
@@ -661,7 +580,7 @@ class SloAlgorithm:
             calm=calm,
             ready=ready,
             ready_since=ready_since,
-            seasonal=seasonal,
+            seasonal=season,
             burst_at=burst_at,
             last_t=now,
             since=prev.since if prev.since is not None else now,
@@ -825,103 +744,23 @@ def occupancy_at_objective(slots: int, percentile: float) -> float:
     return low
 
 
-def lookback(horizon: float) -> float:
-    """How far back the largest rise within one cold start is looked for: several cold starts, 10 min at least."""
-    return max(LOOKBACK_MIN_S, LOOKBACK_COLD_STARTS * horizon)
-
-
-def _largest_rise(history: tuple[tuple[float, float], ...], horizon: float) -> float:
-    """The largest increase of the load within ``horizon`` seconds anywhere in ``history`` (≥ 0).
-
-    What the load did within one cold start before is what it may do again: a replica released now would
-    be missing for that long. One pass from the newest sample back, with a monotonic deque of the running
-    maximum of the following ``horizon`` seconds.
-    """
-    best = 0.0
-    ahead: deque[tuple[float, float]] = deque()  # (t, v) after the current sample, values decreasing
-    for t, v in reversed(history):
-        while ahead and ahead[0][0] > t + horizon:
-            ahead.popleft()
-        if ahead and ahead[0][1] - v > best:
-            best = ahead[0][1] - v
-        while ahead and ahead[-1][1] <= v:
-            ahead.pop()
-        ahead.append((t, v))
-    return best
-
-
-def _trend_and_burst(
-    history: tuple[tuple[float, float], ...],
-    now: float,
-    load: float,
-    horizon: float,
-    burst_ratio: float,
-    burst_at: float | None,
-    *,
-    trend_samples: list[tuple[float, float]] | None = None,
-    reach: float | None = None,
-) -> tuple[float, str, float | None, float]:
-    """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection;
-    last, the same forecast extrapolated to ``now + reach`` (default ``horizon``), never below the first."""
-    # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
-    # Only its lower confidence bound counts (slope − 2 standard errors): noise alone must not add replicas.
-    span = 2 * max(horizon, 30.0)
-    window = [(t, v) for t, v in history if t > now - span]
-    forecast, text = load, ""
-    further = load
-    mv = sum(v for _, v in window) / len(window) if window else load
-    fit = [(t, v) for t, v in (history if trend_samples is None else trend_samples) if t > now - span]
-    if len(fit) >= 4:
-        n = len(fit)
-        mt = sum(t for t, _ in fit) / n
-        mf = sum(v for _, v in fit) / n
-        var = sum((t - mt) ** 2 for t, _ in fit)
-        if var > 0:
-            slope = sum((t - mt) * (v - mf) for t, v in fit) / var
-            resid = sum((v - (mf + slope * (t - mt))) ** 2 for t, v in fit) / (n - 2)
-            low = slope - 2.0 * math.sqrt(resid / var)
-            if low > 0:
-                ahead = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * horizon)
-                if ahead > forecast:
-                    forecast = ahead
-                    text = f" (trend ≥ +{low * 60:.2f}/min)"
-                further = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * (reach or horizon))
-    if len(window) >= 4:
-        short = [v for t, v in window if t > now - BURST_SHORT_S]
-        mean_long = mv
-        if short and mean_long > 0 and sum(short) / len(short) >= burst_ratio * mean_long:
-            # In a burst the load swings within seconds: its highest point of the short window is the floor.
-            burst_at = now
-            forecast = max(forecast, *short)
-            text += f" (burst: {sum(short) / len(short):.2f} ≥ {burst_ratio:g}× the {mean_long:.2f} average)"
-    return forecast, text, burst_at, max(forecast, further)
-
-
-def _seasonal(
-    profile: tuple[tuple[float, float], ...],
-    period: float,
-    buckets: int,
-    now: float,
-    horizon: float,
-    load: float | None,
-) -> tuple[tuple[tuple[float, float], ...], float | None]:
-    """Update the per-phase profile with ``load`` and read the phase at ``now + horizon`` seen a period ago."""
-    slots = list(profile) if len(profile) == buckets else [(0.0, -math.inf)] * buckets
-    width = period / buckets
-    here = int((now % period) // width)
-    if load is not None:
-        old, seen = slots[here]
-        # Within the same phase of the same period, keep the maximum (a floor should hold the phase's peak).
-        slots[here] = (max(old, load) if now - seen < width else load, now)
-    ahead = int(((now + horizon) % period) // width)
-    value, seen = slots[ahead]
-    # Only a phase seen in an earlier period forecasts: the current one is already in the load.
-    usable = seen > -math.inf and now + horizon - seen >= period - width
-    return tuple(slots), (value if usable else None)
-
-
 def build(config: SloPolicyConfig) -> PolicyAlgorithm:
     return SloAlgorithm(config)
 
 
-__all__ = ["LoadSample", "ShortCount", "SloAlgorithm", "SloPolicyConfig", "SloState", "build"]
+__all__ = [
+    # Re-exported from ``core.sizing`` for the callers that named them here first (``disaggregated``).
+    "CAPACITY_SCALE_BOUNDS",
+    "RISK_FRACTION",
+    "SATURATED_EVALUATIONS",
+    "SETTLE_S",
+    "LoadSample",
+    "ShortCount",
+    "SloAlgorithm",
+    "SloPolicyConfig",
+    "SloState",
+    "build",
+    "capacity_alpha",
+    "learn_capacity_scale",
+    "queued_on_every_replica",
+]

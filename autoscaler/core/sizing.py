@@ -1,0 +1,324 @@
+"""Sizing a serving fleet to a latency objective: the pieces the ``slo`` and ``disaggregated`` policy types share.
+
+Pure functions of numbers (no signals, no configs): each policy type reads its own signals and passes the
+quantities here, so one rule serves both, and a change to a rule changes both.
+
+- **Learned capacity** (``queued_on_every_replica``, ``capacity_alpha``, ``learn_capacity_scale``): what a
+  replica (an LWS group) serves while requests wait on every one of them is its capacity.
+- **Utilization at the SLO from the latency headroom** (``learn_utilization``): the fraction of the learned
+  capacity a replica may run at and keep the objective, lowered while the measured quantile is at risk,
+  recovered and probed upward while it is comfortably met.
+- **Demand over the cold start** (``trend_and_burst``, ``largest_rise``, ``seasonal``, ``lookback``): the
+  forecast that may only add capacity ahead of need, and the largest rise a released replica would miss.
+
+This module deliberately knows nothing of a policy's config or state types: those stay with the type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+#: A latency quantile at or above this fraction of its objective puts the SLO at risk. Design constant:
+#: the loop must act before the target is crossed, since the quantile is measured over a trailing window.
+RISK_FRACTION = 0.8
+#: At or below this fraction of the objective the SLO is comfortably met and ``c`` may recover.
+RELAX_FRACTION = 0.5
+#: Time constant (s) of the capacity average over saturated samples: converges within a few minutes.
+CAPACITY_TAU_S = 60.0
+#: Time constant (s) of ``c`` recovering toward ``targetUtilization`` once the SLO is comfortably met.
+RECOVER_TAU_S = 300.0
+#: Time constant (s) of ``c`` dropping while the SLO is at risk (at an excess of 1.0 over the risk line).
+DROP_TAU_S = 30.0
+#: The learned capacity scale stays within these bounds of the prior (a broken metric cannot run it away).
+CAPACITY_SCALE_BOUNDS = (0.2, 5.0)
+#: The utilization at the SLO never drops below this (a queue that never drains would otherwise ask for
+#: unbounded replicas; ``maxReplicas`` bounds it too).
+MIN_UTILIZATION = 0.2
+#: The upward probe of ``c`` stops here: a replica planned at most at the capacity the model has learned.
+PROBE_MAX_UTILIZATION = 1.0
+#: Saturation must hold this many evaluations in a row before it teaches capacity (a moment's queue does not).
+SATURATED_EVALUATIONS = 3
+#: Saturated: at least this many requests waiting per ready replica.
+SATURATED_WAITING_PER_REPLICA = 1.0
+#: The ready count must have held this long before served rates count as a replica's capacity (rates are
+#: averaged over a trailing window; a fresh replica's share is not in it yet).
+SETTLE_S = 60.0
+#: The largest rise within a cold start is looked for over this many cold starts, and at least
+#: ``LOOKBACK_MIN_S``: long enough to have seen the traffic's usual swings (the largest of ~15 rises, not of 5:
+#: with 5 the estimate misses the swings that come back every half hour), short enough to forget a day-old one.
+LOOKBACK_COLD_STARTS = 15.0
+LOOKBACK_MIN_S = 1800.0
+#: The short window of burst detection.
+BURST_SHORT_S = 20.0
+#: Ratios this close to an integer count as that integer (float noise must not add a replica).
+EPSILON = 1e-9
+
+
+def ceil_count(x: float) -> int:
+    """Replicas for ``x`` replica-equivalents: the ceiling, with float noise at an integer not adding one."""
+    return max(0, math.ceil(x - EPSILON * max(1.0, x))) if x > 0 else 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Learned capacity
+
+
+def queued_on_every_replica(
+    waiting: float | None, ready: int, per_replica: Mapping[str, float] | None = None
+) -> bool:
+    """Requests wait on every ready replica (at least ``SATURATED_WAITING_PER_REPLICA`` each): one sample of
+    saturation; ``SATURATED_EVALUATIONS`` in a row make the replicas' served rate their capacity.
+
+    With each replica's own count (``per_replica``, what a pods source scrapes) that is checked replica by
+    replica: behind random routing (a ClusterIP Service) a total of ``ready`` waiting is as often a few prompts
+    stacked on one replica while the others have room, and the served rate of replicas with room is their
+    demand, not their capacity. Without it the total stands for the per-replica counts (an average)."""
+    if waiting is None or ready <= 0 or waiting < SATURATED_WAITING_PER_REPLICA * ready:
+        return False
+    if per_replica:
+        return min(per_replica.values()) >= SATURATED_WAITING_PER_REPLICA
+    return True
+
+
+def capacity_alpha(samples: int, dt: float) -> float:
+    """The step of the capacity average over ``dt`` seconds (time constant ``CAPACITY_TAU_S``); the first
+    saturated sample is taken whole."""
+    return 1.0 - math.exp(-dt / CAPACITY_TAU_S) if samples else 1.0
+
+
+def learn_capacity_scale(kappa: float, *, saturated: bool, served: float | None, settled: bool, alpha: float) -> float:
+    """One capacity scale κ (capacity over the prior): ``served`` is what one ready replica serves over its
+    prior (tokens/s ÷ prior tokens/s). Saturated, the served rate *is* the capacity: κ moves toward it by
+    ``alpha``; not saturated, it is a lower bound: κ rises to it at once. Only on a ``settled`` ready count
+    (the rates are trailing averages); kept within ``CAPACITY_SCALE_BOUNDS``. The ``disaggregated`` type
+    learns one κ per role the same way."""
+    if settled and served is not None:
+        if saturated and served > 0:
+            kappa += alpha * (served - kappa)
+        elif not saturated and served > kappa:
+            kappa = served
+    low, high = CAPACITY_SCALE_BOUNDS
+    return min(high, max(low, kappa))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Utilization at the SLO from the latency headroom
+
+
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """What the latency loop learned this evaluation."""
+
+    #: ``c``: the utilization (of the learned capacity) a replica may run at and keep the objective.
+    utilization: float
+    #: The highest load per ready replica at which the quantile was comfortably met on a settled count.
+    proven: float
+
+
+def learn_utilization(
+    utilization: float,
+    proven: float,
+    *,
+    target: float,
+    ratio: float | None,
+    latency_unknown: bool,
+    demand_zero: bool,
+    load: float,
+    served_load: float,
+    ready: int,
+    starting: int,
+    settled: bool,
+    near_short: bool,
+    hysteresis: float,
+    dt: float,
+) -> Headroom:
+    """``c`` after ``dt`` seconds, from the measured latency against the objective (the ``slo`` type's rule 3).
+
+    - ``ratio``: the worst measured quantile over its objective (``None``: no latency configured or known);
+      ``latency_unknown``: a configured quantile is unknown (then ``c`` neither recovers nor probes).
+    - ``load``/``served_load``: replica-equivalents of learned capacity (with and without the backlog);
+      ``ready``/``starting`` replicas; ``settled``: the ready count held for ``SETTLE_S`` with nothing starting.
+    - ``near_short``: the served load is near one at which a count was found short (no upward probe there).
+    - ``target``: ``targetUtilization``, where ``c`` starts and recovers to; ``hysteresis`` the scale-down band.
+
+    At risk (``ratio ≥ RISK_FRACTION``) with nothing starting and a model that thought the ready replicas
+    enough, ``c`` drops in proportion to the excess and to the time elapsed (the quantile lags by its window:
+    a per-evaluation step would crash ``c`` before new capacity could show in it). A risk the model already
+    explains (it asks for more) is under-provisioning, not a model error. Comfortably met (``≤
+    RELAX_FRACTION``, or no demand at all), ``c`` recovers toward ``target`` (``RECOVER_TAU_S``) and probes
+    upward to ``proven / (1 − hysteresis)`` (at most ``PROBE_MAX_UTILIZATION``), so a scale-down goes at most to
+    a utilization seen to hold the objective. A risk withdraws what was proven."""
+    c = utilization
+    at_risk = ratio is not None and ratio >= RISK_FRACTION
+    h = hysteresis
+    model_content = ceil_count(load / c) <= ready
+    if at_risk and starting == 0 and ratio is not None and model_content:
+        c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
+    elif not latency_unknown and ((ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and demand_zero)):
+        if c < target:
+            c = target - (target - c) * math.exp(-dt / RECOVER_TAU_S)
+        # The upward probe: a conservative prior (or targetUtilization) is never corrected by saturation,
+        # since the policy avoids it. Where the quantile is comfortably met while the replicas run in the
+        # upper part of the hysteresis band (load per replica above c·(1 − hysteresis)), c may rise to
+        # what that utilization allows, so that a scale-down goes at most to a utilization seen to hold
+        # the objective. Bounded: never above 1 (the learned capacity), only on a settled count with
+        # nothing starting, never near a load where a count was found short.
+        if ratio is not None and settled and not near_short:
+            proven = max(proven, load / ready)
+            ceiling = min(PROBE_MAX_UTILIZATION, proven / (1.0 - h))
+            if ceiling > c:
+                c = ceiling - (ceiling - c) * math.exp(-dt / RECOVER_TAU_S)
+    if at_risk and ready > 0:
+        # A utilization at risk is not proven: the probe restarts below it.
+        proven = min(proven, load / ready * (1.0 - h))
+    c = min(max(target, PROBE_MAX_UTILIZATION), max(MIN_UTILIZATION, c))
+    return Headroom(c, proven)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Demand over the cold start
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """The trend and burst forecast of ``trend_and_burst``."""
+
+    #: The load expected at ``now + horizon`` (never below the load now).
+    value: float
+    #: What raised it, for the message ("" when nothing did).
+    text: str
+    #: The last time a burst was detected.
+    burst_at: float | None
+    #: The same forecast extrapolated to ``now + reach`` (never below ``value``).
+    further: float
+
+
+def lookback(horizon: float) -> float:
+    """How far back the largest rise within one cold start is looked for: several cold starts, 10 min at least."""
+    return max(LOOKBACK_MIN_S, LOOKBACK_COLD_STARTS * horizon)
+
+
+def largest_rise(history: Sequence[tuple[float, float]], horizon: float) -> float:
+    """The largest increase of the load within ``horizon`` seconds anywhere in ``history`` (``(t, load)``,
+    oldest first; the result is ≥ 0).
+
+    What the load did within one cold start before is what it may do again: a replica released now would
+    be missing for that long. One pass from the newest sample back, with a monotonic deque of the running
+    maximum of the following ``horizon`` seconds.
+    """
+    best = 0.0
+    ahead: deque[tuple[float, float]] = deque()  # (t, v) after the current sample, values decreasing
+    for t, v in reversed(history):
+        while ahead and ahead[0][0] > t + horizon:
+            ahead.popleft()
+        if ahead and ahead[0][1] - v > best:
+            best = ahead[0][1] - v
+        while ahead and ahead[-1][1] <= v:
+            ahead.pop()
+        ahead.append((t, v))
+    return best
+
+
+def trend_and_burst(
+    history: Sequence[tuple[float, float]],
+    now: float,
+    load: float,
+    horizon: float,
+    burst_ratio: float,
+    burst_at: float | None,
+    *,
+    trend_samples: Sequence[tuple[float, float]] | None = None,
+    reach: float | None = None,
+) -> Forecast:
+    """The trend forecast at ``now + horizon`` (never below ``load``, at most twice it) and burst detection
+    over ``history`` (``(t, load)``, oldest first); ``trend_samples`` (default ``history``) are the samples the
+    trend is fitted on; ``further`` is the same forecast extrapolated to ``now + reach`` (default ``horizon``)."""
+    # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
+    # Only its lower confidence bound counts (slope − 2 standard errors): noise alone must not add replicas.
+    span = 2 * max(horizon, 30.0)
+    window = [(t, v) for t, v in history if t > now - span]
+    forecast, text = load, ""
+    further = load
+    mv = sum(v for _, v in window) / len(window) if window else load
+    fit = [(t, v) for t, v in (history if trend_samples is None else trend_samples) if t > now - span]
+    if len(fit) >= 4:
+        n = len(fit)
+        mt = sum(t for t, _ in fit) / n
+        mf = sum(v for _, v in fit) / n
+        var = sum((t - mt) ** 2 for t, _ in fit)
+        if var > 0:
+            slope = sum((t - mt) * (v - mf) for t, v in fit) / var
+            resid = sum((v - (mf + slope * (t - mt))) ** 2 for t, v in fit) / (n - 2)
+            low = slope - 2.0 * math.sqrt(resid / var)
+            if low > 0:
+                ahead = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * horizon)
+                if ahead > forecast:
+                    forecast = ahead
+                    text = f" (trend ≥ +{low * 60:.2f}/min)"
+                further = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * (reach or horizon))
+    if len(window) >= 4:
+        short = [v for t, v in window if t > now - BURST_SHORT_S]
+        mean_long = mv
+        if short and mean_long > 0 and sum(short) / len(short) >= burst_ratio * mean_long:
+            # In a burst the load swings within seconds: its highest point of the short window is the floor.
+            burst_at = now
+            forecast = max(forecast, *short)
+            text += f" (burst: {sum(short) / len(short):.2f} ≥ {burst_ratio:g}× the {mean_long:.2f} average)"
+    return Forecast(forecast, text, burst_at, max(forecast, further))
+
+
+def seasonal(
+    profile: tuple[tuple[float, float], ...],
+    period: float,
+    buckets: int,
+    now: float,
+    horizon: float,
+    load: float | None,
+) -> tuple[tuple[tuple[float, float], ...], float | None]:
+    """Update the per-phase profile (per bucket ``(load, time last seen)``) with ``load`` and read the phase at
+    ``now + horizon`` seen a period ago (``None`` when that phase was not seen in an earlier period)."""
+    slots = list(profile) if len(profile) == buckets else [(0.0, -math.inf)] * buckets
+    width = period / buckets
+    here = int((now % period) // width)
+    if load is not None:
+        old, seen = slots[here]
+        # Within the same phase of the same period, keep the maximum (a floor should hold the phase's peak).
+        slots[here] = (max(old, load) if now - seen < width else load, now)
+    ahead = int(((now + horizon) % period) // width)
+    value, seen = slots[ahead]
+    # Only a phase seen in an earlier period forecasts: the current one is already in the load.
+    usable = seen > -math.inf and now + horizon - seen >= period - width
+    return tuple(slots), (value if usable else None)
+
+
+__all__ = [
+    "BURST_SHORT_S",
+    "CAPACITY_SCALE_BOUNDS",
+    "CAPACITY_TAU_S",
+    "DROP_TAU_S",
+    "EPSILON",
+    "LOOKBACK_COLD_STARTS",
+    "LOOKBACK_MIN_S",
+    "MIN_UTILIZATION",
+    "PROBE_MAX_UTILIZATION",
+    "RECOVER_TAU_S",
+    "RELAX_FRACTION",
+    "RISK_FRACTION",
+    "SATURATED_EVALUATIONS",
+    "SATURATED_WAITING_PER_REPLICA",
+    "SETTLE_S",
+    "Forecast",
+    "Headroom",
+    "capacity_alpha",
+    "ceil_count",
+    "largest_rise",
+    "learn_capacity_scale",
+    "learn_utilization",
+    "lookback",
+    "queued_on_every_replica",
+    "seasonal",
+    "trend_and_burst",
+]
