@@ -5,20 +5,25 @@ runs it; ``--seeds N``, default 3, each cell averaged over routing seeds 0..N-1)
 scale, on the same trace and cluster:
 
 - ``kueue-only``: our recommended policy without ``capacity``/``preemptible`` (Kueue's own preemption);
-- ``ours``: the recommended policy as shipped (its arbitration, ``core.arbitration``: the controller's code);
+- ``ours``: the recommended policy as shipped (its arbitration, ``core.arbitration``: the controller's code;
+  ``capacity.checkpointRequestSeconds: 60``, which asks only jobs that declare they honour requests);
 - ``ours+ahead``: the same with ``capacity.actAhead: true`` (stop just-checkpointed training ahead of the
   policy's forecast; off as shipped: this row is why);
 - ``ours+wait``: the same with ``capacity.checkpointWaitSeconds: 60`` (a victim whose own next checkpoint is
   due within 60 s, by the interval its job declares, is stopped right after it when that saves more work than
   serving goes without meanwhile; ``estimate``: two of the bundled jobs' 20–30 s saves);
-- ``ours+ask``: the same with ``capacity.checkpointRequestSeconds: 60`` (ask a victim to checkpoint, wait up
-  to 60 s: ``estimate``, a few times the bundled jobs' 20–30 s save) and trainers that honour it. A victim
-  whose declared save fits in its ``terminationGracePeriodSeconds`` is asked and stopped in the same pass: it
-  finishes the requested save in its grace period (the request's contract), so serving does not wait.
+- ``ours-noask``: the same with ``checkpointRequestSeconds: 0`` (never asks: the shipped policy before
+  requests were gated by the job's declaration).
 
-Twice: with the bundled trainers, which save a checkpoint on SIGTERM within their grace period (then Kueue's
-own preemption loses nothing either), and with trainers that do not (``saveOnPreemption: false``: the work
-since the last checkpoint is lost on every stop). Per row, the mean over the seeds: SLO attainment, training
+Three kinds of trainer (``--trainers``), each on every run:
+
+- ``save-on-TERM``: the bundled trainers, which save a checkpoint on SIGTERM within their grace period (then
+  Kueue's own preemption loses nothing either);
+- ``on-request``: trainers that do not save on SIGTERM but honour a checkpoint request and declare it
+  (``checkpointOnRequest``: annotation ``autoscaler.dev/checkpoint-on-request``). The shipped policy asks a
+  victim whose declared save fits in its ``terminationGracePeriodSeconds`` as it stops it: it finishes the
+  requested save in its grace period (the request's contract), so serving does not wait;
+- ``neither``: trainers that do neither (the work since the last checkpoint is lost on every stop). Per row, the mean over the seeds: SLO attainment, training
 work lost, kept (checkpointed) and unsaved when the window ends (computed, not lost: it is kept at the next
 checkpoint), all in chip-hours, preemptions; and the most times one job was stopped within any hour (the
 worst seed). Goals (issue 11): lost ≤ ½ of kueue-only's, SLO attainment ≥ kueue-only's, no job stopped more
@@ -30,7 +35,7 @@ a tenth of a point apart. Whatever comes out is printed; nothing is tuned to it.
 the seeds): stops by Kueue's preemption and by our deactivation with the chip-hours each lost (work since the
 victim's last checkpoint), the mean seconds since that checkpoint at a stop, stops of a job still restoring
 (a restart wasted: the restore is spent again), and the restores paid in all (chip-hours computing nothing).
-``--only conv:1`` and ``--trainers no-save`` run a subset.
+``--only conv:1`` and ``--trainers neither`` run a subset.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ SCENARIOS = (
     ("code", cluster_mod.bundled("AzureLLMInferenceTrace_code.csv"), cluster_mod.bundled("cluster-tpu.yaml"),
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
-RUNS = ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours+ask")
+RUNS = ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours-noask")
+TRAINERS = ("save-on-TERM", "on-request", "neither")
 METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours")
 RATE_SCALES = (0.5, 1.0, 1.5)
 ASK_SECONDS = 60.0
@@ -116,16 +122,13 @@ def with_capacity(policy: ScalingPolicy, **capacity: object) -> ScalingPolicy:
     return ScalingPolicy.model_validate(doc)
 
 
-def with_ask(policy: ScalingPolicy) -> ScalingPolicy:
-    return with_capacity(policy, checkpointRequestSeconds=ASK_SECONDS)
-
-
-def cluster_file(source: Path, *, save_on_sigterm: bool, into: Path) -> Path:
+def cluster_file(source: Path, *, trainers: str, into: Path) -> Path:
+    """The bundled cluster with every training job of one kind (``TRAINERS``)."""
     doc = yaml.safe_load(source.read_text())
     for t in doc["spec"]["training"]:
-        t["checkpointOnRequest"] = True  # only ours+ask ever asks
-        t["saveOnPreemption"] = save_on_sigterm
-    out = into / f"{source.stem}-{'save' if save_on_sigterm else 'nosave'}.yaml"
+        t["checkpointOnRequest"] = trainers == "on-request"
+        t["saveOnPreemption"] = trainers == "save-on-TERM"
+    out = into / f"{source.stem}-{trainers}.yaml"
     out.write_text(yaml.safe_dump(doc))
     return out
 
@@ -136,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explain", action="store_true", help="print where each run's lost work comes from")
     parser.add_argument("--only", action="append", default=[], metavar="TRACE:RATE",
                         help="run only these cells (e.g. conv:1; repeatable)")
-    parser.add_argument("--trainers", choices=("both", "save-on-TERM", "no-save"), default="both")
+    parser.add_argument("--trainers", choices=("all", *TRAINERS), default="all")
     args = parser.parse_args(argv)
     only = {(t, float(r)) for t, _, r in (o.partition(":") for o in args.only)}
     print(f"{'trace':<6}{'trainers':<14}{'rate':>5}  {'run':<11}{'SLO att.':>9}{'lost ch-h':>11}{'kept ch-h':>11}"
@@ -145,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-handoff-"))
     for name, trace, cluster, policy_file in SCENARIOS:
         policy = load_file(policy_file)[0]
-        for save in (True, False):
-            cfile = cluster_file(cluster, save_on_sigterm=save, into=tmp)
-            trainers = "save-on-TERM" if save else "no-save"
-            if args.trainers not in ("both", trainers):
+        assert policy.spec.capacity is not None and policy.spec.capacity.checkpoint_request_seconds == ASK_SECONDS
+        for trainers in TRAINERS:
+            cfile = cluster_file(cluster, trainers=trainers, into=tmp)
+            if args.trainers not in ("all", trainers):
                 continue
             for rate in RATE_SCALES:
                 if only and (name, rate) not in only:
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                         requests=trace, cluster=cfile,
                         policies=[("ours", policy), ("ours+ahead", with_capacity(policy, actAhead=True)),
                                   ("ours+wait", with_capacity(policy, checkpointWaitSeconds=WAIT_SECONDS)),
-                                  ("ours+ask", with_ask(policy))],
+                                  ("ours-noask", with_capacity(policy, checkpointRequestSeconds=0))],
                         rate_scale=rate, baselines=("kueue-only",), seed=seed,
                     ))
                     rows, results = out.summary["policies"], {r.name: r for r in out.results}

@@ -12,8 +12,8 @@ Finding (``KueueGate.training``), for each ``preemptible`` entry (namespace + ``
    (``status.admission`` or condition ``Admitted``);
 4. what a stop costs: the time since the last checkpoint (``LAST_CHECKPOINT``), the pods'
    ``terminationGracePeriodSeconds`` (``grace_seconds``: the job's pod templates, else the Workload's podSets),
-   and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``); an undeclared
-   interval is learned from successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID).
+   and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``, ``ON_REQUEST``); an
+   undeclared interval is learned from successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID).
 
 Quota (``quota``): the ClusterQueue's ``nominalQuota`` and ``borrowingLimit`` for the resource over all
 flavors, and its ``status.flavorsReservation`` (serving's own replicas are in it already).
@@ -80,6 +80,10 @@ CHECKPOINT_REQUESTED = "autoscaler.dev/checkpoint-requested-at"
 SAVE_SECONDS = "autoscaler.dev/checkpoint-save-seconds"
 ON_TERMINATION = "autoscaler.dev/checkpoint-on-termination"
 INTERVAL_SECONDS = "autoscaler.dev/checkpoint-interval-seconds"
+#: ``"true"``: the training loop honours CHECKPOINT_REQUESTED (saves at once, updates LAST_CHECKPOINT, and
+#: finishes that save before it exits, SIGTERM or not). Only such a job is asked (capacity
+#: ``checkpointRequestSeconds``); anything else (absent, ``"false"``, a typo) is never asked nor waited for.
+ON_REQUEST = "autoscaler.dev/checkpoint-on-request"
 #: Kubernetes' default ``terminationGracePeriodSeconds`` when a pod template leaves it out.
 DEFAULT_GRACE_S = 30.0
 #: On the Workload: when this controller stopped it, comma-separated, the last hour only (the per-job cap).
@@ -480,6 +484,7 @@ class KueueGate:
             saves_on_termination=str(declared(ON_TERMINATION) or "").strip().lower() == "true",
             checkpoint_interval_s=interval if interval is not None and interval > 0 else (
                 None if memory is None else memory.interval_s),
+            honours_requests=str(declared(ON_REQUEST) or "").strip().lower() == "true",
         )
 
     async def quota(self, capacity: CapacitySpec) -> QuotaStatus:

@@ -26,8 +26,8 @@ Its transitions:
    since the last checkpoint, nothing for one that saves on SIGTERM within its grace period,
    ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; a Workload whose checkpoint time is
    unknown is stopped only when no set of known ones suffices). Victims may first save: asked to
-   (``checkpointRequestSeconds``; asked as they are stopped when their save fits their grace period,
-   ``asks_as_it_stops``) or on their own schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then
+   (``checkpointRequestSeconds``, only those whose job declares it honours requests, ``honours_requests``;
+   asked as they are stopped when their save fits their grace period, ``asks_as_it_stops``) or on their own schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then
    waits for them (``Plan.waiting_for_checkpoint``). Serving asks at once for what fits once they are gone: the
    caller deactivates first, then scales, in one pass; the new pods wait for Kueue admission and, being of higher
    priority, take the freed quota before any queued training. What does not fit even with every eligible Workload
@@ -812,13 +812,13 @@ def worth_waiting(capacity: CapacitySpec, w: TrainingWorkload, missing: float) -
 
 
 def asks_as_it_stops(capacity: CapacitySpec, w: TrainingWorkload) -> bool:
-    """With checkpoint requests on (``checkpointRequestSeconds`` > 0): ``w``'s declared save fits in its grace
-    period (and it does not save on SIGTERM by itself), so it is asked to checkpoint and stopped in the same
-    pass. A trainer that honours requests finishes a requested save before it exits, SIGTERM or not (the
+    """With checkpoint requests on (``checkpointRequestSeconds`` > 0): ``w`` declares it honours them
+    (``honours_requests``), its declared save fits in its grace period, and it does not save on SIGTERM by
+    itself, so it is asked to checkpoint and stopped in the same pass. A trainer that honours requests finishes a requested save before it exits, SIGTERM or not (the
     request's documented contract): the save runs in the grace period the chips are held for anyway, and
     serving does not wait for it."""
-    return (capacity.checkpoint_request_seconds > 0 and not saves_within_grace(w) and w.save_s is not None
-            and w.grace_s is not None and w.save_s <= w.grace_s + _EPS)
+    return (capacity.checkpoint_request_seconds > 0 and w.honours_requests and not saves_within_grace(w)
+            and w.save_s is not None and w.grace_s is not None and w.save_s <= w.grace_s + _EPS)
 
 
 def _choose_waiting(
@@ -846,8 +846,8 @@ def _checkpoint_first(
     worth waiting for (``worth_waiting``, ``missing``: the chips serving still lacks) is left to save on its
     schedule, not asked: the next evaluation after its save finds it just checkpointed and stops it.
 
-    With ``checkpointRequestSeconds`` T > 0, a victim whose last checkpoint is older than T (or unknown) is
-    asked to checkpoint (``REQUEST_CHECKPOINT``) and stopped once its last checkpoint is newer than the request,
+    With ``checkpointRequestSeconds`` T > 0, a victim that declares it honours requests (``honours_requests``)
+    and whose last checkpoint is older than T (or unknown) is asked to checkpoint (``REQUEST_CHECKPOINT``) and stopped once its last checkpoint is newer than the request,
     or T after the request, whichever comes first. A request older than 2 T belongs to an earlier hand-off:
     it is asked again. The request time lives on the job, so a restart neither repeats nor forgets it."""
     t = capacity.checkpoint_request_seconds
@@ -864,7 +864,8 @@ def _checkpoint_first(
         if worth_waiting(capacity, v, missing) is not None:
             saving.append((v, False))  # its own checkpoint is due soon: wait for it, no request
             continue
-        if t <= 0:
+        if t <= 0 or not v.honours_requests:
+            # Requests off, or a job that never said it reads them: asking would only make serving wait.
             stopping.append(v)
             continue
         if v.since_checkpoint_s is not None and v.since_checkpoint_s <= t:

@@ -154,6 +154,11 @@ class TrainingWorkload:
     #: Seconds between its checkpoints: declared (``autoscaler.dev/checkpoint-interval-seconds``) or learned
     #: from successive ``last-checkpoint-time`` values (``arbitration.learn_interval``); None when neither.
     checkpoint_interval_s: float | None = None
+    #: It honours checkpoint requests (``autoscaler.dev/checkpoint-on-request: "true"``, declared): asked
+    #: (``autoscaler.dev/checkpoint-requested-at``), it saves at once and finishes that save before it exits,
+    #: SIGTERM or not. Only such a job is asked and waited for (capacity ``checkpointRequestSeconds``); an
+    #: undeclared one is stopped without asking, so serving never waits for a request nobody reads.
+    honours_requests: bool = False
 
     @property
     def key(self) -> str:

@@ -124,14 +124,16 @@ class TrainingSpec(SpecModel):
     declares_checkpoints: bool = Field(
         default=True,
         description="The job declares its checkpoint save time, whether it saves on SIGTERM and its interval "
-                    "(annotations autoscaler.dev/checkpoint-save-seconds, -on-termination, -interval-seconds) "
-                    "for the controller to read; false: only its last checkpoint time and grace period are known.",
+                    "(annotations autoscaler.dev/checkpoint-save-seconds, -on-termination, -interval-seconds, and "
+                    "-on-request when it honours requests) for the controller to read; false: only its last "
+                    "checkpoint time and grace period are known (never asked to checkpoint).",
     )
     labels: dict[str, str] = Field(default_factory=dict, description="Workload labels (preemptible selectors).")
     checkpoint_on_request: bool = Field(
         default=False,
         description="The training loop honours autoscaler.dev/checkpoint-requested-at: it starts a save at "
-        "once (checkpointSaveSeconds) when asked (policies with capacity.checkpointRequestSeconds).",
+        "once (checkpointSaveSeconds) when asked (policies with capacity.checkpointRequestSeconds), and "
+        "declares so (autoscaler.dev/checkpoint-on-request, with declaresCheckpoints).",
     )
     slice_topology: str | None = Field(
         default=None,

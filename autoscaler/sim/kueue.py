@@ -248,6 +248,7 @@ class TrainingJob:
             saves_on_termination=self.save_on_preemption and self.declares_checkpoints,
             # Between two completed saves: the time the last-checkpoint annotation moves by.
             checkpoint_interval_s=self.interval_s + self.save_s if self.declares_checkpoints else None,
+            honours_requests=self.honours_requests and self.declares_checkpoints,
         )
 
 

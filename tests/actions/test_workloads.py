@@ -17,6 +17,7 @@ from autoscaler.controller.workloads import (
     HELD_FOR,
     INTERVAL_SECONDS,
     LAST_CHECKPOINT,
+    ON_REQUEST,
     ON_TERMINATION,
     PREEMPTED_AT,
     RESUMED_AT,
@@ -431,10 +432,11 @@ async def test_the_victims_grace_period_and_declared_checkpoint_facts_are_read_f
     podSets when the job is not found; the save time, save-on-SIGTERM and interval as the job declares them."""
     kube.add(objects.cluster_queue())
     job = objects.job()  # the tutorial's: terminationGracePeriodSeconds 60
-    job["metadata"]["annotations"] = {SAVE_SECONDS: "20", ON_TERMINATION: "true", INTERVAL_SECONDS: "620"}
+    job["metadata"]["annotations"] = {SAVE_SECONDS: "20", ON_TERMINATION: "true", INTERVAL_SECONDS: "620",
+                                      ON_REQUEST: "true"}
     job = kube.add(job)
     js = kube.add(jobset("pretrain", grace=[None, 120]))
-    unset = kube.add(jobset("defaults", annotations={SAVE_SECONDS: "oops", ON_TERMINATION: "yes"}))
+    unset = kube.add(jobset("defaults", annotations={SAVE_SECONDS: "oops", ON_TERMINATION: "yes", ON_REQUEST: "1"}))
     kube.add(objects.workload("job-finetune-gemma-l4-3316f", owner=job, priority=5))
     kube.add(objects.workload("jobset-pretrain-0a1b2", owner=js, priority=5))
     kube.add(objects.workload("jobset-defaults-9f8e7", owner=unset, priority=5))
@@ -442,12 +444,13 @@ async def test_the_victims_grace_period_and_declared_checkpoint_facts_are_read_f
     labeled["spec"]["podSets"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
     kube.add(labeled)
     found = {w.name: w for w in await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")}
-    facts = {n: (w.grace_s, w.save_s, w.saves_on_termination, w.checkpoint_interval_s) for n, w in found.items()}
+    facts = {n: (w.grace_s, w.save_s, w.saves_on_termination, w.checkpoint_interval_s, w.honours_requests)
+             for n, w in found.items()}
     assert facts == {
-        "job-finetune-gemma-l4-3316f": (60.0, 20.0, True, 620.0),
-        "jobset-pretrain-0a1b2": (120.0, None, False, None),
-        "jobset-defaults-9f8e7": (30.0, None, False, None),  # bad declarations are not taken
-        "labeled-only": (45.0, None, False, None),
+        "job-finetune-gemma-l4-3316f": (60.0, 20.0, True, 620.0, True),
+        "jobset-pretrain-0a1b2": (120.0, None, False, None, False),
+        "jobset-defaults-9f8e7": (30.0, None, False, None, False),  # bad declarations are not taken
+        "labeled-only": (45.0, None, False, None, False),
     }
 
 

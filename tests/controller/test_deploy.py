@@ -469,15 +469,16 @@ async def test_a_statefulset_policy_needs_and_gets_exactly_its_component(
 async def test_a_policy_asking_for_checkpoints_needs_and_gets_exactly_its_component(
     with_component: bool, kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path
 ) -> None:
-    """The shipped policy with ``capacity.checkpointRequestSeconds`` asks the fine-tune Job to checkpoint before
-    stopping it (a merge patch of its annotation): under gmp + components/checkpoint-request that patch passes
-    with no 403; under the gmp overlay alone it is refused (the base only lists jobs), and nothing is stopped."""
+    """The shipped policy with ``capacity.checkpointRequestSeconds`` asks the fine-tune Job (which declares it
+    honours requests) to checkpoint before stopping it (a merge patch of its annotation): under gmp +
+    components/checkpoint-request that patch passes with no 403; under the gmp overlay alone it is refused (the base only lists jobs), and nothing is stopped."""
     docs = render("overlays/gmp", ("components/checkpoint-request",) if with_component else ())
     cluster = tutorial_cluster(kube, kueue)
     settle_serving(kube, kueue)
     job = cluster["job"]["metadata"]["name"]
     stale = str(int(T0) - 900)  # its last checkpoint, 15 minutes before the controller's clock starts
-    kube.modify("batch/v1", "Job", job, "llm", metadata={"annotations": {"autoscaler.dev/last-checkpoint-time": stale}})
+    kube.modify("batch/v1", "Job", job, "llm", metadata={"annotations": {
+        "autoscaler.dev/last-checkpoint-time": stale, "autoscaler.dev/checkpoint-on-request": "true"}})
     kube.enforce_rbac(docs, user=SERVICE_ACCOUNT)
     tgi = TgiMetrics()
     await tgi.start()

@@ -647,7 +647,7 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
 
 async def test_the_real_loop_asks_and_stops_in_one_pass_when_the_save_fits_the_grace_period(world: World) -> None:
     """Checkpoint requests on; the fine-tune (the tutorial's Job: 60 s grace period) declares a 20 s save and
-    last saved 10 minutes ago. The controller asks it to checkpoint and stops it in the same pass (the request
+    that it honours requests, and last saved 10 minutes ago. The controller asks it to checkpoint and stops it in the same pass (the request
     written first), and serving's second replica is asked for at once: it does not wait for the save, which
     runs in the grace period the chips are held for anyway. Its grace period is read from the Job."""
     w = world
@@ -657,7 +657,7 @@ async def test_the_real_loop_asks_and_stops_in_one_pass_when_the_save_fits_the_g
     (w.policies / "tgi.yaml").write_text(text)
     rt = w.runtime()
     w.kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm", metadata={"annotations": {
-        "autoscaler.dev/checkpoint-save-seconds": "20",
+        "autoscaler.dev/checkpoint-save-seconds": "20", "autoscaler.dev/checkpoint-on-request": "true",
         "autoscaler.dev/last-checkpoint-time": str(rt.clock.wall() - 600)}})
     run_kueue(w)
     w.start(rt)

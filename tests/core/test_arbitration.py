@@ -340,6 +340,8 @@ def test_queued_training_claims_room_before_a_reactivation() -> None:
 
 
 def ckpt(name: str, since: float | None, *, chips: int = 4, priority: int = 10, **kw: Any) -> TrainingWorkload:
+    # A job that declares it honours checkpoint requests unless a case says otherwise (only such a one is asked).
+    kw.setdefault("honours_requests", True)
     w = wl(name, chips=chips, priority=priority)
     return TrainingWorkload(w.namespace, w.name, w.priority, w.chips, True, True, uid=w.uid,
                             since_checkpoint_s=since, **kw)
@@ -470,6 +472,25 @@ def test_a_stale_victim_is_asked_to_checkpoint_and_serving_waits() -> None:
     ignored = ckpt("stale", 570, checkpoint_requested_at=now - 70)
     result = arbitration.plan(spec=ASK, observation=observe(1, 6, (ignored,)), desired=2, now=now)
     assert (result.desired, actions(result)) == (2, [("deactivate", "stale")])
+
+
+def test_a_job_that_does_not_declare_it_honours_requests_is_never_asked_nor_waited_for() -> None:
+    # Requests on, but the job never said it reads them (no autoscaler.dev/checkpoint-on-request: "true"):
+    # asking would only make serving wait out checkpointRequestSeconds for a save that never comes.
+    now = 10_000.0
+    silent = ckpt("silent", 500, honours_requests=False, save_s=20.0, grace_s=60.0)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (silent,)), desired=2, now=now)
+    assert (result.desired, actions(result), result.waiting_for_checkpoint) == (2, [("deactivate", "silent")], False)
+    # The same job declaring it: its 20 s save fits its 60 s grace period, so it is asked as it is stopped.
+    declared = ckpt("declared", 500, save_s=20.0, grace_s=60.0)
+    result = arbitration.plan(spec=ASK, observation=observe(1, 6, (declared,)), desired=2, now=now)
+    assert (result.desired, sorted(actions(result))) == (
+        2, [("deactivate", "declared"), ("request-checkpoint", "declared")])
+    # Acting ahead asks only a declared job too.
+    training = (ckpt("silent", 300, chips=2, honours_requests=False), ckpt("other", 300, chips=2,
+                                                                          honours_requests=False))
+    result = arbitration.plan(spec=AHEAD_ASK, observation=observe(1, 6, training), desired=1, ahead=SOON, now=now)
+    assert result.training == ()
 
 
 def test_a_fresh_victim_is_stopped_without_asking() -> None:
