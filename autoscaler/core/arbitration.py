@@ -24,7 +24,8 @@ Its transitions:
    resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than ``maxPreemptionsPerHour`` times in the
    last hour): the set that frees enough chips and loses the least work (``least_work_lost``: chips × seconds
    since the last checkpoint, nothing for one that saves on SIGTERM within its grace period,
-   ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; a Workload whose checkpoint time is
+   ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; then the fewest chips; then
+   the least work at stake should a declared save fail, ``at_stake``; a Workload whose checkpoint time is
    unknown is stopped only when no set of known ones suffices). Victims may first save: asked to
    (``checkpointRequestSeconds``, only those whose job declares it honours requests, ``honours_requests``;
    asked as they are stopped when their save fits their grace period, ``asks_as_it_stops``) or on their own schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then
@@ -237,7 +238,7 @@ def learn_interval(memory: CheckpointMemory | None, last_checkpoint: float | Non
 
 def _set_key(
     ws: Sequence[TrainingWorkload],
-) -> tuple[float, float, float, float, tuple[int, ...], tuple[str, ...]]:
+) -> tuple[float, float, float, float, float, tuple[int, ...], tuple[str, ...]]:
     risks = [work_at_risk(w) for w in ws]
     return (
         # Chips whose checkpoint time is unknown first: unknown is never taken as "just saved".
@@ -246,9 +247,19 @@ def _set_key(
         # then the shortest wait for serving (the slowest victim's eviction; an unread grace period last)
         max((math.inf if (e := eviction_s(w)) is None else e for w in ws), default=0.0),
         sum(w.chips for w in ws),  # then the fewest chips stopped
+        # then the least work at stake should a declared save on SIGTERM fail (slower than declared, cut by
+        # SIGKILL): among victims that lose nothing, the ones that checkpointed last (``at_stake``).
+        sum(at_stake(w) for w in ws),
         tuple(sorted((w.priority for w in ws), reverse=True)),  # then, as Kueue, the lowest priorities
         tuple(sorted(w.key for w in ws)),  # deterministic
     )
+
+
+def at_stake(w: TrainingWorkload) -> float:
+    """Chip-seconds computed since ``w``'s last checkpoint (0 when unknown: unknown ones are ranked apart):
+    what a stop loses if the job does not save as declared. Equal to ``work_at_risk`` for a job that does
+    not save on SIGTERM; for one that does, the hedge that breaks ties among victims that lose nothing."""
+    return 0.0 if w.since_checkpoint_s is None else w.chips * max(0.0, w.since_checkpoint_s)
 
 
 def victim_rank(training: Sequence[TrainingWorkload]) -> topology.Rank:
@@ -289,7 +300,8 @@ def least_work_lost(candidates: Sequence[TrainingWorkload], shortfall: float) ->
                     best, best_sums = combo, sums
         return sorted((pool[i] for i in best or ()), key=lambda w: _set_key([w]))
     # Many candidates: cheapest per chip first, then give back what turns out not to be needed.
-    order = sorted(pool, key=lambda w: (work_at_risk(w) is None, (work_at_risk(w) or 0.0) / max(w.chips, 1), w.key))
+    order = sorted(pool, key=lambda w: (work_at_risk(w) is None, (work_at_risk(w) or 0.0) / max(w.chips, 1),
+                                        at_stake(w) / max(w.chips, 1), w.key))
     chosen: list[TrainingWorkload] = []
     for w in order:
         if sum(c.chips for c in chosen) >= shortfall - _EPS:

@@ -658,6 +658,22 @@ def test_a_trainer_that_saves_within_its_grace_period_loses_nothing_and_goes_fir
     assert (arbitration.work_at_risk(short), arbitration.eviction_s(short)) == (2000.0, 10)
 
 
+@pytest.mark.parametrize("many", [pytest.param(False, id="every-subset"), pytest.param(True, id="greedy")])
+def test_among_victims_that_lose_nothing_the_one_that_saved_last_goes_first(many: bool) -> None:
+    # Three savers lose nothing and leave as quickly (20 s saves): should a save fail (slower than declared,
+    # cut by SIGKILL), the one that checkpointed 40 s ago loses the least, so it is stopped, not the first
+    # by name. The same order above EXHAUSTIVE_MAX candidates (the greedy pass).
+    def saver(name: str, since: float) -> TrainingWorkload:
+        return ckpt(name, since, chips=2, saves_on_termination=True, save_s=20, grace_s=60)
+
+    training = (saver("a-due", 590), saver("b-just-saved", 40), saver("c-mid", 300))
+    if many:
+        training += tuple(saver(f"d-{i:02}", 400 + i) for i in range(arbitration.EXHAUSTIVE_MAX))
+    full = 2 + 2 * len(training)  # one replica (2 GPUs) and every job: the quota is all taken
+    result = arbitration.plan(spec=SPEC, observation=observe(1, full, training, nominal=full), desired=2)
+    assert actions(result) == [("deactivate", "b-just-saved")]
+
+
 def test_a_trainer_that_saves_within_its_grace_period_is_never_asked_first() -> None:
     # Asking it would only delay serving: it saves on SIGTERM anyway.
     saver = ckpt("saver", 500, saves_on_termination=True, save_s=20, grace_s=60)
