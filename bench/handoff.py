@@ -23,8 +23,10 @@ Three kinds of trainer (``--trainers``), each on every run:
   (``checkpointOnRequest``: annotation ``autoscaler.dev/checkpoint-on-request``). The shipped policy asks a
   victim whose declared save fits in its ``terminationGracePeriodSeconds`` as it stops it: it finishes the
   requested save in its grace period (the request's contract), so serving does not wait;
-- ``neither``: trainers that do neither (the work since the last checkpoint is lost on every stop). Per row, the mean over the seeds: SLO attainment, training
-work lost, kept (checkpointed) and unsaved when the window ends (computed, not lost: it is kept at the next
+- ``neither``: trainers that do neither (the work since the last checkpoint is lost on every stop).
+
+Per row, the mean over the seeds: SLO attainment, training work lost, kept (checkpointed) and unsaved when the
+window ends (computed, not lost: it is kept at the next
 checkpoint), all in chip-hours, preemptions; and the most times one job was stopped within any hour (the
 worst seed). Goals (issue 11): lost ≤ ½ of kueue-only's, SLO attainment ≥ kueue-only's, no job stopped more
 than twice an hour. The seed moves the requests' routing (a ClusterIP Service picks replicas at random): one
@@ -148,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-handoff-"))
     for name, trace, cluster, policy_file in SCENARIOS:
         policy = load_file(policy_file)[0]
-        assert policy.spec.capacity is not None and policy.spec.capacity.checkpoint_request_seconds == ASK_SECONDS
+        if policy.spec.capacity is None or policy.spec.capacity.checkpoint_request_seconds != ASK_SECONDS:
+            raise SystemExit(f"{policy_file}: the shipped capacity block changed; update bench.handoff")
         for trainers in TRAINERS:
             cfile = cluster_file(cluster, trainers=trainers, into=tmp)
             if args.trainers not in ("all", trainers):

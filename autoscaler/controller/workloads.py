@@ -13,7 +13,8 @@ Finding (``KueueGate.training``), for each ``preemptible`` entry (namespace + ``
 4. what a stop costs: the time since the last checkpoint (``LAST_CHECKPOINT``), the pods'
    ``terminationGracePeriodSeconds`` (``grace_seconds``: the job's pod templates, else the Workload's podSets),
    and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``, ``ON_REQUEST``); an
-   undeclared interval is learned from successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID).
+   undeclared interval is learned from successive checkpoint times (``arbitration.learn_interval``, kept per
+   Workload UID).
 
 Quota (``quota``): the ClusterQueue's ``nominalQuota`` and ``borrowingLimit`` for the resource over all
 flavors, and its ``status.flavorsReservation`` (serving's own replicas are in it already).

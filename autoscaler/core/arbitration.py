@@ -28,8 +28,9 @@ Its transitions:
    the least work at stake should a declared save fail, ``at_stake``; a Workload whose checkpoint time is
    unknown is stopped only when no set of known ones suffices). Victims may first save: asked to
    (``checkpointRequestSeconds``, only those whose job declares it honours requests, ``honours_requests``;
-   asked as they are stopped when their save fits their grace period, ``asks_as_it_stops``) or on their own schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then
-   waits for them (``Plan.waiting_for_checkpoint``). Serving asks at once for what fits once they are gone: the
+   asked as they are stopped when their save fits their grace period, ``asks_as_it_stops``) or on their own
+   schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then waits for them
+   (``Plan.waiting_for_checkpoint``). Serving asks at once for what fits once they are gone: the
    caller deactivates first, then scales, in one pass; the new pods wait for Kueue admission and, being of higher
    priority, take the freed quota before any queued training. What does not fit even with every eligible Workload
    stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the same snapshot
@@ -188,6 +189,19 @@ def eviction_s(w: TrainingWorkload) -> float | None:
     (it exits once saved), else its grace period (a trainer still running at its end is killed). None when its
     grace period was not read. Kueue's own reconcile before SIGTERM comes on top (a second or two)."""
     return w.save_s if saves_within_grace(w) else w.grace_s
+
+
+def handoff_eviction_s(capacity: CapacitySpec, training: Sequence[TrainingWorkload], now: float) -> float | None:
+    """The longest eviction (``eviction_s``) among the running Workloads this policy may stop now: how long a
+    hand-off's victim may hold its chips after SIGTERM, whichever is chosen. A policy's forecast for the
+    hand-off reaches this far plus its cold start (``Context.eviction_s``). None when no running Workload's
+    grace period was read (the policy keeps its own estimate)."""
+    known = [
+        e for w in training
+        if w.active and w.admitted and w.chips > 0 and _ineligible(capacity, w, now) is None
+        and (e := eviction_s(w)) is not None
+    ]
+    return max(known, default=None)
 
 
 def work_at_risk(w: TrainingWorkload) -> float | None:
@@ -826,8 +840,9 @@ def worth_waiting(capacity: CapacitySpec, w: TrainingWorkload, missing: float) -
 def asks_as_it_stops(capacity: CapacitySpec, w: TrainingWorkload) -> bool:
     """With checkpoint requests on (``checkpointRequestSeconds`` > 0): ``w`` declares it honours them
     (``honours_requests``), its declared save fits in its grace period, and it does not save on SIGTERM by
-    itself, so it is asked to checkpoint and stopped in the same pass. A trainer that honours requests finishes a requested save before it exits, SIGTERM or not (the
-    request's documented contract): the save runs in the grace period the chips are held for anyway, and
+    itself, so it is asked to checkpoint and stopped in the same pass. A trainer that honours requests
+    finishes a requested save before it exits, SIGTERM or not (the request's documented contract): the save runs in
+    the grace period the chips are held for anyway, and
     serving does not wait for it."""
     return (capacity.checkpoint_request_seconds > 0 and w.honours_requests and not saves_within_grace(w)
             and w.save_s is not None and w.grace_s is not None and w.save_s <= w.grace_s + _EPS)
@@ -859,8 +874,9 @@ def _checkpoint_first(
     schedule, not asked: the next evaluation after its save finds it just checkpointed and stops it.
 
     With ``checkpointRequestSeconds`` T > 0, a victim that declares it honours requests (``honours_requests``)
-    and whose last checkpoint is older than T (or unknown) is asked to checkpoint (``REQUEST_CHECKPOINT``) and stopped once its last checkpoint is newer than the request,
-    or T after the request, whichever comes first. A request older than 2 T belongs to an earlier hand-off:
+    and whose last checkpoint is older than T (or unknown) is asked to checkpoint (``REQUEST_CHECKPOINT``)
+    and stopped once its last checkpoint is newer than the request, or T after the request, whichever comes first. A
+    request older than 2 T belongs to an earlier hand-off:
     it is asked again. The request time lives on the job, so a restart neither repeats nor forgets it."""
     t = capacity.checkpoint_request_seconds
     if t <= 0 and capacity.checkpoint_wait_seconds <= 0:

@@ -154,7 +154,10 @@ def decide(
         for name, reading in readings.items()
         if reading.per_replica is not None and name in signals and signals[name].ok
     }
-    ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica)
+    eviction = (
+        None if spec.capacity is None else arbitration.handoff_eviction_s(spec.capacity, observation.training, now)
+    )
+    ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica, eviction)
     algorithm = compiled.algorithm
     rec, algorithm_state = algorithm.recommend(ctx, state.algorithm)
     nxt = _Next(state, algorithm_state, now)

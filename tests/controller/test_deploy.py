@@ -471,7 +471,8 @@ async def test_a_policy_asking_for_checkpoints_needs_and_gets_exactly_its_compon
 ) -> None:
     """The shipped policy with ``capacity.checkpointRequestSeconds`` asks the fine-tune Job (which declares it
     honours requests) to checkpoint before stopping it (a merge patch of its annotation): under gmp +
-    components/checkpoint-request that patch passes with no 403; under the gmp overlay alone it is refused (the base only lists jobs), and nothing is stopped."""
+    components/checkpoint-request that patch passes with no 403; under the gmp overlay alone it is refused (the
+    base only lists jobs), and nothing is stopped."""
     docs = render("overlays/gmp", ("components/checkpoint-request",) if with_component else ())
     cluster = tutorial_cluster(kube, kueue)
     settle_serving(kube, kueue)

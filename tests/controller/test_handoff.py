@@ -647,8 +647,9 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
 
 async def test_the_real_loop_asks_and_stops_in_one_pass_when_the_save_fits_the_grace_period(world: World) -> None:
     """Checkpoint requests on; the fine-tune (the tutorial's Job: 60 s grace period) declares a 20 s save and
-    that it honours requests, and last saved 10 minutes ago. The controller asks it to checkpoint and stops it in the same pass (the request
-    written first), and serving's second replica is asked for at once: it does not wait for the save, which
+    that it honours requests, and last saved 10 minutes ago. The controller asks it to checkpoint and stops it
+    in the same pass (the request written first), and serving's second replica is asked for at once: it does not
+    wait for the save, which
     runs in the grace period the chips are held for anyway. Its grace period is read from the Job."""
     w = world
     tgi = w.metrics["tgi-gemma-deployment"]

@@ -26,6 +26,7 @@ from autoscaler.core.model import (
     TrainingDecision,
     TrainingWorkload,
 )
+from autoscaler.core.policies.base import Recommendation
 from autoscaler.core.spec import ScalingPolicy, Spec
 
 GPU = "nvidia.com/gpu"
@@ -666,7 +667,7 @@ def test_among_victims_that_lose_nothing_the_one_that_saved_last_goes_first(many
     def saver(name: str, since: float) -> TrainingWorkload:
         return ckpt(name, since, chips=2, saves_on_termination=True, save_s=20, grace_s=60)
 
-    training = (saver("a-due", 590), saver("b-just-saved", 40), saver("c-mid", 300))
+    training: tuple[TrainingWorkload, ...] = (saver("a-due", 590), saver("b-just-saved", 40), saver("c-mid", 300))
     if many:
         training += tuple(saver(f"d-{i:02}", 400 + i) for i in range(arbitration.EXHAUSTIVE_MAX))
     full = 2 + 2 * len(training)  # one replica (2 GPUs) and every job: the quota is all taken
@@ -817,3 +818,44 @@ def test_a_scale_up_deferred_for_a_checkpoint_completes_while_the_policy_holds_i
     assert isinstance(decisions[0], ScaleDecision)
     assert decisions[0].desired == 1
     assert state.deferred is None
+
+
+# --- the hand-off's lead: the victims' eviction time (Context.eviction_s) -----------------------------------
+
+
+def test_the_policy_sees_the_longest_eviction_among_the_victims_it_may_stop() -> None:
+    # A policy's forecast for the hand-off reaches a victim's eviction plus its cold start: the engine hands
+    # the policy the longest eviction among the running Workloads it may stop (a saver's save, else its grace
+    # period); one at its preemption cap, or stopped, does not count; none read: None.
+    seen: list[float | None] = []
+
+    class Recorder:
+        uses_behavior = False
+
+        def recommend(self, ctx: Any, state: object | None) -> tuple[Any, object | None]:
+            seen.append(ctx.eviction_s)
+            return Recommendation(1, Reason.STEADY, "steady"), state
+
+    cp = compile_policy(ScalingPolicy.model_validate(policy_doc()))
+    object.__setattr__(cp, "algorithm", Recorder())
+    now = 10_000.0
+    training = (
+        ckpt("saver", 100, chips=1, saves_on_termination=True, save_s=20, grace_s=600),  # leaves after its save
+        ckpt("slow", 100, chips=1, grace_s=300),
+        # Stopped twice in the last hour (maxPreemptionsPerHour 2): not a victim now.
+        ckpt("capped", 100, chips=1, grace_s=900, preempted_at=(now - 900, now - 600)),
+        wl("stopped", chips=1, active=False),
+    )
+    for ws, expected in ((training, 300.0), (training[:1], 20.0), ((ckpt("unread", 100),), None)):
+        obs = Observation(target=TARGET, replicas=ReplicaStatus(spec=1, ready=1), training=ws,
+                          quota=QuotaStatus("cluster-queue", GPU, nominal=6, reserved=6))
+        cp.decide(obs, PolicyState(), now)
+        assert seen[-1] == expected
+    # Without capacity the policy is told nothing about training.
+    doc = policy_doc()
+    del doc["spec"]["capacity"], doc["spec"]["preemptible"]
+    bare = compile_policy(ScalingPolicy.model_validate(doc))
+    object.__setattr__(bare, "algorithm", Recorder())
+    bare.decide(Observation(target=TARGET, replicas=ReplicaStatus(spec=1, ready=1), training=training), PolicyState(),
+                now)
+    assert seen[-1] is None

@@ -32,6 +32,10 @@ class Context:
     #: Per-replica values (pod or group name -> value) of usable signals whose source gave them; HPA's Pods
     #: metrics use them for the missing- and unready-pod rules.
     per_replica: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: With ``capacity``: the longest eviction (seconds from SIGTERM until its chips are free) among the
+    #: training Workloads a hand-off may stop now (``arbitration.handoff_eviction_s``): a hand-off's lead is
+    #: this plus serving's cold start. None without ``capacity`` or when no victim's grace period was read.
+    eviction_s: float | None = None
 
 
 @quick_init
