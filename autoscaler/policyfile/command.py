@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from autoscaler.policyfile import loader  # noqa: PLC0415
 
     try:
-        result = loader.collect(args.paths)
+        result = loader.check(args.paths)
     except Exception as exc:  # the loader reports every known failure as a Problem; this is a last resort
         print(f"autoscaler validate: internal error: {type(exc).__name__}: {exc}; please report it", file=sys.stderr)
         return 1
@@ -60,14 +60,13 @@ def run(args: argparse.Namespace) -> int:
     return 1
 
 
-def _as_json(result: loader.LoadResult) -> dict[str, Any]:
+def _as_json(result: loader.CheckResult) -> dict[str, Any]:
     return {
         "ok": result.ok,
         "files": result.files,
         "policies": [
-            {"name": lp.policy.metadata.name, "target": lp.policy.spec.target.ref().key, "file": lp.file,
-             "line": lp.line}
-            for lp in result.policies
+            {"name": claim.name, "target": claim.target, "file": claim.file, "line": claim.line}
+            for claim in result.policies
         ],
         "problems": [
             {"file": p.file, "line": p.line, "column": p.column, "path": p.path, "message": p.message}

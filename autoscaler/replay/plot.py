@@ -21,12 +21,12 @@ import os
 import pickle
 import sys
 import textwrap
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autoscaler import forked
 from autoscaler.core.model import SignalState
 from autoscaler.replay.report import Info, rfc3339
 
@@ -374,7 +374,7 @@ class Painter:
         self._send = self._answer = -1
         #: Whether the last ``draw`` was the child's (else this process drew).
         self.by_child = False
-        if not hasattr(os, "fork") or threading.active_count() > 1:
+        if not forked.can_fork():
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # the child must not write the parent's buffered output a second time
@@ -405,10 +405,10 @@ class Painter:
         sent.info = Facts(info.policy, info.target, info.mode, info.period_s, list(info.notes))
         sent._shown_appends, sent._other_appends = [], ()  # the finished columns' data only
         try:
-            _write_all(self._send, pickle.dumps((sent, path), protocol=pickle.HIGHEST_PROTOCOL))
+            forked.write_all(self._send, pickle.dumps((sent, path), protocol=pickle.HIGHEST_PROTOCOL))
             os.close(self._send)
             self._send = -1
-            answer = _read_all(self._answer)
+            answer = forked.read_all(self._answer)
         except OSError:
             answer = b""  # the child is gone (a broken pipe): draw here
         self.close()
@@ -446,7 +446,7 @@ def _serve(source: int, answer: int) -> int:
     import matplotlib.backends.backend_agg  # noqa: PLC0415 - the point of the child: imported meanwhile
     import matplotlib.figure  # noqa: F401, PLC0415
 
-    data = _read_all(source)
+    data = forked.read_all(source)
     if not data:
         return 0
     columns, path = pickle.loads(data)  # our parent's data, through our own pipe
@@ -458,18 +458,5 @@ def _serve(source: int, answer: int) -> int:
         outcome = ("oserror", exc.errno, exc.strerror, exc.filename)
     except Exception as exc:  # reported to the parent, which raises it
         outcome = ("error", f"{type(exc).__name__}: {exc}")
-    _write_all(answer, pickle.dumps(outcome))
+    forked.write_all(answer, pickle.dumps(outcome))
     return 0
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
