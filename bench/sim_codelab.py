@@ -20,8 +20,8 @@ e.g. ``autoscaler/data/sim/AzureLLMInferenceTrace_code.csv``), ``--rate-scale``,
 
 ``--variants``: resize through variants (issue 14, item 4): ``cluster-tpu7x-codelab-variants.yaml`` (the decode
 role served by a 2x2x2 and a 2x4x4 LeaderWorkerSet) with ``policies/tpu7x-disaggregated-variants.yaml``; the
-baselines and the oracle size the 2x2x2 pools only (the pair search has no variant dimension), so the cost
-against the oracle compares a policy with one more shape to choose from.
+pair oracle carries each window's decode need on the cheapest mix of the two shapes (``disagg.PairSearch.mix``),
+so the cost against it is at equal choice; the HPA/KEDA baselines size the 2x2x2 pools only.
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ the blocks: a schedule whose groups do not fit waits in the simulation like any 
 window length: a joint bisection on a common ``u``, then a bisection on each pool's ``u`` with the other
 held, plus the constant fleets ``(n_p, n_d)``; every schedule simulated in the same model, cached, and the
 answer for an attainment is the cheapest simulated pair reaching it. Re-solved at each row's attainment
-when the row is cheaper than every pair found so far.
+when the row is cheaper than every pair found so far. A role served by several pools (variants: other slice
+shapes) gets the variant dimension the policy has: per window its need, in groups of its primary pool, is
+carried by the mix of shapes on the fewest chips (``PairSearch.mix``), each pool's groups scheduled a cold
+start ahead; constant fleets likewise.
 
 The lower bound for two pools (``pair_lower_bound_chip_s``): prefill busy time (one prompt at a time per
 group) for every request that must get its first token inside the window, plus decode slot-time: a request
@@ -29,6 +32,7 @@ holds at least its ``minReplicas`` all the time; the bound is the larger of the 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +89,15 @@ class PairScheduleController:
                 return float(nxt[0])
 
             sim.every(sched[0][0], fn)
+
+
+def role_capacity(cluster: Cluster, pool: PoolSpec, role: str) -> float:
+    """What one group of ``pool`` serves in its role, in the units ``pool_demand`` counts: prompt tokens/s for
+    prefill, generated tokens/s at a full batch for decode (its profile's figures)."""
+    prof = cluster.profile(pool)
+    if role == "prefill":
+        return prof.prefill_tokens_per_second
+    return prof.slots / prof.decode_step.seconds(prof.slots)
 
 
 def pool_demand(trace: traces.Trace, cluster: Cluster, pool: PoolSpec, role: str, window_s: float) -> list[float]:
@@ -174,11 +187,20 @@ class PairSearch:
         pair = self.cluster.disaggregated
         assert pair is not None
         self.prefill, self.decode = pair
+        #: Role -> its pools, the primary first, then its variants (other slice shapes of the same role).
+        self.roles: dict[str, list[PoolSpec]] = self.cluster.role_pools or {
+            "prefill": [self.prefill], "decode": [self.decode]}
         cap = self.cluster.capacity_chips
         self.bounds = {
-            p.name: (p.min_replicas, min(p.max_replicas, cap // self.cluster.chips_per_replica(p))) for p in pair
+            p.name: (p.min_replicas, min(p.max_replicas, cap // self.cluster.chips_per_replica(p)))
+            for pools in self.roles.values() for p in pools
         }
-        self.lead = {p.name: self.cluster.lead_seconds(p) for p in pair}
+        self.lead = {p.name: self.cluster.lead_seconds(p) for pools in self.roles.values() for p in pools}
+        #: What one group of each pool carries, in groups of its role's primary pool (1.0 for the primary).
+        self.group_capacity = {
+            p.name: role_capacity(self.cluster, p, role) / role_capacity(self.cluster, pools[0], role)
+            for role, pools in self.roles.items() for p in pools
+        }
         self.loads = {
             (w, role): pool_demand(self.trace, self.cluster, p, role, w)
             for w in self.windows for role, p in (("prefill", self.prefill), ("decode", self.decode))
@@ -186,10 +208,33 @@ class PairSearch:
 
     # ----- one pair of schedules --------------------------------------------------------------------
     def initial(self, schedules: dict[str, list[tuple[float, int]]]) -> dict[str, int]:
+        """The schedules' fleet at time 0, within the chips serving may hold (larger slices kept first, as
+        placed): a schedule asking for more at time 0 asks for the rest at once, and it waits like any
+        policy's groups."""
         out = {}
         for name, sched in schedules.items():
             lo = self.bounds[name][0]
             out[name] = sched[0][1] if sched and sched[0][0] == 0.0 else lo
+        left = self.cluster.capacity_chips
+        for name in sorted(out, key=lambda k: -self.cluster.chips_per_replica(self.cluster.pool_named(k))):
+            chips = self.cluster.chips_per_replica(self.cluster.pool_named(name))
+            out[name] = min(out[name], left // chips)
+            left -= out[name] * chips
+        return out
+
+    def warm_start(self, schedules: dict[str, list[tuple[float, int]]]) -> dict[str, int]:
+        """Every row's fleet at time 0: what the oracle's schedules carry then, as groups of each role's primary
+        pool (its variants at their minimum): the baselines size the primary pools only, and a variant group
+        they never scale must not serve in their rows for free."""
+        first = self.initial(schedules)
+        out = {}
+        for pools in self.roles.values():
+            primary, *variants = pools
+            carried = sum(self.group_capacity[p.name] * first.get(p.name, self.bounds[p.name][0]) for p in pools)
+            floor = sum(self.group_capacity[p.name] * self.bounds[p.name][0] for p in variants)
+            lo, hi = self.bounds[primary.name]
+            out[primary.name] = max(lo, min(hi, math.ceil(carried - floor - 1e-9)))
+            out.update({p.name: self.bounds[p.name][0] for p in variants})
         return out
 
     def simulate(self, schedules: dict[str, list[tuple[float, int]]], label: str, stop: int | None,
@@ -226,11 +271,64 @@ class PairSearch:
 
     def schedules_for(self, window_s: float, u_p: float, u_d: float) -> dict[str, list[tuple[float, int]]]:
         out = {}
-        for role, pool, u in (("prefill", self.prefill, u_p), ("decode", self.decode, u_d)):
-            lo, hi = self.bounds[pool.name]
-            out[pool.name] = oracle.schedule_for(self.loads[(window_s, role)], utilization=u, window_s=window_s,
-                                                 cold_start_s=self.lead[pool.name], lo=lo, hi=hi)
+        for role, u in (("prefill", u_p), ("decode", u_d)):
+            pools = self.roles[role]
+            if len(pools) == 1:
+                pool = pools[0]
+                lo, hi = self.bounds[pool.name]
+                out[pool.name] = oracle.schedule_for(self.loads[(window_s, role)], utilization=u,
+                                                     window_s=window_s, cold_start_s=self.lead[pool.name],
+                                                     lo=lo, hi=hi)
+                continue
+            load = self.loads[(window_s, role)]
+            levels = self.mix_levels(role, [max(x, load[w - 1] if w else 0.0) / u for w, x in enumerate(load)])
+            for pool in pools:
+                lead = self.lead[pool.name]
+                out[pool.name] = oracle.schedule_from_levels(
+                    levels[pool.name], window_s=window_s, lead_s=lead, lo=self.pool_floor(pool, role),
+                    keep_gap_s=lead + window_s)
         return out
+
+    def mix(self, role: str, need: float, previous: dict[str, int] | None = None) -> dict[str, int]:
+        """The groups per pool of ``role`` that carry ``need`` (in groups of its primary pool) on the fewest
+        chips, then the fewest changes from ``previous``, then the fewest groups; the most capacity within the
+        bounds when nothing carries it. One shape only: that pool's own count."""
+        pools = self.roles[role]
+        # With variants the primary's minReplicas is the role's (a variant may replace its last group): the
+        # cluster file allows minReplicas 0 on variants only, and a policy may move the role off the primary.
+        ranges = [range(self.pool_floor(p, role), self.bounds[p.name][1] + 1) for p in pools]
+        best: tuple[Any, ...] | None = None
+        for counts in itertools.product(*ranges):
+            if sum(counts) < self.bounds[pools[0].name][0]:
+                continue
+            carried = sum(self.group_capacity[p.name] * n for p, n in zip(pools, counts, strict=True))
+            chips = sum(self.cluster.chips_per_replica(p) * n for p, n in zip(pools, counts, strict=True))
+            changes = sum(abs(n - (previous or {}).get(p.name, n)) for p, n in zip(pools, counts, strict=True))
+            short = max(0.0, need - carried - 1e-9)
+            key = (short > 0, -carried if short > 0 else chips, changes, sum(counts), counts)
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        return {p.name: n for p, n in zip(pools, best[-1], strict=True)}
+
+    def pool_floor(self, pool: PoolSpec, role: str) -> int:
+        """The fewest groups ``pool`` holds on its own (0 for a role's primary pool that has variants)."""
+        return 0 if len(self.roles[role]) > 1 else self.bounds[pool.name][0]
+
+    def mix_levels(self, role: str, need: Sequence[float]) -> dict[str, list[int]]:
+        """Per window, the groups per pool of ``role`` (``mix``), each window's mix the closest to the
+        previous one among the cheapest (a shape flipping back and forth would pay cold starts for nothing)."""
+        levels: dict[str, list[int]] = {p.name: [] for p in self.roles[role]}
+        previous: dict[str, int] | None = None
+        for n in need:
+            previous = self.mix(role, n, previous)
+            for name, count in previous.items():
+                levels[name].append(count)
+        return levels
+
+    def constant(self, role: str, groups: int) -> dict[str, list[tuple[float, int]]]:
+        """A constant fleet of ``role`` carrying ``groups`` of its primary pool, at its cheapest mix."""
+        return {name: [(0.0, n)] for name, n in self.mix(role, float(groups)).items()}
 
     def _passes(self, window_s: float, u_p: float, u_d: float, target: float) -> bool:
         stop = oracle.misses_allowed(len(self.trace.arrivals), target)
@@ -279,20 +377,24 @@ class PairSearch:
         return self.best(target)
 
     def _constant_fleets(self, target: float) -> None:
-        """Constant pairs (n_p, n_d): for each prefill count, the fewest decode groups that pass."""
+        """Constant pairs (n_p, n_d): for each prefill count, the fewest decode groups that pass (counted in
+        groups of each role's primary pool, each role at its cheapest mix of shapes)."""
         stop = oracle.misses_allowed(len(self.trace.arrivals), target)
-        lo_p, hi_p = self.bounds[self.prefill.name]
-        lo_d, hi_d = self.bounds[self.decode.name]
+        lo_p, hi_p = self.role_bounds("prefill")
+        lo_d, hi_d = self.role_bounds("decode")
         best = self.best(target)
-        chips_p = self.cluster.chips_per_replica(self.prefill)
-        chips_d = self.cluster.chips_per_replica(self.decode)
         horizon = self.trace.duration_s
+
+        def chips(role: str, n: int) -> int:
+            return sum(self.cluster.chips_per_replica(self.cluster.pool_named(k)) * c
+                       for k, c in self.mix(role, float(n)).items())
+
         for n_p in range(lo_p, hi_p + 1):
-            if best.met_target and (n_p * chips_p + lo_d * chips_d) * horizon >= best.candidate.chip_s:
+            if best.met_target and (chips("prefill", n_p) + chips("decode", lo_d)) * horizon >= best.candidate.chip_s:
                 break
 
             def passes(n_d: int, _n_p: int = n_p) -> bool:
-                c = self.simulate({self.prefill.name: [(0.0, _n_p)], self.decode.name: [(0.0, n_d)]},
+                c = self.simulate({**self.constant("prefill", _n_p), **self.constant("decode", n_d)},
                                   f"constant ({_n_p}, {n_d})", stop)
                 return c.exact and c.attainment >= target
 
@@ -306,6 +408,13 @@ class PairSearch:
                 else:
                     a = mid
             best = self.best(target)
+
+    def role_bounds(self, role: str) -> tuple[int, int]:
+        """The fewest and most groups of the role's primary pool its pools together carry."""
+        pools = self.roles[role]
+        lo = math.ceil(sum(self.group_capacity[p.name] * self.bounds[p.name][0] for p in pools) - 1e-9)
+        hi = math.floor(sum(self.group_capacity[p.name] * self.bounds[p.name][1] for p in pools) + 1e-9)
+        return lo, hi
 
     def best(self, target: float) -> PairOracle:
         ok = [c for c in self._cache.values() if c.exact and c.attainment >= target]
@@ -383,7 +492,7 @@ def run_rows(
     if prefill.initial_replicas is not None and decode.initial_replicas is not None:
         n0 = {prefill.name: prefill.initial_replicas, decode.name: decode.initial_replicas}
     elif orc is not None and orc.candidate.schedules:
-        n0 = search.initial(orc.candidate.schedules)
+        n0 = search.warm_start(orc.candidate.schedules)
     else:
         n0 = {p.name: p.initial_replicas if p.initial_replicas is not None else p.min_replicas for p in pair}
 

@@ -271,7 +271,7 @@ class Simulation:
         self.reactivations = 0
         self.now = 0.0
         self.initial_by_pool: dict[str, int] = {}
-        for sp, spec in zip(self.pools, specs, strict=True):
+        for spec in specs:
             if initial_by_pool is not None and spec.name in initial_by_pool:
                 n0 = initial_by_pool[spec.name]
             elif initial_replicas is not None and pair is None:
@@ -286,6 +286,12 @@ class Simulation:
 
                 n0 = warm_fleet(trace, cluster, spec)
             self.initial_by_pool[spec.name] = n0
+        # The larger slices are placed first: a 2x2x2 group placed first could split the half-block a 2x4x4
+        # group needs (the arbitration places a plan's groups in the same order).
+        by_size = sorted(zip(self.pools, specs, strict=True),
+                         key=lambda ps: -(s.chips if (s := self._shape_of.get(ps[1].name)) is not None else 0))
+        for sp, spec in by_size:
+            n0 = self.initial_by_pool[spec.name]
             shape = self._shape_of.get(spec.name)
             for _ in range(n0):
                 rep = sp.add_replica(0.0, ready=True)

@@ -11,7 +11,7 @@ import pytest
 
 from autoscaler.core.engine import compile_policy
 from autoscaler.sim import cluster as cluster_mod
-from autoscaler.sim import traces
+from autoscaler.sim import disagg, traces
 from autoscaler.sim.cluster import SimulatedCluster
 from autoscaler.sim.simulation import FixedController, PolicyController, Simulation
 from bench import sim_codelab
@@ -79,3 +79,36 @@ def test_a_variant_pool_must_name_a_pool_and_only_variants_may_hold_zero() -> No
     zero = {**doc, "spec": {**spec, "disaggregation": {**spec["disaggregation"], "decodeVariants": []}}}
     with pytest.raises(ValueError, match="minReplicas 0 is only for a disaggregation variant pool"):
         SimulatedCluster.model_validate(zero)
+
+
+@pytest.mark.parametrize(("need", "mix"), [
+    pytest.param(1.0, {"decode": 1, "decode-2x4x4": 0}, id="one-small-group"),
+    pytest.param(4.4, {"decode": 0, "decode-2x4x4": 1}, id="one-large-group-not-five-small"),
+    pytest.param(5.4, {"decode": 1, "decode-2x4x4": 1}, id="large-plus-small"),
+    pytest.param(8.8, {"decode": 0, "decode-2x4x4": 2}, id="two-large-not-nine-small"),
+    pytest.param(12.0, {"decode": 4, "decode-2x4x4": 2}, id="large-at-its-max-then-small"),
+])
+def test_the_pair_oracle_carries_a_role_at_its_cheapest_mix_of_shapes(need: float, mix: dict[str, int]) -> None:
+    """The oracle has the variant dimension the policy has: a need (in 2x2x2 groups) is carried by the mix of
+    shapes with the fewest chips (a 2x4x4 group carries ~4.43 2x2x2 groups' tokens on 4x the chips)."""
+    search = disagg.PairSearch(cluster=cluster_mod.load(VARIANTS), trace=_trace(30.0, 60.0), slo_ttft_s=2.0)
+    assert search.group_capacity["decode-2x4x4"] == pytest.approx(4.43, abs=0.01)
+    assert search.mix("decode", need) == mix
+
+
+def test_the_pair_oracle_schedules_the_larger_shape_and_warm_starts_rows_on_the_primary() -> None:
+    """At ×30 the decode need (4–7 2x2x2 groups' worth) is carried partly on 2x4x4 groups in the oracle's own
+    schedules (and its run pays chips on that pool); every row's warm start counts what the oracle carries at
+    time 0 in 2x2x2 groups, the 2x4x4 pool at its minimum (the baselines never scale it)."""
+    cl = cluster_mod.load(VARIANTS)
+    search = disagg.PairSearch(cluster=cl, trace=_trace(30.0, 300.0), slo_ttft_s=2.0, windows=(60.0,))
+    schedules = search.schedules_for(60.0, 0.7, 0.7)
+    assert max(n for _, n in schedules["decode-2x4x4"]) >= 1
+    run = search.simulate(schedules, "u=0.7", None)
+    assert run.result is not None
+    assert run.result.pool_chip_s["decode-2x4x4"] > 0
+    start = search.initial(schedules)
+    carried = start["decode"] + start["decode-2x4x4"] * search.group_capacity["decode-2x4x4"]
+    warm = search.warm_start(schedules)
+    assert warm["decode-2x4x4"] == 0
+    assert warm["decode"] == math.ceil(carried - 1e-9)
