@@ -54,6 +54,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -141,6 +142,10 @@ class Observer(Protocol):
         """Whether ``part`` (a probe's) was read on the target view still kept (no change or read since)."""
         ...
 
+    def unkept(self, policies: list[CompiledPolicy]) -> list[CompiledPolicy]:
+        """The policies whose target ``probe`` would read (no view kept, or one too old)."""
+        ...
+
 
 class Actuator(Protocol):
     """Writes to the cluster. ``refusal`` types are "this target is not ours" (a Warning Event, no retry storm)."""
@@ -192,6 +197,16 @@ class Outcome:
         return self.error is None
 
 
+@dataclass(frozen=True)
+class _Screen:
+    """What a screen decided on a kept view (``Controller._screen``): never written from; it may stand as a due
+    policy's periodic evaluation when it would change nothing (``Controller._stand``)."""
+
+    obs: Observation
+    decisions: list[Decision]
+    state: PolicyState
+
+
 @dataclass
 class _Index:
     """``Controller._index``: built from one policy set (kept to tell when the store replaced it)."""
@@ -202,6 +217,9 @@ class _Index:
     any_training: list[str] = field(default_factory=list)
     #: Policies probes screen (``_fast``), in the policy set's order.
     fast: list[CompiledPolicy] = field(default_factory=list)
+    #: Per screened policy, how long past its due time the periodic pass leaves it to a screen (its period):
+    #: the first clean screen after it is due stands as its periodic evaluation (``Controller._stand``).
+    grace: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -261,6 +279,8 @@ class Controller:
     _by: _Index | None = None
     #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
     screens: int = 0
+    #: Metric children by (metric, labels) (``_child``).
+    _children: dict[tuple[object, ...], Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._log = get_logger(component="loop")
@@ -295,6 +315,8 @@ class Controller:
                 index.targets.setdefault(spec.target.ref().key, []).append(n)
                 if _fast(cp):
                     index.fast.append(cp)
+                    if spec.capacity is None:  # a ClusterQueue's policies are read in their pass (the ledger)
+                        index.grace[n] = spec.evaluation_period_seconds
                 if spec.capacity is None:
                     continue
                 if not spec.preemptible:
@@ -583,11 +605,11 @@ class Controller:
             self.states[cp.name] = new_state
             # Actions told their Events as they were done (above); dry run tells all of them here.
             await self.emit_events(cp, decisions if self.dry_run else [d for d in decisions if not _is_action(d)])
-        self.telemetry.loop_latency.labels("observe").observe(t1 - t0)
-        self.telemetry.loop_latency.labels("decide").observe(t2 - t1)
+        self._child(self.telemetry.loop_latency, "observe").observe(t1 - t0)
+        self._child(self.telemetry.loop_latency, "decide").observe(t2 - t1)
         t3 = self.clock.monotonic()
-        self.telemetry.loop_latency.labels("act").observe(t3 - t2)
-        self.telemetry.loop_latency.labels("total").observe(t3 - t0)
+        self._child(self.telemetry.loop_latency, "act").observe(t3 - t2)
+        self._child(self.telemetry.loop_latency, "total").observe(t3 - t0)
         return Outcome(cp.name, tuple(decisions), tuple(acted), error, committed, obs, refused)
 
     async def _act(
@@ -811,26 +833,48 @@ class Controller:
             self.telemetry.actions.labels(cp.name, "undo", "ok").inc()
             await self._event(cp, undo, "Normal", undo.reason.value, undo.message, "reactivate")
 
-    def _report(self, cp: CompiledPolicy, obs: Observation, decisions: list[Decision], log: Any) -> None:
+    def _report(
+        self, cp: CompiledPolicy, obs: Observation, decisions: list[Decision], log: Any | None, trigger: str = ""
+    ) -> None:
+        """Metrics and a log line per decision. ``log`` None: bound here, only if a line is written (at
+        ``warning`` and above nothing is)."""
+        name = cp.name
+        child = self._child
         for d in decisions:
-            self.telemetry.decisions.labels(cp.name, d.reason.value).inc()
+            child(self.telemetry.decisions, name, d.reason.value).inc()
             if isinstance(d, ScaleDecision):
-                self.telemetry.desired.labels(cp.name).set(d.desired)
-                self.telemetry.current.labels(cp.name).set(d.current)
+                child(self.telemetry.desired, name).set(d.desired)
+                child(self.telemetry.current, name).set(d.current)
                 for sig in d.signals.values():
                     if sig.age_s is not None:
-                        self.telemetry.signal_age.labels(cp.name, sig.name).set(sig.age_s)
+                        child(self.telemetry.signal_age, name, sig.name).set(sig.age_s)
                     if sig.ok and sig.value is not None:
-                        self.telemetry.signal_value.labels(cp.name, sig.name).set(sig.value)
+                        child(self.telemetry.signal_value, name, sig.name).set(sig.value)
                     else:  # unknown is never a number on a dashboard (it is never idle either)
+                        self._children.pop((id(self.telemetry.signal_value), name, sig.name), None)
                         with contextlib.suppress(KeyError):
-                            self.telemetry.signal_value.remove(cp.name, sig.name)
+                            self.telemetry.signal_value.remove(name, sig.name)
+            if log is None:
+                if not self._log.is_enabled_for(logging.INFO):
+                    continue
+                log = self._log.bind(policy=name, target=cp.policy.spec.target.ref().key, trigger=trigger)
+            if isinstance(d, ScaleDecision):
                 log.info("decision", reason=d.reason.value, message=d.message, current=d.current,
                          desired=d.desired, dry_run=self.dry_run,
                          signals={n: s.value for n, s in d.signals.items()})
             else:
                 log.info("decision", reason=d.reason.value, message=d.message, workload=d.workload.key,
                          action=d.action.value, dry_run=self.dry_run)
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept: prometheus-client's ``labels`` costs microseconds a call (label
+        checks, a lock), and every evaluation sets about ten. A child is dropped here when it is removed from
+        its metric (``signal_value`` while unknown), so that a later value makes it again."""
+        key = (id(metric), *labels)
+        got = self._children.get(key)
+        if got is None:
+            got = self._children[key] = metric.labels(*labels)
+        return got
 
     async def _event(
         self, cp: CompiledPolicy, d: Decision, type_: EventType, reason: str, message: str, action: str
@@ -867,7 +911,7 @@ class Controller:
                         self.states.pop(name, None)
                 # Due within a millisecond counts as due: a clock of finite resolution (looptime's is 1 µs) may
                 # otherwise never pass 45.787693000000004 after waking at 45.787693, and the loop would spin.
-                due = [n for n in policies if self._due.get(n, now) <= now + DUE_SLACK_S]
+                due = self.due_now(now, probing=probe_task is not None)
                 pending = {n: w for n, w in self._pending.items() if n in policies}
                 self._pending.clear()
                 batch = dict.fromkeys(due, "period") | pending
@@ -880,7 +924,7 @@ class Controller:
                 self._wake.clear()
                 if self._pending:
                     continue
-                next_due = min(self._due.values(), default=now + 1.0)
+                next_due = self.next_due(now, probing=probe_task is not None)
                 if self.keeper is not None:
                     next_due = min(next_due, self._next_sweep)
                 timeout = max(0.0, min(next_due - self.clock.monotonic(), 1.0))
@@ -895,6 +939,23 @@ class Controller:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
 
+    def due_now(self, now: float, *, probing: bool) -> list[str]:
+        """The policies the periodic pass evaluates now: never evaluated yet, or due. A policy probes screen
+        is left to them for its grace (one period) past its due time: the first clean screen after it is due
+        stands as its periodic evaluation (``_stand``, one ``decide`` on one read); the pass takes over only
+        when no screen did (rounds stalled, a signal failed, or every screen would act)."""
+        grace = self._index().grace if probing else {}
+        due = self._due
+        return [
+            n for n in self.store.policies
+            if (at := due.get(n)) is None or at + grace.get(n, 0.0) <= now + DUE_SLACK_S
+        ]
+
+    def next_due(self, now: float, *, probing: bool) -> float:
+        """When ``due_now`` next finds a policy (``now`` + 1 s when none is scheduled)."""
+        grace = self._index().grace if probing else {}
+        return min((at + grace.get(n, 0.0) for n, at in self._due.items()), default=now + 1.0)
+
     def _run_batched(
         self, batch: dict[str, str], cp: CompiledPolicy, prepared: tuple[int, Prepared | Exception] | None
     ) -> Awaitable[Outcome]:
@@ -903,7 +964,7 @@ class Controller:
     async def _run_one(
         self, cp: CompiledPolicy, why: str, prepared: tuple[int, Prepared | Exception] | None = None
     ) -> Outcome:
-        self.telemetry.triggers.labels(why if why in ("period", "watch", "reload") else "other").inc()
+        self._child(self.telemetry.triggers, why if why in ("period", "watch", "reload") else "other").inc()
         outcome = await self.evaluate(cp, why, prepared=prepared)
         self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
         return outcome
@@ -939,6 +1000,10 @@ class Controller:
         # round waited almost two rounds for its next screen.)
         screened = self._screened
         probes.sort(key=lambda cp: screened.get(cp.name, -math.inf))
+        unkept = self.observer.unkept(probes)
+        if len(unkept) > 1:
+            # Views age out together (read together by a pass): read them in one bulk read, not chunk by chunk.
+            await self._read_targets(unkept)
         slots = asyncio.Semaphore(self.probe_parallel)
 
         async def chunk(part: list[CompiledPolicy]) -> None:
@@ -964,31 +1029,72 @@ class Controller:
             self.telemetry.errors.labels("observe").inc()
             self._log.warning("probe_failed", error=_one_line(exc))
             return
+        stood: list[str] = []
+        due = self._due
         for cp in chunk:
-            part = found.get(cp.name)
-            if not isinstance(part, Prepared) or self._runs.get(cp.name, 0) != stamps[cp.name]:
-                self._kept.pop(cp.name, None)
-                continue  # unreadable (its evaluation reports that), or evaluated since: its state moved on
-            if all(r.error is None for r in part.signals.values()):
-                self._kept[cp.name] = (started, stamps[cp.name], part)
-            else:  # a periodic evaluation reads a failing signal itself (and reports why)
-                self._kept.pop(cp.name, None)
-            if await self._would_act(cp, part):
+            name = cp.name
+            part = found.get(name)
+            if self._runs.get(name, 0) != stamps[name]:
+                self._kept.pop(name, None)
+                continue  # evaluated since: its state moved on
+            is_due = due.get(name, math.inf) <= started + DUE_SLACK_S
+            clean = isinstance(part, Prepared) and all(r.error is None for r in part.signals.values())
+            if not isinstance(part, Prepared) or not clean:
+                # Unreadable, or a signal failed: a periodic evaluation reads it itself and reports why, at once
+                # when it is due (it is not left to a screen that cannot stand for it).
+                self._kept.pop(name, None)
+                if is_due:
+                    self.trigger([name], "period")
+                if not isinstance(part, Prepared):
+                    continue
+            else:
+                self._kept[name] = (started, stamps[name], part)
+            screen = await self._screen(cp, part)
+            if screen is None:
+                continue
+            if _changes(screen.decisions):
                 self._escalate(cp)
+            elif clean and is_due and _queue_key(cp) is None and await self._stand(cp, stamps[name], part, screen):
+                stood.append(name)
+        await self._after_pass(stood)
 
-    async def _would_act(self, cp: CompiledPolicy, part: Prepared) -> bool:
-        """Screening: would ``decide`` on this (kept-view) observation change anything? Writes nothing,
-        notes nothing in the ledger, commits no state."""
+    async def _screen(self, cp: CompiledPolicy, part: Prepared) -> _Screen | None:
+        """``decide`` on this (kept-view) observation with the policy's state: what it would do. Writes
+        nothing, notes nothing in the ledger, commits no state (``_stand`` may, for a due policy)."""
         try:
             obs = await self.observer.observe(cp, part)
             queue = _queue_key(cp)
             if queue is not None and obs.quota is not None:
                 pending = self._pending_on(queue, besides=cp.policy.spec.target.ref().key)
                 obs = dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending))
-            decisions, _ = cp.decide(obs, self.states.get(cp.name, PolicyState()), self.clock.wall())
+            decisions, state = cp.decide(obs, self.states.get(cp.name, PolicyState()), self.clock.wall())
         except Exception:  # the evaluation (periodic, or this one's) reports it; a screen only selects
+            return None
+        return _Screen(obs, decisions, state)
+
+    async def _stand(self, cp: CompiledPolicy, stamp: int, part: Prepared, screen: _Screen) -> bool:
+        """A due policy's clean screen that would change nothing stands as its periodic evaluation: one
+        ``decide``, not a second on the same readings. It is committed as ``_evaluate`` commits an evaluation
+        that does not act (state, metrics, log line, Events for notable holds, the outcome status reads, the
+        next due time), only while no evaluation of the policy ran or runs since the screen and its target
+        view is still the one kept (checked with no ``await`` before the commit). Not for policies on a
+        ClusterQueue (their pass reads the ledger's targets). A screen that would act never stands: it is
+        escalated to an evaluation on a fresh read (``_escalate``)."""
+        name = cp.name
+        lock = self._locks.get(name)
+        if (lock is not None and lock.locked()) or self._runs.get(name, 0) != stamp or not self.observer.still_kept(
+            name, part
+        ):
             return False
-        return _changes(decisions)
+        self._runs[name] = stamp + 1
+        self.states[name] = screen.state
+        self._due[name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
+        self._kept.pop(name, None)  # used: the evaluation count moved on
+        self.outcomes[name] = Outcome(name, tuple(screen.decisions), committed=True, observation=screen.obs)
+        self._child(self.telemetry.triggers, "period").inc()
+        self._report(cp, screen.obs, screen.decisions, None, "period")
+        await self.emit_events(cp, screen.decisions)
+        return True
 
     def _escalate(self, cp: CompiledPolicy) -> None:
         if self._locks.get(cp.name, asyncio.Lock()).locked():

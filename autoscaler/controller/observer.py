@@ -223,6 +223,17 @@ class PolicyObserver:
             views.update(await self._read_views(stale))
         return await self._gather(policies, views)
 
+    def unkept(self, policies: Sequence[CompiledPolicy]) -> list[CompiledPolicy]:
+        """The policies whose target view ``probe`` would read (none kept, or one too old for it): a round reads
+        them all at once (``read_targets``) before its chunks, one list per namespace and kind, not one per
+        chunk (5,000 targets in one namespace were listed 20 times a round, each list ≈ 0.2 s of JSON)."""
+        now = self.now()
+        views = self.views
+        return [
+            cp for cp in policies
+            if (kept := views.get(cp.name)) is None or now - kept[0] > 2 * cp.policy.spec.evaluation_period_seconds
+        ]
+
     def still_kept(self, name: str, part: Prepared) -> bool:
         """Whether ``part`` was read on the target view this observer still keeps for the policy: no watched
         change dropped it and no read replaced it since (each read makes a new ``ReplicaStatus``)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from kubernetes_asyncio import client
 from autoscaler.controller.loop import Controller, _chunks
 from autoscaler.controller.observer import Prepared, WatchSpec
 from autoscaler.controller.runtime import Runtime
+from autoscaler.core import engine
 from autoscaler.core.engine import CompiledPolicy, compile_policy
+from autoscaler.core.model import Reason
 from autoscaler.policyfile.loader import load_text
 from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, runtime
 from tests.controller.policies import tgi_policy
@@ -224,3 +227,116 @@ async def test_every_policy_waits_one_round_between_two_screens(
         clock.advance(1.0)
     assert order[0:4] == order[4:8] == order[8:12]
     await r.observer.aclose()
+
+
+def counting_decide(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count ``decide`` calls (by policy name): ``CompiledPolicy.decide`` calls ``engine.decide``."""
+    calls: list[str] = []
+    inner = engine.decide
+
+    def counted(compiled: CompiledPolicy, *args: object) -> object:
+        calls.append(compiled.name)
+        return inner(compiled, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "decide", counted)
+    return calls
+
+
+async def test_a_due_policys_screen_stands_as_its_periodic_evaluation(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One ``decide`` on one read: the screen of a due policy that would change nothing is its periodic
+    evaluation (state committed, outcome, next due time), and the periodic pass then finds nothing due."""
+    c = rt.controller
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
+    calls = counting_decide(monkeypatch)
+    runs, state = c._runs["tgi-gemma"], c.states["tgi-gemma"]
+    await c.probe_round()  # not due yet: a screen only, nothing committed
+    await settle(rt)
+    assert calls == ["tgi-gemma"]
+    assert c._runs["tgi-gemma"] == runs
+    assert c.states["tgi-gemma"] is state
+
+    clock.advance(15)  # due now
+    kube.requests.clear()
+    scrapes = tgi.scrapes
+    await c.probe_round()
+    await settle(rt)
+    assert calls == ["tgi-gemma"] * 2  # one decide for the screen and the evaluation both
+    assert tgi.scrapes == scrapes + 1  # one read ...
+    assert kube.requests == []  # ... and no target read
+    assert c._runs["tgi-gemma"] == runs + 1
+    assert c.states["tgi-gemma"] is not state
+    assert c.states["tgi-gemma"].last_decision_time == clock.wall()  # committed: decided at the screen
+    assert c.outcomes["tgi-gemma"].committed
+    assert c.outcomes["tgi-gemma"].acted == ()
+    assert c._due["tgi-gemma"] == clock.monotonic() + 15
+    assert c.due_now(clock.monotonic(), probing=True) == []  # the pass has nothing left to evaluate
+
+
+async def test_a_due_screen_that_would_act_does_not_stand(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A due policy's screen that would scale is evaluated on a fresh read (which writes), never committed
+    from the kept view: two decides, a target read before the write."""
+    c = rt.controller
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(15)
+    calls = counting_decide(monkeypatch)
+    runs = c._runs["tgi-gemma"]
+    tgi.queue = 25
+    kube.requests.clear()
+    await c.probe_round()
+    await settle(rt)
+    assert calls == ["tgi-gemma"] * 2
+    assert c._runs["tgi-gemma"] == runs + 1  # the escalated evaluation only: the screen was not committed
+    assert c.outcomes["tgi-gemma"].acted == ("scale",)
+    paths = [(r.method, r.path) for r in kube.requests]
+    assert ("GET", TARGET) in paths[: paths.index(("PATCH", TARGET + "/scale"))]
+    assert replicas(kube) == 3
+
+
+async def test_a_due_screen_with_a_failing_signal_leaves_the_evaluation_to_the_pass_at_once(
+    rt: Runtime, tgi: TgiMetrics
+) -> None:
+    c = rt.controller
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(15)
+    runs = c._runs["tgi-gemma"]
+    await tgi.stop()  # the signal fails: unknown, which the periodic evaluation reads itself and reports
+    await c.probe_round()
+    await settle(rt)
+    assert c._runs["tgi-gemma"] == runs  # the screen did not stand ...
+    assert c._pending == {"tgi-gemma": "period"}  # ... and the pass evaluates it now, not after its grace
+
+
+def test_the_pass_leaves_a_screened_policy_to_the_probes_for_one_period(rt: Runtime) -> None:
+    c = rt.controller
+    now = c.clock.monotonic()
+    c._due["tgi-gemma"] = now  # due now
+    assert c.due_now(now, probing=True) == []  # a screen stands for it within its grace ...
+    assert c.next_due(now, probing=True) == now + 15
+    assert c.due_now(now + 15, probing=True) == ["tgi-gemma"]  # ... the pass takes over after it
+    assert c.due_now(now, probing=False) == ["tgi-gemma"]  # without probes: at once
+    del c._due["tgi-gemma"]
+    assert c.due_now(now, probing=True) == ["tgi-gemma"]  # never evaluated: at once
+
+
+async def test_a_signal_value_gauge_goes_while_unknown_and_comes_back_with_a_value(
+    rt: Runtime, tgi: TgiMetrics
+) -> None:
+    """The metric children the loop keeps (``_child``) must not outlive their removal: a value known again is
+    shown again."""
+    c = rt.controller
+    gauge = 'autoscaler_signal_value{policy="tgi-gemma",signal="queue"}'
+    assert f"{gauge} 5.0" in rt.telemetry.exposition().decode()
+    tgi.queue = math.nan  # unknown (NaN is never a value)
+    await c.run_once()
+    assert c.outcomes["tgi-gemma"].decisions[0].reason is Reason.METRICS_UNKNOWN
+    assert gauge not in rt.telemetry.exposition().decode()
+    tgi.queue = 6
+    await c.run_once()
+    assert f"{gauge} 6.0" in rt.telemetry.exposition().decode()
