@@ -81,6 +81,7 @@ from autoscaler.core.model import (
     TrainingAction,
     TrainingDecision,
 )
+from autoscaler.core.screen import quiet, screened
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
 from autoscaler.core.spec import CapacitySpec
 
@@ -1049,6 +1050,8 @@ class Controller:
                     continue
             else:
                 self._kept[name] = (started, stamps[name], part)
+            if clean and not is_due and await self._quiet(cp, part):
+                continue  # the type says this reading keeps the count, whatever the history: no decide
             screen = await self._screen(cp, part)
             if screen is None:
                 continue
@@ -1071,6 +1074,17 @@ class Controller:
         except Exception:  # the evaluation (periodic, or this one's) reports it; a screen only selects
             return None
         return _Screen(obs, decisions, state)
+
+    async def _quiet(self, cp: CompiledPolicy, part: Prepared) -> bool:
+        """``core.screen.quiet`` on this (kept-view) observation: True only when ``decide`` would surely
+        change nothing (a float compare or two after the judge, where ``decide`` builds its whole sentence)."""
+        if not screened(cp):
+            return False
+        try:
+            obs = await self.observer.observe(cp, part)
+            return quiet(cp, obs, self.clock.wall())
+        except Exception:  # decide then (and reports what it finds)
+            return False
 
     async def _stand(self, cp: CompiledPolicy, stamp: int, part: Prepared, screen: _Screen) -> bool:
         """A due policy's clean screen that would change nothing stands as its periodic evaluation: one

@@ -254,7 +254,7 @@ async def test_a_due_policys_screen_stands_as_its_periodic_evaluation(
     runs, state = c._runs["tgi-gemma"], c.states["tgi-gemma"]
     await c.probe_round()  # not due yet: a screen only, nothing committed
     await settle(rt)
-    assert calls == ["tgi-gemma"]
+    assert calls == []  # the queue type says 5 keeps 1 replica: no decide at all (core.screen.quiet)
     assert c._runs["tgi-gemma"] == runs
     assert c.states["tgi-gemma"] is state
 
@@ -263,7 +263,7 @@ async def test_a_due_policys_screen_stands_as_its_periodic_evaluation(
     scrapes = tgi.scrapes
     await c.probe_round()
     await settle(rt)
-    assert calls == ["tgi-gemma"] * 2  # one decide for the screen and the evaluation both
+    assert calls == ["tgi-gemma"]  # one decide for the screen and the evaluation both
     assert tgi.scrapes == scrapes + 1  # one read ...
     assert kube.requests == []  # ... and no target read
     assert c._runs["tgi-gemma"] == runs + 1
@@ -340,3 +340,22 @@ async def test_a_signal_value_gauge_goes_while_unknown_and_comes_back_with_a_val
     tgi.queue = 6
     await c.run_once()
     assert f"{gauge} 6.0" in rt.telemetry.exposition().decode()
+
+
+async def test_a_quiet_screen_does_not_decide_and_a_moving_one_does(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not due: a reading the type says keeps the count is screened without ``decide``; one outside that band
+    is decided (and, as it would scale, evaluated on a fresh read)."""
+    c = rt.controller
+    calls = counting_decide(monkeypatch)
+    for queue in (1, 7, 10):  # 1 replica holds a queue of 0 < work <= 10
+        tgi.queue = queue
+        await c.probe_round()
+        await settle(rt)
+    assert calls == []
+    tgi.queue = 11  # needs 2
+    await c.probe_round()
+    await settle(rt)
+    assert calls == ["tgi-gemma"] * 2  # the screen's decide, then the escalated evaluation's
+    assert replicas(kube) == 2

@@ -237,6 +237,30 @@ class QueueAlgorithm:
         )
         return Recommendation(current, Reason.STEADY, f"{need_text}; {have_text}: holding {current} ({why})"), None
 
+    def holds(self, ctx: Context) -> bool:
+        """Whether ``recommend`` would give the current count (its rule without its sentences: a probe's screen
+        asks this thousands of times a second, ``core.screen.quiet``); False when a signal is unknown."""
+        cfg = self.config
+        ready, current = ctx.replicas.ready, ctx.replicas.spec
+        work = 0.0
+        for name in cfg.work:
+            sig = ctx.signals[name]
+            per_replica = ctx.spec.signal(name).scope == "perReplica"
+            if not sig.ok or sig.value is None or (per_replica and ready == 0):
+                return False
+            work += sig.value * ready if per_replica else sig.value
+        saturated = False
+        for sat in cfg.saturation:
+            sig = ctx.signals[sat.signal]
+            if not sig.ok or sig.value is None:
+                return False
+            saturated = saturated or sig.value >= sat.threshold
+        up = replicas_for(work, cfg.capacity_per_replica * cfg.target_utilization)
+        need = max(up, ready + 1 if saturated and ctx.replicas.starting == 0 else 0)
+        if need > current:
+            return False
+        return saturated or replicas_for(work, cfg.capacity_per_replica * cfg.down_utilization) >= current
+
 
 def build(config: QueuePolicyConfig) -> PolicyAlgorithm:
     return QueueAlgorithm(config)

@@ -1,0 +1,148 @@
+"""``core.screen.quiet``: a screen that answers "could the decision change?" without deciding.
+
+Properties on drawn policies, readings and states (histories with stabilization windows and rate limits):
+a quiet observation's ``decide`` never changes the count, whatever the state; and each type's ``holds`` is
+exactly "its raw recommendation is the current count" (so a screen skips ``decide`` only when ``decide``
+would hold for the type's own reason).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from autoscaler.core.engine import compile_policy, decide
+from autoscaler.core.model import (
+    Observation,
+    PolicyState,
+    ReplicaStatus,
+    ScaleDecision,
+    SignalReading,
+    TargetKind,
+    TargetRef,
+)
+from autoscaler.core.policies.base import Context
+from autoscaler.core.screen import quiet, screened
+from autoscaler.core.spec import ScalingPolicy
+
+TARGET = TargetRef(TargetKind.DEPLOYMENT, "llm", "serving")
+NOW = 10_000.0
+SIGNALS: list[dict[str, Any]] = [
+    {"name": "waiting", "query": "w"},
+    {"name": "running", "query": "r"},
+    {"name": "per_pod", "query": "p", "scope": "perReplica"},
+    {"name": "kv", "query": "k", "aggregate": "max"},
+]
+
+
+def queue_policy(cfg: dict[str, Any], *, min_replicas: int, max_replicas: int, behavior: dict[str, Any] | None,
+                 **spec: Any) -> ScalingPolicy:
+    policy = {"type": "queue", "capacityPerReplica": 10, **cfg}
+    if behavior is not None:
+        policy["behavior"] = behavior
+    return ScalingPolicy.model_validate({
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "q"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "llm", "namespace": "serving"},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "signals": SIGNALS,
+            "policy": policy,
+            **spec,
+        },
+    })
+
+
+configs = st.fixed_dictionaries(
+    {"work": st.sampled_from([["waiting"], ["waiting", "running"], ["per_pod"], ["running", "per_pod"]])},
+    optional={
+        "targetUtilization": st.sampled_from([0.5, 0.7, 1.0]),
+        "saturation": st.just([{"signal": "kv", "threshold": 0.8}]),
+    },
+)
+rules = st.fixed_dictionaries({}, optional={
+    "stabilizationWindowSeconds": st.sampled_from([0, 30, 300]),
+    "policies": st.just([{"type": "Pods", "value": 1, "periodSeconds": 60}]),
+})
+behaviors = st.one_of(st.none(), st.fixed_dictionaries({}, optional={"scaleUp": rules, "scaleDown": rules}))
+#: Values near the thresholds of capacityPerReplica 10 (multiples of 10 × utilization) and anywhere else.
+values = st.one_of(st.integers(0, 120).map(float), st.floats(0, 120, allow_nan=False),
+                   st.sampled_from([7.0, 8.0, 14.0, 20.0, 24.0, 30.0, 35.0, math.nan]))
+histories = st.lists(st.tuples(st.floats(NOW - 600, NOW), st.integers(0, 12)), max_size=6).map(
+    lambda xs: tuple(sorted(xs)))
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[ScalingPolicy, Observation, PolicyState]:
+    min_replicas = draw(st.integers(1, 3))
+    max_replicas = draw(st.integers(min_replicas, 10))
+    pol = queue_policy(draw(configs), min_replicas=min_replicas, max_replicas=max_replicas,
+                       behavior=draw(behaviors))
+    spec = draw(st.integers(0, 12))
+    ready = draw(st.integers(0, spec))
+    starting = draw(st.integers(0, spec - ready))
+    readings = {
+        "waiting": SignalReading(draw(values), NOW - 1),
+        "running": SignalReading(draw(values), NOW - 1),
+        "per_pod": SignalReading(draw(values), NOW - 1),
+        "kv": SignalReading(draw(st.sampled_from([0.5, 0.8, 0.95])), NOW - 1),
+    }
+    obs = Observation(target=TARGET, replicas=ReplicaStatus(spec, ready, starting), signals=readings)
+    state = PolicyState(
+        recommendations=draw(histories), scale_up_events=draw(histories), scale_down_events=draw(histories),
+    )
+    return pol, obs, state
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+@example(  # on the scale-up edge: 30 needs 3 at 10/replica; held at 3, scaled at 2
+    (queue_policy({"work": ["waiting"]}, min_replicas=1, max_replicas=10, behavior=None),
+     Observation(TARGET, ReplicaStatus(2, 2, 0), {"waiting": SignalReading(30.0, NOW - 1)}), PolicyState()))
+@example(  # on the scale-down edge: 3 replicas at 0.8 down-utilization hold 16 < work ≤ 24
+    (queue_policy({"work": ["waiting"]}, min_replicas=1, max_replicas=10, behavior=None),
+     Observation(TARGET, ReplicaStatus(3, 3, 0), {"waiting": SignalReading(16.0, NOW - 1)}), PolicyState()))
+def test_a_quiet_observation_never_changes_the_count(case: tuple[ScalingPolicy, Observation, PolicyState]) -> None:
+    pol, obs, state = case
+    cp = compile_policy(pol)
+    if quiet(cp, obs, NOW):
+        decisions, _ = decide(cp, obs, state, NOW)
+        assert [d for d in decisions if not isinstance(d, ScaleDecision) or d.changes] == []
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_holds_is_exactly_the_recommendation_at_the_current_count(
+    case: tuple[ScalingPolicy, Observation, PolicyState],
+) -> None:
+    pol, obs, _ = case
+    cp = compile_policy(pol)
+    signals = cp.judge.judge_all(cp.judge.combine(obs.signals, obs.replicas, NOW), NOW)
+    ctx = Context(NOW, obs.target, obs.replicas, signals, pol.spec)
+    rec, _ = cp.algorithm.recommend(ctx, None)
+    assert cp.algorithm.holds(ctx) == (rec.replicas == obs.replicas.spec)  # type: ignore[attr-defined]
+
+
+def test_quiet_on_the_edges_and_what_it_leaves_to_decide() -> None:
+    pol = queue_policy({"work": ["waiting"]}, min_replicas=1, max_replicas=10, behavior=None)
+    cp = compile_policy(pol)
+
+    def obs(spec: int, waiting: float, at: float = NOW - 1) -> Observation:
+        return Observation(TARGET, ReplicaStatus(spec, spec, 0), {"waiting": SignalReading(waiting, at)})
+
+    assert quiet(cp, obs(3, 24.0), NOW)  # 3 replicas hold 16 < work ≤ 30 (0.8 down-, 1.0 up-utilization)
+    assert quiet(cp, obs(3, 30.0), NOW)
+    assert not quiet(cp, obs(3, 30.5), NOW)  # needs 4
+    assert not quiet(cp, obs(3, 16.0), NOW)  # fits on 2 at 0.8
+    assert not quiet(cp, obs(3, math.nan), NOW)  # unknown: decide holds and counts it (fallback)
+    assert not quiet(cp, obs(3, 24.0, at=NOW - 3600), NOW)  # stale: unknown
+    assert not quiet(cp, obs(11, 24.0), NOW)  # above maxReplicas: decide scales to 10
+    stz = queue_policy({"work": ["waiting"]}, min_replicas=0, max_replicas=10, behavior=None,
+                       scaleToZero={"enabled": True, "idleSeconds": 60,
+                                    "activation": {"signal": "waiting", "threshold": 0}})
+    assert not screened(compile_policy(stz))  # an idle timer may scale it to zero as time passes
