@@ -30,8 +30,11 @@ view), its signals in one source read, ``decide`` on a copy. Only a policy whose
 then **evaluated** at once as a probe on a fresh read (target, pods, signals), with its own concurrency
 slots (``urgent``) so that it never queues behind a periodic pass: what is written is decided on what the
 cluster shows now, never on the kept view. The least recently screened go first, so every policy waits one round
-between two screens. A periodic evaluation of a probed policy decides on its last screen instead of reading again
-(``_reusable``): one read per round serves both, and to act it reads afresh.
+between two screens. A screen asks the core first whether the reading could change the decision at all
+(``core.screen.quiet``) and decides only when it could. A due policy's clean screen that would change nothing
+**is** its periodic evaluation (``_stand``: one ``decide`` on one read, committed); the periodic pass leaves a
+screened policy to the probes for one period past its due time, then takes over, deciding on the last screen
+(``_reusable``) and reading afresh to act.
 Rounds start every ``fastPollSeconds`` (a round that runs longer delays the next, it is not repeated).
 A periodic pass over many policies is evaluated in chunks of ``pass_chunk`` (policies sharing a ClusterQueue
 stay in one chunk: its ledger is filled from their bulk read before any of them decides), so the event
