@@ -297,6 +297,22 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         rounds.append((time.process_time() - c0, time.monotonic() - w0, rt.controller.screens - s0))
 
     rt.controller.probe_round = timed_round  # type: ignore[method-assign]
+    # How each screen ended and how each periodic evaluation was made: a quiet screen (no decide), a screen that
+    # stood as its policy's periodic evaluation, an evaluation (pass, escalation or watch) that ran in full.
+    paths = {"quiet": 0, "stood": 0, "evaluated": 0}
+    controller: Any = rt.controller
+
+    def counted(name: str, method: Any) -> Any:
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            got = await method(*args, **kwargs)
+            if name == "evaluated" or got:
+                paths[name] += 1
+            return got
+        return wrapper
+
+    controller._quiet = counted("quiet", controller._quiet)
+    controller._stand = counted("stood", controller._stand)
+    controller.evaluate = counted("evaluated", controller.evaluate)
     stop = asyncio.Event()
     task = asyncio.create_task(rt.serve(stop))
     out: list[float] = []
@@ -305,6 +321,7 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         del rounds[:]
         cpu0, wall0, load0 = time.process_time(), time.monotonic(), os.getloadavg()[0]
         screens0 = rt.controller.screens
+        paths0 = dict(paths)
         fetches0 = sum(p.fetches for p in scrapers)
         for trial in range(1, trials + 1):
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe rounds
@@ -335,6 +352,9 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
               f"load average {load0:.1f} -> {os.getloadavg()[0]:.1f}; "
               f"{sum(p.fetches for p in scrapers) - fetches0} scrapes, "
               f"{sum(p.connections for p in scrapers)} connections opened in all",
+              file=sys.stderr, flush=True)
+        print("of the screens, " + ", ".join(f"{k} {v - paths0[k]}" for k, v in paths.items() if k != "evaluated")
+              + f"; evaluations run in full (passes, escalations, watches): {paths['evaluated'] - paths0['evaluated']}",
               file=sys.stderr, flush=True)
         full = [r for r in rounds if r[2] >= background]
         if full:
