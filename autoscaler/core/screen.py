@@ -55,7 +55,7 @@ def quiet(compiled: CompiledPolicy, observation: Observation, now: float) -> boo
     per_replica = {
         name: reading.per_replica
         for name, reading in readings.items()
-        if reading.per_replica is not None and name in signals
+        if reading.per_replica is not None and name in signals and signals[name].ok
     }
     ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica)
     return bool(compiled.algorithm.holds(ctx))  # type: ignore[attr-defined]
