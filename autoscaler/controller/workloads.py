@@ -12,9 +12,10 @@ Finding (``KueueGate.training``), for each ``preemptible`` entry (namespace + ``
    (``status.admission`` or condition ``Admitted``);
 4. what a stop costs: the time since the last checkpoint (``LAST_CHECKPOINT``), the pods'
    ``terminationGracePeriodSeconds`` (``grace_seconds``: the job's pod templates, else the Workload's podSets),
-   and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``, ``ON_REQUEST``); an
-   undeclared interval is learned from successive checkpoint times (``arbitration.learn_interval``, kept per
-   Workload UID).
+   and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``, ``ON_REQUEST``,
+   ``RESTORE_SECONDS``); a restarted job's time since its checkpoint is bounded by the time since its pods
+   became ready again (``running_since``) less its declared restore; an undeclared interval is learned from
+   successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID).
 
 Quota (``quota``): the ClusterQueue's ``nominalQuota`` and ``borrowingLimit`` for the resource over all
 flavors, and its ``status.flavorsReservation`` (serving's own replicas are in it already).
@@ -85,6 +86,9 @@ INTERVAL_SECONDS = "autoscaler.dev/checkpoint-interval-seconds"
 #: finishes that save before it exits, SIGTERM or not). Only such a job is asked (capacity
 #: ``checkpointRequestSeconds``); anything else (absent, ``"false"``, a typo) is never asked nor waited for.
 ON_REQUEST = "autoscaler.dev/checkpoint-on-request"
+#: Seconds a restarted job spends reloading its checkpoint before it computes again: after a restart, what a
+#: stop loses is bounded by the time since its admission less this (undeclared: 0, the safe side).
+RESTORE_SECONDS = "autoscaler.dev/checkpoint-restore-seconds"
 #: Kubernetes' default ``terminationGracePeriodSeconds`` when a pod template leaves it out.
 DEFAULT_GRACE_S = 30.0
 #: On the Workload: when this controller stopped it, comma-separated, the last hour only (the per-job cap).
@@ -302,8 +306,23 @@ def is_admitted(wl: JsonObj) -> bool:
 
 def admitted_since(wl: JsonObj) -> float | None:
     """When Kueue last admitted the Workload (its ``Admitted`` condition's lastTransitionTime), if admitted."""
+    return _true_since(wl, "Admitted")
+
+
+def running_since(wl: JsonObj) -> float | None:
+    """When the admitted Workload's pods last became ready: its ``PodsReady`` condition's lastTransitionTime
+    (Kueue sets it with ``waitForPodsReady``) when true and not older than the admission, else the admission
+    (``admitted_since``). Provisioning (a TPU slice's AdmissionCheck) and scheduling before it compute nothing."""
+    admitted = admitted_since(wl)
+    ready = _true_since(wl, "PodsReady")
+    if admitted is None or ready is None or ready < admitted:
+        return admitted
+    return ready
+
+
+def _true_since(wl: JsonObj, kind: str) -> float | None:
     for c in (wl.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Admitted" and c.get("status") == "True":
+        if c.get("type") == kind and c.get("status") == "True":
             return _parse_time(c.get("lastTransitionTime"))
     return None
 
@@ -449,17 +468,22 @@ class KueueGate:
         checkpoint = _parse_time(job_annotations.get(LAST_CHECKPOINT) or annotations.get(LAST_CHECKPOINT))
         since = None if checkpoint is None else max(0.0, now - checkpoint)
         admitted_at = admitted_since(wl)
+
+        def declared(key: str) -> object:
+            return job_annotations.get(key, annotations.get(key))
+
         if since is not None and admitted_at is not None and checkpoint is not None and admitted_at > checkpoint:
             # Restarted (resumed, or requeued by Kueue) after that checkpoint: it restored from it, so what a stop
-            # loses now is at most what it did since this admission, not since the checkpoint.
-            since = min(since, max(0.0, now - admitted_at))
+            # loses now is at most what it did since its pods became ready again (``running_since``: not the
+            # provisioning before), not since the checkpoint; less the restore it declares (``RESTORE_SECONDS``:
+            # reloading computes nothing a stop could lose).
+            started = running_since(wl) or admitted_at
+            restore = _seconds(declared(RESTORE_SECONDS)) or 0.0
+            since = min(since, max(0.0, now - started - restore))
         uid = meta.get("uid", "")
         memory = arbitration.learn_interval(self._checkpoints.get(uid), checkpoint)
         if memory is not None and uid:
             self._checkpoints[uid] = memory
-
-        def declared(key: str) -> object:
-            return job_annotations.get(key, annotations.get(key))
 
         interval = _seconds(declared(INTERVAL_SECONDS))
         grace = grace_seconds(job) if job is not None else None

@@ -228,8 +228,10 @@ class TrainingJob:
             since = w.since_checkpoint_s
             if not (self.first_admission and self.admitted_at == 0.0) and w.checkpointed_s == 0.0:
                 # Restarted and not saved since: the controller reads the checkpoint it restored from and bounds
-                # the risk by the time since its admission (restore included), as controller/workloads.py does.
-                since = now - self.admitted_at
+                # the risk by the time since its admission, less the restore the job declares
+                # (autoscaler.dev/checkpoint-restore-seconds), as controller/workloads.py does.
+                restore = self.restore_s if self.declares_checkpoints and not self.rebased else 0.0
+                since = max(0.0, now - self.admitted_at - restore)
         return TrainingWorkload(
             namespace=self.namespace,
             name=self.name,

@@ -20,6 +20,7 @@ from autoscaler.controller.workloads import (
     ON_REQUEST,
     ON_TERMINATION,
     PREEMPTED_AT,
+    RESTORE_SECONDS,
     RESUMED_AT,
     SAVE_SECONDS,
     KueueGate,
@@ -406,7 +407,8 @@ async def test_a_job_restarted_after_its_checkpoint_risks_only_what_it_did_since
     kube: Emulator, kube_client: client.ApiClient
 ) -> None:
     """A job resumed (or requeued by Kueue) after its last checkpoint restored from it: stopping it loses what it
-    did since it was admitted again (its ``Admitted`` condition's time), not everything since the checkpoint."""
+    did since it was admitted again (its ``Admitted`` condition's time, or ``PodsReady``'s when later), not
+    everything since the checkpoint; less the restore it declares (``autoscaler.dev/checkpoint-restore-seconds``)."""
     kube.add(objects.cluster_queue())
     job = kube.add(objects.job())
     kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm",
@@ -417,7 +419,23 @@ async def test_a_job_restarted_after_its_checkpoint_risks_only_what_it_did_since
     kube.modify(V1BETA2, "Workload", WL_NAME, "llm", status={"conditions": [admitted]})
     (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
     assert w.since_checkpoint_s == 60.0
-    # Admitted before the checkpoint: the checkpoint is what counts.
+    # It declares a 45 s restore: reloading computed nothing a stop could lose (15 s at risk); one still
+    # restoring risks nothing new (a stop then wastes less than its restore would still take).
+    for restore, at_risk in (("45", 15.0), ("120", 0.0), ("oops", 60.0)):
+        kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm",
+                    metadata={"annotations": {RESTORE_SECONDS: restore}})
+        (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+        assert w.since_checkpoint_s == at_risk, restore
+    # Its pods became ready 40 s ago (Kueue's PodsReady, after a slice was provisioned): 40 s, less the
+    # declared 20 s restore. A PodsReady older than the admission is an earlier run's: the admission counts.
+    kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm", metadata={"annotations": {RESTORE_SECONDS: "20"}})
+    for ready_at, at_risk in (("2026-11-30T09:59:20Z", 20.0), ("2026-11-30T09:30:00Z", 40.0)):
+        ready = {**admitted, "type": "PodsReady", "reason": "PodsReady", "lastTransitionTime": ready_at}
+        kube.modify(V1BETA2, "Workload", WL_NAME, "llm", status={"conditions": [admitted, ready]})
+        (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")
+        assert w.since_checkpoint_s == at_risk, ready_at
+    kube.modify("batch/v1", "Job", "finetune-gemma-l4", "llm", metadata={"annotations": {RESTORE_SECONDS: None}})
+    # Admitted before the checkpoint: the checkpoint is what counts (a restore long over).
     kube.modify(V1BETA2, "Workload", WL_NAME, "llm",
                 status={"conditions": [{**admitted, "lastTransitionTime": "2026-11-30T09:00:00Z"}]})
     (w,) = await gate(kube_client).find(policy().policy.spec, owner="tgi-gemma")

@@ -46,13 +46,17 @@ def test_stopped_before_the_save_completes_nothing_is_saved() -> None:
 
 def test_a_restarted_job_risks_what_it_did_since_its_admission_as_the_controller_reads_it() -> None:
     """Re-admitted after a stop and not saved since: the controller reads the checkpoint it restored from and
-    bounds the risk by the time since its admission (restore included), so the simulated Workload says the same."""
+    bounds the risk by the time since its admission less the restore the job declares, so the simulated Workload
+    says the same; a job that declares nothing is bounded by the whole time since its admission."""
     j = job(honours=False)
     j.evict(300.0, deactivate=True)
     j.released()
     j.admit(1000.0)
-    assert j.workload(1030.0).since_checkpoint_s == 30.0  # restoring (60 s): nothing computed, 30 s spent
-    assert j.workload(1100.0).since_checkpoint_s == 100.0  # 40 s computed after the restore
+    assert j.workload(1030.0).since_checkpoint_s == 0.0  # restoring (60 s): nothing computed a stop could lose
+    assert j.workload(1100.0).since_checkpoint_s == 40.0  # 40 s computed after the restore
+    j.declares_checkpoints = False
+    assert j.workload(1100.0).since_checkpoint_s == 100.0  # the restore unknown: counted, the safe side
+    j.declares_checkpoints = True
     # Once it has saved in this admission, the time since that save.
     assert j.workload(1000.0 + 60 + 600 + 20 + 5).since_checkpoint_s == 5.0
 
