@@ -65,7 +65,14 @@ SCENARIOS = (
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
 RUNS = ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours-noask")
-TRAINERS = ("save-on-TERM", "on-request", "neither")
+TRAINERS = ("neither", "on-request", "save-on-TERM")
+#: The runs that can differ per kind of trainer (the others make the very same decisions as ``ours``): a saver
+#: is never asked, waited for or stopped ahead; a trainer that does not declare requests is never asked.
+RUNS_FOR = {
+    "save-on-TERM": ("kueue-only", "ours"),
+    "on-request": ("kueue-only", "ours", "ours+ahead", "ours-noask"),
+    "neither": ("kueue-only", "ours", "ours+ahead", "ours+wait"),
+}
 METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours")
 RATE_SCALES = (0.5, 1.0, 1.5)
 ASK_SECONDS = 60.0
@@ -142,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], metavar="TRACE:RATE",
                         help="run only these cells (e.g. conv:1; repeatable)")
     parser.add_argument("--trainers", choices=("all", *TRAINERS), default="all")
+    parser.add_argument("--every-run", action="store_true",
+                        help="every run for every kind of trainer (the default skips runs that decide as 'ours')")
     args = parser.parse_args(argv)
     only = {(t, float(r)) for t, _, r in (o.partition(":") for o in args.only)}
     print(f"{'trace':<6}{'trainers':<14}{'rate':>5}  {'run':<11}{'SLO att.':>9}{'lost ch-h':>11}{'kept ch-h':>11}"
@@ -156,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             cfile = cluster_file(cluster, trainers=trainers, into=tmp)
             if args.trainers not in ("all", trainers):
                 continue
+            runs = RUNS_FOR[trainers] if not args.every_run else RUNS
             for rate in RATE_SCALES:
                 if only and (name, rate) not in only:
                     continue
@@ -166,20 +176,21 @@ def main(argv: list[str] | None = None) -> int:
                 for seed in range(args.seeds):
                     out = runner.run(runner.Options(
                         requests=trace, cluster=cfile,
-                        policies=[("ours", policy), ("ours+ahead", with_capacity(policy, actAhead=True)),
-                                  ("ours+wait", with_capacity(policy, checkpointWaitSeconds=WAIT_SECONDS)),
-                                  ("ours-noask", with_capacity(policy, checkpointRequestSeconds=0))],
+                        policies=[(n, p) for n, p in (
+                            ("ours", policy), ("ours+ahead", with_capacity(policy, actAhead=True)),
+                            ("ours+wait", with_capacity(policy, checkpointWaitSeconds=WAIT_SECONDS)),
+                            ("ours-noask", with_capacity(policy, checkpointRequestSeconds=0))) if n in runs],
                         rate_scale=rate, baselines=("kueue-only",), seed=seed,
                     ))
                     rows, results = out.summary["policies"], {r.name: r for r in out.results}
-                    for n in RUNS:
+                    for n in runs:
                         for m in METRICS:
                             sums[n][m] += rows[n][m] / args.seeds
                         preempt[n] += results[n].preemptions / args.seeds
                         worst[n] = max(worst[n], max_per_hour(results[n]))
                         if args.explain:
                             accounts[n].add(results[n].stops)
-                for n in RUNS:
+                for n in runs:
                     row = sums[n]
                     print(f"{name:<6}{trainers:<14}{rate:>5g}  {n:<11}{row['slo_attainment']:>9.2%}"
                           f"{row['training_lost_chip_hours']:>11.3f}{row['training_useful_chip_hours']:>11.3f}"
@@ -187,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.explain:
                         print(accounts[n].line(args.seeds), flush=True)
                 base = sums["kueue-only"]
-                for n in RUNS[1:]:
+                for n in runs[1:]:
                     tag = f"{name} {trainers} ×{rate:g} {n}"
                     verdicts += [
                         (f"{tag}: lost ≤ ½ kueue-only's",
