@@ -49,6 +49,7 @@ SIMULATED = (
     "ttft",  # histogram: arrival to first token, seconds
     "queue_time",  # histogram: arrival to taking a slot, seconds
     "tpot",  # histogram: time between a sequence's generated tokens (vLLM's inter-token latency), seconds
+    "prompt_length",  # histogram: prompt tokens of each request whose prefill finished
 )
 
 
@@ -218,12 +219,20 @@ _PRESETS = (
         "jetstream", "histogram", ("jetstream_queue_duration",), "sum", simulated="queue_time",
     ),
     Preset(
+        "jetstream.prompt_length", "JetStream input tokens per request (histogram): the prompt-length distribution.",
+        "jetstream", "histogram", ("jetstream_request_input_length",), "sum", simulated="prompt_length",
+    ),
+    Preset(
         "vllm.prompt_tokens", "vLLM prompt tokens processed (counter).",
         "vllm", "counter", _vllm("prompt_tokens_total"), "sum", simulated="prompt_tokens",
     ),
     Preset(
         "vllm.generation_tokens", "vLLM tokens generated (counter).",
         "vllm", "counter", _vllm("generation_tokens_total"), "sum", simulated="generation_tokens",
+    ),
+    Preset(
+        "vllm.prompt_length", "vLLM prompt tokens per request (histogram): the prompt-length distribution.",
+        "vllm", "histogram", _vllm("request_prompt_tokens"), "sum", simulated="prompt_length",
     ),
     Preset(
         "vllm.ttft", "vLLM time to first token, seconds (histogram).",
@@ -249,6 +258,10 @@ _PRESETS = (
         "tgi.generation_tokens", "TGI generated tokens (the running sum of its generated-tokens histogram).",
         "tgi", "counter", ("tgi_request_generated_tokens_sum",), "sum", simulated="generation_tokens",
         unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
+    ),
+    Preset(
+        "tgi.prompt_length", "TGI input tokens per request (histogram): the prompt-length distribution.",
+        "tgi", "histogram", ("tgi_request_input_length",), "sum", simulated="prompt_length",
     ),
     Preset(
         "tgi.queue_time", "TGI time a request waits in the queue, seconds (histogram). TGI exports no TTFT.",

@@ -74,6 +74,11 @@ class SignalValue:
     reason: str = ""
     age_s: float | None = None
     source: str = ""
+    #: A histogram signal whose source gave the pods' buckets (pods, simulator, recorded replay): the reporting
+    #: pods' bucket rates summed (upper bound -> observations per second at or below it, ``+Inf`` last), the
+    #: distribution the quantile ``value`` was read from. None for other signals and for sources that return
+    #: the quantile whole (PromQL ``histogram_quantile``).
+    histogram: Mapping[float, float] | None = field(default=None, compare=False, repr=False)
 
     @property
     def ok(self) -> bool:

@@ -87,7 +87,17 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
         return SignalValue(
             name, SignalState.UNKNOWN, None, f"invalid: sample {-age:.0f}s in the future", age, source
         )
-    return SignalValue(name, SignalState.OK, float(value), "", max(age, 0.0), source)
+    return SignalValue(name, SignalState.OK, float(value), "", max(age, 0.0), source, summed_histogram(reading))
+
+
+def summed_histogram(reading: SignalReading) -> dict[float, float] | None:
+    """The pods' bucket rates of a histogram reading summed (``SignalValue.histogram``); None without buckets."""
+    if not reading.buckets:
+        return None
+    summed: dict[float, float] = {}
+    for mine in reading.buckets.values():
+        counters.add_buckets(summed, mine)
+    return summed
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +169,12 @@ def combine_pods(rule: PodRule, reading: SignalReading, replicas: ReplicaStatus 
         if math.isnan(value):
             why = f"{NO_OBSERVATIONS}no request observed in the window by the {len(used)} reporting pods"
             return SignalReading(None, None, reading.source, why)
+        # The reporting pods' buckets go on with the value: a policy may read the distribution itself
+        # (``SignalValue.histogram``), e.g. the prompt lengths' moments for a queueing model.
         return SignalReading(
             value, stamp, reading.source, None,
             {pod: v for pod, (v, _) in used.items()}, {pod: t for pod, (_, t) in used.items()},
+            {pod: summed_pod for pod in used if (summed_pod := (reading.buckets or {}).get(pod)) is not None},
         )
     return SignalReading(
         combine([v for v, _ in used.values()], rule.how),
@@ -263,7 +276,8 @@ class SignalJudge:
                         age = now - stamp
                         if -FUTURE_SKEW_S <= age <= max_age:
                             out[name] = SignalValue(
-                                name, SignalState.OK, float(value), "", age if age >= 0.0 else 0.0, reading.source
+                                name, SignalState.OK, float(value), "", age if age >= 0.0 else 0.0, reading.source,
+                                summed_histogram(reading) if reading.buckets else None,
                             )
                             continue
                 out[name] = judge(name, reading, now=now, max_age_s=max_age)

@@ -8,6 +8,9 @@ quantities here, so one rule serves both, and a change to a rule changes both.
 - **Utilization at the SLO from the latency headroom** (``learn_utilization``): the fraction of the learned
   capacity a replica may run at and keep the objective, lowered while the measured quantile is at risk,
   recovered and probed upward while it is comfortably met.
+- **The prefill queue per replica** (``lengths_from_histogram``, ``prefill_utilization_at_objective``): behind
+  random routing each replica's prefill is an M/G/1 queue whose service times are the prompt lengths over the
+  prefill rate; the Pollaczek–Khinchine waiting time gives the utilization at which the objective holds.
 - **Demand over the cold start** (``trend_and_burst``, ``largest_rise``, ``seasonal``, ``lookback``): the
   forecast that may only add capacity ahead of need, and the largest rise a released replica would miss.
 
@@ -179,6 +182,99 @@ def learn_utilization(
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The prefill queue per replica (M/G/1, Pollaczek–Khinchine)
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """A length distribution (tokens) read from a histogram's buckets."""
+
+    #: Per bucket with observations: (representative length, share of the observations).
+    points: tuple[tuple[float, float], ...]
+    #: E[L] and E[L²].
+    mean: float
+    second: float
+    #: Observations per second the buckets held (the histogram's ``+Inf`` rate).
+    rate: float
+
+
+def lengths_from_histogram(histogram: Mapping[float, float]) -> Lengths | None:
+    """The distribution in cumulative ``histogram`` buckets (upper bound -> observations at or below it, ``+Inf``
+    included), or None without observations. Within a bucket ``(lo, hi]`` the lengths are taken as uniform on a
+    log scale (density ∝ 1/L: mean ``(hi − lo) / ln(hi/lo)``, second moment ``(hi² − lo²) / (2·ln(hi/lo))``), the
+    shape geometric buckets (vLLM's 1-2-5, JetStream's powers of two) are laid out for and that right-skewed
+    prompt lengths have within a bucket; for narrow linear buckets (TGI's) it is the uniform one within a
+    fraction of a percent. An estimate either way, off by at most the bucket's width. The first bucket ``(0, hi]``
+    as uniform; the ``+Inf`` bucket as its lower bound (an under-estimate: servers bound it by the context)."""
+    total = histogram.get(math.inf, 0.0)
+    if not total > 0:
+        return None
+    points: list[tuple[float, float]] = []
+    mean = second = 0.0
+    lo, below = 0.0, 0.0
+    for hi in sorted(histogram):
+        here = max(0.0, histogram[hi] - below)
+        below = max(below, histogram[hi])
+        if here > 0:
+            share = here / total
+            if math.isinf(hi):
+                mid, sq = lo, lo * lo
+            elif lo > 0:
+                span = math.log(hi / lo)
+                mid, sq = (hi - lo) / span, (hi * hi - lo * lo) / (2 * span)
+            else:
+                mid, sq = hi / 2, hi * hi / 3
+            points.append((mid, share))
+            mean += share * mid
+            second += share * sq
+        if not math.isinf(hi):
+            lo = hi
+    if not mean > 0:
+        return None
+    return Lengths(tuple(points), mean, second, total)
+
+
+def prefill_miss(rho: float, lengths: Lengths, tokens_per_second: float, ttft_s: float) -> float:
+    """The share of requests whose TTFT exceeds ``ttft_s`` on one replica whose prefill runs at utilization
+    ``rho``, its own prefill plus its wait in the prefill queue, modelled as M/G/1 (Poisson arrivals: a random
+    share of a Poisson stream behind random routing is Poisson; service ``L / tokens_per_second`` for a prompt
+    of ``L`` tokens, one prompt at a time).
+
+    The wait: ``P(W > 0) = ρ`` (exact for M/G/1), and, waiting, exponential with the Pollaczek–Khinchine mean
+    ``E[S²] / (2·E[S]·(1 − ρ))`` (exact for exponential service; the standard approximation of the M/G/1 tail:
+    Kingman, "On queues in heavy traffic", 1962): ``P(W > t) ≈ ρ·exp(−t·(1 − ρ) / r)`` with
+    ``r = E[S²] / (2·E[S])``. A request misses when its wait exceeds what its own prefill leaves of ``ttft_s``,
+    so the sum runs over the prompt lengths: long prompts have less slack. Other delays (decode steps, a slot)
+    are the latency loop's (``learn_utilization``)."""
+    residual = lengths.second / (2.0 * lengths.mean * tokens_per_second)
+    miss = 0.0
+    for length, share in lengths.points:
+        slack = ttft_s - length / tokens_per_second
+        if slack < 0:
+            miss += share
+        elif rho > 0:
+            miss += share * min(1.0, rho * math.exp(-slack * (1.0 - rho) / residual))
+    return miss
+
+
+def prefill_utilization_at_objective(
+    lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float
+) -> float:
+    """The highest prefill utilization of one replica (``prefill_miss``) at which at most ``1 − percentile`` of
+    requests miss ``ttft_s``, beyond those whose own prefill alone exceeds it (no replica count helps them).
+    Bisection on ρ (``prefill_miss`` grows with ρ); at least ``MIN_UTILIZATION``, at most 1."""
+    budget = (1.0 - percentile) + prefill_miss(0.0, lengths, tokens_per_second, ttft_s)
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        if prefill_miss(mid, lengths, tokens_per_second, ttft_s) <= budget:
+            low = mid
+        else:
+            high = mid
+    return max(MIN_UTILIZATION, low)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Demand over the cold start
 
 
@@ -312,12 +408,16 @@ __all__ = [
     "SETTLE_S",
     "Forecast",
     "Headroom",
+    "Lengths",
     "capacity_alpha",
     "ceil_count",
     "largest_rise",
     "learn_capacity_scale",
     "learn_utilization",
+    "lengths_from_histogram",
     "lookback",
+    "prefill_miss",
+    "prefill_utilization_at_objective",
     "queued_on_every_replica",
     "seasonal",
     "trend_and_burst",

@@ -54,6 +54,15 @@ TPOT_BOUNDS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )
 
+#: Upper bounds (tokens) of the simulated servers' prompt-length histograms: vLLM's 1-2-5 buckets of
+#: ``vllm:request_prompt_tokens`` (``build_1_2_5_buckets``, ``vllm/v1/metrics/loggers.py``) up to 100k tokens, used
+#: for every server (an estimate: TGI's ``tgi_request_input_length`` has 100 linear buckets up to
+#: ``--max-input-tokens``, JetStream's ``jetstream_request_input_length`` its prefill buckets; the coarsest of
+#: the three is the one a policy must cope with).
+PROMPT_BOUNDS = (
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
+)
+
 #: Event kinds on the simulator's heap (entries are (time, seq, kind, replica, version)).
 PREFILL_DONE = 1
 DECODE_DONE = 2
@@ -99,8 +108,8 @@ class Replica:
     __slots__ = (
         "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "gen_done", "index", "itl_V",
         "itl_hist", "itl_owed", "kv_base", "kv_reserved", "n_dec", "n_out", "name", "paused_at", "paused_n",
-        "prefill_fifo", "prefilling", "prompt_tokens", "queue", "queue_hist", "ready_at", "state", "ttft_hist",
-        "version",
+        "prefill_fifo", "prefilling", "prompt_hist", "prompt_tokens", "queue", "queue_hist", "ready_at", "state",
+        "ttft_hist", "version",
     )
 
     def __init__(self, index: int, name: str, chips: int, now: float) -> None:
@@ -133,6 +142,8 @@ class Replica:
         #: Observations per bucket of ``HISTOGRAM_BOUNDS`` (the last is +Inf), not cumulative.
         self.ttft_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
         self.queue_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
+        #: Prompts served, per bucket of ``PROMPT_BOUNDS`` (tokens; the last is +Inf), not cumulative.
+        self.prompt_hist = [0] * (len(PROMPT_BOUNDS) + 1)
         #: Inter-token intervals per bucket of ``TPOT_BOUNDS`` (the last is +Inf): one observation per token a
         #: decoding sequence gains, of the step it took. Fractional between events (a step is not an event);
         #: exported rounded down, so the cumulative counts never decrease.
@@ -172,6 +183,8 @@ class ReplicaGauges:
     queue_time: tuple[int, ...] = ()
     #: Time per output token (vLLM's inter-token latency): cumulative counts per bound of ``TPOT_BOUNDS``, +Inf.
     tpot: tuple[int, ...] = ()
+    #: Prompt lengths of the prefills done (tokens): cumulative counts per bound of ``PROMPT_BOUNDS``, +Inf.
+    prompt_length: tuple[int, ...] = ()
 
 
 class ServingPool:
@@ -498,6 +511,7 @@ class ServingPool:
         rid = rep.prefill_fifo.popleft()
         req.first_token[rid] = now
         rep.prompt_tokens += req.inputs[rid]
+        rep.prompt_hist[bisect_left(PROMPT_BOUNDS, req.inputs[rid])] += 1
         rep.gen_done += 1  # the first token
         rep.ttft_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.arrival[rid])] += 1
         if now - req.arrival[rid] > self.slo_s:
@@ -587,4 +601,5 @@ class ServingPool:
             queue_time=tuple(accumulate(rep.queue_hist)),
             # Rounded down (a count is whole), with a tolerance for the float sums of whole steps.
             tpot=tuple(accumulate(int(c + 1e-6) for c in rep.itl_hist)),
+            prompt_length=tuple(accumulate(rep.prompt_hist)),
         )

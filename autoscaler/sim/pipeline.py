@@ -28,7 +28,7 @@ from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.spec import SignalSpec, Spec
 from autoscaler.sim.cluster import PipelineSpec
-from autoscaler.sim.model import HISTOGRAM_BOUNDS, TPOT_BOUNDS, ReplicaGauges
+from autoscaler.sim.model import HISTOGRAM_BOUNDS, PROMPT_BOUNDS, TPOT_BOUNDS, ReplicaGauges
 
 Quantity = Callable[[ReplicaGauges], float]
 
@@ -42,7 +42,8 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 #: The cumulative series a simulated replica keeps: counters (a number) and histograms (cumulative counts per
-#: upper bound, then +Inf: ``HISTOGRAM_BOUNDS`` for TTFT and queue time, ``TPOT_BOUNDS`` per output token).
+#: upper bound, then +Inf: ``HISTOGRAM_BOUNDS`` for TTFT and queue time, ``TPOT_BOUNDS`` per output token,
+#: ``PROMPT_BOUNDS`` for the prompt lengths served).
 COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
     "prompt_tokens": lambda g: g.prompt_tokens,
     "generation_tokens": lambda g: g.generation_tokens,
@@ -51,6 +52,7 @@ HISTOGRAMS: dict[str, Callable[[ReplicaGauges], tuple[int, ...]]] = {
     "ttft": lambda g: g.ttft,
     "queue_time": lambda g: g.queue_time,
     "tpot": lambda g: g.tpot,
+    "prompt_length": lambda g: g.prompt_length,
 }
 _LATENCY_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
 #: Each histogram's upper bounds, +Inf last.
@@ -58,6 +60,7 @@ BOUNDS: dict[str, tuple[float, ...]] = {
     "ttft": _LATENCY_BOUNDS,
     "queue_time": _LATENCY_BOUNDS,
     "tpot": (*TPOT_BOUNDS, math.inf),
+    "prompt_length": (*(float(b) for b in PROMPT_BOUNDS), math.inf),
 }
 
 #: Every exposition name of every preset the simulator serves, current spellings first (the catalog's order).

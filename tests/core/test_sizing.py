@@ -102,3 +102,71 @@ def test_the_largest_rise_is_within_one_cold_start() -> None:
     assert sizing.largest_rise(hist, 60.0) == 2.0
     assert sizing.largest_rise(hist, 250.0) == 3.5
     assert sizing.largest_rise([], 60.0) == 0.0
+
+
+# --- the prefill queue per replica (M/G/1) -------------------------------------------------------------------
+
+def _cumulative(per_bucket: dict[float, float]) -> dict[float, float]:
+    out, total = {}, 0.0
+    for bound in sorted(per_bucket):
+        total += per_bucket[bound]
+        out[bound] = total
+    return out
+
+
+def test_the_lengths_moments_come_from_the_buckets() -> None:
+    got = sizing.lengths_from_histogram(_cumulative({500.0: 0.0, 1000.0: 3.0, 2000.0: 1.0, math.inf: 0.0}))
+    assert got is not None
+    # Log-uniform within (lo, hi]: mean (hi − lo)/ln(hi/lo), second moment (hi² − lo²)/(2·ln(hi/lo)).
+    ln2 = math.log(2.0)
+    assert [x for point in got.points for x in point] == pytest.approx([500 / ln2, 0.75, 1000 / ln2, 0.25])
+    assert got.mean == pytest.approx(0.75 * 500 / ln2 + 0.25 * 1000 / ln2)
+    assert got.second == pytest.approx(0.75 * 750_000 / (2 * ln2) + 0.25 * 3_000_000 / (2 * ln2))
+    assert got.rate == 4.0
+    first = sizing.lengths_from_histogram(_cumulative({100.0: 2.0, math.inf: 0.0}))  # (0, 100]: uniform
+    assert first is not None
+    assert (first.mean, first.second) == pytest.approx((50.0, 10_000 / 3))
+    # Above the largest bound: counted at it (servers bound prompts by their context).
+    over = sizing.lengths_from_histogram(_cumulative({1000.0: 0.0, math.inf: 2.0}))
+    assert over is not None
+    assert over.points == ((1000.0, 1.0),)
+    assert sizing.lengths_from_histogram({1000.0: 0.0, math.inf: 0.0}) is None
+    assert sizing.lengths_from_histogram({}) is None
+
+
+def test_the_m_m_1_wait_is_exact_for_exponential_service() -> None:
+    """A single length (deterministic service) has E[S²] = E[S]²; P(W > 0) = ρ whatever the service (M/G/1), and
+    the tail decays with the Pollaczek–Khinchine conditional mean E[S²] / (2·E[S]·(1 − ρ))."""
+    one = sizing.Lengths(((1000.0, 1.0),), 1000.0, 1e6, 1.0)
+    # 1,000 tokens at 5,000 tok/s: S = 0.2 s, slack 1.8 s of a 2 s objective; residual 0.1 s.
+    rho = 0.5
+    assert sizing.prefill_miss(rho, one, 5000.0, 2.0) == pytest.approx(rho * math.exp(-1.8 * (1 - rho) / 0.1))
+    assert sizing.prefill_miss(0.0, one, 5000.0, 2.0) == 0.0
+    assert sizing.prefill_miss(0.7, one, 5000.0, 0.2) == pytest.approx(0.7)  # no slack: every wait misses
+
+
+def test_the_utilization_at_the_objective_is_the_largest_that_keeps_the_budget() -> None:
+    conv = sizing.Lengths(((750.0, 0.6), (1500.0, 0.3), (3500.0, 0.1)), 1000.0, 1.6e6, 1.0)
+    rho = sizing.prefill_utilization_at_objective(conv, 5000.0, 2.0, 0.99)
+    assert sizing.MIN_UTILIZATION < rho < 1.0
+    assert sizing.prefill_miss(rho, conv, 5000.0, 2.0) <= 0.01 + 1e-9
+    assert sizing.prefill_miss(rho + 0.02, conv, 5000.0, 2.0) > 0.01
+    # A heavier tail at the same mean, a slower prefill, a tighter objective or percentile: all allow less.
+    heavy = sizing.Lengths(((500.0, 0.9), (5500.0, 0.1)), 1000.0, 3.3e6, 1.0)
+    assert sizing.prefill_utilization_at_objective(heavy, 5000.0, 2.0, 0.99) < rho
+    assert sizing.prefill_utilization_at_objective(conv, 3000.0, 2.0, 0.99) < rho
+    assert sizing.prefill_utilization_at_objective(conv, 5000.0, 1.0, 0.99) < rho
+    assert sizing.prefill_utilization_at_objective(conv, 5000.0, 2.0, 0.999) < rho
+    assert sizing.prefill_utilization_at_objective(conv, 5000.0, 2.0, 0.9) > rho
+
+
+def test_prompts_longer_than_the_objective_widen_the_budget() -> None:
+    """Prompts whose own prefill exceeds the objective (11,000 tokens at 5,000 tok/s: 2.2 s) miss at any count:
+    the budget is the percentile's share plus theirs, so they do not drive the utilization to its floor."""
+    mixed = sizing.Lengths(((750.0, 0.995), (11000.0, 0.005)), 801.25, 0.995 * 750.0**2 + 0.005 * 11000.0**2, 1.0)
+    assert sizing.prefill_miss(0.0, mixed, 5000.0, 2.0) == pytest.approx(0.005)
+    rho = sizing.prefill_utilization_at_objective(mixed, 5000.0, 2.0, 0.99)
+    assert rho > sizing.MIN_UTILIZATION
+    assert 0.01 < sizing.prefill_miss(rho, mixed, 5000.0, 2.0) <= 0.015 + 1e-9
+    short = sizing.Lengths(((750.0, 1.0),), 750.0, 750.0**2, 1.0)
+    assert sizing.prefill_utilization_at_objective(short, 5000.0, 2.0, 0.99) > 0.8

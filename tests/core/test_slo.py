@@ -48,6 +48,7 @@ SIGNALS: list[dict[str, Any]] = [
     {"name": "gen", "query": "g"},
     {"name": "ttft", "query": "t"},
     {"name": "qtime", "query": "q"},
+    {"name": "plen", "query": "l"},
 ]
 #: Prior: 5,000 prompt tokens/s, 600 generated tokens/s at a full batch of 48 slots; cold start 120 s.
 BASE: dict[str, Any] = {
@@ -102,9 +103,15 @@ class Driver:
         self.now = T0
         #: Each replica's own value of some signals (what a pods source gives), for the next steps.
         self.per_replica: Mapping[str, Mapping[str, float]] = {}
+        #: Histogram buckets for the next step (``step``), by signal.
+        self.histograms: Mapping[str, Mapping[float, float]] = {}
 
     def step(self, spec: int, ready: int, starting: int = 0, /, **values: float | None) -> Recommendation:
         readings = {k: SignalReading(math.nan if v is None else v, self.now - 1) for k, v in values.items()}
+        # A histogram signal's buckets (one pod's), as a pods source gives them, for the next step only.
+        for k, buckets in self.histograms.items():
+            readings[k] = SignalReading(values.get(k) or 1.0, self.now - 1, buckets={"pod-0": buckets})
+        self.histograms = {}
         signals = self.judge.judge_all(readings, self.now)
         ctx = Context(
             self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec, self.per_replica
@@ -871,3 +878,51 @@ def test_replace_keeps_state_frozen() -> None:
     with pytest.raises(AttributeError):
         state.capacity_scale = 2.0  # type: ignore[misc]
     assert replace(state, capacity_scale=2.0).capacity_scale == 2.0
+
+
+# --- the prefill queue per replica (M/G/1 from the prompt-length histogram) ----------------------------------
+
+PROMPT_LENGTH = {"signals": {**TOKENS["signals"], "promptLength": "plen"}}
+#: Cumulative buckets (tokens; per second over the window): every prompt ≤ 500 tokens, or a tenth of 6,000-7,000.
+SHORT_PROMPTS = {200.0: 2.0, 500.0: 10.0, 7000.0: 10.0, math.inf: 10.0}
+LONG_TAIL = {200.0: 2.0, 500.0: 9.0, 6000.0: 9.0, 7000.0: 10.0, math.inf: 10.0}
+
+
+def test_a_long_prompt_tail_sizes_the_prefill_by_its_queue_not_its_mean() -> None:
+    """The same prompt tokens/s: with short prompts the prefill queue allows more than targetUtilization (the
+    token part as before); with a tenth of the prompts 6-7k tokens long, one of them ahead delays every short
+    one behind it on its replica, so the same mean needs more replicas."""
+    values = {"waiting": 0.0, "running": 10.0, "prompt": 8000.0, "gen": 600.0, "ttft": 0.5}
+    plain = Driver(config(**TOKENS)).step(2, 2, **values)
+    with_short, with_long = Driver(config(**PROMPT_LENGTH)), Driver(config(**PROMPT_LENGTH))
+    with_short.histograms, with_long.histograms = {"plen": SHORT_PROMPTS}, {"plen": LONG_TAIL}
+    short = with_short.step(2, 2, **values)
+    long = with_long.step(2, 2, **values)
+    assert plain.replicas == short.replicas == 2, short.message
+    assert "prefill queue (M/G/1 per replica" in short.message
+    assert long.replicas is not None
+    assert plain.replicas is not None
+    assert long.replicas > plain.replicas, long.message
+    assert "replica-equivalent =" in long.message
+
+
+def test_an_unknown_distribution_keeps_the_last_one() -> None:
+    """An empty window (or a failed scrape) is not a lighter distribution: the last prefill unit holds."""
+    drv = Driver(config(**PROMPT_LENGTH))
+    values = {"waiting": 0.0, "running": 10.0, "prompt": 8000.0, "gen": 600.0, "ttft": 0.5}
+    drv.histograms = {"plen": LONG_TAIL}
+    first = drv.step(2, 2, **values)
+    unit = drv.learned.prefill_unit
+    assert unit < 1.0
+    again = drv.step(2, 2, **{**values, "plen": None})
+    assert drv.learned.prefill_unit == unit
+    assert again.replicas == first.replicas, again.message
+    assert "prompt lengths unknown, keeping" in again.message
+    whole = drv.step(2, 2, **{**values, "plen": 900.0})  # a quantile without buckets (PromQL)
+    assert "no prompt-length buckets from this source" in whole.message
+    assert drv.learned.prefill_unit == unit
+
+
+def test_prompt_length_needs_the_prompt_tokens() -> None:
+    with pytest.raises(ValidationError, match="promptLength"):
+        policy(config(signals={"waiting": "waiting", "promptLength": "plen"}))

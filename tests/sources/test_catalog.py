@@ -226,8 +226,9 @@ def _simulated(preset: Preset) -> None:
     for t, n in ((0.0, 0), (15.0, 30)):
         hist = (0,) * 9 + (n // 2,) * 12 + (n,) * 2  # half the observations at or below 0.5 s
         tpot = (0,) * 5 + (n // 2,) * 13 + (n,) * 2  # vLLM's inter-token buckets (19 bounds and +Inf)
+        plen = (0,) * 9 + (n // 2,) * 6 + (n,) * 2  # prompt lengths (16 bounds and +Inf): half at or below 500
         gauges = ReplicaGauges(2, 1, 3, 3, 0.375, 0.5, prompt_tokens=10.0 * n, generation_tokens=20.0 * n,
-                               ttft=hist, queue_time=hist, tpot=tpot)
+                               ttft=hist, queue_time=hist, tpot=tpot, prompt_length=plen)
         pipe.scrape(t, {POD: gauges})
     readings = pipe.visible(15.0)
     replicas = ReplicaStatus(1, 1, pods=(PodStatus(POD, True, 60.0),))

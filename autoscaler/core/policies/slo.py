@@ -83,7 +83,9 @@ from autoscaler.core.sizing import (
     largest_rise,
     learn_capacity_scale,
     learn_utilization,
+    lengths_from_histogram,
     lookback,
+    prefill_utilization_at_objective,
     queued_on_every_replica,
     seasonal,
     trend_and_burst,
@@ -145,6 +147,12 @@ class SloSignalsSpec(SpecModel):
     ttft: str | None = Field(default=None, description="TTFT at the objective's percentile, seconds.")
     queue_time: str | None = Field(default=None, description="Queue time at the objective's percentile, seconds.")
     time_per_output_token: str | None = Field(default=None, description="TPOT at the percentile, seconds.")
+    prompt_length: str | None = Field(
+        default=None,
+        description="The prompt-length histogram read as a quantile (presets tgi/vllm/jetstream.prompt_length): its "
+        "buckets size the prefill queue per replica (M/G/1); needs promptTokens. Sources that return the quantile "
+        "whole (PromQL) give no buckets: then the prefill counts by its mean.",
+    )
 
     def names(self) -> list[str]:
         return [v for v in self.model_dump().values() if isinstance(v, str)]
@@ -204,6 +212,8 @@ class SloPolicyConfig(SpecModel):
                 "kvCacheUsage or waiting",
                 "signals",
             )
+        if s.prompt_length is not None and s.prompt_tokens is None:
+            raise FieldError("signals.promptLength sizes the prefill queue: it needs promptTokens", "signals")
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
             raise FieldError(
                 "signals.timePerOutputToken needs objective.timePerOutputTokenSeconds", "objective"
@@ -292,6 +302,9 @@ class SloState:
     seasonal: tuple[tuple[float, float], ...] = ()
     #: The last time a burst was detected.
     burst_at: float | None = None
+    #: The prefill utilization at the objective from the prompt-length distribution (``prefill_unit``), kept while
+    #: the distribution is unknown (an empty window is not a lighter one); 1.0 until a distribution is seen.
+    prefill_unit: float = 1.0
     #: The time of the previous evaluation (the learning rates are per second, not per evaluation).
     last_t: float | None = None
     #: The first evaluation: nothing is released before a whole hold window has been observed.
@@ -326,7 +339,7 @@ class SloAlgorithm:
     #: The hold window and the hysteresis band are this type's smoothing.
     uses_behavior = False
 
-    def _read(self, ctx: Context, kappa: float, slot_scale: float) -> _Reading:
+    def _read(self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0) -> _Reading:
         cfg, roles = self.config, self.config.signals
         ready = ctx.replicas.ready
         unknown: list[str] = []
@@ -376,13 +389,15 @@ class SloAlgorithm:
             )
             if ready > 0:
                 served_prior = busy_prior / ready
-            tok = busy_prior / kappa
+            tok = busy_prior / (kappa * prefill_unit)
             tokens_prior = busy_prior
             load = max(load, tok)
             served_load = max(served_load, tok)
             parts.append(
                 f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s"
-                + ("" if gen_counts else ", prefill only: the gauges hold decode") + ")"
+                + ("" if gen_counts else ", prefill only: the gauges hold decode")
+                + (f"; 1 replica-equivalent = {prefill_unit:.2f} of a replica's prefill" if prefill_unit < 1 else "")
+                + ")"
             )
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
@@ -447,7 +462,7 @@ class SloAlgorithm:
 
         # 2. Learned capacity, from what the replicas served (before the load is computed with it).
         kappa, slot_scale, samples = prev.capacity_scale, prev.slot_scale, prev.capacity_samples
-        probe = self._read(ctx, kappa, slot_scale)
+        probe = self._read(ctx, kappa, slot_scale, prev.prefill_unit)
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
         # row. Then what each replica serves (tokens/s) and runs (sequences) is what it can: its capacity.
@@ -478,8 +493,10 @@ class SloAlgorithm:
             elif probe.running is not None and not queued:
                 slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
             slot_scale = min(1.0, max(MIN_SLOT_SCALE, slot_scale))
-        changed = (kappa, slot_scale) != (prev.capacity_scale, prev.slot_scale)
-        reading = self._read(ctx, kappa, slot_scale) if changed else probe
+        # 1b. The prefill queue per replica from the prompt-length distribution, at the capacity learned now.
+        prefill_unit, prefill_text = self._prefill_unit(ctx, kappa, prev.prefill_unit)
+        changed = (kappa, slot_scale, prefill_unit) != (prev.capacity_scale, prev.slot_scale, prev.prefill_unit)
+        reading = self._read(ctx, kappa, slot_scale, prefill_unit) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
@@ -520,7 +537,9 @@ class SloAlgorithm:
         reach = HANDOFF_LEAD_COLD_STARTS * horizon
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
-        series = tuple((x.t, x.load(kappa, self.slot_unit(slot_scale) / cfg.replica.slots)) for x in history)
+        series = tuple(
+            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale) / cfg.replica.slots)) for x in history
+        )
         if fc.enabled and series:
             calm_set = set(calm)
             trend = trend_and_burst(
@@ -582,6 +601,7 @@ class SloAlgorithm:
             ready_since=ready_since,
             seasonal=season,
             burst_at=burst_at,
+            prefill_unit=prefill_unit,
             last_t=now,
             since=prev.since if prev.since is not None else now,
         )
@@ -597,6 +617,8 @@ class SloAlgorithm:
             f"({samples} saturated samples)"
         )
         load_text = f"load {load:.2f} replica-equivalents ({', '.join(reading.parts) or 'nothing known'})"
+        if prefill_text:
+            load_text += f"; {prefill_text}"
         slo_text = (
             f"{reading.latency_text} ⇒ utilization {c:.2f} at the SLO"
             if reading.latency_text
@@ -696,6 +718,35 @@ class SloAlgorithm:
         usable = cfg.replica.slots * slot_scale
         allowed = occupancy_at_objective(max(1, math.floor(usable + _EPSILON)), cfg.objective.percentile)
         return min(usable, allowed / cfg.target_utilization)
+
+    def _prefill_unit(self, ctx: Context, kappa: float, last: float) -> tuple[float, str]:
+        """One replica-equivalent of the token part, as a share of a replica's learned prefill capacity, and its text.
+
+        Behind random routing each replica's prefill is its own M/G/1 queue (``sizing.prefill_miss``): the
+        utilization at which the objective holds comes from the prompt-length distribution the servers export
+        (``signals.promptLength``'s buckets), not from the mean: one long prompt ahead delays every short one.
+        As for the slots, one replica-equivalent is that utilization over ``targetUtilization`` (at the target the
+        token part then needs exactly that), never more than the replica. Without the role: 1 (the mean, as
+        before). With the role but no distribution this evaluation (no buckets, an empty window): the last one."""
+        cfg = self.config
+        name, prior = cfg.signals.prompt_length, cfg.replica.prior
+        if name is None or prior is None:
+            return 1.0, ""
+        sig = ctx.signals[name]
+        lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
+        if lengths is None:
+            why = "no prompt-length buckets from this source" if sig.ok else "prompt lengths unknown"
+            return last, f"prefill queue: {why}, keeping {last:.2f}"
+        rate = kappa * prior.prefill_tokens_per_second
+        allowed = prefill_utilization_at_objective(
+            lengths, rate, cfg.objective.ttft_seconds, cfg.objective.percentile
+        )
+        unit = min(1.0, allowed / cfg.target_utilization)
+        residual = lengths.second / (2.0 * lengths.mean * rate)
+        return unit, (
+            f"prefill queue (M/G/1 per replica, prompts {lengths.mean:.0f} tok mean, residual {residual:.2f}s at "
+            f"{rate:.0f} tok/s): ≤ {allowed:.2f} utilization holds the TTFT p{cfg.objective.percentile * 100:g}"
+        )
 
     def _rate_window(self, ctx: Context) -> float:
         """The longest rate window of the token signals (0 without them)."""
