@@ -46,6 +46,26 @@ def aggregate_of(signal: SignalSpec) -> catalog.Combine:
     return "sum"
 
 
+#: A pod whose newest sample is this much older than its target's freshest pod's is taken as gone. Managed
+#: Prometheus (GMP) writes no staleness markers, so a deleted pod's last value stays in query answers for the
+#: 5-minute lookback; without this rule a scale-down would make a summed queue look larger than it is and the
+#: target's reading older. The Prometheus source applies it to what it reads now, replay to what ``record``
+#: saved (each pod's sample time), so both drop the same pods.
+POD_GONE_S = 60.0
+#: The label telling a pod's value (``"value"``) from its sample time (``"time"``) in one Prometheus answer: the
+#: source's instant query and the series ``record`` saves, which replay reads.
+PART_LABEL = "autoscaler_part"
+
+
+def present(stamps: Mapping[str, float], *, gone_s: float = POD_GONE_S) -> set[str]:
+    """The pods (keys of ``stamps``: each pod's sample time) not taken as gone: none more than ``gone_s`` older
+    than the freshest."""
+    if not stamps:
+        return set()
+    newest = max(stamps.values())
+    return {pod for pod, stamp in stamps.items() if stamp >= newest - gone_s}
+
+
 def combine(values: Sequence[float], how: catalog.Combine) -> float:
     """Combine per-pod values; NaN propagates (the core then says "invalid: NaN", never a number)."""
     if how == "sum":

@@ -21,11 +21,11 @@ Two modes:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
-from autoscaler.core import counters
+from autoscaler.core import counters, signals
 from autoscaler.core.engine import CompiledPolicy, decide
 from autoscaler.core.fast import hpa_decider, quick_init
 from autoscaler.core.model import (
@@ -164,6 +164,26 @@ def _pod_buckets(raw: RawSignal) -> dict[str, dict[float, Series]] | None:
     return out or None
 
 
+class _Recorded(NamedTuple):
+    """One recorded signal's value series, and each pod's sample times where ``record`` saved them."""
+
+    values: RawSignal
+    #: pod -> the time of the sample behind each step's value (None: not recorded, a step's time is its sample's).
+    times: dict[str, Series] | None
+
+
+def _split_times(raw: RawSignal) -> _Recorded:
+    """The value series of ``raw`` and, apart, its per-pod sample-time series (labelled
+    ``autoscaler_part="time"``, as ``autoscaler record`` saves them beside the values)."""
+    parts = [dict(one.labels).get(signals.PART_LABEL) for one in raw.series]
+    if "time" not in parts:
+        return _Recorded(raw, None)
+    values = tuple(one for one, part in zip(raw.series, parts, strict=True) if part != "time")
+    times = {pod: one for one, part in zip(raw.series, parts, strict=True)
+             if part == "time" and (pod := _pod_of(one)) is not None}
+    return _Recorded(RawSignal(raw.name, raw.origin, values), times)
+
+
 @dataclass(frozen=True, slots=True)
 class _Input:
     name: str
@@ -177,6 +197,8 @@ class _Input:
     buckets: dict[str, dict[float, Series]] | None = None
     #: whatif mode: the quantile taken here over the pods' summed buckets (no pods to judge against our count).
     quantile: float | None = None
+    #: Per-pod sample times as recorded (``_split_times``); None: each step's time is taken as its sample's.
+    times: dict[str, Series] | None = None
 
 
 def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> tuple[list[_Input], list[str]]:
@@ -201,8 +223,16 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
         )
     inputs: list[_Input] = []
     notes: list[str] = []
+    per_pod_mode = mode == "recorded"
     for sig in needed:
-        raw = trace.signals[sig.name]
+        raw, times = _split_times(trace.signals[sig.name])
+        if not raw.series:
+            raise TraceError(f"{raw.origin}: signal {sig.name!r} has sample times but no values")
+        if times is not None and per_pod_mode:
+            notes.append(
+                f"signal {sig.name}: each pod's sample time recorded: a pod counts only at steps the source "
+                f"answered it, by its own sample time, gone when over {signals.POD_GONE_S:g}s behind the freshest"
+            )
         max_age = sig.max_age_seconds or spec.metric_safety.max_age_seconds
         pod_names = [_pod_of(one) for one in raw.series]
         per_pod = (sig.preset is not None or sig.metric is not None) and mode == "recorded"
@@ -223,7 +253,7 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
             )
             merged = combine(RawSignal(sig.name, raw.origin, tuple(b[math.inf] for b in hist.values())), "sum")
             inputs.append(_Input(sig.name, merged, raw.origin, False, None, max_age, hist,
-                                 None if per_pod else sig.quantile.q))
+                                 None if per_pod else sig.quantile.q, times if per_pod else None))
             continue
         if per_pod and all(pod_names) and len(set(pod_names)) == len(pod_names):
             # One series per pod: the core combines them at each evaluation, judging each pod's age and
@@ -237,7 +267,8 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
                 "replicas were recorded"
             )
             merged = combine(raw, "sum")
-            inputs.append(_Input(sig.name, merged, raw.origin, sig.scope == "perReplica", by_pod, max_age))
+            inputs.append(_Input(sig.name, merged, raw.origin, sig.scope == "perReplica", by_pod, max_age,
+                                 times=times))
             continue
         how = aggregate_of(sig)  # the controller's rule: the catalog's per preset, avg for perReplica
         assert how in AGGREGATES
@@ -389,22 +420,75 @@ class _Cursor:
         return self.reading
 
 
+class _Answered:
+    """Which pods the source's answer held at ``now``, and when each one's sample was taken: what the Prometheus
+    source gives the core, rebuilt from ``record``'s series with each pod's sample time (``_split_times``).
+
+    1. a pod is in the answer when it has a point at the latest step any pod has at or before ``now`` (a range
+       query's steps are one grid: a pod missing from a step was missing from the instant answer then: a real
+       Prometheus marks a deleted or unscraped pod's series stale);
+    2. its sample time is the recorded one at that step (GMP writes no staleness markers: a deleted pod's last
+       sample stays in every step's answer for the 5-minute lookback, and only its time says so);
+    3. pods far behind the freshest are gone (``core.signals.present``, the rule the source applies).
+    """
+
+    __slots__ = ("clocks",)
+
+    def __init__(self, times: dict[str, Series], origin: str) -> None:
+        self.clocks = {pod: _Cursor(series, origin) for pod, series in times.items()}
+
+    def sampled(self, at: Mapping[str, float], now: float) -> dict[str, float]:
+        """``at``: each pod's latest step at or before ``now``; returns the pods answered, by sample time."""
+        if not at:
+            return {}
+        last = max(at.values())
+        stamps: dict[str, float] = {}
+        for pod, step in at.items():
+            if step != last:
+                continue
+            clock = self.clocks.get(pod)
+            j = clock.advance(now) if clock is not None else -1
+            # No time recorded at that step (a hand-made file): the step's time stands for the sample's.
+            stamps[pod] = clock.values[j] if clock is not None and j >= 0 and clock.stamps[j] == step else step
+        kept = signals.present(stamps)
+        return {pod: stamp for pod, stamp in stamps.items() if pod in kept}
+
+
 class _PodCursors:
     """Every pod's latest sample at or before ``now`` (no older than ``max_age_s``), as one per-pod reading that
     the core combines by its one rule (``core.signals.combine_pods``), exactly as it does the controller's; None
-    before any pod has a sample. Its value is the pods' sum, for display only."""
+    before any pod has a sample. Its value is the pods' sum, for display only. With recorded sample times
+    (``answered``) a pod counts as the source's answer had it then (``_Answered``)."""
 
-    __slots__ = ("max_age_s", "origin", "pods")
+    __slots__ = ("answered", "max_age_s", "origin", "pods")
 
-    def __init__(self, pods: dict[str, Series], origin: str, max_age_s: float) -> None:
+    def __init__(
+        self, pods: dict[str, Series], origin: str, max_age_s: float, times: dict[str, Series] | None = None
+    ) -> None:
         self.pods = [(pod, _Cursor(series, origin)) for pod, series in pods.items()]
         self.origin = origin
         self.max_age_s = max_age_s
+        self.answered = _Answered(times, origin) if times is not None else None
 
     def read(self, now: float) -> SignalReading | None:
         values: dict[str, float] = {}
         stamps: dict[str, float] = {}
         seen = False
+        if self.answered is not None:
+            at: dict[str, float] = {}
+            latest: dict[str, float] = {}
+            for pod, cursor in self.pods:
+                i = cursor.advance(now)
+                if i >= 0:
+                    at[pod], latest[pod] = cursor.stamps[i], cursor.values[i]
+            seen = bool(at)
+            for pod, stamp in self.answered.sampled(at, now).items():
+                if now - stamp <= self.max_age_s:
+                    values[pod] = latest[pod]
+                    stamps[pod] = stamp
+            if not values:
+                return SignalReading(None, None, self.origin, None, {}, {}) if seen else None
+            return SignalReading(total(values.values()), min(stamps.values()), self.origin, None, values, stamps)
         for pod, cursor in self.pods:
             i = cursor.advance(now)
             if i >= 0:
@@ -424,10 +508,11 @@ class _PodHistograms:
     it does the Prometheus source's. A pod's value is its +Inf bucket (observations a second). With ``quantile``
     (whatif mode: the trace's pods are not ours to count) the quantile is taken here over the fresh pods."""
 
-    __slots__ = ("max_age_s", "origin", "pods", "quantile")
+    __slots__ = ("answered", "max_age_s", "origin", "pods", "quantile")
 
     def __init__(
-        self, pods: dict[str, dict[float, Series]], origin: str, max_age_s: float, quantile: float | None
+        self, pods: dict[str, dict[float, Series]], origin: str, max_age_s: float, quantile: float | None,
+        times: dict[str, Series] | None = None,
     ) -> None:
         self.pods = [
             (pod, _Cursor(b[math.inf], origin), [(bound, _Cursor(s, origin)) for bound, s in sorted(b.items())])
@@ -436,18 +521,29 @@ class _PodHistograms:
         self.origin = origin
         self.max_age_s = max_age_s
         self.quantile = quantile
+        self.answered = _Answered(times, origin) if times is not None else None
 
     def read(self, now: float) -> SignalReading | None:
         values: dict[str, float] = {}
         stamps: dict[str, float] = {}
         buckets: dict[str, dict[float, float]] = {}
         seen = False
+        sampled: dict[str, float] | None = None
+        if self.answered is not None:
+            at = {pod: everything.stamps[i] for pod, everything, _ in self.pods if (i := everything.advance(now)) >= 0}
+            sampled = self.answered.sampled(at, now)
         for pod, everything, cursors in self.pods:
             i = everything.advance(now)
             if i < 0:
                 continue
             seen = True
             stamp = everything.stamps[i]
+            if sampled is not None:
+                if pod not in sampled:
+                    continue  # not in the source's answer then
+                step, stamp = stamp, sampled[pod]
+            else:
+                step = stamp
             if now - stamp > self.max_age_s:
                 continue
             values[pod] = everything.values[i]
@@ -455,7 +551,7 @@ class _PodHistograms:
             mine: dict[float, float] = {}
             for bound, cursor in cursors:
                 j = cursor.advance(now)
-                if j >= 0 and cursor.stamps[j] == stamp:  # the same scrape (evaluation step) as the +Inf bucket
+                if j >= 0 and cursor.stamps[j] == step:  # the same scrape (evaluation step) as the +Inf bucket
                     mine[bound] = cursor.values[j]
             buckets[pod] = mine
         if not values:
@@ -470,9 +566,9 @@ class _PodHistograms:
 
 def _cursor(inp: _Input) -> _Cursor | _PodCursors | _PodHistograms:
     if inp.buckets is not None:
-        return _PodHistograms(inp.buckets, inp.origin, inp.max_age_s, inp.quantile)
+        return _PodHistograms(inp.buckets, inp.origin, inp.max_age_s, inp.quantile, inp.times)
     if inp.pods is not None:
-        return _PodCursors(inp.pods, inp.origin, inp.max_age_s)
+        return _PodCursors(inp.pods, inp.origin, inp.max_age_s, inp.times)
     return _Cursor(inp.series, inp.origin)
 
 

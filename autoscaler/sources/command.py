@@ -406,9 +406,11 @@ async def plan_recording(args: argparse.Namespace, policies: Sequence[ScalingPol
 
 def record_query(request: SignalRequest, *, cluster: str | None) -> str:
     """The range query ``record`` saves for one of the observer's requests: the per-pod query ``run`` reads
-    (one series per pod, so that replay combines and judges them by the core's one rule). Over a past range
-    the target had other pods than now, so its pod-name pattern selects them as well as the pods just read."""
-    return target_query(request, cluster=cluster, combined=False, history=True)
+    (one series per pod, so that replay combines and judges them by the core's one rule), with each pod's
+    sample time beside its value, as ``run`` reads it (replay judges a pod's age by it, not by the step). Over a
+    past range the target had other pods than now, so its pod-name pattern selects them as well as the pods
+    just read."""
+    return target_query(request, cluster=cluster, combined=False, history=True, times=True)
 
 
 def record(

@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from autoscaler.core import signals
 from autoscaler.core.catalog import SERVER_LABELS, LabelLayout
 from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
@@ -51,11 +52,10 @@ from autoscaler.sources.circuit import Answer, Circuit, PermanentError, Transien
 
 GMP_URL = "https://monitoring.googleapis.com/v1/projects/{project}/location/{location}/prometheus"
 GMP_SCOPE = "https://www.googleapis.com/auth/monitoring.read"
-_PART = "autoscaler_part"
-#: A pod whose newest sample is this much older than its target's freshest pod is taken as gone. GMP has
-#: no staleness markers, so a deleted pod's last value stays visible for the 5-minute lookback; without
-#: this, a scale-down would make the target's queue look larger (sum) and its age older than it is.
-POD_GONE_S = 60.0
+_PART = signals.PART_LABEL
+#: A pod far behind its target's freshest pod is taken as gone (GMP keeps no staleness): the core's rule,
+#: which replay applies to recorded sample times as well.
+POD_GONE_S = signals.POD_GONE_S
 #: Up to this many targets in a batch, the query also selects their pod names (less data back); beyond
 #: it, only their namespaces: RE2 over a thousand-way alternation made one tick take seconds (bench).
 POD_REGEX_MAX_TARGETS = 50
@@ -105,13 +105,18 @@ def selection(request: SignalRequest) -> _Selection | None:
 
 
 def target_query(
-    request: SignalRequest, *, cluster: str | None, combined: bool = True, history: bool = False
+    request: SignalRequest, *, cluster: str | None, combined: bool = True, history: bool = False,
+    times: bool = False,
 ) -> str:
     """The query for one target over time: combined server-side into one series, or (``combined=False``, what
     ``autoscaler record`` saves) one series per pod (a histogram's: per pod and bucket), so that ``replay``
     combines them by the core's one rule.
     With ``history`` (a range reaching into the past) the target's pod-name pattern selects the pods it had
-    then, beside the pods of the request (the ones it has now, which a truncated name may hide from the pattern)."""
+    then, beside the pods of the request (the ones it has now, which a truncated name may hide from the pattern).
+    With ``times`` (per pod only) each pod's series are labelled ``autoscaler_part="value"`` and joined by one
+    ``autoscaler_part="time"`` series holding its oldest sample's time, as ``batch_query`` reads them: over a
+    range each step's value is whatever the lookback found, so without its time a pod deleted minutes ago (GMP
+    keeps no staleness markers) would read as reporting at every step."""
     sig = request.signal
     if sig.query is not None:
         return sig.query
@@ -138,7 +143,16 @@ def target_query(
     # Per pod (a histogram: each pod's bucket rates, labelled by ``le``): replay sums the reporting pods' buckets
     # and takes the quantile through the core, judging partial data, as the controller does with ``batch_query``.
     per_pod = _per_pod(sel, how, m)
-    return f"{how}({per_pod})" if combined else per_pod
+    if combined:
+        return f"{how}({per_pod})"
+    return _with_times(sel, per_pod, m) if times else per_pod
+
+
+def _with_times(sel: _Selection, value: str, m: list[str]) -> str:
+    """``value`` (per pod) labelled ``autoscaler_part="value"``, joined by each pod's oldest sample time (part
+    ``time``): the one answer ``batch_query`` asks for now and ``record`` over a range."""
+    stamp = f"min by ({sel.by}) ({presets.selector(sel.names + sel.denominator, m, wrap='timestamp')})"
+    return f'label_replace({value}, "{_PART}", "value", "", "") or label_replace({stamp}, "{_PART}", "time", "", "")'
 
 
 def _per_pod(sel: _Selection, how: presets.Aggregate, m: list[str]) -> str:
@@ -178,9 +192,7 @@ def batch_query(requests: Sequence[SignalRequest], *, cluster: str | None) -> st
     else:
         regex[sel.labels.pod] = ".+"  # attribution happens client-side; a huge alternation costs Prometheus seconds
     m = presets.matchers(first.signal.labels, namespace=None, cluster=cluster, regex=regex)
-    value = _per_pod(sel, how, m)
-    stamp = f"min by ({sel.by}) ({presets.selector(sel.names + sel.denominator, m, wrap='timestamp')})"
-    return f'label_replace({value}, "{_PART}", "value", "", "") or label_replace({stamp}, "{_PART}", "time", "", "")'
+    return _with_times(sel, _per_pod(sel, how, m), m)
 
 
 def _number(raw: Any) -> float:
@@ -325,8 +337,8 @@ class PrometheusSource:
                 stamp = stamps.get((ns, pod), evaluated.timestamp)
                 samples.setdefault(req.target.key, {})[pod] = PodSample(evaluated.value, stamp)
         for key, pods in samples.items():
-            newest = max(s.timestamp for s in pods.values())
-            samples[key] = {p: s for p, s in pods.items() if s.timestamp >= newest - POD_GONE_S}
+            kept = signals.present({p: s.timestamp for p, s in pods.items()}, gone_s=POD_GONE_S)
+            samples[key] = {p: s for p, s in pods.items() if p in kept}
         out = per_target(group, samples, source=self.label, how=aggregate_of(group[0].signal))
         if sel.histogram:
             for req in group:

@@ -11,6 +11,13 @@ The cases are where a second path would drift: pods averaged (the issue's 0.4 + 
 reporting (unknown, never a scale-down), a Deployment whose name is so long that Kubernetes cut its pods' names
 (the observer's pods and the cut-name pattern find them; before either, record found none), per-pod counter rates, and a
 latency quantile over the pods' histograms with one pod of two reporting.
+
+Two more pods of the short Deployment are gone, as ``record``'s pod-name pattern still finds them over a range:
+``lagging`` serves its queue with an explicit timestamp 90 s old at every scrape (Prometheus then writes no
+staleness markers, so its series stays in every answer, as Google Managed Prometheus keeps a deleted pod's series
+for the 5-minute lookback), and ``down`` stopped answering (a real Prometheus marks its series stale). ``run`` drops
+``lagging`` by its sample time (``POD_GONE_S``) and does not see ``down``; replay must do the same from the series
+``record`` saved, which it can only with each pod's sample time: without it, both read as reporting at every step.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import record
 from autoscaler.sources.pool import SourcePool
 from tests.replay.test_one_path import Targets
-from tests.sources.realprom import Exporter, PrometheusServer, ScrapeTarget, have_prometheus
+from tests.sources.realprom import Exporter, PrometheusServer, ScrapeTarget, TextServer, have_prometheus
 
 NS = "llm"
 SHORT = "srv"
@@ -58,6 +65,13 @@ PODS = {
     "long-a": f"{LONG}-6b7c8xq2zp",
     "long-b": f"{LONG}-6b7c8mv9tr",
 }
+#: Pods of ``SHORT`` that are gone (module docstring): one with samples 90 s behind (GMP keeps no staleness), one
+#: whose scrapes fail.
+LAGGING = f"{SHORT}-6b7c8d9f4-lllll"
+DOWN = f"{SHORT}-6b7c8d9f4-ddddd"
+#: How far the lagging pod's samples are behind: more than ``POD_GONE_S`` (60 s), less than ``maxAgeSeconds`` (120
+#: s), so that only the gone-pod rule drops it.
+LAG_S = 90.0
 TTFT = "vllm:time_to_first_token_seconds"
 TTFT_SHARES = {0.05: 0.2, 0.1: 0.5, 0.25: 0.8, 0.5: 0.95, 1.0: 0.99}
 
@@ -66,6 +80,16 @@ TTFT_SHARES = {0.05: 0.2, 0.1: 0.5, 0.25: 0.8, 0.5: 0.95, 1.0: 0.99}
 class Live:
     prometheus: PrometheusServer
     exporters: dict[str, Exporter]
+    gone: list[TextServer]
+
+
+def _lagging() -> str:
+    # A large queue: counted as reporting, it moves every decision (3 + 5 → 3 + 5 + 20).
+    stamp_ms = int((time.time() - LAG_S) * 1000)
+    return (
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{model_name="m",engine="0"}} 20 {stamp_ms}\n'
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,20 +107,34 @@ def live() -> Iterator[Live]:
         if key == "a":
             e.histogram(TTFT, 20.0, TTFT_SHARES)
         exporters[key] = e
-    server = PrometheusServer([ScrapeTarget(e.address, e.labels) for e in exporters.values()], interval_s=1.0)
+    lagging = TextServer()
+    lagging.render = _lagging
+    down = TextServer("# TYPE vllm:num_requests_waiting gauge\n"
+                      'vllm:num_requests_waiting{model_name="m",engine="0"} 7\n')
+    gone = [lagging, down]
+    scraped = [ScrapeTarget(e.address, e.labels) for e in exporters.values()]
+    scraped += [ScrapeTarget(lagging.address, {"namespace": NS, "pod": LAGGING}),
+                ScrapeTarget(down.address, {"namespace": NS, "pod": DOWN})]
+    server = PrometheusServer(scraped, interval_s=1.0)
     server.start()
     try:
         # Every pod scraped, and the counters' series older than the 10 s window: until then rate() sees only
         # part of the window and reads low (run and record would then read a rate still climbing).
-        server.wait_for("count(up == 1)", lambda r: bool(r) and int(r[0]["value"][1]) == len(PODS))
+        server.wait_for("count(up == 1)", lambda r: bool(r) and int(r[0]["value"][1]) == len(scraped))
+        server.wait_for(f'vllm:num_requests_waiting{{pod="{LAGGING}"}}')
+        down.status = 500  # from now on its scrapes fail: Prometheus marks its series stale
+        server.wait_for(f'up{{pod="{DOWN}"}} == 0')
         true_rate = 80.0 + 70.0 * (len(PODS) - 1)
         server.wait_for('sum(rate({__name__=~"vllm[:_]generation_tokens_total"}[10s]))',
                         lambda r: bool(r) and float(r[0]["value"][1]) > 0.98 * true_rate)
-        yield Live(server, exporters)
+        # The record window (15 s) holds the down pod's last samples, before its scrapes failed.
+        yield Live(server, exporters, gone)
     finally:
         server.stop()
         for e in exporters.values():
             e.close()
+        for g in gone:
+            g.close()
 
 
 def policy(url: str, target: str, signal: dict[str, Any], value: float) -> ScalingPolicy:
@@ -128,6 +166,14 @@ class ClusterView(Targets):
         super().__init__(TargetView(status, tuple(PodRef(p) for p in pods)))
 
 
+class CountView(Targets):
+    """Outside a cluster (``observe --replicas N``): a ready count and no pod names, so the source selects the
+    target's pods by their name pattern, the gone ones included, and judges them by their sample times."""
+
+    def __init__(self, ready: int) -> None:
+        super().__init__(TargetView(ReplicaStatus(spec=ready, ready=ready), ()))
+
+
 @dataclass(frozen=True)
 class Seen:
     """What the core was given and what it decided, in the terms both paths share."""
@@ -147,10 +193,12 @@ def seen(cp: CompiledPolicy, obs: Observation, now: float) -> Seen:
     return Seen(judged.value, judged.state, d.current, d.desired, d.reason.value, d.message)
 
 
-async def run_and_record(p: ScalingPolicy, pods: Sequence[str], out: Path) -> tuple[Seen, Seen, list[str]]:
+async def run_and_record(
+    p: ScalingPolicy, pods: Sequence[str], out: Path, *, in_cluster: bool = True
+) -> tuple[Seen, Seen, list[str]]:
     """``run``'s observation and decision now, and the same moment of ``record``'s series replayed."""
     cp = compile_policy(p)
-    cluster = ClusterView(pods)
+    cluster = ClusterView(pods) if in_cluster else CountView(len(pods))
     pool = SourcePool()
     observer = PolicyObserver(targets=cluster, training=NoTraining(), source=pool)
     try:
@@ -186,23 +234,28 @@ P90 = {"preset": "vllm.ttft", "quantile": {"q": 0.9, "windowSeconds": 10}}
 
 @pytest.mark.prometheus
 @pytest.mark.parametrize(
-    ("target", "signal", "value", "pods", "reason"),
+    ("target", "signal", "value", "pods", "reason", "in_cluster"),
     [
-        pytest.param(SHORT, KV, 0.5, ["a", "b"], "Steady", id="kv-averaged"),
-        pytest.param(SHORT, WAITING, 5.0, ["a", "b"], "ScaleUp", id="queue-summed"),
-        pytest.param(SHORT, WAITING, 5.0, ["a", "b", "missing"], "MetricsUnknown", id="2-of-3-pods-is-unknown"),
-        pytest.param(LONG, WAITING, 5.0, ["long-a", "long-b"], "ScaleUp", id="truncated-pod-names"),
-        pytest.param(SHORT, RATE, 10.0, ["a", "b"], "RateLimited", id="per-pod-token-rates"),
-        pytest.param(SHORT, P90, 0.1, ["a"], "ScaleUp", id="ttft-quantile"),
-        pytest.param(SHORT, P90, 0.1, ["a", "b"], "MetricsUnknown", id="ttft-quantile-1-of-2-pods-is-unknown"),
+        pytest.param(SHORT, KV, 0.5, ["a", "b"], "Steady", True, id="kv-averaged"),
+        pytest.param(SHORT, WAITING, 5.0, ["a", "b"], "ScaleUp", True, id="queue-summed"),
+        pytest.param(SHORT, WAITING, 5.0, ["a", "b", "missing"], "MetricsUnknown", True, id="2-of-3-pods-is-unknown"),
+        pytest.param(LONG, WAITING, 5.0, ["long-a", "long-b"], "ScaleUp", True, id="truncated-pod-names"),
+        pytest.param(SHORT, RATE, 10.0, ["a", "b"], "RateLimited", True, id="per-pod-token-rates"),
+        pytest.param(SHORT, P90, 0.1, ["a"], "ScaleUp", True, id="ttft-quantile"),
+        pytest.param(SHORT, P90, 0.1, ["a", "b"], "MetricsUnknown", True, id="ttft-quantile-1-of-2-pods-is-unknown"),
+        # The queue summed over the pods the name pattern finds: the lagging pod is dropped by its sample time.
+        pytest.param(SHORT, WAITING, 5.0, ["a", "b"], "ScaleUp", False, id="gmp-lagging-pod-outside-a-cluster"),
+        # The down pod is one of the three ready pods: unknown, as the source has no sample of it now.
+        pytest.param(SHORT, WAITING, 5.0, ["a", "b", "down"], "MetricsUnknown", True, id="stale-pod-is-unknown"),
     ],
 )
 async def test_record_replayed_gives_the_core_what_run_gave_it(
-    live: Live, tmp_path: Path, target: str, signal: dict[str, Any], value: float, pods: list[str], reason: str
+    live: Live, tmp_path: Path, target: str, signal: dict[str, Any], value: float, pods: list[str], reason: str,
+    in_cluster: bool,
 ) -> None:
     p = policy(live.prometheus.url, target, signal, value)
-    names = [PODS.get(k, f"{SHORT}-6b7c8d9f4-zzzzz") for k in pods]
-    ran, replayed, lines = await run_and_record(p, names, tmp_path)
+    names = [{**PODS, "down": DOWN}.get(k, f"{SHORT}-6b7c8d9f4-zzzzz") for k in pods]
+    ran, replayed, lines = await run_and_record(p, names, tmp_path, in_cluster=in_cluster)
     assert ran.reason == reason, ran.message  # the case is what it says (not two paths agreeing on nothing)
     # A counter's rate is read at two instants up to a second apart, and PromQL's rate() extrapolates to the
     # window's edges only from scrapes close enough to them: on this loaded machine late scrapes made one read
