@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from autoscaler.core.model import PolicyState, Reason
 from autoscaler.core.policies.hpa import BehaviorSpec, ScalingRulesSpec
@@ -88,9 +88,36 @@ def _with_defaults(given: ScalingRulesSpec | None, default: Rules) -> Rules:
     )
 
 
-def effective_rules(behavior: BehaviorSpec) -> tuple[Rules, Rules]:
-    """``(scaleUp, scaleDown)`` rules of a ``behavior`` block with every omitted field defaulted."""
-    return _with_defaults(behavior.scale_up, _DEFAULT_UP), _with_defaults(behavior.scale_down, _DEFAULT_DOWN)
+class Directions(NamedTuple):
+    """A ``behavior`` block's rules for each direction."""
+
+    up: Rules
+    down: Rules
+
+
+class Bounded(NamedTuple):
+    """A recommendation after a stage that may change it: the count, why it changed (None: it did not) and how."""
+
+    desired: int
+    reason: Reason | None
+    message: str
+
+
+class Staged(NamedTuple):
+    """``stage``'s result: ``Bounded``'s fields, and the recommendation history to keep in the state."""
+
+    desired: int
+    reason: Reason | None
+    message: str
+    #: ``(time, recommended count)`` of the evaluations a later window can still see, this one last.
+    recommendations: tuple[tuple[float, int], ...]
+
+
+def effective_rules(behavior: BehaviorSpec) -> Directions:
+    """The scaleUp and scaleDown rules of a ``behavior`` block with every omitted field defaulted."""
+    return Directions(
+        _with_defaults(behavior.scale_up, _DEFAULT_UP), _with_defaults(behavior.scale_down, _DEFAULT_DOWN)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +130,17 @@ class Normalized:
 
 def clamp(*, min_replicas: int, max_replicas: int, recommended: int, state: PolicyState) -> Normalized:
     """Bounds only, for policy types that do not use the behavior stage."""
-    desired, reason, message = bound(min_replicas=min_replicas, max_replicas=max_replicas, recommended=recommended)
-    return Normalized(desired, reason, message, state)
+    bounded = bound(min_replicas=min_replicas, max_replicas=max_replicas, recommended=recommended)
+    return Normalized(bounded.desired, bounded.reason, bounded.message, state)
 
 
-def bound(*, min_replicas: int, max_replicas: int, recommended: int) -> tuple[int, Reason | None, str]:
-    """``clamp`` without the state: ``(desired, reason or None, message)``."""
+def bound(*, min_replicas: int, max_replicas: int, recommended: int) -> Bounded:
+    """``clamp`` without the state."""
     if recommended < min_replicas:
-        return min_replicas, Reason.LIMITED_BY_MIN, f"raised to minReplicas {min_replicas}"
+        return Bounded(min_replicas, Reason.LIMITED_BY_MIN, f"raised to minReplicas {min_replicas}")
     if recommended > max_replicas:
-        return max_replicas, Reason.LIMITED_BY_MAX, f"limited to maxReplicas {max_replicas}"
-    return recommended, None, ""
+        return Bounded(max_replicas, Reason.LIMITED_BY_MAX, f"limited to maxReplicas {max_replicas}")
+    return Bounded(recommended, None, "")
 
 
 def normalize(
@@ -131,7 +158,7 @@ def normalize(
     ``behavior`` None takes upstream's legacy path. The returned state has the recommendation recorded
     (history pruned to what a later evaluation can still use); scale events are recorded by the engine.
     """
-    desired, reason, message, history = stage(
+    staged = stage(
         rules=None if behavior is None else effective_rules(behavior),
         min_replicas=min_replicas,
         max_replicas=max_replicas,
@@ -140,12 +167,13 @@ def normalize(
         state=state,
         now=now,
     )
-    return Normalized(desired, reason, message, replace(state, recommendations=history))
+    kept = replace(state, recommendations=staged.recommendations)
+    return Normalized(staged.desired, staged.reason, staged.message, kept)
 
 
 def stage(
     *,
-    rules: tuple[Rules, Rules] | None,
+    rules: Directions | None,
     min_replicas: int,
     max_replicas: int,
     current: int,
@@ -153,15 +181,14 @@ def stage(
     state: PolicyState,
     now: float,
     recommendations: tuple[tuple[float, int], ...] | None = None,
-) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
+) -> Staged:
     """``normalize`` for the engine: ``rules`` are ``effective_rules`` computed once (None: the legacy path),
     the history is ``recommendations`` when given, else ``state.recommendations``; scale events are read from
-    ``state``. Returns ``(desired, reason or None, message, recommendation history to keep)``."""
+    ``state``."""
     history = state.recommendations if recommendations is None else recommendations
     if rules is None:
         return _legacy(min_replicas, max_replicas, current, recommended, history, now)
-    up, down = rules
-    return _with_behavior(up, down, min_replicas, max_replicas, current, recommended, history, state, now)
+    return _with_behavior(rules.up, rules.down, min_replicas, max_replicas, current, recommended, history, state, now)
 
 
 def since(history: tuple[tuple[float, int], ...], cutoff: float) -> tuple[tuple[float, int], ...]:
@@ -203,7 +230,7 @@ def _legacy(
     recommended: int,
     history: tuple[tuple[float, int], ...],
     now: float,
-) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
+) -> Staged:
     # Upstream drops a recommendation only when it is *before* the cutoff: one stamped exactly 300 s ago counts.
     # One pass does ``since`` and the max of what it keeps: in time order (as the engine records them) the
     # entries that go are a prefix, sliced off; an old entry after a kept one (or a NaN time) means filtering.
@@ -243,7 +270,7 @@ def _legacy(
     elif stabilized > max_replicas:
         desired, reason = max_replicas, Reason.LIMITED_BY_MAX
         notes.append(f"limited to maxReplicas {max_replicas}")
-    return desired, reason, "; ".join(notes), history
+    return Staged(desired, reason, "; ".join(notes), history)
 
 
 # --- behavior path -------------------------------------------------------------------------------------------
@@ -319,7 +346,7 @@ def _with_behavior(
     history: tuple[tuple[float, int], ...],
     state: PolicyState,
     now: float,
-) -> tuple[int, Reason | None, str, tuple[tuple[float, int], ...]]:
+) -> Staged:
     stabilized = stabilize(
         recommendations=history, up=up, down=down, current=current, recommended=recommended, now=now
     )
@@ -370,7 +397,7 @@ def _with_behavior(
         elif stabilized < min_replicas:
             desired, reason = min_replicas, Reason.LIMITED_BY_MIN
             notes.append(f"raised to minReplicas {min_replicas}")
-    return desired, reason, "; ".join(notes), history
+    return Staged(desired, reason, "; ".join(notes), history)
 
 
 def _describe(rules: Rules) -> str:
