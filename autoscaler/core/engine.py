@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from autoscaler.core import arbitration, behavior, policies, topology
 from autoscaler.core.model import (
@@ -54,7 +55,7 @@ class CompiledPolicy:
     policy: ScalingPolicy
     algorithm: PolicyAlgorithm
     judge: SignalJudge
-    rules: tuple[behavior.Rules, behavior.Rules] | None = field(init=False, repr=False, compare=False)
+    rules: behavior.Directions | None = field(init=False, repr=False, compare=False)
     #: The signals the policy reads (its fallback triggers), each once, in the policy's order.
     triggers: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
@@ -68,10 +69,30 @@ class CompiledPolicy:
     def name(self) -> str:
         return self.policy.metadata.name
 
-    def decide(
-        self, observation: Observation, state: PolicyState, now: float
-    ) -> tuple[list[Decision], PolicyState]:
+    def decide(self, observation: Observation, state: PolicyState, now: float) -> Decided:
         return decide(self, observation, state, now)
+
+
+class Decided(NamedTuple):
+    """``decide``'s result: the decisions of one evaluation (the scale decision first) and the policy's next state."""
+
+    decisions: list[Decision]
+    state: PolicyState
+
+
+class _Chosen(NamedTuple):
+    """A count some step settled on, with its reason and the sentence that explains it."""
+
+    replicas: int
+    reason: Reason
+    message: str
+
+
+class _Explained(NamedTuple):
+    """A decision's reason and message, as a step may rewrite them."""
+
+    reason: Reason
+    message: str
 
 
 #: The longest ``periodSeconds`` a rate policy may have: older scale events can never count again.
@@ -141,7 +162,7 @@ class _Next:
 
 def decide(
     compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
-) -> tuple[list[Decision], PolicyState]:
+) -> Decided:
     """Evaluate ``compiled`` on ``observation`` at time ``now``; return the decisions and the new state."""
     if getattr(compiled.algorithm, "joint", False):
         return _decide_joint(compiled, observation, state, now)
@@ -177,8 +198,8 @@ def decide(
 
     out_of_range = _out_of_range(spec, current)
     if out_of_range is not None:
-        desired, reason, message = out_of_range
-        return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message, ahead=rec.ahead)
+        return _arbitrate(compiled, observation, nxt, now, scale, out_of_range.replicas, out_of_range.reason,
+                          out_of_range.message, ahead=rec.ahead)
 
     if rec.replicas is None and not falling:
         why = _unknown_summary(rec, signals)
@@ -189,33 +210,35 @@ def decide(
         if current == 0:
             # As KEDA, a known active activation signal wakes the target even if the policy's own signals
             # are unknown (an erroring trigger does not veto another's activity); it only ever scales up.
-            woken, zero_reason, zero_msg = _scale_to_zero(compiled, signals, current, 0, nxt, now)
-            if zero_reason is Reason.ACTIVATE_FROM_ZERO:
-                msg = f"{zero_msg}; sized without the policy's unknown signals: {why}"
-                return _finish([scale(woken, zero_reason, msg)], nxt, now, current, woken)
+            woken = _scale_to_zero(compiled, signals, current, 0, nxt, now)
+            if woken.reason is Reason.ACTIVATE_FROM_ZERO:
+                msg = f"{woken.message}; sized without the policy's unknown signals: {why}"
+                return _finish([scale(woken.desired, woken.reason, msg)], nxt, now, current, woken.desired)
         msg = f"holding {current} replicas: {why} (unknown is never read as idle)"
-        return [scale(current, Reason.METRICS_UNKNOWN, msg)], nxt.freeze()
+        return Decided([scale(current, Reason.METRICS_UNKNOWN, msg)], nxt.freeze())
 
     if falling:
         assert fallback is not None  # _falling returns nothing without one
-        recommended, reason, message = _with_fallback(fallback, falling, rec, current, signals)
+        chosen = _with_fallback(fallback, falling, rec, current, signals)
     else:
         assert rec.replicas is not None  # the unknown case returned above
-        recommended, reason, message = rec.replicas, rec.reason, rec.message
+        chosen = _Chosen(rec.replicas, rec.reason, rec.message)
+    recommended, reason, message = chosen.replicas, chosen.reason, chosen.message
     proposed = recommended
-    recommended, zero_reason, zero_msg = _scale_to_zero(compiled, signals, current, recommended, nxt, now)
-    if zero_reason is Reason.SCALE_TO_ZERO and falling:
+    zero = _scale_to_zero(compiled, signals, current, recommended, nxt, now)
+    if zero.reason is Reason.SCALE_TO_ZERO and falling:
         # KEDA scales to zero only when no trigger is in error; a falling-back trigger keeps the target up.
-        zero_reason, recommended = None, proposed
-    if zero_reason is not None:
-        return _finish([scale(recommended, zero_reason, zero_msg)], nxt, now, current, recommended)
+        zero = behavior.Bounded(proposed, None, "")
+    recommended = zero.desired
+    if zero.reason is not None:
+        return _finish([scale(recommended, zero.reason, zero.message)], nxt, now, current, recommended)
 
     if not algorithm.uses_behavior:
         # Types without the behavior stage smooth inside their own algorithm, which a fallback count bypasses:
         # it goes through HPA's default behavior instead (5-minute scale-down stabilization, 100 % per 15 s
         # down, 4 pods or 100 % per 15 s up), with a history kept only while falling back.
         if falling:
-            desired, norm_reason, norm_message, nxt.recommendations = behavior.stage(
+            staged = behavior.stage(
                 rules=_DEFAULT_RULES,
                 min_replicas=max(spec.min_replicas, 1),
                 max_replicas=spec.max_replicas,
@@ -225,12 +248,14 @@ def decide(
                 now=now,
                 recommendations=nxt.recommendations or ((now, current),),
             )
-            return _finish_stage(compiled, observation, nxt, now, scale, current, desired, reason, message,
-                                 norm_reason, norm_message, ahead=rec.ahead)
+            nxt.recommendations = staged.recommendations
+            return _finish_stage(compiled, observation, nxt, now, scale, current, staged, reason, message,
+                                 ahead=rec.ahead)
         nxt.recommendations = ()
 
+    normalized: behavior.Staged | behavior.Bounded
     if algorithm.uses_behavior:
-        desired, norm_reason, norm_message, nxt.recommendations = behavior.stage(
+        normalized = staged = behavior.stage(
             rules=compiled.rules,
             min_replicas=max(spec.min_replicas, 1),
             max_replicas=spec.max_replicas,
@@ -240,12 +265,13 @@ def decide(
             now=now,
             recommendations=nxt.recommendations,
         )
+        nxt.recommendations = staged.recommendations
     else:
-        desired, norm_reason, norm_message = behavior.bound(
+        normalized = behavior.bound(
             min_replicas=max(spec.min_replicas, 1), max_replicas=spec.max_replicas, recommended=recommended
         )
-    return _finish_stage(compiled, observation, nxt, now, scale, current, desired, reason, message,
-                         norm_reason, norm_message, ahead=rec.ahead)
+    return _finish_stage(compiled, observation, nxt, now, scale, current, normalized, reason, message,
+                         ahead=rec.ahead)
 
 
 def _finish_stage(
@@ -255,17 +281,17 @@ def _finish_stage(
     now: float,
     scale: Callable[[int, Reason, str], ScaleDecision],
     current: int,
-    desired: int,
+    normalized: behavior.Staged | behavior.Bounded,
     reason: Reason,
     message: str,
-    norm_reason: Reason | None,
-    norm_message: str,
     *,
     ahead: Ahead | None = None,
-) -> tuple[list[Decision], PolicyState]:
-    if norm_reason is not None:
-        reason = norm_reason
-        message = f"{message}; {norm_message}" if norm_message else message
+) -> Decided:
+    """The behavior stage's (or the bounds') count, with its reason and note when it changed the recommendation."""
+    desired = normalized.desired
+    if normalized.reason is not None:
+        reason = normalized.reason
+        message = f"{message}; {normalized.message}" if normalized.message else message
     elif desired == current and reason in (Reason.SCALE_UP, Reason.SCALE_DOWN):
         reason = Reason.STEADY
     return _arbitrate(compiled, observation, nxt, now, scale, desired, reason, message, ahead=ahead)
@@ -296,7 +322,7 @@ def _with_fallback(
     rec: Recommendation,
     current: int,
     signals: dict[str, SignalValue],
-) -> tuple[int, Reason, str]:
+) -> _Chosen:
     """KEDA hands HPA, for each falling-back trigger, the metric value that makes HPA compute the fallback count;
     HPA takes the highest count over all triggers. So: the fallback count, or the count the usable triggers
     ask for when that is higher. Either then goes through the behavior stage like any recommendation."""
@@ -307,31 +333,31 @@ def _with_fallback(
         f"{fallback.failure_threshold} evaluations: {names}"
     )
     if rec.replicas is None and rec.usable_replicas is not None and rec.usable_replicas > count:
-        return rec.usable_replicas, Reason.FALLBACK, f"{text}; the usable signals ask for more: {rec.message}"
+        return _Chosen(rec.usable_replicas, Reason.FALLBACK, f"{text}; the usable signals ask for more: {rec.message}")
     if rec.replicas is None:
-        return count, Reason.FALLBACK, text
+        return _Chosen(count, Reason.FALLBACK, text)
     if rec.replicas > count:
-        return rec.replicas, rec.reason, f"{rec.message}; higher than the {text}"
-    return count, Reason.FALLBACK, f"{text}; the usable signals ask for {rec.replicas} ({rec.message})"
+        return _Chosen(rec.replicas, rec.reason, f"{rec.message}; higher than the {text}")
+    return _Chosen(count, Reason.FALLBACK, f"{text}; the usable signals ask for {rec.replicas} ({rec.message})")
 
 
-def _out_of_range(spec: Spec, current: int) -> tuple[int, Reason, str] | None:
+def _out_of_range(spec: Spec, current: int) -> _Chosen | None:
     """HPA's checks before any metric: what to do with a current count outside [min, max], else None."""
     if current == 0:
         if spec.scale_to_zero.enabled:
             return None  # scale-to-zero decides from the activation signal
-        return 0, Reason.SCALING_DISABLED, (
+        return _Chosen(0, Reason.SCALING_DISABLED, (
             "scaling is disabled since the target has 0 replicas and scaleToZero is not enabled "
             "(as HPA: a target scaled to zero by hand stays there)"
-        )
+        ))
     if current > spec.max_replicas:
-        return spec.max_replicas, Reason.LIMITED_BY_MAX, (
+        return _Chosen(spec.max_replicas, Reason.LIMITED_BY_MAX, (
             f"{current} replicas is above maxReplicas {spec.max_replicas}: scaling to {spec.max_replicas}"
-        )
+        ))
     if current < spec.min_replicas:
-        return spec.min_replicas, Reason.LIMITED_BY_MIN, (
+        return _Chosen(spec.min_replicas, Reason.LIMITED_BY_MIN, (
             f"{current} replicas is below minReplicas {spec.min_replicas}: scaling to {spec.min_replicas}"
-        )
+        ))
     return None
 
 
@@ -346,13 +372,13 @@ def _arbitrate(
     message: str,
     *,
     ahead: Ahead | None = None,
-) -> tuple[list[Decision], PolicyState]:
+) -> Decided:
     """Last step: capacity arbitration, then the scale decision first and the training decisions after it."""
     spec = compiled.policy.spec
     replicas = observation.replicas
     if spec.capacity is None or observation.quota is None:
-        reason, message = _admission_hold(replicas, desired, reason, message, "")
-        return _finish([scale(desired, reason, message)], nxt, now, replicas.spec, desired)
+        held = _admission_hold(replicas, desired, reason, message, "")
+        return _finish([scale(desired, held.reason, held.message)], nxt, now, replicas.spec, desired)
     if ahead is not None:
         ahead = Ahead(min(ahead.replicas, spec.max_replicas), ahead.within_s)
     # A scale-up deferred while its victims checkpoint stays wanted while the policy holds its count (had the
@@ -382,7 +408,8 @@ def _arbitrate(
             f"{message}; the scale-up to {deferred.replicas} deferred {now - deferred.since:.0f}s ago still waits: "
             f"{plan.message}")
     else:
-        reason, message = _admission_hold(replicas, desired, reason, message, plan.message)
+        held = _admission_hold(replicas, desired, reason, message, plan.message)
+        reason, message = held.reason, held.message
     decisions: list[Decision] = [scale(desired, reason, message), *plan.training]
     return _finish(decisions, nxt, now, observation.replicas.spec, desired)
 
@@ -394,21 +421,21 @@ _ADMISSION_EXPLAINS = frozenset({Reason.STEADY, Reason.WITHIN_TOLERANCE, Reason.
 
 def _admission_hold(
     replicas: ReplicaStatus, desired: int, reason: Reason, message: str, plan_message: str
-) -> tuple[Reason, str]:
+) -> _Explained:
     """A hold while replicas wait for Kueue admission is ``WaitingForAdmission``: they are not starting (no
     capacity is on its way for them until Kueue admits them), and the message says what they wait for."""
     if replicas.gated <= 0 or desired != replicas.spec or reason not in _ADMISSION_EXPLAINS:
-        return reason, message
+        return _Explained(reason, message)
     text = (
         f"{replicas.gated} of {replicas.spec} replicas wait for Kueue admission (its scheduling gate: quota or "
         f"topology), not counted as starting"
     )
-    return Reason.WAITING_FOR_ADMISSION, "; ".join(p for p in (message, text, plan_message) if p)
+    return _Explained(Reason.WAITING_FOR_ADMISSION, "; ".join(p for p in (message, text, plan_message) if p))
 
 
 def _finish(
     decisions: list[Decision], nxt: _Next, now: float, current: int, desired: int
-) -> tuple[list[Decision], PolicyState]:
+) -> Decided:
     """Record a scale event (HPA's rate policies count them) when the decision changes the count.
 
     Events older than the longest period a rate policy may have are dropped: they can never count again.
@@ -423,7 +450,7 @@ def _finish(
         downs = (*downs, (now, current - desired))
         nxt.last_scale_time = now
     nxt.scale_up_events, nxt.scale_down_events = ups, downs
-    return decisions, nxt.freeze()
+    return Decided(decisions, nxt.freeze())
 
 
 def _unknown_summary(rec: Recommendation, signals: dict[str, SignalValue]) -> str:
@@ -442,20 +469,20 @@ def _scale_to_zero(
     recommended: int,
     nxt: _Next,
     now: float,
-) -> tuple[int, Reason | None, str]:
+) -> behavior.Bounded:
     """KEDA-style activation: 0→1 above the threshold; to 0 after ``idleSeconds`` at or below it.
 
-    Returns the (possibly replaced) recommendation and the reason and message when scale-to-zero decided;
+    Returns the (possibly replaced) recommendation, with a reason and message when scale-to-zero decided;
     records in ``nxt`` since when the target has been idle.
     """
     stz = compiled.policy.spec.scale_to_zero
     if not stz.enabled or stz.activation is None:
-        return recommended, None, ""
+        return behavior.Bounded(recommended, None, "")
     act = signals[stz.activation.signal]
     if not act.ok or act.value is None:
         # Unknown activation never scales to zero, and it interrupts an idle period.
         nxt.idle_since = None
-        return recommended, None, ""
+        return behavior.Bounded(recommended, None, "")
     name, thr = stz.activation.signal, stz.activation.threshold
     if act.value > thr:
         nxt.idle_since = None
@@ -464,21 +491,23 @@ def _scale_to_zero(
             # this path skips the behavior stage, so the bounds are applied here.
             spec = compiled.policy.spec
             activated = min(spec.max_replicas, max(spec.min_replicas, 1, recommended))
-            return activated, Reason.ACTIVATE_FROM_ZERO, (
+            return behavior.Bounded(activated, Reason.ACTIVATE_FROM_ZERO, (
                 f"activating from zero: {name} {act.value:g} > activation threshold {thr:g}; "
                 f"{activated} replica(s)"
-            )
-        return recommended, None, ""
+            ))
+        return behavior.Bounded(recommended, None, "")
     idle_since = nxt.idle_since if nxt.idle_since is not None else now
     nxt.idle_since = idle_since
     if current == 0:
-        return 0, Reason.STEADY, f"staying at zero: {name} {act.value:g} ≤ activation threshold {thr:g}"
+        return behavior.Bounded(
+            0, Reason.STEADY, f"staying at zero: {name} {act.value:g} ≤ activation threshold {thr:g}"
+        )
     if now - idle_since >= stz.idle_seconds:
-        return 0, Reason.SCALE_TO_ZERO, (
+        return behavior.Bounded(0, Reason.SCALE_TO_ZERO, (
             f"scaling to zero: {name} {act.value:g} ≤ activation threshold {thr:g} for {now - idle_since:.0f}s "
             f"(idleSeconds {stz.idle_seconds:g})"
-        )
-    return recommended, None, ""
+        ))
+    return behavior.Bounded(recommended, None, "")
 
 
 def _roles_with_groups(
@@ -511,7 +540,7 @@ def _zero_group_variant(
 
 def _decide_joint(
     compiled: CompiledPolicy, observation: Observation, state: PolicyState, now: float
-) -> tuple[list[Decision], PolicyState]:
+) -> Decided:
     """One evaluation of a policy with several targets (type ``disaggregated``): every pool's count from one
     plan, one capacity request for the chips of all of them, one ``ScaleDecision`` per target.
 
@@ -550,7 +579,7 @@ def _decide_joint(
                           f"holding every pool: the replica status of {', '.join(missing)} is unknown", signals)
             for ref in refs.values() if ref.key in members
         ]
-        return list(held), nxt.freeze()
+        return Decided(list(held), nxt.freeze())
     status = {
         name: disaggregated.VariantStatus(members[r.key].spec, members[r.key].ready, members[r.key].starting)
         for name, r in refs.items()
@@ -635,4 +664,4 @@ def _decide_joint(
         else:
             reason = Reason.STEADY
         decisions.append(ScaleDecision(ref, count.current, got, reason, message, signals))
-    return [*decisions, *training], nxt.freeze()
+    return Decided([*decisions, *training], nxt.freeze())
