@@ -202,7 +202,7 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
         # HpaAlgorithm.recommend with every metric known (the highest count, the first on ties).
         ready, starting = replicas.ready, replicas.starting
         outcomes = []
-        best: tuple[str, int, bool, tuple[object, ...]] | None = None
+        best: tuple[str, int, bool, hpa.Why] | None = None
         replicas_wanted = 0
         all_within = True
         for name, kind, target, target_text, per_replica in metrics:
@@ -217,21 +217,21 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
                     return None  # HPA's unready-pod adjustment: the plain path
                 within = low <= ratio <= high
                 count = current if within else ceil(ratio * ready)
-                why: tuple[object, ...] = (
-                    "pods", "perReplica" if per_replica else "total", (total, ready, 0, 0), target_text, ratio, None,
+                why: hpa.Why = hpa.PodsWhy(
+                    "perReplica" if per_replica else "total", total, ready, 0, 0, target_text, ratio, None,
                     current, count,
                 )
             elif kind == "Value":
                 usage = milli(value)
                 count, ratio = hpa.value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
                 within = low <= ratio <= high  # current > 0 here
-                why = ("value", usage, target_text, ratio, ready, current, count)
+                why = hpa.ValueWhy(usage, target_text, ratio, ready, current, count)
             else:
                 usage = milli(value)
                 counted = ready + starting
                 count, ratio = hpa.average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
                 within = low <= ratio <= high
-                why = ("average", usage, target_text, ratio, counted, current, count)
+                why = hpa.AverageWhy(usage, target_text, ratio, counted, current, count)
             outcome = (name, count, within, why)
             outcomes.append(outcome)
             if best is None or count > replicas_wanted:

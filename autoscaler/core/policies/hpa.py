@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -184,15 +184,30 @@ class PodsUsage:
     unready: int = 0
 
 
-def pods_replicas(*, current: int, usage: PodsUsage, target: int, tol: Tolerances) -> tuple[int, float, float | None]:
-    """Upstream ``calcPlainMetricReplicas`` (``count`` > 0). Returns the count, the ratio and the re-computed
-    ratio after the missing/unready adjustment (None when there was none)."""
+class Count(NamedTuple):
+    """A metric's replica count and the usage ratio it comes from."""
+
+    replicas: int
+    ratio: float
+
+
+class PodsCount(NamedTuple):
+    """``pods_replicas``' count, its ratio, and the ratio re-computed after the missing/unready adjustment (None
+    when there was none)."""
+
+    replicas: int
+    ratio: float
+    adjusted: float | None
+
+
+def pods_replicas(*, current: int, usage: PodsUsage, target: int, tol: Tolerances) -> PodsCount:
+    """Upstream ``calcPlainMetricReplicas`` (``count`` > 0)."""
     ratio = (usage.total // usage.count) / target
     scale_up_with_unready = usage.unready > 0 and ratio > 1.0
     if not scale_up_with_unready and usage.missing == 0:
         if tol.within(ratio):
-            return current, ratio, None
-        return math.ceil(ratio * usage.ready), ratio, None
+            return PodsCount(current, ratio, None)
+        return PodsCount(math.ceil(ratio * usage.ready), ratio, None)
     total, count = usage.total, usage.count
     if usage.missing:
         # On a scale-down a pod without a value is assumed at the target, on a scale-up at 0; at exactly 1.0
@@ -205,91 +220,136 @@ def pods_replicas(*, current: int, usage: PodsUsage, target: int, tol: Tolerance
         count += usage.unready
     new_ratio = (total // count) / target
     if tol.within(new_ratio) or (ratio < 1.0 < new_ratio) or (ratio > 1.0 > new_ratio):
-        return current, ratio, new_ratio
+        return PodsCount(current, ratio, new_ratio)
     replicas = math.ceil(new_ratio * count)
     if (new_ratio < 1.0 and replicas > current) or (new_ratio > 1.0 and replicas < current):
-        return current, ratio, new_ratio
-    return replicas, ratio, new_ratio
+        return PodsCount(current, ratio, new_ratio)
+    return PodsCount(replicas, ratio, new_ratio)
 
 
-def value_replicas(*, current: int, ready: int, usage: int, target: int, tol: Tolerances) -> tuple[int, float]:
+def value_replicas(*, current: int, ready: int, usage: int, target: int, tol: Tolerances) -> Count:
     """Upstream ``getUsageRatioReplicaCount`` (External/Object with a Value target)."""
     ratio = usage / target
     if current == 0:
-        return math.ceil(ratio), ratio
+        return Count(math.ceil(ratio), ratio)
     if tol.within(ratio):
-        return current, ratio
-    return math.ceil(ratio * ready), ratio
+        return Count(current, ratio)
+    return Count(math.ceil(ratio * ready), ratio)
 
 
-def average_value_replicas(*, status_replicas: int, usage: int, target: int, tol: Tolerances) -> tuple[int, float]:
+def average_value_replicas(*, status_replicas: int, usage: int, target: int, tol: Tolerances) -> Count:
     """Upstream ``Get{External,Object}PerPodMetricReplicas`` (AverageValue target)."""
     # Go divides floats: x/0 is +Inf (or NaN for 0/0), never within tolerance.
     ratio = usage / (target * status_replicas) if status_replicas else math.inf
     if tol.within(ratio):
-        return status_replicas, ratio
-    return math.ceil(usage / target), ratio
+        return Count(status_replicas, ratio)
+    return Count(math.ceil(usage / target), ratio)
 
 
-#: One metric's proposal: ``(signal, replicas or None when it cannot be computed, within tolerance, why)``.
-#: ``why`` holds the numbers behind it rather than a sentence: only the explanations a message shows (the chosen
-#: metric's and the unknown ones') are formatted, by ``_explain``. Its target is the text ``_fmt`` gives for the
-#: target, formatted once when the policy is built.
-MetricOutcome = tuple[str, int | None, bool, tuple[Any, ...]]
+# What a metric's count comes from: the numbers behind its sentence rather than the sentence, so that only the
+# explanations a message shows (the chosen metric's and the unknown ones') are formatted, by ``_explain``. Each
+# target is the text ``_fmt`` gives for it, formatted once when the policy is built.
 
 
-def _explain(name: str, why: tuple[Any, ...], tol: Tolerances) -> str:
+class PodsWhy(NamedTuple):
+    """A ``Pods`` metric (or AverageValue over ready replicas): ``calcPlainMetricReplicas``' inputs and result."""
+
+    #: "pods" (one value per pod), "perReplica" (the signal's average per ready replica) or "total".
+    basis: str
+    #: Milli-units summed, and the pods (or ready replicas) they were summed over.
+    total: int
+    over: int
+    #: Pods without a value, and unready pods, counted by upstream's adjustment.
+    missing: int
+    unready: int
+    target: str
+    ratio: float
+    #: The ratio after the adjustment (None when there was none).
+    adjusted: float | None
+    current: int
+    replicas: int
+
+
+class ValueWhy(NamedTuple):
+    """An External/Object ``Value`` metric."""
+
+    usage: int
+    target: str
+    ratio: float
+    ready: int
+    current: int
+    replicas: int
+
+
+class AverageWhy(NamedTuple):
+    """An External/Object ``AverageValue`` metric over the target's replicas (``counted``)."""
+
+    usage: int
+    target: str
+    ratio: float
+    counted: int
+    current: int
+    replicas: int
+
+
+class UnknownWhy(NamedTuple):
+    """A metric that cannot be computed, and why (``NO_POD_VALUE``, ``NO_READY`` or the signal's reason)."""
+
+    reason: str
+    #: The sentence after the signal's name, when it is not "is unknown (<reason>)".
+    tail: str | None = None
+
+
+NO_POD_VALUE = UnknownWhy("no pod reports a value", ": no pod reports a value")
+NO_READY = UnknownWhy("no ready replicas", " cannot be averaged: no ready replicas")
+
+Why = PodsWhy | ValueWhy | AverageWhy | UnknownWhy
+
+
+class MetricOutcome(NamedTuple):
+    """One metric's proposal."""
+
+    signal: str
+    #: None when it cannot be computed (``why`` is then an ``UnknownWhy``).
+    replicas: int | None
+    within_tolerance: bool
+    why: Why
+
+
+def _explain(name: str, why: Why, tol: Tolerances) -> str:
     """The sentence for one metric from its ``MetricOutcome.why``."""
-    kind = why[0]
-    if kind == "pods":
-        return _explain_pods(name, *why[1:], tol=tol)
-    if kind == "average":
-        usage, target, ratio, status, current, replicas = why[1:]
+    if isinstance(why, PodsWhy):
+        return _explain_pods(name, why, tol=tol)
+    if isinstance(why, AverageWhy):
         return (
-            f"{name} {_fmt(usage)} over {_n(status, 'replica')} vs target {target} per replica "
-            f"({tol.describe(ratio) if math.isfinite(ratio) else 'no replicas'}): {current} → {replicas}"
+            f"{name} {_fmt(why.usage)} over {_n(why.counted, 'replica')} vs target {why.target} per replica "
+            f"({tol.describe(why.ratio) if math.isfinite(why.ratio) else 'no replicas'}): "
+            f"{why.current} → {why.replicas}"
         )
-    if kind == "value":
-        usage, target, ratio, ready, current, replicas = why[1:]
-        how = f"from zero: ceil({ratio:.3g})" if current == 0 else f"{tol.describe(ratio)}, {ready} ready"
-        return f"{name} {_fmt(usage)} vs target value {target} ({how}): {current} → {replicas}"
-    if kind == "unknown":
-        return f"{name} is unknown ({why[1]})"
-    if kind == "no-pod-value":
-        return f"{name}: no pod reports a value"
-    if kind == "no-ready":
-        return f"{name} cannot be averaged: no ready replicas"
-    raise AssertionError(why)
+    if isinstance(why, ValueWhy):
+        ratio = why.ratio
+        how = f"from zero: ceil({ratio:.3g})" if why.current == 0 else f"{tol.describe(ratio)}, {why.ready} ready"
+        return f"{name} {_fmt(why.usage)} vs target value {why.target} ({how}): {why.current} → {why.replicas}"
+    return f"{name}{why.tail}" if why.tail is not None else f"{name} is unknown ({why.reason})"
 
 
-def _explain_pods(
-    name: str,
-    basis: str,
-    counts: tuple[int, int, int, int],
-    target: str,
-    ratio: float,
-    new_ratio: float | None,
-    current: int,
-    count: int,
-    *,
-    tol: Tolerances,
-) -> str:
-    total, count_, missing, unready = counts
-    if basis == "pods":
-        text = f"{name} averages {_fmt(total // count_)} over {_n(count_, 'pod')}"
-    elif basis == "perReplica":
-        text = f"{name} {_fmt(total // count_)} per ready replica over {count_} ready"
+def _explain_pods(name: str, why: PodsWhy, *, tol: Tolerances) -> str:
+    total, count = why.total, why.over
+    if why.basis == "pods":
+        text = f"{name} averages {_fmt(total // count)} over {_n(count, 'pod')}"
+    elif why.basis == "perReplica":
+        text = f"{name} {_fmt(total // count)} per ready replica over {count} ready"
     else:
-        text = f"{name} {_fmt(total)} over {_n(count_, 'ready replica')} = {_fmt(total // count_)} per replica"
-    text += f" vs target {target} ({tol.describe(ratio)})"
-    if new_ratio is not None:
+        text = f"{name} {_fmt(total)} over {_n(count, 'ready replica')} = {_fmt(total // count)} per replica"
+    text += f" vs target {why.target} ({tol.describe(why.ratio)})"
+    if why.adjusted is not None:
         adjusted = []
-        if missing:
-            adjusted.append(f"{_n(missing, 'pod')} without a value")
-        if unready and ratio > 1.0:
-            adjusted.append(f"{_n(unready, 'not-ready pod')} at 0")
-        text += f"; counting {' and '.join(adjusted) or 'pods as upstream'}: ratio {new_ratio:.3g}"
-    return f"{text}: {current} → {count}"
+        if why.missing:
+            adjusted.append(f"{_n(why.missing, 'pod')} without a value")
+        if why.unready and why.ratio > 1.0:
+            adjusted.append(f"{_n(why.unready, 'not-ready pod')} at 0")
+        text += f"; counting {' and '.join(adjusted) or 'pods as upstream'}: ratio {why.adjusted:.3g}"
+    return f"{text}: {why.current} → {why.replicas}"
 
 
 def _per_pod_usage(
@@ -322,9 +382,8 @@ class HpaAlgorithm:
     def __init__(self, config: HpaPolicyConfig) -> None:
         self.config = config
         self.tolerances = tolerances(config)
-        #: Per metric, read once from the config: ``(signal, "Pods" | "Value" | "AverageValue", target in milli,
-        #: the target as explanations show it)``.
-        self.metrics: tuple[tuple[str, str, int, str], ...] = tuple(_metric_plan(m) for m in config.metrics)
+        #: Per metric, read once from the config.
+        self.metrics: tuple[MetricPlan, ...] = tuple(_metric_plan(m) for m in config.metrics)
 
     def recommend(self, ctx: Context, state: object | None) -> tuple[Recommendation, object | None]:
         current = ctx.replicas.spec
@@ -336,26 +395,27 @@ class HpaAlgorithm:
         invalid: list[MetricOutcome] = []
         all_within = True
         for o in outcomes:
-            count = o[1]
+            count = o.replicas
             if count is None:
                 invalid.append(o)
                 continue
             if best is None or count > replicas:
                 best, replicas = o, count
-            all_within = all_within and o[2]
-        unknown = tuple(o[0] for o in invalid)
+            all_within = all_within and o.within_tolerance
+        unknown = tuple(o.signal for o in invalid)
         if best is None:
-            why = "; ".join(_explain(o[0], o[3], tol) for o in invalid)
+            why = "; ".join(_explain(o.signal, o.why, tol) for o in invalid)
             return Recommendation(None, Reason.METRICS_UNKNOWN, f"no metric can be computed: {why}", unknown), state
         if invalid and replicas < current:
             # Upstream never scales down while a metric is invalid: it could be the one holding the count up.
-            why = "; ".join(_explain(o[0], o[3], tol) for o in invalid)
-            msg = f"the valid metrics would scale down to {replicas} but {why}; {_explain(best[0], best[3], tol)}"
+            why = "; ".join(_explain(o.signal, o.why, tol) for o in invalid)
+            msg = f"the valid metrics would scale down to {replicas} but {why}; {_explain(best.signal, best.why, tol)}"
             return Recommendation(None, Reason.METRICS_UNKNOWN, msg, unknown, replicas), state
-        message = _explain(best[0], best[3], tol)
+        message = _explain(best.signal, best.why, tol)
         if len(outcomes) > 1:
             parts = [
-                f"{o[0]} → {o[1]}" if o[1] is not None else _explain(o[0], o[3], tol) for o in outcomes if o is not best
+                f"{o.signal} → {o.replicas}" if o.replicas is not None else _explain(o.signal, o.why, tol)
+                for o in outcomes if o is not best
             ]
             message = f"{message} (highest of {len(outcomes)} metrics; {', '.join(parts)})"
         if replicas > current:
@@ -366,26 +426,28 @@ class HpaAlgorithm:
             reason = Reason.WITHIN_TOLERANCE if all_within else Reason.STEADY
         return Recommendation(replicas, reason, message, unknown), state
 
-    def _metric(self, metric: tuple[str, str, int, str], ctx: Context) -> MetricOutcome:
-        name, kind, target, target_text = metric
+    def _metric(self, metric: MetricPlan, ctx: Context) -> MetricOutcome:
+        name, target, target_text = metric.signal, metric.target, metric.target_text
         sig = ctx.signals.get(name)
         if sig is None or sig.value is None or sig.state is not SignalState.OK:
-            return name, None, False, ("unknown", sig.reason if sig is not None else "missing")
-        if kind == "Pods":
+            return MetricOutcome(name, None, False, UnknownWhy(sig.reason if sig is not None else "missing"))
+        if metric.kind == "Pods":
             return self._pods(name, sig.value, ctx, target, target_text)
         tol = self.tolerances
         status = ctx.replicas
         current = status.spec
         usage = milli(sig.value)
-        if kind == "Value":
+        if metric.kind == "Value":
             ready = status.ready
-            replicas, ratio = value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
-            within = current != 0 and tol.within(ratio)
-            return name, replicas, within, ("value", usage, target_text, ratio, ready, current, replicas)
+            valued = value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
+            within = current != 0 and tol.within(valued.ratio)
+            why = ValueWhy(usage, target_text, valued.ratio, ready, current, valued.replicas)
+            return MetricOutcome(name, valued.replicas, within, why)
         # HPA counts every pod of the target; one waiting for Kueue admission is an unready pod to it.
         counted = status.ready + status.starting + status.gated
-        replicas, ratio = average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
-        return name, replicas, tol.within(ratio), ("average", usage, target_text, ratio, counted, current, replicas)
+        averaged = average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
+        why_avg = AverageWhy(usage, target_text, averaged.ratio, counted, current, averaged.replicas)
+        return MetricOutcome(name, averaged.replicas, tol.within(averaged.ratio), why_avg)
 
     def _pods(self, name: str, value: float, ctx: Context, target: int, target_text: str) -> MetricOutcome:
         tol = self.tolerances
@@ -395,12 +457,12 @@ class HpaAlgorithm:
         if per_pod is not None and replicas.pods is not None:
             usage = _per_pod_usage(replicas.pods, per_pod)
             if usage.count == 0:
-                return name, None, False, ("no-pod-value",)
+                return MetricOutcome(name, None, False, NO_POD_VALUE)
             basis = "pods"
         else:
             ready = replicas.ready
             if ready == 0:
-                return name, None, False, ("no-ready",)
+                return MetricOutcome(name, None, False, NO_READY)
             if _scope(ctx, name) == "perReplica":
                 total = milli(value) * ready
                 basis = "perReplica"
@@ -414,16 +476,30 @@ class HpaAlgorithm:
                 # the ready count scaled by the ratio, or the current count within tolerance.
                 within = tol.within(ratio)
                 count = current if within else math.ceil(ratio * ready)
-                why = ("pods", basis, (total, ready, 0, 0), target_text, ratio, None, current, count)
-                return name, count, within, why
+                why = PodsWhy(basis, total, ready, 0, 0, target_text, ratio, None, current, count)
+                return MetricOutcome(name, count, within, why)
             usage = PodsUsage(total=total, count=ready, ready=ready, unready=unready)
-        count, ratio, new_ratio = pods_replicas(current=current, usage=usage, target=target, tol=tol)
+        counted = pods_replicas(current=current, usage=usage, target=target, tol=tol)
+        ratio, new_ratio = counted.ratio, counted.adjusted
         within = tol.within(ratio) or (new_ratio is not None and tol.within(new_ratio))
-        counts = (usage.total, usage.count, usage.missing, usage.unready)
-        return name, count, within, ("pods", basis, counts, target_text, ratio, new_ratio, current, count)
+        why = PodsWhy(basis, usage.total, usage.count, usage.missing, usage.unready, target_text, ratio, new_ratio,
+                      current, counted.replicas)
+        return MetricOutcome(name, counted.replicas, within, why)
 
 
-def _metric_plan(metric: MetricSpec) -> tuple[str, str, int, str]:
+class MetricPlan(NamedTuple):
+    """One metric of the config, read once."""
+
+    signal: str
+    #: "Pods", "Value" or "AverageValue".
+    kind: str
+    #: In milli-units.
+    target: int
+    #: The target as explanations show it.
+    target_text: str
+
+
+def _metric_plan(metric: MetricSpec) -> MetricPlan:
     target = metric.target
     if metric.type == "Pods" or target.type == "AverageValue":
         assert target.average_value is not None  # the config model requires it
@@ -431,7 +507,7 @@ def _metric_plan(metric: MetricSpec) -> tuple[str, str, int, str]:
     else:
         assert target.value is not None
         kind, value = "Value", milli(target.value)
-    return metric.signal, kind, value, _fmt(value)
+    return MetricPlan(metric.signal, kind, value, _fmt(value))
 
 
 def _scope(ctx: Context, name: str) -> Literal["total", "perReplica"]:
