@@ -379,7 +379,11 @@ def stream(
             f"{', '.join(trace.files)}: {count:,} evaluations every {period:g}s from the first sample to the last; "
             f"more than {MAX_EVALUATIONS:,}: are some timestamps wrong, or is evaluationPeriodSeconds too small?"
         )
-    steps = _steps(compiled, inputs, recorded, options, start, count, progress)
+    ready = trace.ready if recorded is not None and options.mode == "recorded" else None
+    if ready is not None and ready.times:
+        notes.append("recorded ready replicas: at each evaluation the core sees the recorded count set on the target "
+                     "and its ready replicas (the rest starting), as the controller reads them")
+    steps = _steps(compiled, inputs, recorded, options, start, count, progress, ready)
     return Stream(compiled.name, spec.target.ref().key, options.mode, period, count, start, steps, notes, recorded)
 
 
@@ -580,6 +584,7 @@ def _steps(
     start: float,
     count: int,
     progress: Callable[[int], None] | None,
+    ready: Series | None = None,
 ) -> Iterator[Step]:
     """The evaluations at ``start + k × period``, ``k < count``, each made when the consumer asks for it."""
     spec = compiled.policy.spec
@@ -604,6 +609,8 @@ def _steps(
     # The recorded count at each evaluation (before its first sample: --initial-replicas, else the first one).
     before_first = options.initial_replicas if options.initial_replicas is not None else first_recorded
     rec_cursor = _Cursor(recorded, "") if recorded is not None else None
+    # recorded mode: the recorded ready replicas (kube-state-metrics), else every recorded replica is ready.
+    ready_cursor = _Cursor(ready, "") if ready is not None and ready.times else None
     rec_known = recorded is not None or options.initial_replicas is not None
     whatif = options.mode == "whatif"
     names = [inp.name for inp in inputs]
@@ -629,6 +636,12 @@ def _steps(
             rec_now = before_first
         if whatif:
             status = fleet.status(now)
+        elif ready_cursor is not None:
+            assert rec_now is not None
+            j = ready_cursor.advance(now)
+            ready_now = rec_now if j < 0 else int(ready_cursor.values[j])
+            if status is None or status.spec != rec_now or status.ready != ready_now:
+                status = ReplicaStatus(spec=rec_now, ready=ready_now, starting=max(0, rec_now - ready_now))
         elif status is None or status.spec != rec_now:
             # Immutable: one status object while the recorded count holds.
             assert rec_now is not None

@@ -28,8 +28,10 @@ from typing import Any
 
 from autoscaler.policyfile import files
 
-#: The file (query_range dump) or column (CSV) holding the recorded replica count.
+#: The file (query_range dump) or column (CSV) holding the recorded replica count (the count set on the target).
 REPLICAS = "replicas"
+#: The file or column holding the recorded ready replicas (``autoscaler record`` saves both from kube-state-metrics).
+READY = "replicas_ready"
 #: The CSV column holding the sample time.
 TIMESTAMP = "timestamp"
 
@@ -72,6 +74,8 @@ class Trace:
     replicas: Series | None
     replicas_origin: str
     files: tuple[str, ...]
+    #: The recorded ready replicas, if any (without them, every recorded replica is taken as ready).
+    ready: Series | None = None
 
 
 # ---------------------------------------------------------------- combining several series into one
@@ -220,9 +224,9 @@ def read_csv(path: Path) -> Trace:
                             samples[name] = (array("d", stamps[: len(values)]), values)
                         continue
                     try:
-                        value = _replica_count(cell) if name == REPLICAS else _number(cell)
+                        value = _replica_count(cell) if name in (REPLICAS, READY) else _number(cell)
                     except ValueError as exc:
-                        msg = str(exc) if name == REPLICAS else f"{cell!r} is not a number"
+                        msg = str(exc) if name in (REPLICAS, READY) else f"{cell!r} is not a number"
                         raise TraceError(f"{where}:{line}: column '{name}': {msg}") from None
                     own, values = samples[name]
                     if own is not None:
@@ -234,16 +238,18 @@ def read_csv(path: Path) -> Trace:
             raise TraceError(f"{where}: not UTF-8 text; expected a CSV file") from None
     if last_t == -math.inf:
         raise TraceError(f"{where}: no data rows after the header")
-    replicas = None
+    replicas = ready = None
     signals: dict[str, RawSignal] = {}
     for _, name in columns:
         own, values = samples[name]
         times = stamps if own is None else own
         if name == REPLICAS:
             replicas = Series(times, values) if times else None
+        elif name == READY:
+            ready = Series(times, values) if times else None
         else:
             signals[name] = RawSignal(name, f"{where}:{name}", (Series(times, values),))
-    return Trace(signals, replicas, f"{where}:{REPLICAS}", (where,))
+    return Trace(signals, replicas, f"{where}:{REPLICAS}", (where,), ready)
 
 
 # ---------------------------------------------------------------- Prometheus query_range JSON
@@ -432,10 +438,11 @@ def load(paths: Iterable[str | Path]) -> Trace:
     signals: dict[str, RawSignal] = {}
     replicas: Series | None = None
     replicas_origin = ""
+    ready: Series | None = None
     files: list[str] = []
 
     def add(trace: Trace) -> None:
-        nonlocal replicas, replicas_origin
+        nonlocal replicas, replicas_origin, ready
         for name, sig in trace.signals.items():
             if name in signals:
                 raise TraceError(f"{sig.origin}: signal {name!r} is already read from {signals[name].origin}")
@@ -444,6 +451,10 @@ def load(paths: Iterable[str | Path]) -> Trace:
             if replicas is not None:
                 raise TraceError(f"{trace.replicas_origin}: recorded replicas are already read from {replicas_origin}")
             replicas, replicas_origin = trace.replicas, trace.replicas_origin
+        if trace.ready is not None:
+            if ready is not None:
+                raise TraceError(f"{', '.join(trace.files)}: recorded ready replicas are read twice")
+            ready = trace.ready
         files.extend(trace.files)
 
     for given in paths:
@@ -460,12 +471,12 @@ def load(paths: Iterable[str | Path]) -> Trace:
             add(_json_file(path))
         else:
             add(read_csv(path))
-    return Trace(signals, replicas, replicas_origin, tuple(files))
+    return Trace(signals, replicas, replicas_origin, tuple(files), ready)
 
 
 def _json_file(path: Path) -> Trace:
     name, series = _json_signal(path)
-    if name == REPLICAS:
+    if name in (REPLICAS, READY):
         if len(series) > 1:
             shown = ", ".join("{" + ",".join(f"{k}={v}" for k, v in s.labels) + "}" for s in series[:3])
             raise TraceError(
@@ -475,5 +486,7 @@ def _json_file(path: Path) -> Trace:
         for j, v in enumerate(series[0].values):
             if not math.isfinite(v) or v < 0 or v != int(v):
                 raise TraceError(f"{path}: $.data.result[0].values[{j}][1]: {v!r} is not a replica count")
+        if name == READY:
+            return Trace({}, None, "", (str(path),), series[0])
         return Trace({}, series[0], str(path), (str(path),))
     return Trace({name: RawSignal(name, str(path), tuple(series))}, None, "", (str(path),))

@@ -51,9 +51,9 @@ from autoscaler.core.signals import SignalJudge
 from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec, SourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile import loader
-from autoscaler.sources.base import MetricSource, SignalRequest
+from autoscaler.sources.base import MetricSource, SignalRequest, describe
 from autoscaler.sources.pool import MissingSource, Plan, SourcePool, refuse_missing, requests_for
-from autoscaler.sources.prometheus import GMP_SCOPE, GMP_URL, target_query
+from autoscaler.sources.prometheus import GMP_SCOPE, GMP_URL, replica_queries, target_query
 
 #: The Workloads the controller holds down (its marks on them), for the policies shown; one dict per Workload.
 HeldLookup = Callable[[Sequence[ScalingPolicy]], Awaitable[list[dict[str, Any]]]]
@@ -120,6 +120,10 @@ ConfigSource = Callable[[str], SourceSpec | None]
 
 #: Prometheus refuses range queries over 11,000 points per series.
 MAX_POINTS = 11_000
+#: The files ``record`` writes the target's replica counts to, the names replay reads them by
+#: (``replay.traces.REPLICAS`` and ``READY``): the count set on the target, and its ready replicas.
+REPLICAS_FILE = "replicas.json"
+READY_FILE = "replicas_ready.json"
 
 
 class UsageError(Exception):
@@ -445,12 +449,7 @@ def record(
             report.append(f"target: {found.failed}; its pods are selected by their name pattern only")
         for req in found.plan.requests:
             report.append(_record_one(req, folder, start=start, end=end, width=width))
-        if found.replicas is not None:
-            # The API server keeps no history of the count; replay needs it (recorded mode) to judge partial data.
-            report.append(
-                f"replicas: not recorded (the API server keeps no history; {found.replicas.ready} ready now): "
-                f"add replicas.json (docs/replay.md) or run replay with --initial-replicas"
-            )
+        report.append(_record_replicas(policy, found, folder, start=start, end=end, width=width))
     return report
 
 
@@ -461,27 +460,68 @@ def _record_one(req: SignalRequest, folder: Path, *, start: float, end: float, w
         # Pods keep no history; Cloud Monitoring does, but record reads only the Prometheus API (not built yet).
         why = "keeps no history" if src.type == "pods" else "is not recorded yet"
         return f"{name}: skipped (source {src.type} {why}; only prometheus/gmp record)"
-    query = record_query(req, cluster=src.cluster)
+    result = _query_range(src, record_query(req, cluster=src.cluster), f"signal {name}", start=start, end=end,
+                          width=width)
+    path = _write(folder / f"{name}.json", result)
+    samples = sum(len(s.get("values", [])) for s in result)
+    return f"{name}: {len(result)} series, {samples} samples → {path}"
+
+
+def _record_replicas(
+    policy: ScalingPolicy, found: Planned, folder: Path, *, start: float, end: float, width: float
+) -> str:
+    """The target's replica counts over the range, from kube-state-metrics in the first Prometheus/GMP source the
+    policy reads (``replicas.json``: the count set on it, ``replicas_ready.json``: its ready replicas), which replay
+    (recorded mode) takes as the current count at each evaluation. The API server keeps no history of them."""
+    now = f"; {found.replicas.ready} ready now" if found.replicas is not None else ""
+    fix = "add replicas.json (docs/replay.md) or run replay with --initial-replicas"
+    target = policy.spec.target.ref()
+    src = next((r.source for r in found.plan.requests if isinstance(r.source, PrometheusSourceSpec | GmpSourceSpec)),
+               None)
+    if src is None:
+        return f"replicas: not recorded (no prometheus/gmp source to read kube-state-metrics from{now}): {fix}"
+    queries = replica_queries(target, cluster=src.cluster)
+    if queries is None:
+        return (f"replicas: not recorded (kube-state-metrics exports no {target.kind.value} series; the API server "
+                f"keeps no history{now}): {fix}")
+    spec = _query_range(src, queries.spec, "replicas", start=start, end=end, width=width)
+    if not spec:
+        return (f"replicas: not recorded (no kube-state-metrics series for {target.key} in "
+                f"{describe(src)}{now}): {fix}")
+    ready = _query_range(src, queries.ready, "ready replicas", start=start, end=end, width=width)
+    path = _write(folder / REPLICAS_FILE, spec)
+    line = f"replicas: {sum(len(s.get('values', [])) for s in spec)} samples from kube-state-metrics → {path}"
+    if ready:
+        line += f", ready → {_write(folder / READY_FILE, ready)}"
+    return line
+
+
+def _query_range(
+    src: PrometheusSourceSpec | GmpSourceSpec, query: str, what: str, *, start: float, end: float, width: float
+) -> list[dict[str, Any]]:
     client = _connect(src)
     try:
-        result = client.custom_query_range(
+        result: list[dict[str, Any]] = client.custom_query_range(
             query,
             start_time=dt.datetime.fromtimestamp(start, dt.UTC),
             end_time=dt.datetime.fromtimestamp(end, dt.UTC),
             step=f"{width:g}",
         )
     except Exception as exc:  # requests' and the client's exceptions: one line for the user
-        raise UsageError(f"signal {name}: query_range on {client.url} failed: {exc}") from None
+        raise UsageError(f"{what}: query_range on {client.url} failed: {exc}") from None
     finally:
         client.close()
+    return result
+
+
+def _write(path: Path, result: list[dict[str, Any]]) -> Path:
+    """One ``query_range`` response body, as replay reads it."""
     body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
-    path = folder / f"{name}.json"
     try:
         path.write_text(json.dumps(body))
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    samples = sum(len(s.get("values", [])) for s in result)
-    return f"{name}: {len(result)} series, {samples} samples → {path}"
+    return path
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -504,4 +544,5 @@ def run_record(args: argparse.Namespace) -> int:
         return 1
     for line in lines:
         print(line)
-    return 0 if any("→" in line for line in lines) else 1
+    # Exit 1 when no signal was saved (the replica counts alone replay nothing).
+    return 0 if any("→" in line and not line.startswith("replicas:") for line in lines) else 1

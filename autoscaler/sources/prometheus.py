@@ -28,13 +28,13 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
 from autoscaler.core import signals
 from autoscaler.core.catalog import SERVER_LABELS, LabelLayout
-from autoscaler.core.model import SignalReading
+from autoscaler.core.model import SignalReading, TargetKind, TargetRef
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec
 from autoscaler.sources import presets
@@ -146,6 +146,42 @@ def target_query(
     if combined:
         return f"{how}({per_pod})"
     return _with_times(sel, per_pod, m) if times else per_pod
+
+
+class ReplicaQueries(NamedTuple):
+    """The target's replica counts over time, from kube-state-metrics' series (``record`` saves them)."""
+
+    #: The count set on the target (``spec.replicas``, HPA's current count).
+    spec: str
+    #: Its ready replicas (``status.readyReplicas``).
+    ready: str
+
+
+#: kube-state-metrics' series per kind: (spec, ready, the label naming the object). Its Deployment and StatefulSet
+#: metrics (kubernetes/kube-state-metrics docs/metrics/workload/{deployment,statefulset}-metrics.md); it has none
+#: for LeaderWorkerSets (a custom resource).
+_KSM: dict[TargetKind, tuple[str, str, str]] = {
+    TargetKind.DEPLOYMENT: ("kube_deployment_spec_replicas", "kube_deployment_status_replicas_ready", "deployment"),
+    TargetKind.STATEFUL_SET: ("kube_statefulset_replicas", "kube_statefulset_status_replicas_ready", "statefulset"),
+}
+
+
+def replica_queries(target: TargetRef, *, cluster: str | None) -> ReplicaQueries | None:
+    """The range queries for the target's replica counts from kube-state-metrics, or None for a kind it does not
+    export. kube-state-metrics writes the object's namespace as ``namespace``; scraped without ``honor_labels``
+    (Managed Prometheus' PodMonitoring, a plain scrape job) that label is the exporter pod's, and the object's
+    moves to ``exported_namespace``: that one is asked first, then ``namespace``."""
+    found = _KSM.get(target.kind)
+    if found is None:
+        return None
+    spec, ready, label = found
+    obj = f"{label}={presets.quote(target.name)}" + (f", cluster={presets.quote(cluster)}" if cluster else "")
+    ns = presets.quote(target.namespace)
+
+    def one(name: str) -> str:
+        return f"max({name}{{{obj}, exported_namespace={ns}}}) or max({name}{{{obj}, namespace={ns}}})"
+
+    return ReplicaQueries(one(spec), one(ready))
 
 
 def _with_times(sel: _Selection, value: str, m: list[str]) -> str:

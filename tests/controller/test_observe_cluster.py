@@ -250,7 +250,10 @@ async def test_record_queries_what_the_controllers_observer_reads_in_the_cluster
         kube.add(objects.pod(name, ip="10.0.0.1"))
     matrix = {"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": {"namespace": "llm", "pod": "tgi-gemma-deployment-6b7c8d9f4-aaaaa"}, "values": [[1, "3"]]}]}}
-    prom = TextServer(json.dumps(matrix), content_type="application/json")
+    prom = TextServer(content_type="application/json")
+    # No kube-state-metrics here: its series (the replica counts record saves) match nothing.
+    empty = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    prom.render = lambda request: json.dumps(empty if "kube_deployment" in request else matrix)
     try:
         (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: prometheus, url: '{prom.base}'}}",
                                                       capacity=False))
@@ -262,10 +265,16 @@ async def test_record_queries_what_the_controllers_observer_reads_in_the_cluster
     out = capsys.readouterr().out
     assert code == 0, out
     assert "queue: 1 series, 1 samples" in out
-    assert "replicas: not recorded (the API server keeps no history; 2 ready now)" in out
-    (query,) = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0] for _, path, _, _ in prom.seen]
-    # The pod selector as PromQL holds it (a regex in a double-quoted string: each backslash doubled).
-    (selected,) = re.findall(r'pod=~"((?:[^"\\]|\\.)*)"', query)
+    assert "replicas: not recorded (no kube-state-metrics series for Deployment/llm/tgi-gemma-deployment" in out
+    assert "2 ready now" in out
+    query, *replica_queries = [
+        urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0] for _, path, _, _ in prom.seen
+    ]
+    assert replica_queries, prom.seen
+    assert all("kube_deployment_spec_replicas" in q for q in replica_queries), replica_queries
+    # The pod selector as PromQL holds it (a regex in a double-quoted string: each backslash doubled), the same in
+    # the values and in their sample times.
+    (selected,) = set(re.findall(r'pod=~"((?:[^"\\]|\\.)*)"', query))
     alternatives = selected.replace("\\\\", "\\").split("|")
     assert alternatives == [pod_pattern(TargetRef(TargetKind.DEPLOYMENT, "tgi-gemma-deployment", "llm")),
                             *(re.escape(f"tgi-gemma-deployment-6b7c8d9f4-{x}") for x in ("aaaaa", "bbbbb"))]

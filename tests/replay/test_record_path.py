@@ -45,7 +45,9 @@ from autoscaler.core.model import (
 )
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.replay import engine as replay_engine
+from autoscaler.replay import traces
 from autoscaler.replay.traces import load
+from autoscaler.sources import command
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import record
 from autoscaler.sources.pool import SourcePool
@@ -72,6 +74,11 @@ DOWN = f"{SHORT}-6b7c8d9f4-ddddd"
 #: How far the lagging pod's samples are behind: more than ``POD_GONE_S`` (60 s), less than ``maxAgeSeconds`` (120
 #: s), so that only the gone-pod rule drops it.
 LAG_S = 90.0
+#: A Deployment with 3 replicas of which 2 are ready (the third starting), as kube-state-metrics reports it; its two
+#: ready pods serve. ``record`` saves its counts over the range; replay's recorded mode reads them.
+SCALING = "srv2"
+SCALING_PODS = {"s-a": f"{SCALING}-5d4c3b2a1-aaaaa", "s-b": f"{SCALING}-5d4c3b2a1-bbbbb"}
+SCALING_STARTING = f"{SCALING}-5d4c3b2a1-ccccc"
 TTFT = "vllm:time_to_first_token_seconds"
 TTFT_SHARES = {0.05: 0.2, 0.1: 0.5, 0.25: 0.8, 0.5: 0.95, 1.0: 0.99}
 
@@ -83,7 +90,7 @@ class Live:
     gone: list[TextServer]
 
 
-def _lagging() -> str:
+def _lagging(_: str) -> str:
     # A large queue: counted as reporting, it moves every decision (3 + 5 → 3 + 5 + 20).
     stamp_ms = int((time.time() - LAG_S) * 1000)
     return (
@@ -111,10 +118,23 @@ def live() -> Iterator[Live]:
     lagging.render = _lagging
     down = TextServer("# TYPE vllm:num_requests_waiting gauge\n"
                       'vllm:num_requests_waiting{model_name="m",engine="0"} 7\n')
-    gone = [lagging, down]
+    for key, pod in SCALING_PODS.items():
+        e = Exporter(labels={"namespace": NS, "pod": pod})
+        e.set("vllm:num_requests_waiting", 3.0 if key == "s-a" else 5.0, model_name="m", engine="0")
+        exporters[key] = e
+    # kube-state-metrics, scraped without honor_labels as a PodMonitoring does: the object's namespace label
+    # conflicts with the scrape's own and Prometheus renames it exported_namespace.
+    ksm = TextServer(
+        "# TYPE kube_deployment_spec_replicas gauge\n"
+        f'kube_deployment_spec_replicas{{namespace="{NS}",deployment="{SCALING}"}} 3\n'
+        "# TYPE kube_deployment_status_replicas_ready gauge\n"
+        f'kube_deployment_status_replicas_ready{{namespace="{NS}",deployment="{SCALING}"}} 2\n'
+    )
+    gone = [lagging, down, ksm]
     scraped = [ScrapeTarget(e.address, e.labels) for e in exporters.values()]
     scraped += [ScrapeTarget(lagging.address, {"namespace": NS, "pod": LAGGING}),
-                ScrapeTarget(down.address, {"namespace": NS, "pod": DOWN})]
+                ScrapeTarget(down.address, {"namespace": NS, "pod": DOWN}),
+                ScrapeTarget(ksm.address, {"namespace": "gmp-public", "pod": "kube-state-metrics-0"})]
     server = PrometheusServer(scraped, interval_s=1.0)
     server.start()
     try:
@@ -124,6 +144,7 @@ def live() -> Iterator[Live]:
         server.wait_for(f'vllm:num_requests_waiting{{pod="{LAGGING}"}}')
         down.status = 500  # from now on its scrapes fail: Prometheus marks its series stale
         server.wait_for(f'up{{pod="{DOWN}"}} == 0')
+        server.wait_for(f'kube_deployment_status_replicas_ready{{exported_namespace="{NS}"}}')
         true_rate = 80.0 + 70.0 * (len(PODS) - 1)
         server.wait_for('sum(rate({__name__=~"vllm[:_]generation_tokens_total"}[10s]))',
                         lambda r: bool(r) and float(r[0]["value"][1]) > 0.98 * true_rate)
@@ -194,11 +215,11 @@ def seen(cp: CompiledPolicy, obs: Observation, now: float) -> Seen:
 
 
 async def run_and_record(
-    p: ScalingPolicy, pods: Sequence[str], out: Path, *, in_cluster: bool = True
+    p: ScalingPolicy, pods: Sequence[str], out: Path, *, in_cluster: bool = True, view: Targets | None = None
 ) -> tuple[Seen, Seen, list[str]]:
     """``run``'s observation and decision now, and the same moment of ``record``'s series replayed."""
     cp = compile_policy(p)
-    cluster = ClusterView(pods) if in_cluster else CountView(len(pods))
+    cluster = view or (ClusterView(pods) if in_cluster else CountView(len(pods)))
     pool = SourcePool()
     observer = PolicyObserver(targets=cluster, training=NoTraining(), source=pool)
     try:
@@ -264,3 +285,28 @@ async def test_record_replayed_gives_the_core_what_run_gave_it(
     # quantiles (ratios of rates taken over the same scrapes) are the same to 1 %.
     _same(ran, replayed, rel=0.25 if "rate" in signal else 0.01)
     assert any(line.startswith("sig: ") and "→" in line for line in lines), lines
+
+
+@pytest.mark.prometheus
+async def test_record_saves_the_replica_counts_replay_takes_as_current(live: Live, tmp_path: Path) -> None:
+    """The target has 3 replicas, 2 ready (the third starting): ``run`` sees that from the API server, ``record``
+    saves it from kube-state-metrics' series (the API server keeps no history), and replay's recorded mode takes
+    the recorded counts as the current ones: the two ready pods reporting is then the whole picture (known, 3 → 4),
+    where every recorded replica taken as ready would read 2 of 3 reporting (unknown), and no recorded count at
+    all would leave replay the ``--initial-replicas`` it is given."""
+    p = policy(live.prometheus.url, SCALING, WAITING, 5.0)
+    ready = [PodStatus(name, True, 600.0) for name in SCALING_PODS.values()]
+    status = ReplicaStatus(spec=3, ready=2, starting=1, pods=(*ready, PodStatus(SCALING_STARTING, False, 5.0)))
+    view = Targets(TargetView(status, tuple(PodRef(pod.name) for pod in ready)))
+    # Without recorded counts, replay would take --initial-replicas 3 (the pods given here) as all ready.
+    ran, replayed, lines = await run_and_record(p, [*SCALING_PODS.values(), SCALING_STARTING], tmp_path, view=view)
+    assert (ran.current, ran.desired, ran.reason) == (3, 4, "ScaleUp"), ran.message
+    _same(ran, replayed, rel=0.01)
+    assert any(line.startswith("replicas: ") and "replicas_ready.json" in line for line in lines), lines
+    steps = replay_engine.run(compile_policy(p), load([tmp_path]), replay_engine.Options()).steps
+    assert {(s.replicas.spec, s.replicas.ready, s.replicas.starting, s.recorded) for s in steps[-5:]} == {(3, 2, 1, 3)}
+    assert replayed.state is SignalState.OK
+
+
+def test_record_writes_the_replica_files_replay_reads() -> None:
+    assert (f"{traces.REPLICAS}.json", f"{traces.READY}.json") == (command.REPLICAS_FILE, command.READY_FILE)

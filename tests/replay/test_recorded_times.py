@@ -102,3 +102,19 @@ def test_without_recorded_times_a_step_stands_for_its_sample(tmp_path: Path) -> 
     # An older recording: the lagging pod's steps read as fresh samples (what record's times are there to prevent).
     d = last_decision(tmp_path, [*pod(A, 3.0, times=False), *pod(B, 5.0, times=False), *pod(C, 20.0, times=False)])
     assert (d.desired, d.reason.value) == (6, "RateLimited"), d.message
+
+
+def test_recorded_ready_replicas_are_the_current_ready_count(tmp_path: Path) -> None:
+    # A CSV as a user might export it: 3 replicas set, 2 then 3 ready (``replicas_ready``, what record saves from
+    # kube-state-metrics). Recorded mode sees the third replica starting until it is ready.
+    rows = ["timestamp,sig,replicas,replicas_ready"]
+    rows += [f"{T0 + k:.0f},8,3,{2 if k < 10 else 3}" for k in range(STEPS + 1)]
+    (tmp_path / "trace.csv").write_text("\n".join(rows) + "\n")
+    replayed = replay_engine.run(compile_policy(policy()), load([tmp_path / "trace.csv"]), replay_engine.Options())
+    seen = [(s.replicas.spec, s.replicas.ready, s.replicas.starting) for s in replayed.steps]
+    assert seen == [(3, 2, 1)] * 10 + [(3, 3, 0)] * (STEPS - 9)
+    assert any("recorded ready replicas" in n for n in replayed.notes), replayed.notes
+    # whatif mode runs its own count: the recorded ready replicas do not apply.
+    whatif = replay_engine.run(compile_policy(policy()), load([tmp_path / "trace.csv"]),
+                               replay_engine.Options(mode="whatif"))
+    assert whatif.steps[0].replicas.ready == 3

@@ -161,7 +161,8 @@ class _TextHandler(_Quiet):
         server.seen.append((self.command, self.path, dict(self.headers), sent))
         if server.delay_s:
             time.sleep(server.delay_s)  # a slow backend, for deadline tests (the client gives up first)
-        body = (server.render() if server.render is not None else server.body).encode()
+        body = (server.render(urllib.parse.unquote_plus(self.path + "?" + sent)) if server.render is not None
+                else server.body).encode()
         self.send_response(server.status)
         self.send_header("Content-Type", server.content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -180,8 +181,9 @@ class TextServer(_Server):
         self.status = status
         self.content_type = content_type
         self.delay_s = 0.0
-        #: Called for each request's body instead of ``body`` when set (an exposition that changes with time).
-        self.render: Callable[[], str] | None = None
+        #: Called with each request's path and body (URL-decoded) for the answer instead of ``body``, when set (an
+        #: exposition that changes with time, an answer per query).
+        self.render: Callable[[str], str] | None = None
         self.hits = 0
         #: (method, path, headers, body) of every request, oldest first.
         self.seen: list[tuple[str, str, dict[str, str], str]] = []
