@@ -24,6 +24,7 @@ from autoscaler.core import counters
 from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
+from autoscaler.core.spec import SignalSpec
 from autoscaler.sources import presets
 from autoscaler.sources.base import (
     PodMatcher,
@@ -211,6 +212,82 @@ def _where(series: Any) -> Where:
     return Where(namespace, pod)
 
 
+def _point(point: Any, align: Alignment | None) -> Point:
+    stamp = point.interval.end_time.timestamp()
+    if align is not None and align.aligner == "ALIGN_DELTA":
+        dist = _distribution(point, max(60.0, align.window_s))
+        return Point(dist.rate, stamp, dist.buckets)
+    return Point(_point_value(point), stamp, None)
+
+
+def _merge(parts: Sequence[dict[Where, list[list[Point]]]]) -> dict[Where, list[list[Point]]]:
+    out: dict[Where, list[list[Point]]] = {}
+    for part in parts:
+        for where, series in part.items():
+            out.setdefault(where, []).extend(series)
+    return out
+
+
+def _newest(series: Sequence[Sequence[Point]], t: float) -> list[Point]:
+    """Each series' newest point at ``t``, as a read at ``t`` finds it: ended by ``t`` and within the lookback."""
+    out = []
+    for pts in series:
+        found = None
+        for p in pts:  # time order
+            if p.timestamp > t:
+                break
+            found = p
+        if found is not None and found.timestamp > t - LOOKBACK_S:
+            out.append(found)
+    return out
+
+
+def _as_series(namespace: str, unit: str, samples: Sequence[UnitSample]) -> list[dict[str, Any]]:
+    """One pod's recorded samples as ``query_range`` series (a histogram's: one per bucket, labelled ``le``)."""
+    if not samples:
+        return []
+    labels = {"namespace": namespace, "pod": unit}
+    if samples[0].buckets is None:
+        return [{"metric": labels, "values": [[u.sample.timestamp, repr(u.sample.value)] for u in samples]}]
+    bounds = sorted({b for u in samples for b in (u.buckets or {})})
+    return [
+        {"metric": {**labels, "le": "+Inf" if b == math.inf else repr(b)},
+         "values": [[u.sample.timestamp, repr((u.buckets or {}).get(b, 0.0))] for u in samples]}
+        for b in bounds
+    ]
+
+
+class UnitSample(NamedTuple):
+    """One pod's (or node's) sample of a signal, and a histogram's summed bucket rates."""
+
+    sample: PodSample
+    buckets: dict[float, float] | None
+
+
+def unit_sample(signal: SignalSpec, values: Sequence[Point], totals: Sequence[Point] | None) -> UnitSample | None:
+    """One pod's value from the newest point of each of its series (``totals``: the denominators', for a ratio;
+    None when the signal has none): the one rule for what ``run`` reads now and ``record`` saves over a range.
+    None when a ratio has no denominator point. The sample's time is the oldest point's."""
+    stamp = min(p.timestamp for p in values)
+    buckets: dict[float, float] | None = None
+    if totals is not None:
+        if not totals:
+            return None
+        total = math.fsum(p.value for p in totals)
+        value = math.fsum(p.value for p in values) / total if total else math.nan
+        stamp = min(stamp, *(p.timestamp for p in totals))
+    elif signal.quantile is not None:
+        value = math.fsum(p.value for p in values)  # observations per second
+        buckets = {}
+        for p in values:
+            counters.add_buckets(buckets, p.buckets or {})
+    elif signal.rate is not None:
+        value = math.fsum(p.value for p in values)  # a pod's counters add up
+    else:
+        value = combine([p.value for p in values], aggregate_of(signal))
+    return UnitSample(PodSample(value, stamp), buckets)
+
+
 class CloudMonitoringSource:
     """Reads ``cloud-monitoring`` signals. ``client`` is a ``MetricServiceAsyncClient`` (made from
     application-default credentials when not given)."""
@@ -247,14 +324,20 @@ class CloudMonitoringSource:
                 raise PermanentError(f"cannot create a Cloud Monitoring client: {exc}") from None
         return self._client
 
-    async def _list(self, metric_type: str, flt: str, timeout_s: float, align: Alignment | None = None) -> list[Any]:
+    async def _list(
+        self, metric_type: str, flt: str, timeout_s: float, align: Alignment | None = None,
+        span: tuple[float, float] | None = None,
+    ) -> list[Any]:
+        """Every series of one ``ListTimeSeries`` (pages followed), over the lookback before now, or ``span``
+        (``record``: start and end, unix seconds)."""
         # Loaded on first use: importing the client library costs about a second of CLI start-up.
         from google.api_core import exceptions as gexc  # noqa: PLC0415
         from google.cloud import monitoring_v3  # noqa: PLC0415
 
         now = self._clock()
+        first, last = span if span is not None else (now - LOOKBACK_S, now)
         interval = monitoring_v3.TimeInterval(
-            end_time={"seconds": int(now) + 1}, start_time={"seconds": int(now - LOOKBACK_S)}
+            end_time={"seconds": int(last) + 1}, start_time={"seconds": int(first)}
         )
         request = monitoring_v3.ListTimeSeriesRequest(
             name=f"projects/{self.spec.project}",
@@ -297,13 +380,67 @@ class CloudMonitoringSource:
             if not ts.points:
                 continue
             newest = max(ts.points, key=lambda p: p.interval.end_time.timestamp())
-            stamp = newest.interval.end_time.timestamp()
-            if align is not None and align.aligner == "ALIGN_DELTA":
-                dist = _distribution(newest, max(60.0, align.window_s))
-                points.setdefault(_where(ts), []).append(Point(dist.rate, stamp, dist.buckets))
-            else:
-                points.setdefault(_where(ts), []).append(Point(_point_value(newest), stamp, None))
+            points.setdefault(_where(ts), []).append(_point(newest, align))
         return points
+
+    async def history(self, request: SignalRequest, *, start: float, end: float) -> list[dict[str, Any]]:
+        """``record``: the request's target's per-pod samples over ``start``..``end``, as the series of a Prometheus
+        ``query_range`` result (labels ``namespace`` and ``pod``, a histogram's per pod and ``le``), each sample at
+        its own time: what ``run`` reads at any moment of the range is each pod's newest sample then.
+
+        1. one ``ListTimeSeries`` per metric type over the range (from one lookback before it), with the filter and
+           the aligner ``run`` sends (``ALIGN_RATE`` for counters, ``ALIGN_DELTA`` for distributions);
+        2. per pod, at each of its numerator points, the newest point of each of its series within the lookback
+           combined by ``unit_sample`` (the source's own rule), stamped with the oldest point's time;
+        3. only the pods (or nodes) the source attributes to the request's target.
+
+        Counters and distributions are aligned over the range's periods, not the ones ending at each moment
+        ``run`` reads: a recorded rate can be up to one alignment period older than the live one."""
+        types = metric_types(request)
+        if any(_node_level(t) for t in types.numerators + types.denominators) and not request.node_names():
+            raise PermanentError("a node-level metric needs the nodes of the target's pods (none known)")
+        align = alignment(request)
+        timeout_s = self.spec.timeout_seconds
+        span = (start - LOOKBACK_S, end)
+        by_type: list[dict[Where, list[list[Point]]]] = []
+        for metric_type in types.numerators + types.denominators:
+            flt = build_filter(metric_type, [request], cluster=self.spec.cluster)
+            series = await self._list(metric_type, flt, timeout_s, align, span)
+            found: dict[Where, list[list[Point]]] = {}
+            for ts in series:
+                pts = sorted((_point(p, align) for p in ts.points), key=lambda p: p.timestamp)
+                if pts:
+                    found.setdefault(_where(ts), []).append(pts)
+            by_type.append(found)
+        numerators = _merge(by_type[: len(types.numerators)])
+        denominators = _merge(by_type[len(types.numerators) :]) if types.denominators else None
+        owned = self._owned(request, numerators)
+        out: list[dict[str, Any]] = []
+        for where in sorted(owned):
+            times = sorted({p.timestamp for s in numerators[where] for p in s if start <= p.timestamp <= end})
+            samples: list[UnitSample] = []
+            for t in times:
+                values = _newest(numerators[where], t)
+                totals = None if denominators is None else _newest(denominators.get(where, []), t)
+                unit = unit_sample(request.signal, values, totals) if values else None
+                if unit is None:
+                    continue
+                if samples and unit.sample.timestamp <= samples[-1].sample.timestamp:
+                    if unit.sample.timestamp < samples[-1].sample.timestamp:
+                        continue  # an older denominator: nothing newer than what is recorded
+                    samples.pop()  # the same time: the newer points win
+                samples.append(unit)
+            out.extend(_as_series(request.target.namespace if not where.namespace else where.namespace,
+                                  where.unit, samples))
+        return out
+
+    def _owned(self, request: SignalRequest, points: dict[Where, list[list[Point]]]) -> list[Where]:
+        """The pods (or nodes) of ``points`` that ``run`` attributes to the request's target."""
+        sig = request.signal
+        workers = sig.preset is not None and presets.get(sig.preset).workers
+        matcher = PodMatcher([request], workers=workers)
+        nodes = set(request.node_names())
+        return [w for w in points if (not w.namespace and w.unit in nodes) or matcher.owners(w.namespace, w.unit)]
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
         if not requests:
@@ -363,23 +500,11 @@ class CloudMonitoringSource:
         per_unit: dict[Where, PodSample] = {}
         buckets: dict[Where, dict[float, float]] = {}
         for where, values in num.items():
-            stamp = min(p.timestamp for p in values)
-            if denominators:
-                totals = den.get(where)
-                if not totals:
-                    continue
-                total = math.fsum(p.value for p in totals)
-                value = math.fsum(p.value for p in values) / total if total else math.nan
-                stamp = min(stamp, *(p.timestamp for p in totals))
-            elif group[0].signal.quantile is not None:
-                value = math.fsum(p.value for p in values)  # observations per second
-                for p in values:
-                    counters.add_buckets(buckets.setdefault(where, {}), p.buckets or {})
-            elif group[0].signal.rate is not None:
-                value = math.fsum(p.value for p in values)  # a pod's counters add up
-            else:
-                value = combine([p.value for p in values], how)
-            per_unit[where] = PodSample(value, stamp)
+            unit = unit_sample(group[0].signal, values, den.get(where) if denominators else None)
+            if unit is not None:
+                per_unit[where] = unit.sample
+                if unit.buckets is not None:
+                    buckets[where] = unit.buckets
         out = self._attribute(per_unit, group, how)
         if group[0].signal.quantile is not None:
             for req in group:

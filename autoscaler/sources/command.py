@@ -48,10 +48,12 @@ from autoscaler.core.model import (
     SignalValue,
 )
 from autoscaler.core.signals import SignalJudge
-from autoscaler.core.sourcespec import GmpSourceSpec, PrometheusSourceSpec, SourceSpec
+from autoscaler.core.sourcespec import CloudMonitoringSourceSpec, GmpSourceSpec, PrometheusSourceSpec, SourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile import loader
 from autoscaler.sources.base import MetricSource, SignalRequest, describe
+from autoscaler.sources.circuit import PermanentError, TransientError
+from autoscaler.sources.cloud_monitoring import CloudMonitoringSource
 from autoscaler.sources.pool import MissingSource, Plan, SourcePool, refuse_missing, requests_for
 from autoscaler.sources.prometheus import GMP_SCOPE, GMP_URL, replica_queries, target_query
 
@@ -117,6 +119,9 @@ ObservingFactory = Callable[[MetricSource, ObserverOptions], AbstractAsyncContex
 #: The controller config's ``defaultSource`` from a config file (``--config``), as ``run`` reads it; raises
 #: ``UsageError``. The command-line layer passes the controller's loader in (this layer may not import it).
 ConfigSource = Callable[[str], SourceSpec | None]
+
+#: Makes the Cloud Monitoring source ``record`` reads a range from (tests pass one over a fake server).
+CloudMonitoringFactory = Callable[[CloudMonitoringSourceSpec], CloudMonitoringSource]
 
 #: Prometheus refuses range queries over 11,000 points per series.
 MAX_POINTS = 11_000
@@ -425,6 +430,7 @@ def record(
     end: float,
     step: float | None,
     out: Path,
+    cloud_monitoring: CloudMonitoringFactory = CloudMonitoringSource,
 ) -> list[str]:
     """Write ``<signal>.json`` per recordable signal of the observer's plan (per policy subdirectory when there
     are several); return one line per signal saying what happened."""
@@ -448,7 +454,10 @@ def record(
         if found.failed is not None and not isinstance(found.failed, NotInCluster):
             report.append(f"target: {found.failed}; its pods are selected by their name pattern only")
         for req in found.plan.requests:
-            report.append(_record_one(req, folder, start=start, end=end, width=width))
+            if isinstance(req.source, CloudMonitoringSourceSpec):
+                report.append(_record_cloud(req, req.source, folder, cloud_monitoring, start=start, end=end))
+            else:
+                report.append(_record_one(req, folder, start=start, end=end, width=width))
         report.append(_record_replicas(policy, found, folder, start=start, end=end, width=width))
     return report
 
@@ -457,14 +466,37 @@ def _record_one(req: SignalRequest, folder: Path, *, start: float, end: float, w
     src = req.source
     name = req.signal.name
     if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
-        # Pods keep no history; Cloud Monitoring does, but record reads only the Prometheus API (not built yet).
-        why = "keeps no history" if src.type == "pods" else "is not recorded yet"
-        return f"{name}: skipped (source {src.type} {why}; only prometheus/gmp record)"
+        # Pods keep no history.
+        return f"{name}: skipped (source {src.type} keeps no history; prometheus, gmp and cloud-monitoring record)"
     result = _query_range(src, record_query(req, cluster=src.cluster), f"signal {name}", start=start, end=end,
                           width=width)
     path = _write(folder / f"{name}.json", result)
     samples = sum(len(s.get("values", [])) for s in result)
     return f"{name}: {len(result)} series, {samples} samples → {path}"
+
+
+def _record_cloud(
+    req: SignalRequest, spec: CloudMonitoringSourceSpec, folder: Path, factory: CloudMonitoringFactory, *,
+    start: float, end: float,
+) -> str:
+    """A Cloud Monitoring signal over the range: each pod's samples at their own times
+    (``CloudMonitoringSource.history``), as a query_range body replay reads."""
+    name = req.signal.name
+
+    async def read() -> list[dict[str, Any]]:
+        source = factory(spec)
+        try:
+            return await source.history(req, start=start, end=end)
+        finally:
+            await source.aclose()
+
+    try:
+        result = asyncio.run(read())
+    except (PermanentError, TransientError) as exc:
+        raise UsageError(f"signal {name}: Cloud Monitoring: {exc}") from None
+    path = _write(folder / f"{name}.json", result)
+    samples = sum(len(s["values"]) for s in result)
+    return f"{name}: {len(result)} series, {samples} samples from Cloud Monitoring → {path}"
 
 
 def _record_replicas(
