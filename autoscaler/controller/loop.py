@@ -62,7 +62,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from autoscaler.controller import kinds
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
@@ -211,6 +211,25 @@ class _Screen:
     state: PolicyState
 
 
+class Stamped(NamedTuple):
+    """A policy's observation read ahead of its evaluation (a pass's bulk read, a kept screen), with the policy's
+    evaluation count when it was read: used only if no evaluation of the policy started (and perhaps acted) since."""
+
+    runs: int
+    #: What was read, or why it could not be.
+    part: Prepared | Exception
+
+
+class _Kept(NamedTuple):
+    """A policy's last clean screen (every signal read), which a periodic evaluation may decide on (``_reusable``)."""
+
+    #: When the screen started (the loop clock).
+    started: float
+    #: The policy's evaluation count then.
+    stamp: int
+    prepared: Prepared
+
+
 @dataclass
 class _Index:
     """``Controller._index``: built from one policy set (kept to tell when the store replaced it)."""
@@ -277,7 +296,7 @@ class Controller:
     _screened: dict[str, float] = field(default_factory=dict)
     #: Per policy: its last clean screen (every signal read), when it started and the evaluation count then;
     #: a periodic evaluation decides on it instead of reading again (``_reusable``).
-    _kept: dict[str, tuple[float, int, Prepared]] = field(default_factory=dict)
+    _kept: dict[str, _Kept] = field(default_factory=dict)
     #: Evaluations started by probes (kept so that they are not collected, and cancelled with the loop).
     _escalations: set[asyncio.Task[None]] = field(default_factory=set)
     _by: _Index | None = None
@@ -351,7 +370,7 @@ class Controller:
 
     async def prepare(
         self, policies: Iterable[CompiledPolicy], since: float | None = None
-    ) -> dict[str, tuple[int, Prepared | Exception]]:
+    ) -> dict[str, Stamped]:
         """Observe a pass in bulk; each part is stamped with its policy's evaluation count, so that it is
         used only if no evaluation of that policy started (and perhaps acted) since. Policies being
         evaluated right now are left out."""
@@ -373,12 +392,12 @@ class Controller:
             self._log.warning("prepare_failed", error=_one_line(exc))
             return {}
         self.telemetry.loop_latency.labels("prepare").observe(self.clock.monotonic() - t0)
-        return {name: (stamps[name], part) for name, part in found.items() if name in stamps}
+        return {name: Stamped(stamps[name], part) for name, part in found.items() if name in stamps}
 
     async def _pass(
         self,
         policies: list[CompiledPolicy],
-        evaluate: Callable[[CompiledPolicy, tuple[int, Prepared | Exception] | None], Awaitable[T]],
+        evaluate: Callable[[CompiledPolicy, Stamped | None], Awaitable[T]],
     ) -> list[T]:
         """Evaluate a pass chunk by chunk (see the module docstring): a big pass's targets read once, then
         per chunk its signals in one read and its evaluations at once."""
@@ -395,7 +414,7 @@ class Controller:
             out.extend(await asyncio.gather(*(evaluate(cp, prepared.get(cp.name)) for cp in chunk)))
         return out
 
-    def _reusable(self, policies: list[CompiledPolicy]) -> dict[str, tuple[int, Prepared]]:
+    def _reusable(self, policies: list[CompiledPolicy]) -> dict[str, Stamped]:
         """The policies of a pass whose last probe screen stands for a read (one pipeline: what a probe read,
         the periodic evaluation does not read again): a clean screen (every signal read) taken within twice the
         policy's evaluation period (the age up to which probes take a kept target view as current), no
@@ -408,16 +427,17 @@ class Controller:
         for its signal's ``maxAgeSeconds`` is unknown to the core (a hold), as it would be if just read that
         late."""
         now = self.clock.monotonic()
-        out: dict[str, tuple[int, Prepared]] = {}
+        out: dict[str, Stamped] = {}
         for cp in policies:
             kept = self._kept.get(cp.name)
             if kept is None or _queue_key(cp) is not None:
                 continue
-            at, stamp, part = kept
-            if now - at < 2 * cp.policy.spec.evaluation_period_seconds and self._runs.get(cp.name, 0) == stamp and (
-                self.observer.still_kept(cp.name, part)
+            if (
+                now - kept.started < 2 * cp.policy.spec.evaluation_period_seconds
+                and self._runs.get(cp.name, 0) == kept.stamp
+                and self.observer.still_kept(cp.name, kept.prepared)
             ):
-                out[cp.name] = (stamp, dataclasses.replace(part, kept=True))
+                out[cp.name] = Stamped(kept.stamp, dataclasses.replace(kept.prepared, kept=True))
         return out
 
     async def _read_targets(self, policies: list[CompiledPolicy]) -> None:
@@ -434,7 +454,7 @@ class Controller:
         trigger: str,
         *,
         probe: bool = False,
-        prepared: tuple[int, Prepared | Exception] | None = None,
+        prepared: Stamped | None = None,
         urgent: bool = False,
     ) -> Outcome:
         lock = self._locks.setdefault(cp.name, asyncio.Lock())
@@ -442,7 +462,7 @@ class Controller:
         async with lock, (self._urgent_sem if urgent else self._sem):
             runs = self._runs.get(cp.name, 0)
             self._runs[cp.name] = runs + 1
-            part = prepared[1] if prepared is not None and prepared[0] == runs else None
+            part = prepared.part if prepared is not None and prepared.runs == runs else None
             try:
                 async with asyncio.timeout(self.pass_deadline_s) as deadline:
                     # The hand-off undoes what it stopped only when this deadline (not a kill) cuts it.
@@ -533,10 +553,11 @@ class Controller:
         if spec is not None:
             self._asked.setdefault(queue, {})[key] = AskedReplicas(spec, gated)
 
-    def _note_prepared(self, prepared: dict[str, tuple[int, Prepared | Exception]]) -> None:
+    def _note_prepared(self, prepared: dict[str, Stamped]) -> None:
         """A pass's bulk read of the targets fills the ledger before anyone decides (after a restart too)."""
-        for name, (_, part) in prepared.items():
+        for name, stamped in prepared.items():
             cp = self.store.policies.get(name)
+            part = stamped.part
             if cp is not None and isinstance(part, Prepared):
                 self.note_in_flight(cp, part.replicas.gated, part.replicas.spec)
 
@@ -961,12 +982,12 @@ class Controller:
         return min((at + grace.get(n, 0.0) for n, at in self._due.items()), default=now + 1.0)
 
     def _run_batched(
-        self, batch: dict[str, str], cp: CompiledPolicy, prepared: tuple[int, Prepared | Exception] | None
+        self, batch: dict[str, str], cp: CompiledPolicy, prepared: Stamped | None
     ) -> Awaitable[Outcome]:
         return self._run_one(cp, batch[cp.name], prepared)
 
     async def _run_one(
-        self, cp: CompiledPolicy, why: str, prepared: tuple[int, Prepared | Exception] | None = None
+        self, cp: CompiledPolicy, why: str, prepared: Stamped | None = None
     ) -> Outcome:
         self._child(self.telemetry.triggers, why if why in ("period", "watch", "reload") else "other").inc()
         outcome = await self.evaluate(cp, why, prepared=prepared)
@@ -1052,7 +1073,7 @@ class Controller:
                 if not isinstance(part, Prepared):
                     continue
             else:
-                self._kept[name] = (started, stamps[name], part)
+                self._kept[name] = _Kept(started, stamps[name], part)
             if clean and not is_due and await self._quiet(cp, part):
                 continue  # the type says this reading keeps the count, whatever the history: no decide
             screen = await self._screen(cp, part)

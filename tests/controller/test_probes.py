@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from autoscaler.controller.loop import Controller, _chunks
+from autoscaler.controller.loop import Controller, Stamped, _chunks
 from autoscaler.controller.observer import Prepared, WatchSpec
 from autoscaler.controller.runtime import Runtime
 from autoscaler.core import engine
@@ -186,7 +186,7 @@ async def test_an_evaluation_on_a_screen_reads_afresh_before_it_acts(
                 status={"replicas": 3, "readyReplicas": 3, "availableReplicas": 3})
     kube.requests.clear()
     stamp = rt.controller._runs["tgi-gemma"]
-    outcome = await rt.controller.evaluate(cp, "period", prepared=(stamp, dataclasses.replace(part, kept=True)))
+    outcome = await rt.controller.evaluate(cp, "period", prepared=Stamped(stamp, dataclasses.replace(part, kept=True)))
     assert kube.writes() == []  # decided again on the fresh read: 3 replicas for 25 is right
     assert ("GET", TARGET) in [(r.method, r.path) for r in kube.requests]
     assert outcome.committed

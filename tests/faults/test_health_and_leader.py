@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from autoscaler.controller import kube as kubeapi
 from autoscaler.controller.config import LeaderElectionConfig
 from autoscaler.controller.leader import LeaderElector
-from autoscaler.controller.observer import Prepared
+from autoscaler.controller.loop import Stamped
 from tests.faults.harness import World, events, sample
 from tests.kube.emulator import Emulator
 
@@ -63,7 +63,7 @@ async def test_healthz_fails_when_the_loop_wedges_although_the_reload_task_is_al
     rt = world.runtime(livenessStallSeconds=60)
     wedge: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def wedged(policies: object, since: float | None = None) -> dict[str, tuple[int, Prepared | Exception]]:
+    async def wedged(policies: object, since: float | None = None) -> dict[str, Stamped]:
         await asyncio.shield(wedge)  # a bug no deadline can cut (it swallows the cancellation's effect)
         return {}
 
