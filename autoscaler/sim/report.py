@@ -152,9 +152,9 @@ def write_scale_events(path: Path, results: list[RunResult]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for r in results:
-            for t, old, new, reason, message in r.scale_events:
-                f.write(json.dumps({"policy": r.name, "t_s": round(t, 3), "from": old, "to": new,
-                                    "reason": reason, "message": message}, ensure_ascii=False) + "\n")
+            for e in r.scale_events:
+                f.write(json.dumps({"policy": r.name, "t_s": round(e.time, 3), "from": e.before, "to": e.after,
+                                    "reason": e.reason, "message": e.message}, ensure_ascii=False) + "\n")
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

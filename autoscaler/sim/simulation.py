@@ -14,7 +14,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
@@ -61,6 +61,24 @@ class TimelinePoint:
     training_queued: int
 
 
+class ScaleEvent(NamedTuple):
+    """A change of a run's desired count, with the decision's reason and sentence."""
+
+    time: float
+    before: int
+    after: int
+    reason: str
+    message: str
+
+
+class TrainingTotals(NamedTuple):
+    """Training chip-seconds at the end of a run: checkpointed work, lost work, and computed but not yet saved."""
+
+    useful: float
+    lost: float
+    unsaved: float
+
+
 @dataclass
 class RunResult:
     name: str
@@ -76,8 +94,8 @@ class RunResult:
     timeline: list[TimelinePoint]
     notes: list[str] = field(default_factory=list)
     pipeline: str = ""
-    #: Every change of the desired count: (time, from, to, reason, message).
-    scale_events: list[tuple[float, int, int, str, str]] = field(default_factory=list)
+    #: Every change of the desired count.
+    scale_events: list[ScaleEvent] = field(default_factory=list)
     #: Per training job, when it was stopped (within the horizon).
     evictions: dict[str, list[float]] = field(default_factory=dict)
     #: Per training job, each stop within the horizon with what it lost (``kueue.Stop``).
@@ -262,10 +280,10 @@ class Simulation:
         #: Set when a ticker is added, so the event loop looks for the earliest ticker again.
         self._tickers_changed = False
         self._record_every = record_every_s
-        self._training_totals: tuple[float, float, float] | None = None
+        self._training_totals: TrainingTotals | None = None
         #: When each preemption or deactivation was issued (the timeline marks them).
         self.preemption_times: list[float] = []
-        self.scale_events: list[tuple[float, int, int, str, str]] = []
+        self.scale_events: list[ScaleEvent] = []
         #: Training decisions a policy returned and the simulator applied (deactivations, reactivations).
         self.deactivations = 0
         self.reactivations = 0
@@ -474,7 +492,7 @@ class Simulation:
             return
         self.scale_actions += 1
         label = f"{pool.name}: " if len(self.pools) > 1 else ""
-        self.scale_events.append((now, len(live), desired, reason, label + message))
+        self.scale_events.append(ScaleEvent(now, len(live), desired, reason, label + message))
         if desired > len(live):
             for _ in range(desired - len(live)):
                 pool.add_replica(now)
@@ -613,7 +631,7 @@ class Simulation:
                 unsaved += (w.computed_s - w.checkpointed_s) * job.chips
             useful += u * job.chips
             lost += job.lost_s * job.chips
-        self._training_totals = (useful, lost, unsaved)
+        self._training_totals = TrainingTotals(useful, lost, unsaved)
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunResult:
         self.controller.start(self)
@@ -707,8 +725,8 @@ class Simulation:
         self._account(self.horizon)  # costs count over the trace's span only (the drain is not billed)
         if self._training_totals is None:
             self._close_training(self.horizon)
-        assert self._training_totals is not None
-        useful, lost, unsaved = self._training_totals
+        totals = self._training_totals
+        assert totals is not None
         return RunResult(
             name=self.controller.name,
             kind=self.controller.kind,
@@ -716,9 +734,9 @@ class Simulation:
             horizon_s=self.horizon,
             serving_chip_s=self.serving_chip_s,
             free_chip_s=self.free_chip_s,
-            training_useful_chip_s=useful,
-            training_lost_chip_s=lost,
-            training_unsaved_chip_s=unsaved,
+            training_useful_chip_s=totals.useful,
+            training_lost_chip_s=totals.lost,
+            training_unsaved_chip_s=totals.unsaved,
             rejected_requests=sum(p.rejected for p in pools),
             abandoned_requests=sum(p.abandoned for p in pools),
             routing=self.routing,
