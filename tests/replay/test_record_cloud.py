@@ -8,8 +8,9 @@ the same per-pod samples, judge them by the same ages and decide alike.
 
 Cases: Managed Prometheus series of a queue, sampled every 60 s at different phases per pod (one pod's newest
 sample 70 s old: fresh; in the next case 130 s old: stale, so 1 of 2 pods reports and the decision holds), a pod of
-another Deployment in the same namespace (not the target's: neither path may count it), and token counters aligned
-with ``ALIGN_RATE`` (a pod's two series add up).
+another Deployment in the same namespace (not the target's: neither path may count it), token counters aligned
+with ``ALIGN_RATE`` (a pod's two series add up), and a latency histogram's distributions (``ALIGN_DELTA``: the
+quantile over both pods' summed buckets).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ A, B = "srv-6b7c8d9f4-aaaaa", "srv-6b7c8d9f4-bbbbb"
 OTHER = "other-5f6d7c8b9-zzzzz"
 WAITING = "prometheus.googleapis.com/vllm:num_requests_waiting/gauge"
 TOKENS = "prometheus.googleapis.com/vllm:generation_tokens_total/counter"
+TTFT = "prometheus.googleapis.com/vllm:time_to_first_token_seconds/histogram"
 
 
 def policy(signal: dict[str, Any], value: float) -> ScalingPolicy:
@@ -67,6 +69,17 @@ def policy(signal: dict[str, Any], value: float) -> ScalingPolicy:
 def gmp(metric_type: str, pod: str, points: list[tuple[float, float]]) -> Any:
     where = {"cluster": "prod-1", "namespace": NS, "job": "vllm", "instance": f"{pod}:8000"}
     return series(metric_type, where, points)
+
+
+def with_distributions(one: Any, below: int) -> Any:
+    """``one``'s points as what ALIGN_DELTA over 60 s returns for a histogram: 240 observations a minute, ``below``
+    of them at or under 0.5 s, the rest under 1 s."""
+    for point in one.points:
+        point.value = monitoring_v3.TypedValue(distribution_value={
+            "count": 240, "bucket_options": {"explicit_buckets": {"bounds": [0.5, 1.0]}},
+            "bucket_counts": [below, 240 - below, 0],
+        })
+    return one
 
 
 def every_minute(newest_age_s: float, value: float) -> list[tuple[float, float]]:
@@ -124,6 +137,10 @@ async def run_and_replay(p: ScalingPolicy, address: str, out: Path) -> tuple[tup
         # Rates as ALIGN_RATE returns them; pod a's two series (two engines) add up: 3 + 3 + 5 = 11 vs 5 -> 5.
         pytest.param(TOKENS, {"preset": "vllm.generation_tokens", "rate": {"windowSeconds": 60}}, 70.0,
                      (11.0, "ok", 2, 5, "ScaleUp"), id="token-rates"),
+        # Distributions (ALIGN_DELTA): the median of both pods' summed buckets, 0.5 + 0.5 x (240-200)/(480-200)
+        # = 0.5714 s against 0.5: 2 -> 3 (the other Deployment's pod, all under 0.5 s, would pull it under 0.5).
+        pytest.param(TTFT, {"preset": "vllm.ttft", "quantile": {"q": 0.5, "windowSeconds": 60}}, 70.0,
+                     (0.571428571, "ok", 2, 3, "ScaleUp"), id="ttft-median"),
     ],
 )
 async def test_cloud_monitoring_recorded_and_replayed_decides_as_run(
@@ -135,9 +152,11 @@ async def test_cloud_monitoring_recorded_and_replayed_decides_as_run(
     a = [gmp(metric_type, A, every_minute(0.0, 3.0))]
     if metric_type == TOKENS:
         a.append(gmp(metric_type, A, every_minute(0.0, 3.0)))
-    service.by_type = {metric_type: [*a, gmp(metric_type, B, every_minute(b_age_s, 5.0)),
-                                     gmp(metric_type, OTHER, every_minute(10.0, 20.0))]}
-    p = policy(signal, 5.0)
+    found = [*a, gmp(metric_type, B, every_minute(b_age_s, 5.0)), gmp(metric_type, OTHER, every_minute(10.0, 20.0))]
+    if metric_type == TTFT:
+        found = [with_distributions(one, below) for one, below in zip(found, (200, 0, 240), strict=True)]
+    service.by_type = {metric_type: found}
+    p = policy(signal, 0.5 if metric_type == TTFT else 5.0)
     ran, replayed = await run_and_replay(p, address, tmp_path)
     value, state, *decision = expected
     assert (ran[0], ran[1].value, *ran[2:]) == (value, state, *decision)
