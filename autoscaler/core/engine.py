@@ -604,9 +604,13 @@ def _decide_joint(
         # "fit", and the joint policy never grew in the codelab simulation).
         inventory = arbitration.serving_view(spec.capacity, inventory, observation.training, now)
         fits = disaggregated.inventory_fit(config, inventory, costs)
+    # The token counters' longest rate window: until it has filled, a fresh controller's rates ramp from
+    # nothing and are no history (the forecast would read the ramp as a trend).
+    rate_window = max((rate.window_seconds for n in config.signal_refs() if (rate := spec.signal(n).rate) is not None),
+                      default=0.0)
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
-        fits=fits, group_budget=spec.max_replicas,
+        fits=fits, group_budget=spec.max_replicas, rate_window_s=rate_window,
     )
     planned = {c.name: c.desired for c in joint.counts}
     desired = dict(planned)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -505,11 +506,17 @@ def test_capacity_is_learned_from_saturation_with_the_latency_at_risk() -> None:
     decisions, state = run_evaluations(values, counts, 30, state, T0 + 60)
     assert learned(state, "prefill").scale == pytest.approx(0.5, rel=0.01)
     assert learned(state, "prefill").samples >= 1
-    # The same demand without a queue: the need counts with the learned capacity (κ is remembered).
+    # The same demand without a queue: the need counts with the learned capacity (κ is remembered), at the
+    # utilization the latency headroom taught meanwhile (the risk lowered it below 0.7: rule 0b).
+    c = learned(state, "prefill").utilization
+    assert c is not None
+    assert c < 0.7
     decisions, state = run_evaluations({**values, "pwait": 0.0, "ttft": 0.5}, counts, 1, state, T0 + 500)
     got = scales(decisions)["prefill"]
-    assert "learned capacity 0.50× the declared needs 228" in got.message
-    assert got.desired == 3
+    now = learned(state, "prefill")
+    assert now.utilization is not None
+    assert f"learned capacity 0.50× the declared needs {8000 / now.utilization / now.scale:.0f}" in got.message
+    assert got.desired == math.ceil(8000 / now.utilization / now.scale / 8000 - 1e-9) > 2
 
 
 def test_a_queue_that_does_not_hurt_the_latency_teaches_no_lower_capacity() -> None:
@@ -524,6 +531,99 @@ def test_what_a_group_serves_beyond_its_prior_raises_the_capacity_at_once() -> N
     _, state = run_evaluations(values, {"prefill": (1, 1), "decode": (1, 1)}, 6)
     assert learned(state, "decode").scale == pytest.approx(1.5)
     assert learned(state, "prefill").scale == 1.0  # 4,000 of 8,000: a lower bound below the prior teaches nothing
+
+
+# ------------------------------------------------------------------- utilization at the SLO (rule 0b)
+
+
+def test_a_comfortable_latency_on_busy_groups_raises_the_utilization_so_a_shrink_goes_further() -> None:
+    # Three settled prefill groups (8,000 declared each) serve 16,800 prompt tokens/s, TTFT 0.5 s of 2 s
+    # (comfortably met: ≤ 0.5 of it). At targetUtilization 0.7 that needs 24,000 (3 groups); each group runs
+    # at 0.7 of its capacity with the objective met, so the upward probe lets c rise toward 0.7 / (1 − 0.2)
+    # = 0.875 (slo's rule, sizing.learn_utilization), and the need drops below what 3 groups carry.
+    values = {**QUIET, "prompt": 16800.0}
+    counts = {"prefill": (3, 3), "decode": (1, 1)}
+    decisions, state = run_evaluations(values, counts, 5)
+    assert scales(decisions)["prefill"].desired == 3
+    decisions, state = run_evaluations(values, counts, 120, state, T0 + 75)
+    c = learned(state, "prefill").utilization
+    assert c is not None
+    assert 0.8 < c <= 0.875 + 1e-9
+    got = scales(decisions)["prefill"]
+    assert "learned from the latency headroom" in got.message
+    assert f"16800 tokens/s at utilization {c:.2f}" in got.message
+    assert got.desired == 3  # the shrink waits for the peak held over the delay window (rule 3)
+
+
+def test_a_latency_at_risk_on_a_count_the_model_thought_enough_lowers_the_utilization() -> None:
+    # Two settled groups serve 8,000 prompt tokens/s (needs 11,429 at 0.7: 2 groups) with TTFT at 1.8 s of 2 s
+    # and no queue: the model thought 2 enough and the objective says otherwise, so c drops (time constant
+    # slo's 30 s at full excess) and the token need grows with it, beyond the +1 group of the latency rule.
+    values = {**QUIET, "prompt": 8000.0, "ttft": 1.8}
+    counts = {"prefill": (2, 2), "decode": (1, 1)}
+    decisions, state = run_evaluations(values, counts, 8)
+    c = learned(state, "prefill").utilization
+    assert c is not None
+    assert c < 0.6
+    assert learned(state, "prefill").scale == 1.0  # no queue: κ learned nothing
+    got = scales(decisions)["prefill"]
+    assert f"8000 tokens/s at utilization {c:.2f}" in got.message
+    assert got.desired >= 3
+
+
+# --------------------------------------------------- forecast and burst headroom (coldStartSeconds, opt-in)
+
+
+def with_cold_start(seconds: float) -> Any:
+    doc = policy_doc(budget=None)
+    doc["spec"]["policy"]["coldStartSeconds"] = seconds
+    doc["spec"]["policy"]["scaleDownDelaySeconds"] = 60
+    doc["spec"]["signals"][0] = {"name": "prompt", "preset": "vllm.prompt_tokens", "rate": {"windowSeconds": 60},
+                                 "pool": "prefill"}  # the prompt counter, read as a 60 s rate
+    return compile_policy(ScalingPolicy.model_validate(doc))
+
+
+def test_with_a_cold_start_a_shrink_keeps_room_for_the_largest_rise_seen_within_it() -> None:
+    # Prefill served 4,000 prompt tokens/s, then 20,000 for two minutes (a rise of 16,000 within the 300 s
+    # cold start), then 4,000 again on 4 groups. Without coldStartSeconds the shrink goes to what the peak of
+    # the 60 s delay window needs (1 group); with it, not below (4,000 + 16,000) / 0.7 = 28,571: 4 groups.
+    counts = {"prefill": (4, 4), "decode": (1, 1)}
+    plain = compiled(budget=None)
+    for policy, want in ((plain, 1), (with_cold_start(300.0), 4)):
+        _, state = run_evaluations({**QUIET, "prompt": 4000.0}, counts, 8, policy=policy)
+        _, state = run_evaluations({**QUIET, "prompt": 20000.0}, counts, 8, state, T0 + 120, policy=policy)
+        decisions, state = run_evaluations({**QUIET, "prompt": 4000.0}, counts, 8, state, T0 + 240, policy=policy)
+        got = scales(decisions)["prefill"]
+        assert got.desired == want, got.message
+    assert "the largest rise within 300s lately, 16000 tokens/s" in got.message
+
+
+def test_with_a_cold_start_a_steady_rise_is_forecast_over_it() -> None:
+    # Past the rate window, the prompt rate climbs 1,000 tokens/s every 15 s: sizing.trend_and_burst's trend
+    # (its lower confidence bound, at most twice the load) raises the need above what the rate now needs.
+    counts = {"prefill": (8, 8), "decode": (1, 1)}
+    state = PolicyState()
+    for i in range(12):
+        decisions, state = run_evaluations({**QUIET, "prompt": 4000.0 + 1000.0 * max(0, i - 4)}, counts, 1, state,
+                                           T0 + 15 * i, policy=with_cold_start(300.0))
+    got = scales(decisions)["prefill"]
+    assert "forecast" in got.message
+    assert "trend" in got.message
+    rate = 4000.0 + 1000.0 * 7
+    assert f"prefill needs {rate / 0.7:.0f} tokens/s" not in got.message
+
+
+def test_a_fresh_controllers_rate_ramp_is_no_history() -> None:
+    # The first rate window (60 s here) of a fresh controller ramps from nothing: it must not read as a trend.
+    counts = {"prefill": (1, 1), "decode": (1, 1)}
+    state = PolicyState()
+    for i, rate in enumerate((1000.0, 2000.0, 3000.0, 4000.0, 4000.0, 4000.0, 4000.0)):
+        _, state = run_evaluations({**QUIET, "prompt": rate}, counts, 1, state, T0 + 15 * i,
+                                   policy=with_cold_start(300.0))
+    rates = learned(state, "prefill").rates
+    assert rates
+    assert min(t for t, _ in rates) >= T0 + 60
+    assert {r for _, r in rates} == {4000.0}
 
 
 # ----------------------------------------------------------------------------------------- the policy file

@@ -20,11 +20,21 @@ group, a conservative prior from a profile):
    ``slo.SETTLE_S``, the tokens/s the role serves per group of prior capacity *is* its capacity (κ moves toward
    it); otherwise what it serves is a lower bound (κ rises to it at once); within ``slo.CAPACITY_SCALE_BOUNDS``.
    Prefill learns from prompt tokens/s, decode from generated tokens/s; kept in ``DisaggState``.
+0b. **Utilization at the SLO** (``c`` per role, starts at ``targetUtilization``), learned from the latency
+   headroom by the ``slo`` type's rule (``sizing.learn_utilization``, shared, not a copy): while the role's
+   quantile is at risk on a count the model thought enough, ``c`` drops in proportion to the excess; while it
+   is comfortably met (≤ ``sizing.RELAX_FRACTION`` of the objective) on a settled count, ``c`` recovers and
+   probes upward to the highest load per group proven comfortable / (1 − ``HYSTERESIS``), at most 1. The
+   need below is sized at ``c``, so a role whose latency has room runs its groups hotter (fewer chips), and
+   one whose latency suffers at ``targetUtilization`` runs them cooler. Unlike the ``slo`` type it keeps no
+   memory of counts found short (the at-risk rule withdraws what was proven; a shrink waits for the peak).
 1. **Need** in tokens/s of *declared* capacity, the largest of what is known:
-   prefill: ``promptTokens / (u·κ)``; decode: ``generationTokens / (u·κ)`` and ``kvCacheUsage × ready capacity /
-   kvTarget`` (a group's KV cache is taken as proportional to its token rate: ``estimate``); ``u`` is the role's
-   ``targetUtilization``. **Latency**: when the measured quantile (TTFT for prefill, time per output token for
-   decode) is at or above its objective, or requests have waited on every ready group for
+   prefill: ``promptTokens / (c·κ)``; decode: ``generationTokens / (c·κ)`` and ``kvCacheUsage × ready capacity /
+   kvTarget`` (a group's KV cache is taken as proportional to its token rate: ``estimate``). With
+   ``coldStartSeconds`` (opt-in) the token rate is first raised to its forecast over the cold start
+   (``sizing.trend_and_burst``: the trend's lower confidence bound, bursts; a floor only; a fresh controller's
+   first rate window is not history). **Latency**: when the measured quantile (TTFT for prefill, time per
+   output token for decode) is at or above its objective, or requests have waited on every ready group for
    ``slo.SATURATED_EVALUATIONS`` evaluations in a row (saturation as the ``slo`` type defines it: a moment's
    queue is not), and no group of the role is starting, the need is at least the ready capacity plus one group
    of the variant with the fewest chips.
@@ -34,7 +44,9 @@ group, a conservative prior from a profile):
    requests wait on every ready group.
 3. **Scale-down delay**: a shrink sizes for the highest need of the last ``scaleDownDelaySeconds`` with
    ``HYSTERESIS`` headroom, so a steady load is a fixed point; none before a whole window has been observed
-   since the policy's first evaluation.
+   since the policy's first evaluation. With ``coldStartSeconds``, not below ``(rate + rise) / (c·κ)``, ``rise``
+   the largest rise of the rate within one cold start seen over ``sizing.lookback`` (the burst headroom the
+   traffic has shown: a group released now is missing that long if it comes back).
 4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
    changes from the current counts; within each variant's min/max and the role's ``minGroups``; with an
    inventory (``core.topology``), only mixes whose new groups can be placed (stopping preemptible training if
@@ -60,6 +72,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from autoscaler.core import sizing
 from autoscaler.core.model import SignalValue
 from autoscaler.core.policies import slo
 from autoscaler.core.policies.base import Context, Recommendation
@@ -182,6 +195,12 @@ class DisaggregatedPolicyConfig(SpecModel):
     scale_down_delay_seconds: float = Field(
         default=300.0, ge=0, le=86400, description="A shrink sizes for the highest need seen this long."
     )
+    cold_start_seconds: float | None = Field(
+        default=None, gt=0, le=7200,
+        description="From asking for a group to its serving (Kueue admission, slice provisioning, model load). "
+        "With it, each role's demand is forecast over it (trend and bursts) and a shrink keeps room for the "
+        "largest rise seen within it (rule 3); without it, neither.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DisaggregatedPolicyConfig:
@@ -245,6 +264,10 @@ class RoleNeed:
     #: Whether the signals allow a shrink (all known, latency known and not at risk, nothing waiting).
     may_shrink: bool
     message: str
+    #: A shrink keeps at least this (tokens/s of declared capacity): the load now plus the largest rise seen
+    #: within one cold start (rule 3); 0 without ``coldStartSeconds``.
+    keep: float = 0.0
+    keep_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +283,13 @@ class Learned:
     #: The ready group count and since when it holds (served rates are trailing averages).
     ready: int = -1
     ready_since: float = 0.0
+    #: ``c``: the utilization (of the learned capacity) the role may run at and keep its latency objective
+    #: (rule 0b, ``sizing.learn_utilization``); None until the first evaluation (then ``targetUtilization``).
+    utilization: float | None = None
+    #: The highest load per ready group at which the latency quantile was comfortably met (the upward probe).
+    proven: float = 0.0
+    #: ``(time, tokens/s)`` the role served, over ``sizing.lookback`` of the cold start (forecast, rises).
+    rates: tuple[tuple[float, float], ...] = ()
 
     @property
     def saturated(self) -> bool:
@@ -341,7 +371,7 @@ def _demand_names(spec: PrefillSpec | DecodeSpec) -> tuple[str | None, str | Non
 
 def learn(
     config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
-    status: Mapping[str, VariantStatus], prev: Learned, now: float, dt: float,
+    status: Mapping[str, VariantStatus], prev: Learned, now: float, dt: float, *, warm: bool = True,
 ) -> Learned:
     """Rule 0: one role's κ after this evaluation, by the ``slo`` type's rule (``slo.learn_capacity_scale``)."""
     spec = config.role(role)
@@ -368,7 +398,28 @@ def learn(
             alpha=slo.capacity_alpha(samples, dt),
         )
         samples += int(saturated)
-    return Learned(scale, samples, run, ready_groups, ready_since)
+    # Rule 0b: the utilization at the SLO, by the ``slo`` type's rule (``sizing.learn_utilization``), in
+    # groups of the role's mean ready group: load = what the ready groups serve over their learned capacity.
+    c = spec.target_utilization if prev.utilization is None else prev.utilization
+    proven = prev.proven
+    latency = _value(signals, latency_name)
+    if rate is not None and ready_groups > 0 and ready_cap > 0:
+        load = rate / (scale * ready_cap / ready_groups)
+        headroom = sizing.learn_utilization(
+            c, proven, target=spec.target_utilization,
+            ratio=None if latency is None else latency / objective,
+            latency_unknown=latency_name is not None and latency is None, demand_zero=rate <= 0, load=load,
+            served_load=load, ready=ready_groups, starting=starting, settled=settled,
+            # No memory of counts found short here (the ``slo`` type keeps one): the at-risk rule withdraws
+            # what was proven, and a shrink still waits for the peak of scaleDownDelaySeconds.
+            near_short=False, hysteresis=HYSTERESIS, dt=dt,
+        )
+        c, proven = headroom.utilization, headroom.proven
+    rates = prev.rates
+    if config.cold_start_seconds is not None and rate is not None and warm:
+        span = sizing.lookback(config.cold_start_seconds)
+        rates = (*(r for r in prev.rates if now - r[0] < span), (now, rate))
+    return Learned(scale, samples, run, ready_groups, ready_since, c, proven, rates)
 
 
 def role_need(
@@ -380,7 +431,7 @@ def role_need(
     kappa = learned.scale
     spec = config.role(role)
     variants = spec.variants
-    u = spec.target_utilization
+    u = spec.target_utilization if learned.utilization is None else learned.utilization
     ready = {v.name: status[v.name].ready for v in variants}
     ready_groups = sum(ready.values())
     starting = sum(status[v.name].starting for v in variants)
@@ -399,15 +450,33 @@ def role_need(
         latency_name, kv_name = spec.signals.time_per_output_token, spec.signals.kv_cache_usage
         objective, what = spec.time_per_output_token_seconds, "time per output token"
     demand_known = False
+    keep, keep_text = 0.0, ""
     if tokens_name is not None:
         rate = _value(signals, tokens_name)
         if rate is None:
             unknown.append(tokens_name)
         else:
             demand_known = True
-            needs.append(rate / (u * kappa))
             learned_text = "" if kappa == 1.0 else f" and learned capacity {kappa:.2f}× the declared"
-            parts.append(f"{rate:.0f} tokens/s at utilization {u:g}{learned_text} needs {rate / (u * kappa):.0f}")
+            u_text = (f"{u:g}" if u == spec.target_utilization else
+                      f"{u:.2f} (learned from the latency headroom; target {spec.target_utilization:g})")
+            ahead, fc_text = rate, ""
+            horizon = config.cold_start_seconds
+            if horizon is not None and learned.rates:
+                # Rule 1's forecast over the cold start (the ``slo`` type's trend and burst rule): a floor only.
+                fc = sizing.trend_and_burst(learned.rates, learned.rates[-1][0], rate, horizon,
+                                            slo.ForecastSpec().burst_ratio, None)
+                if fc.value > rate:
+                    ahead, fc_text = fc.value, f"; forecast {fc.value:.0f} over the {horizon:g}s cold start{fc.text}"
+                # Rule 3: what the load rose by within one cold start lately may come back before a group
+                # released now could return.
+                rise = sizing.largest_rise(learned.rates, horizon)
+                keep = (rate + rise) / (u * kappa)
+                keep_text = (f"not below {keep:.0f} (load {rate:.0f} + the largest rise within {horizon:g}s "
+                             f"lately, {rise:.0f} tokens/s)")
+            needs.append(ahead / (u * kappa))
+            parts.append(f"{rate:.0f} tokens/s at utilization {u_text}{learned_text} needs "
+                         f"{ahead / (u * kappa):.0f}{fc_text}")
     if kv_name is not None:
         kv = _value(signals, kv_name)
         if kv is None:
@@ -463,7 +532,8 @@ def role_need(
     may_shrink = not unknown and not at_risk and not queued
     if not may_shrink and not unknown:
         parts.append("no shrink while latency is at risk or requests queue")
-    return RoleNeed(role, need, may_shrink, f"{role} needs {need:.0f} tokens/s ({'; '.join(parts)})")
+    return RoleNeed(role, need, may_shrink, f"{role} needs {need:.0f} tokens/s ({'; '.join(parts)})", keep,
+                    keep_text)
 
 
 #: Whether these new groups (variant name -> how many more) can be placed; None: no inventory, all fit.
@@ -598,8 +668,10 @@ def plan(
     *,
     fits: FitCheck | None = None,
     group_budget: int | None = None,
+    rate_window_s: float = 0.0,
 ) -> tuple[JointPlan, DisaggState]:
-    """Rules 1-5: each variant's count before the capacity request, and the new state."""
+    """Rules 1-5: each variant's count before the capacity request, and the new state. ``rate_window_s``: the
+    token signals' rate window (a fresh controller's rates within it are not history)."""
     needs: list[RoleNeed] = []
     histories: dict[Role, tuple[tuple[float, float], ...]] = {}
     desired: dict[str, int] = {}
@@ -607,7 +679,8 @@ def plan(
     current = {v.name: status[v.name].spec for _, v in config.variants()}
     since = now if state.since is None else state.since
     dt = 0.0 if state.last_t is None else max(0.0, now - state.last_t)
-    learned = {role: learn(config, role, signals, status, state.learned(role), now, dt) for role in ROLES}
+    warm = now - since >= rate_window_s
+    learned = {role: learn(config, role, signals, status, state.learned(role), now, dt, warm=warm) for role in ROLES}
     #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
     additions: dict[str, int] = {}
     for role in ROLES:
@@ -634,13 +707,15 @@ def plan(
                         "policy may stop")
         else:
             peak = max(n for _, n in history)
-            target = peak / (1.0 - HYSTERESIS)
+            target = max(peak / (1.0 - HYSTERESIS), rn.keep)
             window = config.scale_down_delay_seconds
             carry = min(target, spec_cap)
             mix = choose_mix(spec.variants, cur, carry, min_groups=spec.min_groups, fits=fit)
             if not rn.may_shrink:
                 mix = {k: max(n, cur[k]) for k, n in mix.items()}
             how = f"peak {peak:.0f} tokens/s over {window:g}s with {HYSTERESIS:.0%} headroom"
+            if rn.keep_text:
+                how += f", {rn.keep_text}"
             if now - since < window and any(mix[k] < cur[k] for k in cur):
                 mix = {k: max(n, cur[k]) for k, n in mix.items()}
                 how += f"; no shrink before a whole {window:g}s window is observed ({now - since:.0f}s so far)"
