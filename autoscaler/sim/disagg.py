@@ -222,21 +222,6 @@ class PairSearch:
             left -= out[name] * chips
         return out
 
-    def warm_start(self, schedules: dict[str, list[tuple[float, int]]]) -> dict[str, int]:
-        """Every row's fleet at time 0: what the oracle's schedules carry then, as groups of each role's primary
-        pool (its variants at their minimum): the baselines size the primary pools only, and a variant group
-        they never scale must not serve in their rows for free."""
-        first = self.initial(schedules)
-        out = {}
-        for pools in self.roles.values():
-            primary, *variants = pools
-            carried = sum(self.group_capacity[p.name] * first.get(p.name, self.bounds[p.name][0]) for p in pools)
-            floor = sum(self.group_capacity[p.name] * self.bounds[p.name][0] for p in variants)
-            lo, hi = self.bounds[primary.name]
-            out[primary.name] = max(lo, min(hi, math.ceil(carried - floor - 1e-9)))
-            out.update({p.name: self.bounds[p.name][0] for p in variants})
-        return out
-
     def simulate(self, schedules: dict[str, list[tuple[float, int]]], label: str, stop: int | None,
                  name: str = "oracle") -> PairCandidate:
         key = tuple((k, tuple(v)) for k, v in sorted(schedules.items()))
@@ -492,7 +477,7 @@ def run_rows(
     if prefill.initial_replicas is not None and decode.initial_replicas is not None:
         n0 = {prefill.name: prefill.initial_replicas, decode.name: decode.initial_replicas}
     elif orc is not None and orc.candidate.schedules:
-        n0 = search.warm_start(orc.candidate.schedules)
+        n0 = search.initial(orc.candidate.schedules)
     else:
         n0 = {p.name: p.initial_replicas if p.initial_replicas is not None else p.min_replicas for p in pair}
 
