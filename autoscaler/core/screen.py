@@ -11,7 +11,9 @@ scale-down stabilization the highest recommendation of their windows, this one i
 the current count the stabilized count is the current count; rate limits only bound a change; the count is
 within [min, max] (checked). What else in ``decide`` may change a count is ruled out before the type is asked:
 capacity arbitration (training decisions), scale-to-zero (an idle timer), several targets (a joint plan), a
-signal unknown (fallback counts), a count outside [min, max].
+signal unknown (fallback counts), a count outside [min, max], and HPA's legacy path without a ``behavior``
+block (it holds at the highest recommendation of its window, which may be above the current count: the
+property test found that one).
 
 ``quiet`` is conservative: False means "decide", never "it will change". ``tests/core/test_screen.py`` checks,
 on drawn policies, readings and states, that a quiet observation's ``decide`` never acts and that each type's
@@ -35,6 +37,9 @@ def screened(compiled: CompiledPolicy) -> bool:
         and spec.capacity is None
         and not spec.scale_to_zero.enabled
         and not spec.pools()
+        # HPA's legacy path (no ``behavior`` block) holds at the highest recommendation of its window, which
+        # may be above the current count: a recommendation at the current count does not settle it there.
+        and (compiled.rules is not None or not algorithm.uses_behavior)
     )
 
 

@@ -27,6 +27,7 @@ from autoscaler.core.model import (
 from autoscaler.core.policies.base import Context
 from autoscaler.core.screen import quiet, screened
 from autoscaler.core.spec import ScalingPolicy
+from tests.core import test_engine_hpa_props as hpa_props
 
 TARGET = TargetRef(TargetKind.DEPLOYMENT, "llm", "serving")
 NOW = 10_000.0
@@ -146,3 +147,73 @@ def test_quiet_on_the_edges_and_what_it_leaves_to_decide() -> None:
                        scaleToZero={"enabled": True, "idleSeconds": 60,
                                     "activation": {"signal": "waiting", "threshold": 0}})
     assert not screened(compile_policy(stz))  # an idle timer may scale it to zero as time passes
+
+
+@st.composite
+def hpa_cases(draw: st.DrawFn) -> tuple[ScalingPolicy, Observation, PolicyState]:
+    """hpa policies as ``test_engine_hpa_props`` draws them (behaviors, tolerances), with a Value or an
+    AverageValue first metric and a Pods second one, readings near and far from their targets."""
+    doc = draw(hpa_props.policy_docs())
+    if draw(st.booleans()):
+        doc["spec"]["policy"]["metrics"][0]["target"] = {"type": "Value", "value": 40}
+    current = draw(st.integers(1, 40))
+    load = draw(st.one_of(st.none(), st.floats(0, 500, allow_nan=False), st.sampled_from([10.0 * current, 40.0])))
+    backlog = draw(st.one_of(st.none(), st.floats(0, 200, allow_nan=False), st.sampled_from([5.0 * current])))
+    obs = hpa_props.observation(current, (load, backlog, draw(st.integers(0, 2))), NOW - 1)
+    state = PolicyState(
+        recommendations=draw(histories), scale_up_events=draw(histories), scale_down_events=draw(histories),
+    )
+    return ScalingPolicy.model_validate(doc), obs, state
+
+
+def _legacy_case() -> tuple[ScalingPolicy, Observation, PolicyState]:
+    """Found by the property below: without a ``behavior`` block HPA holds at the highest recommendation of
+    its 300 s window, here 2 above the current 1, although this recommendation is 1."""
+    doc = hpa_props.policy_docs_fixed(300)
+    del doc["spec"]["policy"]["behavior"]
+    doc["spec"]["maxReplicas"] = 2
+    doc["spec"]["signals"].append({"name": "backlog", "query": "b"})
+    doc["spec"]["policy"]["metrics"].append(
+        {"signal": "backlog", "type": "Pods", "target": {"type": "AverageValue", "averageValue": 5}})
+    obs = hpa_props.observation(1, (0.0, 1.0, 0), NOW - 1)
+    return ScalingPolicy.model_validate(doc), obs, PolicyState(recommendations=((NOW - 300, 2),))
+
+
+@settings(max_examples=400, deadline=None)
+@given(hpa_cases())
+@example(_legacy_case())
+def test_a_quiet_hpa_observation_never_changes_the_count(case: tuple[ScalingPolicy, Observation, PolicyState]) -> None:
+    pol, obs, state = case
+    cp = compile_policy(pol)
+    if quiet(cp, obs, NOW):
+        decisions, _ = decide(cp, obs, state, NOW)
+        assert [d for d in decisions if not isinstance(d, ScaleDecision) or d.changes] == []
+
+
+@settings(max_examples=400, deadline=None)
+@given(hpa_cases())
+def test_hpa_holds_is_the_recommendation_at_the_current_count(
+    case: tuple[ScalingPolicy, Observation, PolicyState],
+) -> None:
+    """Exactly, when every metric is known; never True otherwise."""
+    pol, obs, _ = case
+    cp = compile_policy(pol)
+    signals = cp.judge.judge_all(cp.judge.combine(obs.signals, obs.replicas, NOW), NOW)
+    ctx = Context(NOW, obs.target, obs.replicas, signals, pol.spec)
+    rec, _ = cp.algorithm.recommend(ctx, None)
+    holds = cp.algorithm.holds(ctx)  # type: ignore[attr-defined]
+    if rec.unknown_signals:
+        assert not holds
+    else:
+        assert holds == (rec.replicas == obs.replicas.spec)
+
+
+def test_quiet_hpa_within_tolerance_and_outside() -> None:
+    doc = hpa_props.policy_docs_fixed(300)
+    cp = compile_policy(ScalingPolicy.model_validate(doc))
+
+    def obs(load: float, backlog: float) -> Observation:
+        return hpa_props.observation(4, (load, backlog, 0), NOW - 1)
+
+    assert quiet(cp, obs(40.0, 20.0), NOW)  # both metrics exactly at target for 4 replicas
+    assert not quiet(cp, obs(60.0, 20.0), NOW)  # load needs 6

@@ -486,6 +486,20 @@ class HpaAlgorithm:
                       current, counted.replicas)
         return MetricOutcome(name, counted.replicas, within, why)
 
+    def holds(self, ctx: Context) -> bool:
+        """Whether ``recommend`` would give the current count with every metric computable: the highest
+        metric's count is the current count (its rule without its sentences: a probe's screen asks this
+        thousands of times a second, ``core.screen.quiet``). False when a metric cannot be computed (upstream's
+        rules for invalid metrics are ``recommend``'s to apply)."""
+        top: int | None = None
+        for metric in self.metrics:
+            count = self._metric(metric, ctx)[1]
+            if count is None:
+                return False
+            if top is None or count > top:
+                top = count
+        return top == ctx.replicas.spec
+
 
 class MetricPlan(NamedTuple):
     """One metric of the config, read once."""
