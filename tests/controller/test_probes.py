@@ -359,3 +359,35 @@ async def test_a_quiet_screen_does_not_decide_and_a_moving_one_does(
     await settle(rt)
     assert calls == ["tgi-gemma"] * 2  # the screen's decide, then the escalated evaluation's
     assert replicas(kube) == 2
+
+
+async def test_a_few_targets_among_many_are_read_one_by_one_not_listed(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """A pass of a few policies in a namespace of many targets (a due screen handed to the pass, a watch)
+    reads them one by one: listing 60 Deployments to keep 2 is what LISTED_PER_READ weighs against."""
+    n = 60
+    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
+                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
+    for i in range(n):
+        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
+    r = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
+    (tmp_path / "tgi.yaml").unlink()
+    (tmp_path / "many.yaml").write_text("---\n".join(docs))
+    r.store.reload()
+    tgi.queue = 5
+    assert await r.controller.run_once()  # every policy: one list, which says how many the namespace holds
+    policies = list(r.store.policies.values())
+    listing = ("GET", "/apis/apps/v1/namespaces/llm/deployments")
+
+    async def reads(some: list[CompiledPolicy]) -> list[tuple[str, str]]:
+        kube.requests.clear()
+        views = await r.observer.targets.observe_many(some)
+        assert all(not isinstance(v, Exception) for v in views.values())
+        return [(q.method, q.path) for q in kube.requests if q.path.startswith(listing[1])]
+
+    few = await reads(policies[:2])
+    assert listing not in few
+    assert sorted(few) == [("GET", f"{listing[1]}/t0"), ("GET", f"{listing[1]}/t1")]
+    assert await reads(policies[:3]) == [listing]  # 3 × 25 ≥ 60: the list pays
+    await r.observer.aclose()
