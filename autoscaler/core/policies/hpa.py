@@ -493,7 +493,7 @@ class HpaAlgorithm:
         rules for invalid metrics are ``recommend``'s to apply)."""
         top: int | None = None
         for metric in self.metrics:
-            count = self._metric(metric, ctx)[1]
+            count = self._metric(metric, ctx).replicas
             if count is None:
                 return False
             if top is None or count > top:
