@@ -592,7 +592,8 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
     from autoscaler.core.policies import slo  # noqa: PLC0415
 
     if not ahead:
-        monkeypatch.setattr(slo, "HANDOFF_LEAD_COLD_STARTS", 1.0)  # the lead forecast = the cold start's: no lead
+        # The lead forecast = the cold start's: no lead.
+        monkeypatch.setattr(slo.SloAlgorithm, "_handoff_lead", lambda self, ctx, horizon: horizon)
     w = world
     tgi = RampingTgi()
     await tgi.start()
@@ -616,8 +617,9 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
     async def ramp() -> None:
         """+0.02 replica-equivalents a second, up to 0.9, for the whole test (demand does not stop rising when
         the controller acts). The forecasts are capped at twice the load, so at this slope the lead's forecast
-        (+0.4 over 20 s) asks for 2 from a load of 0.4 and the cold start's (+0.2 over 10 s) only from 0.6: ten
-        seconds apart, not one pass (at +0.04/s both reach 0.8 at a load of 0.4)."""
+        (over 70 s: the 10 s cold start plus the Job's 60 s grace period, ``Context.eviction_s``; capped) asks
+        for 2 from a load of 0.4 and the cold start's (+0.2 over 10 s) only from 0.6: ten seconds apart, not one
+        pass (at +0.04/s both reach 0.8 at a load of 0.4)."""
         while True:
             tgi.batch = min(9.0, 2.0 + 0.2 * (loop.time() - t0))
             await asyncio.sleep(0.1)
@@ -632,7 +634,7 @@ async def test_the_real_loop_acts_ahead_of_a_forecast_need_at_a_checkpoint(
     if ahead:
         assert scaled[0] == "HandoffAhead"
         (note,) = [n for r, n in events if r == "HandoffAhead"][:1]
-        assert "acting ahead: the policy forecasts 2 replicas within 20s (now 1)" in note
+        assert "acting ahead: the policy forecasts 2 replicas within 70s (now 1)" in note  # 10 s + 60 s grace
         assert "which just checkpointed" in note
     else:
         assert "HandoffAhead" not in scaled

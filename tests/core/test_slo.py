@@ -103,6 +103,8 @@ class Driver:
         self.now = T0
         #: Each replica's own value of some signals (what a pods source gives), for the next steps.
         self.per_replica: Mapping[str, Mapping[str, float]] = {}
+        #: The engine's ``Context.eviction_s`` (a hand-off's victims' eviction), for every step.
+        self.eviction_s: float | None = None
         #: Histogram buckets for the next step (``step``), by signal.
         self.histograms: Mapping[str, Mapping[float, float]] = {}
 
@@ -114,7 +116,8 @@ class Driver:
         self.histograms = {}
         signals = self.judge.judge_all(readings, self.now)
         ctx = Context(
-            self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec, self.per_replica
+            self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec, self.per_replica,
+            self.eviction_s,
         )
         rec, self.state = self.algo.recommend(ctx, self.state)
         self.now += STEP
@@ -926,3 +929,21 @@ def test_an_unknown_distribution_keeps_the_last_one() -> None:
 def test_prompt_length_needs_the_prompt_tokens() -> None:
     with pytest.raises(ValidationError, match="promptLength"):
         policy(config(signals={"waiting": "waiting", "promptLength": "plen"}))
+
+
+@pytest.mark.parametrize(
+    ("eviction_s", "lead"),
+    [
+        pytest.param(20.0, 140.0, id="a-saver-frees-its-chips-once-saved"),
+        pytest.param(60.0, 180.0, id="a-grace-period"),
+        pytest.param(None, 240.0, id="unknown-one-more-cold-start"),
+    ],
+)
+def test_the_hand_off_lead_is_the_victims_eviction_plus_the_cold_start(eviction_s: float | None, lead: float) -> None:
+    """``Recommendation.ahead`` forecasts over the eviction the arbitration knows (``Context.eviction_s``) plus
+    the 120 s cold start; without one, over two cold starts (the estimate)."""
+    drv = Driver()
+    drv.eviction_s = eviction_s
+    rec = drv.step(2, 2, waiting=0, running=40)
+    assert rec.ahead is not None
+    assert rec.ahead.within_s == lead

@@ -98,8 +98,9 @@ from autoscaler.core.specbase import FieldError, SpecModel
 MAX_SHORT = 32
 #: The learned share of usable slots stays above this.
 MIN_SLOT_SCALE = 0.05
-#: ``Recommendation.ahead`` forecasts this many cold starts ahead: a hand-off's lead is the training victim's
-#: eviction (Kueue's reconcile plus its grace period: estimate, at most one cold start) plus the cold start.
+#: ``Recommendation.ahead`` forecasts a hand-off's lead: the victims' eviction plus the cold start. When the engine
+#: gives no eviction (``Context.eviction_s``: no capacity, or no victim's grace period read), this many cold
+#: starts (estimate: grace periods of 30-60 s against cold starts of minutes, so at most one more cold start).
 HANDOFF_LEAD_COLD_STARTS = 2.0
 
 
@@ -532,9 +533,8 @@ class SloAlgorithm:
                 calm = (*calm, now)
         forecast, ftext, burst_at, season = load, "", prev.burst_at, prev.seasonal
         # For the capacity arbitration (``Recommendation.ahead``): the trend over a hand-off's lead, a training
-        # victim's eviction plus this cold start; the eviction is taken as at most one more cold start
-        # (estimate: grace periods of 30-60 s against cold starts of minutes).
-        reach = HANDOFF_LEAD_COLD_STARTS * horizon
+        # victim's eviction plus this cold start.
+        reach = self._handoff_lead(ctx, horizon)
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
         series = tuple(
@@ -747,6 +747,15 @@ class SloAlgorithm:
             f"prefill queue (M/G/1 per replica, prompts {lengths.mean:.0f} tok mean, residual {residual:.2f}s at "
             f"{rate:.0f} tok/s): ≤ {allowed:.2f} utilization holds the TTFT p{cfg.objective.percentile * 100:g}"
         )
+
+    def _handoff_lead(self, ctx: Context, horizon: float) -> float:
+        """How far ``Recommendation.ahead`` forecasts: a hand-off's lead, the longest eviction among the victims
+        the arbitration may stop now (``Context.eviction_s``: a trainer that saves within its grace period frees
+        its chips once saved, any other at its grace period's end) plus this cold start; without a known
+        eviction, ``HANDOFF_LEAD_COLD_STARTS`` cold starts."""
+        if ctx.eviction_s is not None:
+            return horizon + ctx.eviction_s
+        return HANDOFF_LEAD_COLD_STARTS * horizon
 
     def _rate_window(self, ctx: Context) -> float:
         """The longest rate window of the token signals (0 without them)."""
