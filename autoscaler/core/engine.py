@@ -211,27 +211,23 @@ def decide(
             # As KEDA, a known active activation signal wakes the target even if the policy's own signals
             # are unknown (an erroring trigger does not veto another's activity); it only ever scales up.
             woken = _scale_to_zero(compiled, signals, current, 0, nxt, now)
-            if woken.reason is Reason.ACTIVATE_FROM_ZERO:
+            if woken is not None and woken.reason is Reason.ACTIVATE_FROM_ZERO:
                 msg = f"{woken.message}; sized without the policy's unknown signals: {why}"
-                return _finish([scale(woken.desired, woken.reason, msg)], nxt, now, current, woken.desired)
+                return _finish([scale(woken.replicas, woken.reason, msg)], nxt, now, current, woken.replicas)
         msg = f"holding {current} replicas: {why} (unknown is never read as idle)"
         return Decided([scale(current, Reason.METRICS_UNKNOWN, msg)], nxt.freeze())
 
     if falling:
         assert fallback is not None  # _falling returns nothing without one
         chosen = _with_fallback(fallback, falling, rec, current, signals)
+        recommended, reason, message = chosen.replicas, chosen.reason, chosen.message
     else:
         assert rec.replicas is not None  # the unknown case returned above
-        chosen = _Chosen(rec.replicas, rec.reason, rec.message)
-    recommended, reason, message = chosen.replicas, chosen.reason, chosen.message
-    proposed = recommended
+        recommended, reason, message = rec.replicas, rec.reason, rec.message
     zero = _scale_to_zero(compiled, signals, current, recommended, nxt, now)
-    if zero.reason is Reason.SCALE_TO_ZERO and falling:
-        # KEDA scales to zero only when no trigger is in error; a falling-back trigger keeps the target up.
-        zero = behavior.Bounded(proposed, None, "")
-    recommended = zero.desired
-    if zero.reason is not None:
-        return _finish([scale(recommended, zero.reason, zero.message)], nxt, now, current, recommended)
+    # KEDA scales to zero only when no trigger is in error; a falling-back trigger keeps the target up.
+    if zero is not None and not (zero.reason is Reason.SCALE_TO_ZERO and falling):
+        return _finish([scale(zero.replicas, zero.reason, zero.message)], nxt, now, current, zero.replicas)
 
     if not algorithm.uses_behavior:
         # Types without the behavior stage smooth inside their own algorithm, which a fallback count bypasses:
@@ -378,7 +374,9 @@ def _arbitrate(
     replicas = observation.replicas
     if spec.capacity is None or observation.quota is None:
         held = _admission_hold(replicas, desired, reason, message, "")
-        return _finish([scale(desired, held.reason, held.message)], nxt, now, replicas.spec, desired)
+        if held is not None:
+            reason, message = held.reason, held.message
+        return _finish([scale(desired, reason, message)], nxt, now, replicas.spec, desired)
     if ahead is not None:
         ahead = Ahead(min(ahead.replicas, spec.max_replicas), ahead.within_s)
     # A scale-up deferred while its victims checkpoint stays wanted while the policy holds its count (had the
@@ -409,7 +407,8 @@ def _arbitrate(
             f"{plan.message}")
     else:
         held = _admission_hold(replicas, desired, reason, message, plan.message)
-        reason, message = held.reason, held.message
+        if held is not None:
+            reason, message = held.reason, held.message
     decisions: list[Decision] = [scale(desired, reason, message), *plan.training]
     return _finish(decisions, nxt, now, observation.replicas.spec, desired)
 
@@ -421,11 +420,12 @@ _ADMISSION_EXPLAINS = frozenset({Reason.STEADY, Reason.WITHIN_TOLERANCE, Reason.
 
 def _admission_hold(
     replicas: ReplicaStatus, desired: int, reason: Reason, message: str, plan_message: str
-) -> _Explained:
+) -> _Explained | None:
     """A hold while replicas wait for Kueue admission is ``WaitingForAdmission``: they are not starting (no
-    capacity is on its way for them until Kueue admits them), and the message says what they wait for."""
+    capacity is on its way for them until Kueue admits them), and the message says what they wait for. None:
+    the reason and message stand (the usual case, kept free of a record per evaluation)."""
     if replicas.gated <= 0 or desired != replicas.spec or reason not in _ADMISSION_EXPLAINS:
-        return _Explained(reason, message)
+        return None
     text = (
         f"{replicas.gated} of {replicas.spec} replicas wait for Kueue admission (its scheduling gate: quota or "
         f"topology), not counted as starting"
@@ -469,20 +469,20 @@ def _scale_to_zero(
     recommended: int,
     nxt: _Next,
     now: float,
-) -> behavior.Bounded:
+) -> _Chosen | None:
     """KEDA-style activation: 0→1 above the threshold; to 0 after ``idleSeconds`` at or below it.
 
-    Returns the (possibly replaced) recommendation, with a reason and message when scale-to-zero decided;
+    Returns the count, reason and message when scale-to-zero decides, None when the recommendation stands;
     records in ``nxt`` since when the target has been idle.
     """
     stz = compiled.policy.spec.scale_to_zero
     if not stz.enabled or stz.activation is None:
-        return behavior.Bounded(recommended, None, "")
+        return None
     act = signals[stz.activation.signal]
     if not act.ok or act.value is None:
         # Unknown activation never scales to zero, and it interrupts an idle period.
         nxt.idle_since = None
-        return behavior.Bounded(recommended, None, "")
+        return None
     name, thr = stz.activation.signal, stz.activation.threshold
     if act.value > thr:
         nxt.idle_since = None
@@ -491,23 +491,21 @@ def _scale_to_zero(
             # this path skips the behavior stage, so the bounds are applied here.
             spec = compiled.policy.spec
             activated = min(spec.max_replicas, max(spec.min_replicas, 1, recommended))
-            return behavior.Bounded(activated, Reason.ACTIVATE_FROM_ZERO, (
+            return _Chosen(activated, Reason.ACTIVATE_FROM_ZERO, (
                 f"activating from zero: {name} {act.value:g} > activation threshold {thr:g}; "
                 f"{activated} replica(s)"
             ))
-        return behavior.Bounded(recommended, None, "")
+        return None
     idle_since = nxt.idle_since if nxt.idle_since is not None else now
     nxt.idle_since = idle_since
     if current == 0:
-        return behavior.Bounded(
-            0, Reason.STEADY, f"staying at zero: {name} {act.value:g} ≤ activation threshold {thr:g}"
-        )
+        return _Chosen(0, Reason.STEADY, f"staying at zero: {name} {act.value:g} ≤ activation threshold {thr:g}")
     if now - idle_since >= stz.idle_seconds:
-        return behavior.Bounded(0, Reason.SCALE_TO_ZERO, (
+        return _Chosen(0, Reason.SCALE_TO_ZERO, (
             f"scaling to zero: {name} {act.value:g} ≤ activation threshold {thr:g} for {now - idle_since:.0f}s "
             f"(idleSeconds {stz.idle_seconds:g})"
         ))
-    return behavior.Bounded(recommended, None, "")
+    return None
 
 
 def _roles_with_groups(
