@@ -24,7 +24,7 @@ from autoscaler.core.model import (
     TargetKind,
     TargetRef,
 )
-from autoscaler.core.policies.base import Context
+from autoscaler.core.policies.base import Context, Recommendation
 from autoscaler.core.screen import quiet, screened
 from autoscaler.core.spec import ScalingPolicy
 from tests.core import test_engine_hpa_props as hpa_props
@@ -100,6 +100,27 @@ def cases(draw: st.DrawFn) -> tuple[ScalingPolicy, Observation, PolicyState]:
     return pol, obs, state
 
 
+def _quiet_changes_nothing(case: tuple[ScalingPolicy, Observation, PolicyState]) -> None:
+    """A quiet observation's ``decide`` acts on nothing (the property both types' tests check)."""
+    pol, obs, state = case
+    cp = compile_policy(pol)
+    if quiet(cp, obs, NOW):
+        decisions, _ = decide(cp, obs, state, NOW)
+        assert [d for d in decisions if not isinstance(d, ScaleDecision) or d.changes] == []
+
+
+def _recommendation_and_holds(
+    case: tuple[ScalingPolicy, Observation, PolicyState],
+) -> tuple[Recommendation, bool, Observation]:
+    """The type's raw recommendation for the case's reading, and what its ``holds`` answers for it."""
+    pol, obs, _ = case
+    cp = compile_policy(pol)
+    signals = cp.judge.judge_all(cp.judge.combine(obs.signals, obs.replicas, NOW), NOW)
+    ctx = Context(NOW, obs.target, obs.replicas, signals, pol.spec)
+    rec, _ = cp.algorithm.recommend(ctx, None)
+    return rec, cp.algorithm.holds(ctx), obs  # type: ignore[attr-defined]
+
+
 @settings(max_examples=400, deadline=None)
 @given(cases())
 @example(  # on the scale-up edge: 30 needs 3 at 10/replica; held at 3, scaled at 2
@@ -109,11 +130,7 @@ def cases(draw: st.DrawFn) -> tuple[ScalingPolicy, Observation, PolicyState]:
     (queue_policy({"work": ["waiting"]}, min_replicas=1, max_replicas=10, behavior=None),
      Observation(TARGET, ReplicaStatus(3, 3, 0), {"waiting": SignalReading(16.0, NOW - 1)}), PolicyState()))
 def test_a_quiet_observation_never_changes_the_count(case: tuple[ScalingPolicy, Observation, PolicyState]) -> None:
-    pol, obs, state = case
-    cp = compile_policy(pol)
-    if quiet(cp, obs, NOW):
-        decisions, _ = decide(cp, obs, state, NOW)
-        assert [d for d in decisions if not isinstance(d, ScaleDecision) or d.changes] == []
+    _quiet_changes_nothing(case)
 
 
 @settings(max_examples=400, deadline=None)
@@ -121,12 +138,8 @@ def test_a_quiet_observation_never_changes_the_count(case: tuple[ScalingPolicy, 
 def test_holds_is_exactly_the_recommendation_at_the_current_count(
     case: tuple[ScalingPolicy, Observation, PolicyState],
 ) -> None:
-    pol, obs, _ = case
-    cp = compile_policy(pol)
-    signals = cp.judge.judge_all(cp.judge.combine(obs.signals, obs.replicas, NOW), NOW)
-    ctx = Context(NOW, obs.target, obs.replicas, signals, pol.spec)
-    rec, _ = cp.algorithm.recommend(ctx, None)
-    assert cp.algorithm.holds(ctx) == (rec.replicas == obs.replicas.spec)  # type: ignore[attr-defined]
+    rec, holds, obs = _recommendation_and_holds(case)
+    assert holds == (rec.replicas == obs.replicas.spec)
 
 
 def test_quiet_on_the_edges_and_what_it_leaves_to_decide() -> None:
@@ -183,11 +196,7 @@ def _legacy_case() -> tuple[ScalingPolicy, Observation, PolicyState]:
 @given(hpa_cases())
 @example(_legacy_case())
 def test_a_quiet_hpa_observation_never_changes_the_count(case: tuple[ScalingPolicy, Observation, PolicyState]) -> None:
-    pol, obs, state = case
-    cp = compile_policy(pol)
-    if quiet(cp, obs, NOW):
-        decisions, _ = decide(cp, obs, state, NOW)
-        assert [d for d in decisions if not isinstance(d, ScaleDecision) or d.changes] == []
+    _quiet_changes_nothing(case)
 
 
 @settings(max_examples=400, deadline=None)
@@ -196,12 +205,7 @@ def test_hpa_holds_is_the_recommendation_at_the_current_count(
     case: tuple[ScalingPolicy, Observation, PolicyState],
 ) -> None:
     """Exactly, when every metric is known; never True otherwise."""
-    pol, obs, _ = case
-    cp = compile_policy(pol)
-    signals = cp.judge.judge_all(cp.judge.combine(obs.signals, obs.replicas, NOW), NOW)
-    ctx = Context(NOW, obs.target, obs.replicas, signals, pol.spec)
-    rec, _ = cp.algorithm.recommend(ctx, None)
-    holds = cp.algorithm.holds(ctx)  # type: ignore[attr-defined]
+    rec, holds, obs = _recommendation_and_holds(case)
     if rec.unknown_signals:
         assert not holds
     else:
