@@ -1,8 +1,8 @@
 """Work done by a forked child on the machine's other core, its result sent back through a pipe.
 
-Used where an offline command has work that splits (``validate`` checks half of its files in a child) or that
-can start early (``replay`` imports matplotlib in a child while it replays). A fork shares everything the
-parent has imported, so the child starts at once, with no interpreter start-up or imports of its own.
+Used where an offline command has work that splits (``validate`` checks half of its files in a child). A fork
+shares everything the parent has imported, so the child starts at once, with no interpreter start-up or imports of
+its own.
 
 The child never returns into the caller's code: it leaves by ``os._exit`` whatever happens. Its answer is a
 pickle through our own pipe; a child that dies without answering (killed, out of memory) answers nothing, and

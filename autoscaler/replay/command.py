@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from autoscaler.core.spec import ScalingPolicy
-    from autoscaler.replay.plot import Painter
 
 PROG = "autoscaler replay"
 
@@ -41,7 +40,7 @@ def register(sub: Any) -> None:
             "Replay a ScalingPolicy over recorded metrics: Prometheus /api/v1/query_range JSON (one file per "
             "signal, named after it, or a directory of them; replicas.json = recorded replica count) or a CSV "
             "with a 'timestamp' column (unix seconds or RFC 3339), one column per signal and optionally "
-            "'replicas'. Writes decisions.jsonl, summary.json and replay.png to --out."
+            "'replicas'. Writes decisions.jsonl, summary.json and replay.svg to --out."
         ),
     )
     parser.add_argument("--policy", metavar="FILE", help="policy file (YAML, kind ScalingPolicy)")
@@ -81,7 +80,7 @@ def register(sub: Any) -> None:
         help="a scale event reversing the previous one within S seconds is a flap (default 300)",
     )
     parser.add_argument("--out", default="out/replay", metavar="DIR", help="output directory (default out/replay)")
-    parser.add_argument("--no-plot", action="store_true", help="skip replay.png (matplotlib is slow to import)")
+    parser.add_argument("--no-plot", action="store_true", help="skip replay.svg (the plot)")
     parser.add_argument(
         "--example",
         action="store_true",
@@ -160,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from autoscaler.replay import plot, report  # noqa: PLC0415 - see run (plot imports matplotlib only to draw)
+    from autoscaler.replay import report  # noqa: PLC0415 - see run
 
     flap_window_s = report.DEFAULT_FLAP_WINDOW_S if args.flap_window is None else args.flap_window
     if args.actuation_delay and args.mode != "whatif":
@@ -169,16 +168,10 @@ def _run(args: argparse.Namespace) -> int:
     metrics = args.metrics or ([str(EXAMPLE_TRACE)] if args.example else None)
     if policy_path is None or metrics is None:
         raise UsageError("needs --policy FILE and --metrics PATH (or --example for the bundled trace)", 2)
-    if args.no_plot:
-        return _replay(args, policy_path, metrics, flap_window_s, None)
-    # The drawing process starts now, so that it imports matplotlib while this one replays.
-    with plot.Painter() as painter:
-        return _replay(args, policy_path, metrics, flap_window_s, painter)
+    return _replay(args, policy_path, metrics, flap_window_s)
 
 
-def _replay(
-    args: argparse.Namespace, policy_path: str, metrics: list[str], flap_window_s: float, painter: Painter | None
-) -> int:
+def _replay(args: argparse.Namespace, policy_path: str, metrics: list[str], flap_window_s: float) -> int:
     from autoscaler.core.engine import compile_policy  # noqa: PLC0415 - see run
     from autoscaler.replay import engine, plot, report, traces  # noqa: PLC0415 - see run
 
@@ -205,8 +198,8 @@ def _replay(
         else:
             replay = engine.stream(compiled, trace, options)
         counts = report.Tally(replay, flap_window_s=flap_window_s)
-        # The plot keeps a few points per pixel column, gathered as the evaluations pass (no matplotlib yet).
-        columns = None if painter is None else plot.Columns(replay, evaluations=replay.evaluations, start=replay.start)
+        # The plot keeps a few points per pixel column, gathered as the evaluations pass.
+        columns = None if args.no_plot else plot.Columns(replay, evaluations=replay.evaluations, start=replay.start)
         try:
             writer = report.DecisionWriter(out / "decisions.jsonl", replay.target)
         except OSError as exc:
@@ -239,14 +232,14 @@ def _replay(
     summary = counts.summary(inputs=trace.files)
     try:
         report.write_summary(summary, out / "summary.json")
-        if columns is not None and painter is not None:
+        if columns is not None:
             columns.finish()
-            painter.draw(columns, out / "replay.png")
+            plot.plot(columns, out / plot.FILE_NAME)
     except OSError as exc:
         raise UsageError(f"{out}: cannot write the results: {exc.strerror or exc}") from None
     if not args.quiet:
         report.print_table(counts, summary, sys.stdout)
-        written = ["decisions.jsonl", "summary.json"] + ([] if args.no_plot else ["replay.png"])
+        written = ["decisions.jsonl", "summary.json"] + ([] if args.no_plot else [plot.FILE_NAME])
         print(f"\nwritten to {out}/: {', '.join(written)}")
     return 0
 

@@ -1,48 +1,42 @@
-"""A PNG of a replay: each signal as the core saw it, and the replica counts below, on one time axis.
+"""``replay.svg``: each signal as the core saw it, and the replica counts below, on one time axis.
 
 The plot is built from ``Columns``, which the replay feeds one evaluation at a time and which keeps, per pixel
-column of the figure, only the points that decide what that column shows (M4 aggregation: the first, last,
+column of the plotting area, only the points that decide what that column shows (M4 aggregation: the first, last,
 lowest and highest value of each series in it; Jugel et al., "M4: A Visualization-Oriented Time Series Data
 Aggregation", VLDB 2014). A one-evaluation spike stays visible however long the trace, an unknown evaluation
 still breaks the line and shades its column, and memory does not grow with the trace. A trace with no more
 evaluations than pixel columns is drawn point for point.
 
-matplotlib takes about half a second to import, so it is imported only when a plot is asked for, and then
-by a child process started before the replay (``Painter``), which imports it on the other core while the replay
-runs. The figure is drawn on matplotlib's Agg canvas without pyplot, with fixed margins measured from its text
-(no constrained layout, which measures every artist's box several times), the shaded spans as one collection.
+The picture is SVG text written here (``write_svg``), not a raster drawn by a plotting library: importing
+matplotlib took 0.5-0.7 s of CPU and rasterising a week's lines another 0.3-0.4 s, more than the rest of a
+replay's budget, while the SVG of a week is a few hundred kilobytes written in a few tens of milliseconds, and
+any browser opens it (and zooms it without blur). One panel per shown signal (the signal's name above it), the
+replica counts below as step lines, axes with ticks and labels, grid lines, unknown columns shaded, a legend
+right of the panels.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import os
-import pickle
-import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from xml.sax.saxutils import escape, quoteattr
 
-from autoscaler import forked
 from autoscaler.core.model import SignalState
 from autoscaler.replay.report import Info, rfc3339
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
-
     from autoscaler.replay.engine import Replay, Step
 
+#: The file the command writes.
+FILE_NAME = "replay.svg"
 #: More signal panels than this make each one unreadable; the rest are listed in the title.
 MAX_SIGNAL_PANELS = 4
-#: Figure size and resolution; the data never spans more pixel columns than the figure is wide.
-WIDTH_IN = 12.5
-DPI = 100
-#: Evaluations per pixel column are chosen so that there are at most this many columns.
-PIXELS = int(WIDTH_IN * DPI)
+#: Width of the plotting area in pixels: the data never spans more pixel columns than this.
+PIXELS = 1000
 
 
 @dataclass
@@ -123,6 +117,11 @@ class Columns:
         if self._k - self._bin_start >= self.per_column:
             self._flush()
 
+    @property
+    def added(self) -> int:
+        """How many evaluations were added."""
+        return self._k
+
     def finish(self) -> None:
         """Reduce the last, partly filled column."""
         if self._k > self._bin_start:
@@ -180,72 +179,138 @@ def columns_of(replay: Replay) -> Columns:
     return cols
 
 
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What the drawing reads of ``Info``, as plain data: a ``Stream`` holds the live evaluations, which the
-    drawing process is never sent."""
-
-    policy: str
-    target: str
-    mode: str
-    period_s: float
-    notes: list[str] = field(default_factory=list)
-
 
 def plot(columns: Columns, path: Path) -> None:
-    """Draw ``columns`` (finished) to ``path`` in this process; nothing when there was no evaluation."""
+    """Write ``columns`` (finished) to ``path`` as SVG; nothing when there was no evaluation."""
     if columns.names is None or columns.last_time is None:
         return
-    _draw(columns, path)
+    path.write_text(svg(columns), encoding="utf-8")
 
 
-#: The figure's fixed margins, in pixels (what matplotlib's constrained layout found for this figure, without
-#: its cost: it measures every artist's tight box, several times). Widths that depend on the text (signal names,
-#: tick labels, the legend) are measured with the renderer's font metrics, one string at a time.
-_PAD_PX = 8.0
-_TICK_PX = 7.0 * DPI / 72  # tick length 3.5 pt + pad 3.5 pt (matplotlib's defaults)
-_LABELPAD_PX = 4.0 * DPI / 72
-#: Vertical room between panels, as a fraction of a panel's height (the y axis' offset text, e.g. "1e6", sits
-#: there).
-_HSPACE = 0.12
+#: Layout in pixels. Text widths are estimated (no font metrics in a browser-independent file): a character of a
+#: sans-serif font is at most about 0.6 em wide for digits and lower case (an estimate, generous for most text).
+_FONT = 12
+_SMALL = 11
+_EM_W = 0.6
+_PAD = 10.0
+_NAME_H = 18.0  # a panel's name, above its frame
+_SIGNAL_H = 140.0
+_REPLICAS_H = 210.0
+_GAP = 16.0  # below a panel's frame (its lowest tick label spills half a line)
+_TICK = 4.0
+_LINE_H = 16.0
+_SWATCH = 24.0
+_BLUE, _RED, _GRAY, _ORANGE = "#1f77b4", "#d62728", "#7f7f7f", "#ff7f0e"
 
 
-def _draw(columns: Columns, path: Path) -> None:
-    """``figure(columns)`` as a PNG."""
-    fig = figure(columns)
-    # Fast zlib level: a plot is mostly flat colour, so the file is barely larger and written several times faster.
-    fig.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 1})
+def _text_w(text: str, size: float) -> float:
+    return len(text) * _EM_W * size
 
 
-def figure(columns: Columns) -> Figure:
-    """One panel per shown signal, the replica counts below, on matplotlib's Agg canvas (no pyplot)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - slow to import; only to draw
-    from matplotlib.figure import Figure  # noqa: PLC0415
-    from matplotlib.font_manager import FontProperties  # noqa: PLC0415
+def nice_ticks(lo: float, hi: float, most: int = 5) -> tuple[list[float], float]:
+    """Round tick values covering [lo, hi], 1, 2, 2.5 or 5 × 10^k apart (at most ``most`` steps), and the step."""
+    if hi <= lo:
+        pad = abs(lo) * 0.1 or 1.0
+        lo, hi = lo - pad, hi + pad
+    raw = hi / most - lo / most  # divided first: no overflow near the largest floats
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1.0, 2.0, 2.5, 5.0, 10.0) if m * magnitude >= raw * (1 - 1e-9))
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    ticks = [k * step for k in range(first, last + 1)]
+    if not all(map(math.isfinite, ticks)):  # rounded out beyond the largest float
+        return [lo, hi], raw * most
+    return ticks, step
 
+
+def tick_labels(ticks: list[float], step: float) -> list[str]:
+    """The shortest fixed-point labels that each read back as their tick (within a thousandth of a step);
+    scientific notation for very large or very small values."""
+    if max(abs(t) for t in ticks) >= 1e6 or step < 1e-4:
+        digits = 1
+        while digits < 15 and len({f"{t:.{digits}g}" for t in ticks}) < len(ticks):
+            digits += 1
+        labels = [f"{t:.{digits}g}" for t in ticks]
+    else:
+        decimals = 0
+        while decimals < 6 and any(abs(float(f"{t:.{decimals}f}") - t) > step * 1e-3 for t in ticks):
+            decimals += 1
+        labels = [f"{t:.{decimals}f}" for t in ticks]
+    return ["0" if label.lstrip("-").strip("0.") == "" else label for label in labels]
+
+
+@dataclass
+class _Panel:
+    """One panel: where its frame is, its value range and ticks, and what it draws."""
+
+    name: str
+    top: float
+    height: float
+    ticks: list[float]
+    labels: list[str]
+    lines: list[tuple[str, Line, bool, str]]  # (series id, points, as steps, SVG style)
+    unknown: list[bool]  # per pixel column: shaded
+
+    @property
+    def lo(self) -> float:
+        return self.ticks[0]
+
+    @property
+    def hi(self) -> float:
+        return self.ticks[-1]
+
+    def y(self, value: float) -> float:
+        # Halved first: no overflow when the range spans most of the floats.
+        return self.top + self.height * (self.hi / 2 - value / 2) / (self.hi / 2 - self.lo / 2)
+
+
+def _finite(values: Iterable[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
+
+
+def _panels(columns: Columns) -> tuple[list[_Panel], list[tuple[str, str]]]:
+    """The panels (value ranges, ticks, lines; placed later) and the legend's entries (label, line style)."""
+    panels: list[_Panel] = []
+    for j, name in enumerate(columns.shown):
+        values = _finite(columns.signals[j].values)
+        low, high = (min(0.0, *values), max(values)) if values else (0.0, 1.0)
+        ticks, step = nice_ticks(low, high)
+        panels.append(_Panel(name, 0.0, _SIGNAL_H, ticks, tick_labels(ticks, step),
+                             [(f"signal:{name}", columns.signals[j], False, f'stroke="{_BLUE}" stroke-width="1"')],
+                             [per[j] for _, _, _, per in columns.unknown]))
+    ticks, step = nice_ticks(0.0, max(columns.highest, 1) * 1.08)
+    if step < 1.0:  # replica counts are whole numbers
+        ticks, step = [float(k) for k in range(math.ceil(ticks[-1]) + 1)], 1.0
+    lines: list[tuple[str, Line, bool, str]] = []
+    legend: list[tuple[str, str]] = []
+    if columns.any_recorded:
+        # Wide and pale underneath, so the policy's line stays visible where the two agree.
+        style = f'stroke="{_GRAY}" stroke-width="3.5" stroke-opacity="0.45"'
+        lines.append(("recorded", columns.recorded, True, style))
+        legend.append(("recorded", style))
+    style = f'stroke="{_RED}" stroke-width="1.4"'
+    lines.append(("desired", columns.desired, True, style))
+    legend.append(("desired (policy)", style))
+    if columns.info.mode == "whatif":
+        style = f'stroke="{_ORANGE}" stroke-width="1" stroke-dasharray="4 3"'
+        lines.append(("ready", columns.ready, True, style))
+        legend.append(("ready (what-if)", style))
+    shaded = [any_unknown for _, _, any_unknown, _ in columns.unknown]
+    if any(shaded):
+        legend.append(("signal unknown (hold)", ""))
+    panels.append(_Panel("replicas", 0.0, _REPLICAS_H, ticks, tick_labels(ticks, step), lines, shaded))
+    return panels, legend
+
+
+def svg(columns: Columns) -> str:
+    """The SVG text of ``columns`` (finished, with at least one evaluation)."""
     info = columns.info
-    t0 = columns.start
-    assert columns.last_time is not None
     assert columns.names is not None
-    span = columns.last_time - t0
-    unit, scale = ("days", 86400.0) if span > 3 * 86400 else ("hours", 3600.0) if span > 3 * 3600 else ("minutes", 60.0)
-    unit_per_eval = info.period_s / scale
-
-    def xs(line: Line) -> list[float]:
-        return [k * unit_per_eval for k in line.at]
-
-    shown = columns.shown
-    height_in = 2.0 * len(shown) + 3.4
-    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
-    canvas = FigureCanvasAgg(fig)
-    renderer = canvas.get_renderer()  # type: ignore[no-untyped-call]  # untyped in matplotlib
-    fonts: dict[float, FontProperties] = {}
-
-    def extent(text: str, size: float) -> tuple[float, float]:
-        """(width, height) in pixels of one line of ``text`` at ``size`` points."""
-        prop = fonts.get(size) or fonts.setdefault(size, FontProperties(size=size))
-        w, h, _ = renderer.get_text_width_height_descent(text, prop, ismath=False)
-        return w, h
+    assert columns.last_time is not None
+    n = max(columns.added, 1)
+    t0 = columns.start
+    span_s = n * info.period_s
+    unit, scale = ("days", 86400.0) if span_s > 3 * 86400 else ("hours", 3600.0) if span_s > 3 * 3600 else (
+        "minutes", 60.0)
 
     hidden = columns.names[MAX_SIGNAL_PANELS:]
     title = f"replay of {info.policy} ({info.target}), mode {info.mode}: signals as the core saw them"
@@ -255,208 +320,145 @@ def figure(columns: Columns) -> Figure:
         title += f"; not shown: {', '.join(hidden)}"
     if columns.per_column > 1:
         title += f"; {columns.per_column} evaluations per pixel column (lowest, highest, first and last drawn)"
-    title = textwrap.fill(title, 110)  # wrapped: a what-if title is longer than the figure
-    line_px = extent("Ag", 10)[1] * 1.2
-    top_px = _PAD_PX + line_px * (title.count("\n") + 1) + _PAD_PX
-    tick_h = extent("0123456789", 10)[1]
-    bottom_px = _PAD_PX + tick_h + _LABELPAD_PX + tick_h + _TICK_PX
 
-    legend = ["recorded"] if columns.any_recorded else []
-    legend.append("desired (policy)")
-    if info.mode == "whatif":
-        legend.append("ready (what-if)")
-    if any(any_unknown for _, _, any_unknown, _ in columns.unknown):
-        legend.append("signal unknown (hold)")
-    # Handle 2 em, gap 0.8 em, border 0.4 em each side at 8 pt, and the anchor 0.5 % of the width right.
-    right_px = max(extent(text, 8)[0] for text in legend) + 3.6 * 8 * DPI / 72 + 0.005 * WIDTH_IN * DPI + _PAD_PX
+    panels, legend = _panels(columns)
 
-    axes = fig.subplots(
-        len(shown) + 1, 1, sharex=True, squeeze=False,
-        gridspec_kw={"height_ratios": [1.0] * len(shown) + [1.5], "hspace": _HSPACE},
-    )
-    panels = [row[0] for row in axes]
-    spans = [(k * unit_per_eval, (k + n) * unit_per_eval) for k, n, _, _ in columns.unknown]
+    # Horizontal layout: the widest tick label left of the panels, the legend right of them.
+    ticks_w = max(_text_w(label, _SMALL) for p in panels for label in p.labels)
+    left = _PAD + ticks_w + _TICK + 4.0
+    legend_w = max(_text_w(label, _SMALL) for label, _ in legend) + _SWATCH + 8.0
+    width = left + PIXELS + 12.0 + legend_w + _PAD
+    title_lines = textwrap.wrap(title, max(40, int((width - 2 * _PAD) / (_EM_W * _FONT))))
+    y = _PAD + _LINE_H * len(title_lines) + 6.0
+    for panel in panels:
+        panel.top = y + _NAME_H
+        y = panel.top + panel.height + _GAP
+    bottom = panels[-1].top + panels[-1].height
+    height = bottom + _TICK + _LINE_H + _LINE_H + _PAD
 
-    for j, (ax, name) in enumerate(zip(panels, shown, strict=False)):
-        line = columns.signals[j]
-        ax.plot(xs(line), line.values, lw=1.0, color="tab:blue")
-        ax.set_ylabel(name, rotation=0, ha="right", va="center")
-        ax.grid(alpha=0.3)
-        _shade(ax, spans, [per[j] for _, _, _, per in columns.unknown])
+    def x(k: float) -> float:
+        return left + PIXELS * k / n
 
-    ax = panels[-1]
-    if columns.any_recorded:
-        # Wide and pale underneath, so the policy's line stays visible where the two agree.
-        rec = columns.recorded
-        ax.step(xs(rec), rec.values, where="post", lw=3.5, alpha=0.45, color="tab:gray", label="recorded")
-    desired = columns.desired
-    ax.step(xs(desired), desired.values, where="post", lw=1.4, color="tab:red", label="desired (policy)")
-    if info.mode == "whatif":
-        ready = columns.ready
-        ax.step(xs(ready), ready.values, where="post", lw=1.0, color="tab:orange", ls="--", label="ready (what-if)")
-    _shade(ax, spans, [any_unknown for _, _, any_unknown, _ in columns.unknown], label="signal unknown (hold)")
-    ax.set_ylabel("replicas", rotation=0, ha="right", va="center")
-    ax.set_ylim(0, max(columns.highest, 1) * 1.08)
-    ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.grid(alpha=0.3)
-    # Outside the plotting area, to the right: the legend never covers a line.
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False, borderaxespad=0.0)
-    ax.set_xlabel(f"{unit} since {rfc3339(t0)}")
-    end = spans[-1][1] if spans else 1.0
-    ax.set_xlim(-0.02 * end, 1.02 * end)
+    x_ticks, x_step = nice_ticks(0.0, span_s / scale, most=8)
+    x_ticks = [t for t in x_ticks if t <= span_s / scale * (1 + 1e-9)]
+    x_labels = tick_labels(x_ticks, x_step)
+    x_at = [x(t * scale / info.period_s) for t in x_ticks]
 
-    # Each panel's tick labels as they will be drawn (the locator and formatter only, no tick artists), so the
-    # left margin fits the widest label and tick text, and each signal's name sits beside its own ticks.
-    offsets = []
-    for ax in panels:
-        lo, hi = ax.get_ylim()
-        locs = ax.yaxis.get_majorticklocs()
-        # Formatted together, as the axis formats them (the offset and precision depend on all of them).
-        labels = ax.yaxis.get_major_formatter().format_ticks(locs)
-        ticks_w = max((extent(text, 10)[0] for v, text in zip(locs, labels, strict=True) if lo <= v <= hi),
-                      default=0.0)
-        offsets.append(ticks_w + _TICK_PX + _LABELPAD_PX)
-    names_w = [extent(name, 10)[0] for name in [*shown, "replicas"]]
-    left_px = _PAD_PX + max(o + w for o, w in zip(offsets, names_w, strict=True))
-    width_px, height_px = WIDTH_IN * DPI, height_in * DPI
-    fig.subplots_adjust(
-        left=left_px / width_px, right=1.0 - right_px / width_px, top=1.0 - top_px / height_px,
-        bottom=bottom_px / height_px,
-    )
-    axes_w = width_px - left_px - right_px
-    for ax, offset in zip(panels, offsets, strict=True):
-        # Fixed label positions: matplotlib would otherwise place them from every tick label's box at each draw.
-        ax.yaxis.set_label_coords(-offset / axes_w, 0.5)
-    bottom_h = panels[-1].get_position().height * height_px
-    panels[-1].xaxis.set_label_coords(0.5, -(_TICK_PX + tick_h + _LABELPAD_PX) / bottom_h)
-    fig.suptitle(title, fontsize=10, y=1.0 - _PAD_PX / height_px, va="top")
-    return fig
+    out: list[str] = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="DejaVu Sans, Arial, sans-serif" font-size="{_FONT}">',
+        f"<title>{escape(title)}</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<text class="title" x="{width / 2:.1f}" y="{_PAD + _FONT:.1f}" text-anchor="middle">'
+        + "".join(f'<tspan x="{width / 2:.1f}" dy="{0 if i == 0 else _LINE_H:.0f}">{escape(t)}</tspan>'
+                  for i, t in enumerate(title_lines))
+        + "</text>",
+    ]
+    last = len(panels) - 1
+    for index, panel in enumerate(panels):
+        top, bottom_y = panel.top, panel.top + panel.height
+        out.append(f"<g class=\"panel\" data-name={quoteattr(panel.name)}>")
+        out.append(
+            f'<text class="name" x="{left:.1f}" y="{top - 5:.1f}" font-weight="bold">{escape(panel.name)}</text>'
+        )
+        # Shaded columns first (underneath): runs of unknown pixel columns, each spanning its evaluations.
+        for x0, x1 in _runs(columns.unknown, panel.unknown):
+            out.append(f'<rect class="unknown" x="{x(x0):.1f}" y="{top:.1f}" width="{x(x1) - x(x0):.1f}" '
+                       f'height="{panel.height:.1f}" fill="{_RED}" fill-opacity="0.12"/>')
+        out.append('<g class="y-axis" stroke="#000" stroke-opacity="0.12">')
+        for value in panel.ticks:
+            yy = panel.y(value)
+            out.append(f'<line x1="{left:.1f}" y1="{yy:.1f}" x2="{left + PIXELS:.1f}" y2="{yy:.1f}"/>')
+        out.append("</g>")
+        out.append('<g class="y-ticks" text-anchor="end">')
+        for value, label in zip(panel.ticks, panel.labels, strict=True):
+            yy = panel.y(value)
+            out.append(f'<line x1="{left - _TICK:.1f}" y1="{yy:.1f}" x2="{left:.1f}" y2="{yy:.1f}" stroke="#000"/>'
+                       f'<text x="{left - _TICK - 2:.1f}" y="{yy + 4:.1f}" font-size="{_SMALL}">{escape(label)}</text>')
+        out.append("</g>")
+        out.append('<g class="x-axis" stroke="#000" stroke-opacity="0.12">')
+        for xx in x_at:
+            out.append(f'<line x1="{xx:.1f}" y1="{top:.1f}" x2="{xx:.1f}" y2="{bottom_y:.1f}"/>')
+        out.append("</g>")
+        if index == last:
+            out.append('<g class="x-ticks" text-anchor="middle">')
+            for xx, label in zip(x_at, x_labels, strict=True):
+                out.append(f'<line x1="{xx:.1f}" y1="{bottom_y:.1f}" x2="{xx:.1f}" y2="{bottom_y + _TICK:.1f}" '
+                           f'stroke="#000"/><text x="{xx:.1f}" y="{bottom_y + _TICK + 12:.1f}" '
+                           f'font-size="{_SMALL}">{escape(label)}</text>')
+            out.append("</g>")
+        for series, line, steps, style in panel.lines:
+            d = _path(line, x, panel.y, steps, x(n))
+            if d:
+                out.append(f'<path class="series" data-series={quoteattr(series)} fill="none" {style} '
+                           f'stroke-linejoin="round" d="{d}"/>')
+        out.append(f'<rect class="frame" x="{left:.1f}" y="{top:.1f}" width="{PIXELS}" height="{panel.height:.1f}" '
+                   'fill="none" stroke="#000" stroke-width="0.8"/>')
+        out.append("</g>")
+    out.append(f'<text class="x-label" x="{left + PIXELS / 2:.1f}" y="{bottom + _TICK + 2 * _LINE_H + 2:.1f}" '
+               f'text-anchor="middle">{escape(f"{unit} since {rfc3339(t0)}")}</text>')
+    # The legend right of the replicas panel: it never covers a line.
+    lx = left + PIXELS + 12.0
+    out.append(f'<g class="legend" font-size="{_SMALL}">')
+    for i, (label, style) in enumerate(legend):
+        ly = panels[-1].top + 10.0 + i * _LINE_H
+        if style:
+            swatch = f'<line x1="{lx:.1f}" y1="{ly:.1f}" x2="{lx + _SWATCH - 4:.1f}" y2="{ly:.1f}" {style}/>'
+        else:
+            swatch = (f'<rect x="{lx:.1f}" y="{ly - 5:.1f}" width="{_SWATCH - 4:.0f}" height="10" fill="{_RED}" '
+                      'fill-opacity="0.12"/>')
+        out.append(f'<g class="entry">{swatch}<text x="{lx + _SWATCH:.1f}" y="{ly + 4:.1f}">{escape(label)}</text></g>')
+    out.append("</g>")
+    out.append("</svg>\n")
+    return "\n".join(out)
 
 
-def _shade(ax: Axes, spans: list[tuple[float, float]], mask: list[bool], label: str | None = None) -> None:
-    """Shade the runs of columns where ``mask`` holds (each column covers its evaluations' periods), as one
-    collection of rectangles spanning the panel's height."""
-    from matplotlib.collections import PolyCollection  # noqa: PLC0415 - only to draw
-
-    runs: list[tuple[float, float]] = []
-    start: float | None = None
-    end = 0.0
-    for (x0, x1), m in zip(spans, mask, strict=True):
+def _runs(spans: list[tuple[int, int, bool, list[bool]]], mask: list[bool]) -> list[tuple[int, int]]:
+    """The runs of pixel columns where ``mask`` holds, as (first evaluation, end evaluation)."""
+    runs: list[tuple[int, int]] = []
+    start: int | None = None
+    end = 0
+    for (base, count, _, _), m in zip(spans, mask, strict=True):
         if m and start is None:
-            start = x0
+            start = base
         elif not m and start is not None:
-            runs.append((start, x0))
+            runs.append((start, base))
             start = None
-        end = x1
+        end = base + count
     if start is not None:
         runs.append((start, end))
-    if runs:
-        rectangles = [[(x0, 0.0), (x0, 1.0), (x1, 1.0), (x1, 0.0)] for x0, x1 in runs]
-        shade = PolyCollection(
-            rectangles, transform=ax.get_xaxis_transform(), facecolors="tab:red", alpha=0.12, linewidths=0,
-            label=label,
-        )
-        ax.add_collection(shade, autolim=False)
+    return runs
 
 
-class Painter:
-    """Draws ``replay.png`` in a child process that imports matplotlib while the replay runs.
-
-    Importing matplotlib takes about half a second of CPU, drawing a few tenths: started before the replay,
-    the child spends that time on the other core, and the parent only sends it the finished ``Columns`` (a few
-    thousand points) and waits for the file. Where a child cannot be forked (no ``os.fork``, or other threads
-    running, which a fork could catch holding a lock), or when it dies without an answer, ``draw`` draws in
-    this process: the same function, the same file. Use as a context manager (the child ends with it).
-    """
-
-    def __init__(self) -> None:
-        self._pid: int | None = None
-        self._send = self._answer = -1
-        #: Whether the last ``draw`` was the child's (else this process drew).
-        self.by_child = False
-        if not forked.can_fork():
-            return
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()  # the child must not write the parent's buffered output a second time
-        to_child, from_parent = os.pipe()[::-1]
-        to_parent, from_child = os.pipe()[::-1]
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into the caller's code
-            code = 1
-            try:
-                os.close(to_child)
-                os.close(from_child)
-                code = _serve(from_parent, to_parent)
-            finally:
-                os._exit(code)
-        os.close(from_parent)
-        os.close(to_parent)
-        self._pid, self._send, self._answer = pid, to_child, from_child
-
-    def draw(self, columns: Columns, path: Path) -> None:
-        """``plot(columns, path)``, by the child when there is one. Raises ``OSError`` as ``plot`` does."""
-        if columns.names is None or columns.last_time is None:
-            return
-        if self._pid is None:
-            _draw(columns, path)
-            return
-        info = columns.info
-        sent = copy.copy(columns)
-        sent.info = Facts(info.policy, info.target, info.mode, info.period_s, list(info.notes))
-        sent._shown_appends, sent._other_appends = [], ()  # the finished columns' data only
-        try:
-            forked.write_all(self._send, pickle.dumps((sent, path), protocol=pickle.HIGHEST_PROTOCOL))
-            os.close(self._send)
-            self._send = -1
-            answer = forked.read_all(self._answer)
-        except OSError:
-            answer = b""  # the child is gone (a broken pipe): draw here
-        self.close()
-        if not answer:
-            _draw(columns, path)
-            return
-        outcome = pickle.loads(answer)  # our own child's answer, through our own pipe
-        self.by_child = True
-        if outcome[0] == "oserror":
-            _, errno, strerror, filename = outcome
-            raise OSError(errno, strerror, filename)
-        if outcome[0] == "error":
-            raise RuntimeError(f"drawing {path} failed: {outcome[1]}")
-
-    def close(self) -> None:
-        """End the child (it exits when its input closes without a picture) and reap it."""
-        for fd in (self._send, self._answer):
-            if fd >= 0:
-                os.close(fd)
-        self._send = self._answer = -1
-        if self._pid is not None:
-            os.waitpid(self._pid, 0)
-            self._pid = None
-
-    def __enter__(self) -> Painter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _serve(source: int, answer: int) -> int:
-    """The drawing child: import matplotlib at once, then draw what the parent sends (nothing if it sends
-    nothing), and answer ``("ok",)``, ``("oserror", errno, strerror, filename)`` or ``("error", text)``."""
-    import matplotlib.backends.backend_agg  # noqa: PLC0415 - the point of the child: imported meanwhile
-    import matplotlib.figure  # noqa: F401, PLC0415
-
-    data = forked.read_all(source)
-    if not data:
-        return 0
-    columns, path = pickle.loads(data)  # our parent's data, through our own pipe
-    outcome: tuple[object, ...]
-    try:
-        _draw(columns, path)
-        outcome = ("ok",)
-    except OSError as exc:
-        outcome = ("oserror", exc.errno, exc.strerror, exc.filename)
-    except Exception as exc:  # reported to the parent, which raises it
-        outcome = ("error", f"{type(exc).__name__}: {exc}")
-    forked.write_all(answer, pickle.dumps(outcome))
-    return 0
+def _path(line: Line, x: Callable[[float], float], y: Callable[[float], float], steps: bool, end: float) -> str:
+    """SVG path data of ``line``: a polyline, or a step line holding each value until the next point (and the last
+    until ``end``); a NaN lifts the pen. Every kept point is drawn: the decimation is ``Columns``'."""
+    parts: list[str] = []
+    pen = False
+    alone = False  # the pen is down on one point only: drawn as a short dash, or it would not show
+    previous = math.nan
+    for k, value in zip(line.at, line.values, strict=True):
+        if math.isnan(value):
+            if pen and steps:
+                parts.append(f"H{x(k):.1f}")  # the last value holds until the unknown evaluation
+            elif alone:
+                parts.append("h1")
+            pen = alone = False
+            continue
+        if not pen:
+            parts.append(f"M{x(k):.1f} {y(value):.1f}")
+            pen = alone = True
+            previous = value
+            continue
+        alone = False
+        if steps:
+            if value != previous:
+                parts.append(f"H{x(k):.1f}V{y(value):.1f}")
+        else:
+            parts.append(f"L{x(k):.1f} {y(value):.1f}")
+        previous = value
+    if pen and steps:
+        parts.append(f"H{end:.1f}")
+    elif alone:
+        parts.append("h1")
+    return "".join(parts)

@@ -13,7 +13,6 @@ from autoscaler import cli
 from autoscaler.replay import command
 
 DATA = Path(__file__).parent / "data"
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def replay(out: Path, *args: str) -> int:
@@ -30,7 +29,7 @@ def test_example_recorded_with_plot(tmp_path: Path, capsys: pytest.CaptureFixtur
     decisions, summary = outputs(tmp_path)
     assert summary["mode"] == "recorded"
     assert summary["evaluations"] == len(decisions) == 233
-    assert (tmp_path / "replay.png").read_bytes().startswith(PNG_SIGNATURE)
+    assert (tmp_path / "replay.svg").read_text(encoding="utf-8").startswith("<svg xmlns=\"http://www.w3.org/2000/svg\"")
     assert all(d["current"] == d["recorded"] == 5 for d in decisions)  # the recorded static fleet
     # The four-minute scrape outage in the example: stale ⇒ hold with MetricsUnknown.
     held = [d for d in decisions if d["reason"] == "MetricsUnknown"]
@@ -51,7 +50,7 @@ def test_example_whatif_with_actuation_delay(tmp_path: Path) -> None:
     assert replay(tmp_path, "--example", "--mode", "whatif", "--actuation-delay", "60", "--no-plot", "-q") == 0
     decisions, summary = outputs(tmp_path)
     assert summary["mode"] == "whatif"
-    assert not (tmp_path / "replay.png").exists()
+    assert not (tmp_path / "replay.svg").exists()
     for before, after in itertools.pairwise(decisions):
         assert after["current"] == before["desired"]  # the policy's decisions are the count
     starting = [d for d in decisions if d["replicas"]["starting"] > 0]
