@@ -45,6 +45,7 @@ SIMULATED = (
     "slots_used",  # running / slots, 0-1
     "kv_usage",  # KV cache in use / capacity, 0-1
     "prompt_tokens",  # counter: prompt tokens of the requests whose prefill finished
+    "prefill_seconds",  # counter: seconds spent prefilling (the running sum of a prefill-time histogram)
     "generation_tokens",  # counter: tokens generated
     "ttft",  # histogram: arrival to first token, seconds
     "queue_time",  # histogram: arrival to taking a slot, seconds
@@ -223,12 +224,27 @@ _PRESETS = (
         "jetstream", "histogram", ("jetstream_request_input_length",), "sum", simulated="prompt_length",
     ),
     Preset(
+        "jetstream.time_per_prefill_token",
+        "JetStream prefill seconds per prompt token of each request (histogram): its quantile; the slo type's "
+        "prefillSeconds role needs seconds, which JetStream does not export (a mean of per-request ratios).",
+        "jetstream", "histogram", ("jetstream_time_per_prefill_token",), "sum",
+        unavailable={SIMULATOR: "the simulated servers do not keep a per-token prefill-time histogram; read "
+                     "vllm.prefill_seconds or tgi.prefill_seconds"},
+    ),
+    Preset(
         "vllm.prompt_tokens", "vLLM prompt tokens processed (counter).",
         "vllm", "counter", _vllm("prompt_tokens_total"), "sum", simulated="prompt_tokens",
     ),
     Preset(
         "vllm.generation_tokens", "vLLM tokens generated (counter).",
         "vllm", "counter", _vllm("generation_tokens_total"), "sum", simulated="generation_tokens",
+    ),
+    Preset(
+        "vllm.prefill_seconds",
+        "vLLM seconds spent prefilling (the running sum of its request_prefill_time_seconds histogram): with "
+        "vllm.prompt_tokens, each replica's prefill rate.",
+        "vllm", "counter", _vllm("request_prefill_time_seconds_sum"), "sum", simulated="prefill_seconds",
+        unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
     ),
     Preset(
         "vllm.prompt_length", "vLLM prompt tokens per request (histogram): the prompt-length distribution.",
@@ -257,6 +273,14 @@ _PRESETS = (
     Preset(
         "tgi.generation_tokens", "TGI generated tokens (the running sum of its generated-tokens histogram).",
         "tgi", "counter", ("tgi_request_generated_tokens_sum",), "sum", simulated="generation_tokens",
+        unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
+    ),
+    Preset(
+        "tgi.prefill_seconds",
+        "TGI seconds of prefill forward passes (the running sum of tgi_batch_forward_duration; pin it with "
+        "labels: {method: prefill}, or the decode passes count too): with tgi.prompt_tokens, each replica's "
+        "prefill rate.",
+        "tgi", "counter", ("tgi_batch_forward_duration_sum",), "sum", simulated="prefill_seconds",
         unavailable={"cloud-monitoring": _DISTRIBUTION_SUM},
     ),
     Preset(

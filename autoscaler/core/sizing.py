@@ -107,6 +107,42 @@ def learn_capacity_scale(kappa: float, *, saturated: bool, served: float | None,
     return min(high, max(low, kappa))
 
 
+#: Time constant (s) of the measured prefill rate rising toward what the servers report (estimate: the rate
+#: windows are a minute, so three time constants, 95 %, are reached within about three minutes).
+PREFILL_RATE_TAU_S = 60.0
+#: Prefill seconds per second (summed over the target's replicas) below which the measured rate is unknown:
+#: the ratio of two small counters read from different moments of a request (tokens counted at admission or at
+#: scheduling, prefill time at its end) is noise (estimate: 3 s of prefill within a one-minute window).
+MIN_PREFILL_BUSY = 0.05
+
+
+def measured_prefill_rate(prompt_tps: float | None, prefill_busy: float | None) -> float | None:
+    """Prompt tokens per second of prefill, from what the servers report: the prompt tokens served per second
+    over the prefill seconds spent per second (vLLM ``vllm:request_prefill_time_seconds``, TGI
+    ``tgi_batch_forward_duration{method="prefill"}``: each histogram's running sum read as a rate). None when
+    either is unknown or the prefill was too little busy to measure (``MIN_PREFILL_BUSY``)."""
+    if prompt_tps is None or prefill_busy is None or not math.isfinite(prompt_tps) or not math.isfinite(prefill_busy):
+        return None
+    if prefill_busy < MIN_PREFILL_BUSY or prompt_tps <= 0:
+        return None
+    return prompt_tps / prefill_busy
+
+
+def learn_prefill_rate(last: float, measured: float | None, *, prior: float, dt: float) -> float:
+    """The prefill rate (prompt tokens/s of one replica while prefilling) the queue model uses. It starts at the
+    conservative prior; a measurement above it is approached with time constant ``PREFILL_RATE_TAU_S`` (within
+    minutes), one below it is taken at once: the rate is never above what was last measured. An unknown
+    measurement keeps the last value. At most ``CAPACITY_SCALE_BOUNDS``' upper bound times the prior (a broken
+    metric cannot run it away); no lower bound but what was measured (lower is only safer)."""
+    rate = last
+    if measured is not None:
+        if measured <= last:
+            rate = measured
+        else:
+            rate = last + (1.0 - math.exp(-max(0.0, dt) / PREFILL_RATE_TAU_S)) * (measured - last)
+    return min(CAPACITY_SCALE_BOUNDS[1] * prior, rate)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Utilization at the SLO from the latency headroom
 
@@ -398,7 +434,9 @@ __all__ = [
     "EPSILON",
     "LOOKBACK_COLD_STARTS",
     "LOOKBACK_MIN_S",
+    "MIN_PREFILL_BUSY",
     "MIN_UTILIZATION",
+    "PREFILL_RATE_TAU_S",
     "PROBE_MAX_UTILIZATION",
     "RECOVER_TAU_S",
     "RELAX_FRACTION",
@@ -413,9 +451,11 @@ __all__ = [
     "ceil_count",
     "largest_rise",
     "learn_capacity_scale",
+    "learn_prefill_rate",
     "learn_utilization",
     "lengths_from_histogram",
     "lookback",
+    "measured_prefill_rate",
     "prefill_miss",
     "prefill_utilization_at_objective",
     "queued_on_every_replica",

@@ -170,3 +170,38 @@ def test_prompts_longer_than_the_objective_widen_the_budget() -> None:
     assert 0.01 < sizing.prefill_miss(rho, mixed, 5000.0, 2.0) <= 0.015 + 1e-9
     short = sizing.Lengths(((750.0, 1.0),), 750.0, 750.0**2, 1.0)
     assert sizing.prefill_utilization_at_objective(short, 5000.0, 2.0, 0.99) > 0.8
+
+
+# --- the prefill rate measured from the servers ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prompt", "busy", "expected"),
+    [
+        pytest.param(8000.0, 1.6, 5000.0, id="tokens-over-seconds"),
+        pytest.param(None, 1.6, None, id="tokens-unknown"),
+        pytest.param(8000.0, None, None, id="seconds-unknown"),
+        pytest.param(8000.0, float("nan"), None, id="seconds-nan"),
+        pytest.param(100.0, 0.02, None, id="too-little-prefill-to-measure"),
+        pytest.param(0.0, 1.0, None, id="no-tokens"),
+    ],
+)
+def test_the_measured_prefill_rate(prompt: float | None, busy: float | None, expected: float | None) -> None:
+    assert sizing.measured_prefill_rate(prompt, busy) == expected
+
+
+@pytest.mark.parametrize(
+    ("last", "measured", "dt", "expected"),
+    [
+        pytest.param(4000.0, None, 5.0, 4000.0, id="unknown-keeps-the-last"),
+        pytest.param(4000.0, 3000.0, 5.0, 3000.0, id="lower-at-once"),
+        pytest.param(4000.0, 5000.0, 60.0, 4000.0 + (1 - math.exp(-1)) * 1000.0, id="higher-one-time-constant"),
+        pytest.param(4000.0, 5000.0, 0.0, 4000.0, id="no-time-no-step"),
+        pytest.param(4000.0, 1e9, 1e6, 20000.0, id="a-broken-metric-is-bounded"),
+    ],
+)
+def test_learning_the_prefill_rate(last: float, measured: float | None, dt: float, expected: float) -> None:
+    got = sizing.learn_prefill_rate(last, measured, prior=4000.0, dt=dt)
+    assert got == pytest.approx(expected)
+    if measured is not None:
+        assert got <= measured  # never above what was measured

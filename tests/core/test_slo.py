@@ -49,6 +49,7 @@ SIGNALS: list[dict[str, Any]] = [
     {"name": "ttft", "query": "t"},
     {"name": "qtime", "query": "q"},
     {"name": "plen", "query": "l"},
+    {"name": "prefill", "query": "f"},
 ]
 #: Prior: 5,000 prompt tokens/s, 600 generated tokens/s at a full batch of 48 slots; cold start 120 s.
 BASE: dict[str, Any] = {
@@ -947,3 +948,85 @@ def test_the_hand_off_lead_is_the_victims_eviction_plus_the_cold_start(eviction_
     rec = drv.step(2, 2, waiting=0, running=40)
     assert rec.ahead is not None
     assert rec.ahead.within_s == lead
+
+
+# --- the prefill rate measured from the servers (signals.prefillSeconds) --------------------------------------
+
+MEASURED = {"signals": {**PROMPT_LENGTH["signals"], "prefillSeconds": "prefill"}}
+
+
+def _served(rate: float | None, prompt: float = 8000.0) -> dict[str, float | None]:
+    """One evaluation's values: ``prompt`` tokens/s served by 2 replicas whose prefill runs at ``rate`` tok/s
+    (the prefill seconds per second they report; None: unknown)."""
+    return {"waiting": 0.0, "running": 10.0, "prompt": prompt, "gen": 600.0, "ttft": 0.5,
+            "prefill": None if rate is None else prompt / rate}
+
+
+def _run(drv: Driver, seconds: float, rate: float | None) -> list[float]:
+    """Evaluations for ``seconds`` at a served prefill ``rate``; the learned rate after each."""
+    seen = []
+    for _ in range(int(seconds / STEP)):
+        drv.histograms = {"plen": LONG_TAIL}
+        drv.step(2, 2, **_served(rate))
+        assert drv.learned.prefill_rate is not None
+        seen.append(drv.learned.prefill_rate)
+    return seen
+
+
+def test_the_prefill_rate_converges_from_the_prior_to_the_measured_one_within_minutes() -> None:
+    """The servers prefill at 7,000 tok/s against the prior's 5,000: the rate the queue model uses starts at the
+    prior, rises to within 5 % of the measurement within three minutes, and is never above it."""
+    drv = Driver(config(**MEASURED))
+    seen = _run(drv, 180, 7000.0)
+    assert seen[0] < 5100.0  # from the prior, not at once
+    assert max(seen) <= 7000.0
+    assert seen[-1] >= 0.95 * 7000.0
+    assert seen == sorted(seen)
+
+
+def test_a_measured_faster_prefill_needs_fewer_replicas_than_the_prior() -> None:
+    """The same traffic with a long prompt tail: at the prior's rate the prefill queue asks for more replicas
+    than at the measured (faster) rate, once it is learned."""
+    measured, prior = Driver(config(**MEASURED)), Driver(config(**PROMPT_LENGTH))
+    _run(measured, 240, 9000.0)
+    for _ in range(int(240 / STEP)):
+        prior.histograms = {"plen": LONG_TAIL}
+        prior.step(2, 2, **_served(9000.0))
+    measured.histograms = prior.histograms = {"plen": LONG_TAIL}
+    fast, slow = measured.step(2, 2, **_served(9000.0)), prior.step(2, 2, **_served(9000.0))
+    assert fast.replicas is not None and slow.replicas is not None
+    assert fast.replicas < slow.replicas, (fast.message, slow.message)
+    learned = measured.learned.prefill_rate
+    assert learned is not None and 8500.0 <= learned <= 9000.0
+    # The prefill queue (M/G/1) is sized at the learned rate, not at the prior's.
+    assert f"at {learned:.0f} tok/s): ≤" in fast.message, fast.message
+    assert f"prefill {learned:.0f} tok/s measured 9000, prior 5000" in fast.message, fast.message
+
+
+def test_a_slower_measurement_is_taken_at_once_and_an_unknown_one_keeps_the_last() -> None:
+    drv = Driver(config(**MEASURED))
+    _run(drv, 120, 7000.0)
+    assert _run(drv, STEP, 3000.0) == [3000.0]  # never above what was measured
+    kept = _run(drv, 30, None)
+    assert kept == [3000.0] * len(kept)
+    drv.histograms = {"plen": LONG_TAIL}
+    assert "measured unknown, keeping the last" in drv.step(2, 2, **_served(None)).message
+    # A prefill too little busy to measure is unknown too (``sizing.MIN_PREFILL_BUSY``).
+    drv.histograms = {"plen": LONG_TAIL}
+    drv.step(2, 2, **{**_served(7000.0, prompt=100.0)})
+    assert drv.learned.prefill_rate == 3000.0
+
+
+def test_without_a_measurement_the_prior_stands() -> None:
+    """Never measured (no prefill time reported yet): the same decisions as a policy without the role."""
+    with_role, without = Driver(config(**MEASURED)), Driver(config(**PROMPT_LENGTH))
+    for _ in range(12):
+        with_role.histograms = without.histograms = {"plen": LONG_TAIL}
+        a, b = with_role.step(2, 2, **_served(None)), without.step(2, 2, **_served(None))
+        assert a.replicas == b.replicas
+    assert with_role.learned.prefill_rate is None
+
+
+def test_prefill_seconds_needs_the_prompt_tokens() -> None:
+    with pytest.raises(ValidationError, match="prefillSeconds"):
+        policy(config(signals={"waiting": "waiting", "prefillSeconds": "prefill"}))

@@ -82,9 +82,11 @@ from autoscaler.core.sizing import (
     capacity_alpha,
     largest_rise,
     learn_capacity_scale,
+    learn_prefill_rate,
     learn_utilization,
     lengths_from_histogram,
     lookback,
+    measured_prefill_rate,
     prefill_utilization_at_objective,
     queued_on_every_replica,
     seasonal,
@@ -155,6 +157,14 @@ class SloSignalsSpec(SpecModel):
         "whole (PromQL) give no buckets: then the prefill counts by its mean.",
     )
 
+    prefill_seconds: str | None = Field(
+        default=None,
+        description="Prefill seconds per second, total over the target (a counter's rate of a prefill-time "
+        "histogram's running sum: presets vllm.prefill_seconds, tgi.prefill_seconds with labels {method: prefill}). "
+        "With promptTokens it measures each replica's prefill rate, which replaces the prior's in the prefill "
+        "queue once measured (never above what was measured; unknown keeps the last); needs promptTokens.",
+    )
+
     def names(self) -> list[str]:
         return [v for v in self.model_dump().values() if isinstance(v, str)]
 
@@ -213,6 +223,8 @@ class SloPolicyConfig(SpecModel):
                 "kvCacheUsage or waiting",
                 "signals",
             )
+        if s.prefill_seconds is not None and s.prompt_tokens is None:
+            raise FieldError("signals.prefillSeconds measures the prefill rate: it needs promptTokens", "signals")
         if s.prompt_length is not None and s.prompt_tokens is None:
             raise FieldError("signals.promptLength sizes the prefill queue: it needs promptTokens", "signals")
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
@@ -254,18 +266,22 @@ class LoadSample:
     otherwise show as a rise of every later load against the earlier ones: a rise of the model, not of demand."""
 
     t: float
-    #: Token work in replicas of the prior (``None`` without token signals).
+    #: Prefill work in replicas of the prior (prompt tokens/s over the prior's prefill rate; ``None`` without
+    #: token signals).
     tokens: float | None
     #: Running + waiting over the stated slots of one replica.
     slots: float | None
     #: KV-cache use in replicas (a fraction of the ready replicas' caches).
     kv: float | None
+    #: Generated-token work in replicas of the prior, where it counts (``SloAlgorithm._generation_counts``).
+    generated: float = 0.0
 
-    def load(self, kappa: float, slot_unit: float) -> float:
-        """The load with capacity scale ``kappa`` and ``slot_unit`` (the slots one replica-equivalent counts,
-        over the stated slots: ``SloAlgorithm.slot_unit`` / slots)."""
+    def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0) -> float:
+        """The load with capacity scale ``kappa``, ``slot_unit`` (the slots one replica-equivalent counts,
+        over the stated slots: ``SloAlgorithm.slot_unit`` / slots) and ``prefill_scale`` (the prefill rate
+        measured now over the prior's)."""
         return max(
-            self.tokens / kappa if self.tokens is not None else 0.0,
+            (self.tokens / prefill_scale + self.generated) / kappa if self.tokens is not None else 0.0,
             self.slots / slot_unit if self.slots is not None else 0.0,
             self.kv if self.kv is not None else 0.0,
         )
@@ -306,6 +322,9 @@ class SloState:
     #: The prefill utilization at the objective from the prompt-length distribution (``prefill_unit``), kept while
     #: the distribution is unknown (an empty window is not a lighter one); 1.0 until a distribution is seen.
     prefill_unit: float = 1.0
+    #: The prefill rate (prompt tokens/s of one replica while prefilling) measured from the servers'
+    #: prefill-time histograms (``signals.prefillSeconds``); None: not measured yet, the prior's.
+    prefill_rate: float | None = None
     #: The time of the previous evaluation (the learning rates are per second, not per evaluation).
     last_t: float | None = None
     #: The first evaluation: nothing is released before a whole hold window has been observed.
@@ -321,6 +340,7 @@ class _Reading:
     served_load: float
     #: The parts of ``load`` in the units of the stated facts (what history keeps).
     tokens_prior: float | None
+    generated_prior: float
     slots_stated: float | None
     kv_replicas: float | None
     parts: tuple[str, ...]
@@ -340,7 +360,9 @@ class SloAlgorithm:
     #: The hold window and the hysteresis band are this type's smoothing.
     uses_behavior = False
 
-    def _read(self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0) -> _Reading:
+    def _read(
+        self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0, prefill_scale: float = 1.0
+    ) -> _Reading:
         cfg, roles = self.config, self.config.signals
         ready = ctx.replicas.ready
         unknown: list[str] = []
@@ -377,6 +399,7 @@ class SloAlgorithm:
         load = served_load = 0.0
         served_prior: float | None = None
         tokens_prior = slots_stated = kv_replicas = None
+        generated_prior = 0.0
         prior = cfg.replica.prior
         if prompt is not None and gen is not None and prior is not None:
             # The first token waits for prefill compute and for a slot. Continuous-batching servers run a new
@@ -385,13 +408,14 @@ class SloAlgorithm:
             # they hold, which the gauges measure, not through their compute. Generated tokens count as work
             # when nothing else sees them: no concurrency gauge, or a time-per-output-token objective.
             gen_counts = self._generation_counts()
-            busy_prior = prompt / prior.prefill_tokens_per_second + (
-                gen / prior.generation_tokens_per_second if gen_counts else 0.0
-            )
+            # The prefill part at the measured prefill rate (``prefill_scale`` of the prior's), the rest at the
+            # prior's: κ, learned from saturation, scales both.
+            tokens_prior = prompt / prior.prefill_tokens_per_second
+            generated_prior = gen / prior.generation_tokens_per_second if gen_counts else 0.0
+            busy_prior = tokens_prior / prefill_scale + generated_prior
             if ready > 0:
                 served_prior = busy_prior / ready
             tok = busy_prior / (kappa * prefill_unit)
-            tokens_prior = busy_prior
             load = max(load, tok)
             served_load = max(served_load, tok)
             parts.append(
@@ -440,6 +464,7 @@ class SloAlgorithm:
             load=load,
             served_load=served_load,
             tokens_prior=tokens_prior,
+            generated_prior=generated_prior,
             slots_stated=slots_stated,
             kv_replicas=kv_replicas,
             parts=tuple(parts),
@@ -463,7 +488,10 @@ class SloAlgorithm:
 
         # 2. Learned capacity, from what the replicas served (before the load is computed with it).
         kappa, slot_scale, samples = prev.capacity_scale, prev.slot_scale, prev.capacity_samples
-        probe = self._read(ctx, kappa, slot_scale, prev.prefill_unit)
+        # 1a. The prefill rate measured from the servers' prefill time (the prior's until measured).
+        prefill_rate, measured = self._prefill_rate(ctx, prev.prefill_rate, dt)
+        scale = self._prefill_scale(prefill_rate)
+        probe = self._read(ctx, kappa, slot_scale, prev.prefill_unit, self._prefill_scale(prev.prefill_rate))
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
         # row. Then what each replica serves (tokens/s) and runs (sequences) is what it can: its capacity.
@@ -495,9 +523,11 @@ class SloAlgorithm:
                 slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
             slot_scale = min(1.0, max(MIN_SLOT_SCALE, slot_scale))
         # 1b. The prefill queue per replica from the prompt-length distribution, at the capacity learned now.
-        prefill_unit, prefill_text = self._prefill_unit(ctx, kappa, prev.prefill_unit)
-        changed = (kappa, slot_scale, prefill_unit) != (prev.capacity_scale, prev.slot_scale, prev.prefill_unit)
-        reading = self._read(ctx, kappa, slot_scale, prefill_unit) if changed else probe
+        prefill_unit, prefill_text = self._prefill_unit(ctx, kappa, prev.prefill_unit, prefill_rate)
+        changed = (kappa, slot_scale, prefill_unit, prefill_rate) != (
+            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate
+        )
+        reading = self._read(ctx, kappa, slot_scale, prefill_unit, scale) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
@@ -526,7 +556,12 @@ class SloAlgorithm:
         # would read as a rise and a trend. Those first samples are not history.
         warm = prev.since is not None and now - prev.since >= self._rate_window(ctx)
         if not reading.unknown and warm:
-            history = (*history, LoadSample(now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas))
+            history = (
+                *history,
+                LoadSample(
+                    now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas, reading.generated_prior
+                ),
+            )
             if not queued:
                 # While requests queue on every replica the served rates show the replicas' capacity, not
                 # the demand: those samples would fake a trend as capacity is added. The trend skips them.
@@ -538,7 +573,8 @@ class SloAlgorithm:
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
         series = tuple(
-            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale) / cfg.replica.slots)) for x in history
+            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale) / cfg.replica.slots, scale))
+            for x in history
         )
         if fc.enabled and series:
             calm_set = set(calm)
@@ -602,15 +638,27 @@ class SloAlgorithm:
             seasonal=season,
             burst_at=burst_at,
             prefill_unit=prefill_unit,
+            prefill_rate=prefill_rate,
             last_t=now,
             since=prev.since if prev.since is not None else now,
         )
 
         prior = cfg.replica.prior
-        cap_text = (
-            f"capacity {kappa * prior.prefill_tokens_per_second:.0f} prompt / "
+        rate_text = ""
+        if prior is not None and cfg.signals.prefill_seconds is not None:
+            rate_text = (
+                f"prefill {prefill_rate:.0f} tok/s "
+                + (f"measured {measured:.0f}" if measured is not None else "measured unknown, keeping the last")
+                + f", prior {prior.prefill_tokens_per_second:.0f}; "
+                if prefill_rate is not None
+                else f"prefill rate not measured yet, the prior's {prior.prefill_tokens_per_second:.0f} tok/s; "
+            )
+        cap_text = rate_text + (
+            f"capacity {kappa * (prefill_rate or prior.prefill_tokens_per_second):.0f} prompt / "
             f"{kappa * prior.generation_tokens_per_second:.0f} generated tok/s per replica "
-            f"({kappa:.2f}× prior), {slot_scale * cfg.replica.slots:.0f} of {cfg.replica.slots} slots usable "
+            + (f"({kappa:.2f}× prior), " if prefill_rate is None else f"({kappa:.2f}× measured prefill/prior decode), ")
+            + f"{slot_scale * cfg.replica.slots:.0f} of "
+            f"{cfg.replica.slots} slots usable "
             f"({samples} saturated samples)"
             if prior is not None
             else f"{slot_scale * cfg.replica.slots:.0f} of {cfg.replica.slots} slots usable per replica "
@@ -719,7 +767,41 @@ class SloAlgorithm:
         allowed = occupancy_at_objective(max(1, math.floor(usable + _EPSILON)), cfg.objective.percentile)
         return min(usable, allowed / cfg.target_utilization)
 
-    def _prefill_unit(self, ctx: Context, kappa: float, last: float) -> tuple[float, str]:
+    def _prefill_rate(self, ctx: Context, last: float | None, dt: float) -> tuple[float | None, float | None]:
+        """The prefill rate the queue model uses (None: the prior's, nothing measured yet) and this evaluation's
+        measurement (None: unknown). Measured as the prompt tokens served per second over the prefill seconds
+        spent per second, both totals over the target's replicas (``sizing.measured_prefill_rate``); learned from
+        the prior upward within minutes, never above the last measurement; an unknown one keeps the last
+        (``sizing.learn_prefill_rate``)."""
+        s, prior = self.config.signals, self.config.replica.prior
+        if s.prefill_seconds is None or s.prompt_tokens is None or prior is None:
+            return None, None
+
+        ready = ctx.replicas.ready
+
+        def value(name: str) -> float | None:
+            # A total over the target, as ``_read`` takes it: both the same way, so that the ratio is a replica's.
+            sig = ctx.signals[name]
+            if not sig.ok or sig.value is None:
+                return None
+            if ctx.spec.signal(name).scope == "perReplica":
+                return sig.value * ready if ready > 0 else None
+            return sig.value
+
+        measured = measured_prefill_rate(value(s.prompt_tokens), value(s.prefill_seconds))
+        if measured is None and last is None:
+            return None, None
+        start = last if last is not None else prior.prefill_tokens_per_second
+        return learn_prefill_rate(start, measured, prior=prior.prefill_tokens_per_second, dt=dt), measured
+
+    def _prefill_scale(self, rate: float | None) -> float:
+        """The prefill rate over the prior's (1 while not measured)."""
+        prior = self.config.replica.prior
+        return 1.0 if rate is None or prior is None else rate / prior.prefill_tokens_per_second
+
+    def _prefill_unit(
+        self, ctx: Context, kappa: float, last: float, prefill_rate: float | None = None
+    ) -> tuple[float, str]:
         """One replica-equivalent of the token part, as a share of a replica's learned prefill capacity, and its text.
 
         Behind random routing each replica's prefill is its own M/G/1 queue (``sizing.prefill_miss``): the
@@ -737,7 +819,7 @@ class SloAlgorithm:
         if lengths is None:
             why = "no prompt-length buckets from this source" if sig.ok else "prompt lengths unknown"
             return last, f"prefill queue: {why}, keeping {last:.2f}"
-        rate = kappa * prior.prefill_tokens_per_second
+        rate = kappa * (prefill_rate if prefill_rate is not None else prior.prefill_tokens_per_second)
         allowed = prefill_utilization_at_objective(
             lengths, rate, cfg.objective.ttft_seconds, cfg.objective.percentile
         )
