@@ -108,8 +108,8 @@ class Replica:
     __slots__ = (
         "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "gen_done", "index", "itl_V",
         "itl_hist", "itl_owed", "kv_base", "kv_reserved", "n_dec", "n_out", "name", "paused_at", "paused_n",
-        "prefill_fifo", "prefill_s", "prefilling", "prompt_hist", "prompt_tokens", "queue", "queue_hist", "ready_at", "state",
-        "ttft_hist", "version",
+        "prefill_fifo", "prefill_s", "prefilling", "prompt_hist", "prompt_tokens", "queue", "queue_hist", "ready_at",
+        "state", "ttft_hist", "version",
     )
 
     def __init__(self, index: int, name: str, chips: int, now: float) -> None:

@@ -7,9 +7,9 @@ taken every ``scrapeIntervalSeconds`` and become visible ``ingestionDelaySeconds
 time as their timestamp, so the core judges their age exactly as it would in the cluster. Starting
 replicas export nothing (HPA sees them as unready); with no ready replica a signal is missing, never 0.
 
-Counters (prompt and generation tokens, seconds spent prefilling) and histograms (time to first token, queue time, time per output
-token) are kept by each simulated server from the requests it serves (``sim.model``); a ``rate`` or
-``quantile`` signal reads them as the pods source does: per replica, the deltas between this pipeline's own
+Counters (prompt and generation tokens, seconds spent prefilling) and histograms (time to first token, queue
+time, time per output token) are kept by each simulated server from the requests it serves (``sim.model``); a
+``rate`` or ``quantile`` signal reads them as the pods source does: per replica, the deltas between this pipeline's own
 scrapes within the window (``core.counters``), and the core takes the target's quantile over the replicas'
 summed buckets. The per-token histogram is kept only by pools a policy reads it from (it costs simulation
 time; ``ServingPool.count_per_token_latency``).

@@ -962,7 +962,7 @@ def _served(rate: float | None, prompt: float = 8000.0) -> dict[str, float | Non
             "prefill": None if rate is None else prompt / rate}
 
 
-def _run(drv: Driver, seconds: float, rate: float | None) -> list[float]:
+def _serve_for(drv: Driver, seconds: float, rate: float | None) -> list[float]:
     """Evaluations for ``seconds`` at a served prefill ``rate``; the learned rate after each."""
     seen = []
     for _ in range(int(seconds / STEP)):
@@ -977,7 +977,7 @@ def test_the_prefill_rate_converges_from_the_prior_to_the_measured_one_within_mi
     """The servers prefill at 7,000 tok/s against the prior's 5,000: the rate the queue model uses starts at the
     prior, rises to within 5 % of the measurement within three minutes, and is never above it."""
     drv = Driver(config(**MEASURED))
-    seen = _run(drv, 180, 7000.0)
+    seen = _serve_for(drv, 180, 7000.0)
     assert seen[0] < 5100.0  # from the prior, not at once
     assert max(seen) <= 7000.0
     assert seen[-1] >= 0.95 * 7000.0
@@ -988,16 +988,18 @@ def test_a_measured_faster_prefill_needs_fewer_replicas_than_the_prior() -> None
     """The same traffic with a long prompt tail: at the prior's rate the prefill queue asks for more replicas
     than at the measured (faster) rate, once it is learned."""
     measured, prior = Driver(config(**MEASURED)), Driver(config(**PROMPT_LENGTH))
-    _run(measured, 240, 9000.0)
+    _serve_for(measured, 240, 9000.0)
     for _ in range(int(240 / STEP)):
         prior.histograms = {"plen": LONG_TAIL}
         prior.step(2, 2, **_served(9000.0))
     measured.histograms = prior.histograms = {"plen": LONG_TAIL}
     fast, slow = measured.step(2, 2, **_served(9000.0)), prior.step(2, 2, **_served(9000.0))
-    assert fast.replicas is not None and slow.replicas is not None
+    assert fast.replicas is not None
+    assert slow.replicas is not None
     assert fast.replicas < slow.replicas, (fast.message, slow.message)
     learned = measured.learned.prefill_rate
-    assert learned is not None and 8500.0 <= learned <= 9000.0
+    assert learned is not None
+    assert 8500.0 <= learned <= 9000.0
     # The prefill queue (M/G/1) is sized at the learned rate, not at the prior's.
     assert f"at {learned:.0f} tok/s): ≤" in fast.message, fast.message
     assert f"prefill {learned:.0f} tok/s measured 9000, prior 5000" in fast.message, fast.message
@@ -1005,9 +1007,9 @@ def test_a_measured_faster_prefill_needs_fewer_replicas_than_the_prior() -> None
 
 def test_a_slower_measurement_is_taken_at_once_and_an_unknown_one_keeps_the_last() -> None:
     drv = Driver(config(**MEASURED))
-    _run(drv, 120, 7000.0)
-    assert _run(drv, STEP, 3000.0) == [3000.0]  # never above what was measured
-    kept = _run(drv, 30, None)
+    _serve_for(drv, 120, 7000.0)
+    assert _serve_for(drv, STEP, 3000.0) == [3000.0]  # never above what was measured
+    kept = _serve_for(drv, 30, None)
     assert kept == [3000.0] * len(kept)
     drv.histograms = {"plen": LONG_TAIL}
     assert "measured unknown, keeping the last" in drv.step(2, 2, **_served(None)).message

@@ -74,8 +74,10 @@ def test_the_prefill_rate_measured_through_the_pipeline_is_the_servers() -> None
     judge = compile_policy(policy).judge
     readings = judge.combine(scraper.last["readings"], scraper.last["status"], scraper.last["now"])
     values = judge.judge_all(readings, scraper.last["now"])
-    assert values["prompt"].ok and values["prefill"].ok
+    assert values["prompt"].ok
+    assert values["prefill"].ok
     busy = values["prefill"].value
-    assert busy is not None and busy >= sizing.MIN_PREFILL_BUSY
+    assert busy is not None
+    assert busy >= sizing.MIN_PREFILL_BUSY
     measured = sizing.measured_prefill_rate(values["prompt"].value, busy)
     assert measured == pytest.approx(PREFILL_TPS, rel=0.02)
