@@ -2,7 +2,8 @@
 
 Run: ``python -m bench.slo_grid`` from the project root (a few minutes per cluster on 2 cores). Options:
 ``--quick`` (whole hour, rate 1 only), ``--synthetic-only`` / ``--bundled-only``, ``--clusters tgi,tpu``,
-``--json FILE`` (every row, for the README table). Rows:
+``--rates 1,1.5`` and ``--windows hour,0-15`` (subsets), ``--traces conv,long-prompts``, ``--json FILE`` (every
+row, for the README table). Rows:
 
 - the two bundled traces (Azure conversation and code) × ``--rate-scale`` 0.5, 1, 1.5 × the four
   quarter-hour windows and the whole hour, on the TGI/L4 cluster (``policies/recommended.yaml``) and the
@@ -159,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundled-only", action="store_true")
     ap.add_argument("--clusters", default="tgi,tpu")
     ap.add_argument("--traces", default="", help="comma-separated trace names to keep (default all)")
+    ap.add_argument("--rates", default="", help="comma-separated rate scales to keep, e.g. 1 (default 0.5,1,1.5)")
+    ap.add_argument("--windows", default="",
+                    help="comma-separated windows to keep: hour, 0-15, 15-30, 30-45, 45-60 (default all)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--policy", action="append", default=[], metavar="CLUSTER=FILE",
                     help="score another policy file on a cluster (default the recommended ones)")
@@ -168,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     override = {k: Path(v) for k, v in (p.split("=", 1) for p in args.policy)}
     rates = (1.0,) if args.quick else RATES
     windows = WINDOWS[-1:] if args.quick else WINDOWS
+    if args.rates:
+        rates = tuple(float(r) for r in args.rates.split(",") if r)
+    if args.windows:
+        names = {"hour": (0.0, None), **{f"{a}-{a + 15}": (a * 60.0, 900.0) for a in (0, 15, 30, 45)}}
+        try:
+            windows = tuple(names[w] for w in args.windows.split(",") if w)
+        except KeyError as e:
+            ap.error(f"--windows: unknown window {e}; known: {', '.join(names)}")
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         cases: list[tuple[Path, str, str, tuple[float, ...], tuple[tuple[float, float | None], ...]]] = []
