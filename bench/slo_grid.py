@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     clusters = [c for c in args.clusters.split(",") if c]
     keep = {t for t in args.traces.split(",") if t}
     override = {k: Path(v) for k, v in (p.split("=", 1) for p in args.policy)}
-    rates = (1.0,) if args.quick else RATES
-    windows = WINDOWS[-1:] if args.quick else WINDOWS
+    rates: tuple[float, ...] = (1.0,) if args.quick else RATES
+    windows: tuple[tuple[float, float | None], ...] = WINDOWS[-1:] if args.quick else WINDOWS
     if args.rates:
         rates = tuple(float(r) for r in args.rates.split(",") if r)
     if args.windows:
