@@ -92,7 +92,7 @@ async def measure(kube: Emulator, tgi: TgiMetrics, policy: str, trials: int, rng
     cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "fastPollSeconds": 1.0,
                                            "logLevel": "error"})
     rt = Runtime(api=api, config=cfg, policies_dir=tmp / "policies", clock=clock, namespace="autoscaler",
-                 source=SourcePool(factory))
+                 source=SourcePool(factory), settle_loaded=True)
     loop = asyncio.get_running_loop()
     arrived: asyncio.Queue[float] = asyncio.Queue()
     stop = asyncio.Event()
@@ -285,7 +285,7 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
     cfg = ControllerConfig.model_validate({"leaderElection": {"enabled": False}, "fastPollSeconds": 1.0,
                                            "logLevel": "error"})
     rt = Runtime(api=api, config=cfg, policies_dir=tmp / "policies", clock=clock, namespace="autoscaler",
-                 source=SourcePool(factory))
+                 source=SourcePool(factory), settle_loaded=True)
     # Each probe round's process CPU and wall time (whatever else ran meanwhile counts too: periodic passes,
     # escalated evaluations): a round's wall time bounds the wait for a crossing to be screened.
     rounds: list[tuple[float, float, int]] = []

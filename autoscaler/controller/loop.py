@@ -275,6 +275,9 @@ class Controller:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     #: Called after each pass with the policies it evaluated (the ScalingPolicy status writer).
     after_pass: Callable[[list[str]], Awaitable[None]] | None = None
+    #: Called after a pass that evaluated a policy for the first time (its state, kept view and metric
+    #: children are built then and kept as long as the policy): ``Runtime`` settles the collector there.
+    after_first: Callable[[], None] | None = None
     #: The pass ledger: per (ClusterQueue, resource), per target, the chips of serving replicas asked for and
     #: not admitted by Kueue yet, as last observed or as this controller just asked. Other policies on the
     #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once).
@@ -943,8 +946,11 @@ class Controller:
                 if self._sweep_due():
                     await self.sweep()
                 if batch:
+                    first = any(n not in self._runs for n in batch)
                     await self._pass([policies[n] for n in batch], functools.partial(self._run_batched, batch))
                     await self._after_pass(list(batch))
+                    if first and self.after_first is not None:
+                        self.after_first()
                 self.telemetry.tick()
                 self._wake.clear()
                 if self._pending:

@@ -12,15 +12,19 @@ import io
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from autoscaler.cli import main
+from autoscaler.controller import kube as kube_mod
 from autoscaler.controller import logs
+from autoscaler.controller import runtime as runtime_mod
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.loop import LoopClock
 from autoscaler.controller.runtime import Runtime
+from autoscaler.core import fast
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, runtime, settle_serving
 from tests.controller.policies import tgi_policy
 from tests.kube import objects
@@ -269,3 +273,74 @@ async def test_hot_reload_in_the_running_controller(
     assert 'autoscaler_policy_file_invalid{file="tgi.yaml"} 0.0' in rt.telemetry.exposition().decode()
     stop.set()
     await task
+
+
+async def test_the_policies_are_settled_after_each_load_that_changed_them_and_their_first_pass(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``settle_loaded`` (what ``autoscaler run`` sets): the policies are taken out of the collector's traversals
+    when they are loaded, after each reload that changed them and after a pass that evaluated one for the first
+    time; not after a reload that found nothing new nor a pass over policies evaluated before (each settle is
+    one full collection). The settle itself is ``core.fast``'s (tests/core/test_fastpaths.py);
+    here it is counted, not done, so the test process's objects are not frozen."""
+    settles: list[int] = []
+    kube.add(objects.deployment(replicas=1))
+    rt = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False, fastPollSeconds=0,
+                 reloadPollSeconds=3600)
+    monkeypatch.setattr(fast, "settle_long_lived", lambda: settles.append(len(rt.store.policies)))
+    rt.settle_loaded = True
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    await until(rt.telemetry.ready)
+    await until(lambda: len(settles) == 2)
+    assert settles == [1, 1], "settled once the policies were loaded, and after their first evaluation"
+    assert not (await rt.reload()).changed
+    assert settles == [1, 1], "nothing new: no collection"
+    passes: list[list[str]] = []
+
+    async def passed(names: list[str]) -> None:  # no await: the loop goes on to ``after_first`` in this step
+        passes.append(names)
+
+    rt.controller.after_pass = passed
+    rt.controller.trigger(["tgi-gemma"], "watch")
+    await until(lambda: passes == [["tgi-gemma"]])
+    assert settles == [1, 1], "a policy evaluated before: no collection after its pass"
+    kube.add(objects.deployment("other", replicas=1))
+    (tmp_path / "more.yaml").write_text(tgi_policy(name="other", target="other", capacity=False))
+    assert (await rt.reload()).changed
+    await until(lambda: len(settles) == 4)
+    assert settles == [1, 1, 2, 2], "after the reload, and after the new policy's first evaluation"
+    stop.set()
+    await task
+    rt.settle_loaded = False
+    (tmp_path / "more.yaml").unlink()
+    assert (await rt.reload()).changed
+    assert settles == [1, 1, 2, 2], "a runtime that does not settle never does"
+
+
+def test_the_run_command_settles_what_it_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``autoscaler run`` builds its runtime with ``settle_loaded`` (the bench measures that controller)."""
+    built: list[object] = []
+
+    class Stop(Exception):
+        pass
+
+    def record(*args: Any, **kwargs: Any) -> Runtime:
+        built.append(kwargs.get("settle_loaded"))
+        raise Stop
+
+    monkeypatch.setattr(runtime_mod, "Runtime", record)
+    monkeypatch.setattr(kube_mod, "connect", _no_api)
+    with pytest.raises(Stop):
+        asyncio.run(runtime_mod._main(ControllerConfig.model_validate({}), Path("."), kubeconfig=None, once=False,
+                                      dry_run=False))
+    assert built == [True]
+
+
+class _Closing:
+    async def close(self) -> None:
+        pass
+
+
+async def _no_api(*args: Any, **kwargs: Any) -> _Closing:
+    return _Closing()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import autoscaler
 from autoscaler.core import behavior, expressions
-from autoscaler.core.fast import collector_paused
+from autoscaler.core.fast import collector_paused, settle_long_lived
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -73,12 +73,13 @@ def test_quick_init_keeps_dataclass_behaviour() -> None:
 
 
 def test_the_speed_tricks_live_in_one_module() -> None:
-    """``core.fast`` is their one home: no other module switches the collector off or writes an ``__init__``."""
+    """``core.fast`` is their one home: no other module switches the collector off, freezes it or writes an
+    ``__init__``."""
     root = Path(autoscaler.__file__).parent
     offenders = [
         str(path.relative_to(root))
         for path in root.rglob("*.py")
-        if path.name != "fast.py" and any(trick in path.read_text() for trick in ("gc.disable(", "exec("))
+        if path.name != "fast.py" and any(trick in path.read_text() for trick in ("gc.disable(", "gc.freeze(", "exec("))
     ]
     assert offenders == []
 
@@ -150,3 +151,31 @@ def test_compiled_expressions_are_what_parse_gives(text: str) -> None:
     assert again is first
     assert ast.dump(first.tree) == ast.dump(tree)
     assert first.names == frozenset(expressions.names(tree))
+
+
+def test_settle_long_lived_freezes_what_is_held_and_frees_the_garbage_cycles_first() -> None:
+    """After ``settle_long_lived`` what the process held is frozen (no collection traverses it), a garbage
+    cycle made before it was freed (it collects first), and a later settle unfreezes and collects again, so
+    a cycle among objects frozen earlier does not outlive the next settle."""
+    assert gc.get_freeze_count() == 0
+    try:
+        a, b = _Node(), _Node()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        kept = _Node()
+        settle_long_lived()
+        assert gone() is None, "a cycle that was garbage before the settle is freed"
+        assert gc.get_freeze_count() > 0
+        assert gc.is_tracked(kept)
+        assert not any(o is kept for o in gc.get_objects()), "frozen: in no generation"
+        kept.other = _Node()
+        kept.other.other = kept  # a cycle among a frozen object and a new one
+        later = weakref.ref(kept)
+        del kept
+        gc.collect()
+        assert later() is not None, "frozen: a full collection does not free it"
+        settle_long_lived()
+        assert later() is None, "the next settle collects what was frozen before"
+    finally:
+        gc.unfreeze()
