@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, cast
 
-from autoscaler.core import counters, signals
+from autoscaler.core import catalog, counters, signals
 from autoscaler.core.engine import CompiledPolicy, decide
 from autoscaler.core.fast import hpa_decider, quick_init
 from autoscaler.core.model import (
@@ -199,6 +199,9 @@ class _Input:
     quantile: float | None = None
     #: Per-pod sample times as recorded (``_split_times``); None: each step's time is taken as its sample's.
     times: dict[str, Series] | None = None
+    #: whatif mode: the rule combining the pods the source answered (``aggregate_of``), applied here at each
+    #: evaluation (the trace's pods are not ours to count against our replica count); None: the core combines.
+    combine: catalog.Combine | None = None
 
 
 def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> tuple[list[_Input], list[str]]:
@@ -207,7 +210,10 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
     A ``preset``/``metric`` signal recorded as one series per pod (what ``autoscaler record`` saves) is kept per
     pod in ``recorded`` mode: the core combines the pods at each evaluation by its one rule and counts them
     against the recorded replica count, as the controller does. In ``whatif`` mode (the policy's own replica
-    count, which the trace has no pods for) and for a raw ``query`` the series are combined up front.
+    count, which the trace has no pods for) the pods are not counted: with each pod's sample time recorded, the
+    pods the source answered at each evaluation (``_Answered``: the rule ``run`` and recorded mode apply, a
+    GMP pod gone is not summed in) are combined by the signal's rule, stamped with the oldest one's sample time;
+    without sample times, and for a raw ``query``, the series are combined up front.
 
     Raises ``TraceError`` naming every signal the policy needs and the trace lacks (composite ``expr``
     signals are computed by the core, never read).
@@ -223,12 +229,11 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
         )
     inputs: list[_Input] = []
     notes: list[str] = []
-    per_pod_mode = mode == "recorded"
     for sig in needed:
         raw, times = _split_times(trace.signals[sig.name])
         if not raw.series:
             raise TraceError(f"{raw.origin}: signal {sig.name!r} has sample times but no values")
-        if times is not None and per_pod_mode:
+        if times is not None:
             notes.append(
                 f"signal {sig.name}: each pod's sample time recorded: a pod counts only at steps the source "
                 f"answered it, by its own sample time, gone when over {signals.POD_GONE_S:g}s behind the freshest"
@@ -252,8 +257,9 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
                 + ("; a reading is known when as many pods report as replicas were recorded" if per_pod else "")
             )
             merged = combine(RawSignal(sig.name, raw.origin, tuple(b[math.inf] for b in hist.values())), "sum")
+            # whatif: the quantile is taken here, over the pods the source answered (the same gone-pod rule).
             inputs.append(_Input(sig.name, merged, raw.origin, False, None, max_age, hist,
-                                 None if per_pod else sig.quantile.q, times if per_pod else None))
+                                 None if per_pod else sig.quantile.q, times))
             continue
         if per_pod and all(pod_names) and len(set(pod_names)) == len(pod_names):
             # One series per pod: the core combines them at each evaluation, judging each pod's age and
@@ -272,6 +278,23 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
             continue
         how = aggregate_of(sig)  # the controller's rule: the catalog's per preset, avg for perReplica
         assert how in AGGREGATES
+        if (
+            times is not None and (sig.preset is not None or sig.metric is not None)
+            and all(pod_names) and len(set(pod_names)) == len(pod_names)
+        ):
+            # whatif with each pod's sample time: at each evaluation the pods the source answered, combined
+            # here by ``how``; every answered pod is kept (max age unbounded here) so that a stale one makes the
+            # whole reading stale (the oldest sample's time), never a smaller sum.
+            by_pod = {name: one for name, one in zip(pod_names, raw.series, strict=True) if name and one.times}
+            if not by_pod:
+                raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+            notes.append(
+                f"signal {sig.name}: {len(by_pod)} pod series in {raw.origin}, the pods answered at each "
+                f"evaluation combined by {how} ({_why_aggregate(sig)})"
+            )
+            inputs.append(_Input(sig.name, combine(raw, "sum"), raw.origin, sig.scope == "perReplica", by_pod,
+                                 math.inf, times=times, combine=how))
+            continue
         if len(raw.series) > 1:
             notes.append(
                 f"signal {sig.name}: {len(raw.series)} series in {raw.origin} combined by {how} "
@@ -464,15 +487,18 @@ class _PodCursors:
     before any pod has a sample. Its value is the pods' sum, for display only. With recorded sample times
     (``answered``) a pod counts as the source's answer had it then (``_Answered``)."""
 
-    __slots__ = ("answered", "max_age_s", "origin", "pods")
+    __slots__ = ("answered", "how", "max_age_s", "origin", "pods")
 
     def __init__(
-        self, pods: dict[str, Series], origin: str, max_age_s: float, times: dict[str, Series] | None = None
+        self, pods: dict[str, Series], origin: str, max_age_s: float, times: dict[str, Series] | None = None,
+        how: catalog.Combine | None = None,
     ) -> None:
         self.pods = [(pod, _Cursor(series, origin)) for pod, series in pods.items()]
         self.origin = origin
         self.max_age_s = max_age_s
         self.answered = _Answered(times, origin) if times is not None else None
+        #: whatif mode: the pods' values combined here (``_Input.combine``), one plain reading.
+        self.how = how
 
     def read(self, now: float) -> SignalReading | None:
         values: dict[str, float] = {}
@@ -490,6 +516,11 @@ class _PodCursors:
                 if now - stamp <= self.max_age_s:
                     values[pod] = latest[pod]
                     stamps[pod] = stamp
+            if self.how is not None:
+                if not values:
+                    return SignalReading(None, None, self.origin) if seen else None
+                return SignalReading(signals.combine(list(values.values()), self.how), min(stamps.values()),
+                                     self.origin)
             if not values:
                 return SignalReading(None, None, self.origin, None, {}, {}) if seen else None
             return SignalReading(total(values.values()), min(stamps.values()), self.origin, None, values, stamps)
@@ -572,7 +603,7 @@ def _cursor(inp: _Input) -> _Cursor | _PodCursors | _PodHistograms:
     if inp.buckets is not None:
         return _PodHistograms(inp.buckets, inp.origin, inp.max_age_s, inp.quantile, inp.times)
     if inp.pods is not None:
-        return _PodCursors(inp.pods, inp.origin, inp.max_age_s, inp.times)
+        return _PodCursors(inp.pods, inp.origin, inp.max_age_s, inp.times, inp.combine)
     return _Cursor(inp.series, inp.origin)
 
 

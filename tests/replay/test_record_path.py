@@ -310,3 +310,21 @@ async def test_record_saves_the_replica_counts_replay_takes_as_current(live: Liv
 
 def test_record_writes_the_replica_files_replay_reads() -> None:
     assert (f"{traces.REPLICAS}.json", f"{traces.READY}.json") == (command.REPLICAS_FILE, command.READY_FILE)
+
+
+@pytest.mark.prometheus
+async def test_whatif_replay_sums_only_the_pods_run_sums(live: Live, tmp_path: Path) -> None:
+    """whatif mode runs its own replica count, so it does not count pods against it, but it reads the same pods as
+    ``run``: the queue of the pods the source answered (``run`` here outside a cluster: every pod the name pattern
+    finds), the lagging GMP pod dropped by its sample time and the down one absent. Summing every recorded series
+    would read 3 + 5 + 20 = 28 (the lagging pod's last value stays in every step's answer)."""
+    p = policy(live.prometheus.url, SHORT, WAITING, 5.0)
+    ran, _, _ = await run_and_record(p, [PODS["a"], PODS["b"]], tmp_path, in_cluster=False)
+    assert (ran.value, ran.state) == (8.0, SignalState.OK), ran
+    cp = compile_policy(p)
+    whatif = replay_engine.run(cp, load([tmp_path]), replay_engine.Options(mode="whatif", initial_replicas=2))
+    assert any("each pod's sample time recorded" in note for note in whatif.notes), whatif.notes
+    step = whatif.steps[-1]
+    judged = cp.judge.judge_all(cp.judge.combine(step.readings, step.replicas, step.time), step.time)["sig"]
+    assert judged.state is SignalState.OK, judged
+    assert judged.value == pytest.approx(ran.value, rel=0.01)

@@ -118,3 +118,47 @@ def test_recorded_ready_replicas_are_the_current_ready_count(tmp_path: Path) -> 
     whatif = replay_engine.run(compile_policy(policy()), load([tmp_path / "trace.csv"]),
                                replay_engine.Options(mode="whatif"))
     assert whatif.steps[0].replicas.ready == 3
+
+
+def whatif_readings(tmp_path: Path, result: list[dict[str, Any]]) -> list[float | None]:
+    """Every step's reading of the signal in whatif mode (the policy's own count: no pods counted)."""
+    body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    (tmp_path / "sig.json").write_text(json.dumps(body))
+    replayed = replay_engine.run(compile_policy(policy()), load([tmp_path]),
+                                 replay_engine.Options(mode="whatif", initial_replicas=2))
+    return [s.readings["sig"].value for s in replayed.steps if "sig" in s.readings]
+
+
+@pytest.mark.parametrize(
+    ("third", "value"),
+    [
+        # The pods the source answered, as in recorded mode: a GMP pod gone is not summed in (3 + 5, not 28).
+        pytest.param({"lag_s": POD_GONE_S + 30}, 8.0, id="gone-pod-behind-the-freshest"),
+        pytest.param({"until": STEPS - 5}, 8.0, id="pod-absent-at-the-latest-step"),
+        pytest.param({"lag_s": POD_GONE_S - 30}, 28.0, id="pod-a-little-behind-counts"),
+    ],
+)
+def test_whatif_sums_only_the_pods_the_source_answered(tmp_path: Path, third: dict[str, Any], value: float) -> None:
+    readings = whatif_readings(tmp_path, [*pod(A, 3.0), *pod(B, 5.0), *pod(C, 20.0, **third)])
+    assert readings[-1] == value
+
+
+def test_whatif_reading_is_as_old_as_its_oldest_answered_pod(tmp_path: Path) -> None:
+    # Both pods lag, 50 s apart (within the gone rule); the one 130 s behind its step is over maxAgeSeconds (120 s
+    # by default): the whole reading is stale (unknown, a hold), never the fresher pod alone.
+    body = {"status": "success", "data": {"resultType": "matrix",
+                                          "result": [*pod(A, 3.0, lag_s=80.0), *pod(B, 5.0, lag_s=130.0)]}}
+    (tmp_path / "sig.json").write_text(json.dumps(body))
+    replayed = replay_engine.run(compile_policy(policy()), load([tmp_path]),
+                                 replay_engine.Options(mode="whatif", initial_replicas=2))
+    step = replayed.steps[-1]
+    assert step.readings["sig"].value == 8.0
+    assert step.readings["sig"].timestamp == T0 + STEPS - 130.0
+    assert step.decision.reason.value == "MetricsUnknown", step.decision.message
+
+
+def test_whatif_without_recorded_times_sums_every_series(tmp_path: Path) -> None:
+    # An older recording: combined up front, the lagging pod included (nothing tells it is gone).
+    readings = whatif_readings(tmp_path, [*pod(A, 3.0, times=False), *pod(B, 5.0, times=False),
+                                          *pod(C, 20.0, times=False)])
+    assert readings[-1] == 28.0
