@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from autoscaler.core import screen
 from autoscaler.core.engine import compile_policy, decide
 from autoscaler.core.fast import hpa_decider
 from autoscaler.core.model import Observation, PolicyState
@@ -153,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                     taken += 1
                 state = done[1]
             fused = min(fused, clock() - t0)
+        # How often the controller's screen (``core.screen.quiet``: "this reading cannot change the count") would
+        # answer for these evaluations: where it does, a replay could skip the behavior stage (not the message).
+        quiet_at = sum(screen.quiet(compiled, obs, now) for now, obs in observations)
         if args.profile:
             trace = traces.load([csv_path])
             prof = cProfile.Profile()
@@ -168,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"core decide() alone, recorded observations: {core:.2f}s ({core / rows * 1e6:.0f} µs per evaluation)")
     print(f"the fast path (fast.hpa_decider) on the same: {fused:.2f}s ({fused / rows * 1e6:.0f} µs per evaluation; "
           f"taken at {taken:,} of {len(observations):,} evaluations)")
+    print(f"core.screen.quiet answers 'no change' at {quiet_at:,} of {len(observations):,} evaluations "
+          f"(screened: {'yes' if screen.screened(compiled) else 'no, the legacy stabilization without behavior'})")
     worst = max(r[-1] for r in results.values())
     verdict = "meets" if worst < GOAL_S else "MISSES"
     print(f"slowest total {worst:.2f} s: {verdict} the {GOAL_S:g} s goal (plot excluded)")
