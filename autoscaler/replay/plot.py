@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from xml.sax.saxutils import escape, quoteattr
 
 from autoscaler.core.model import SignalState
 from autoscaler.replay.report import Info, rfc3339
@@ -201,6 +200,16 @@ _TICK = 4.0
 _LINE_H = 16.0
 _SWATCH = 24.0
 _BLUE, _RED, _GRAY, _ORANGE = "#1f77b4", "#d62728", "#7f7f7f", "#ff7f0e"
+
+
+def escape(text: str) -> str:
+    """``text`` as SVG character data (``xml.sax.saxutils.escape`` would import urllib's HTTP client)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def quoteattr(text: str) -> str:
+    """``text`` as a double-quoted SVG attribute value."""
+    return '"' + escape(text).replace('"', "&quot;") + '"'
 
 
 def _text_w(text: str, size: float) -> float:
