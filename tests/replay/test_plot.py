@@ -205,15 +205,16 @@ def test_the_drawn_lines_keep_every_pixel_columns_extremes(data: list[tuple[floa
 
 
 def test_matplotlib_is_not_imported_to_plot(tmp_path: Path) -> None:
-    """The whole command with its plot, in a fresh interpreter: no plotting library is imported."""
+    """The whole command with its plot, in a fresh interpreter: no plotting library is imported, nor the standard
+    library's HTTP client (``xml.sax.saxutils`` would bring ``urllib.request`` and ``http.client``)."""
     code = (
         "import sys; from autoscaler import cli; "
         f"code = cli.main(['replay', '--example', '-q', '--out', {str(tmp_path)!r}]); "
-        "print(code, 'matplotlib' in sys.modules)"
+        "print(code, 'matplotlib' in sys.modules, 'http.client' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.stdout.split() == ["0", "False"], done.stderr
+    assert done.stdout.split() == ["0", "False", "False"], done.stderr
     assert ET.parse(tmp_path / plot.FILE_NAME).getroot().tag == f"{SVG}svg"
 
 
