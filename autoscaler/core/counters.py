@@ -31,8 +31,19 @@ _Sample = TypeVar("_Sample", tuple[float, float], tuple[float, Sequence[float]])
 
 def increase(points: Sequence[tuple[float, float]]) -> float:
     """The counter's increase over ``points`` ((time, cumulative value), oldest first), resets handled."""
+    return _increase([value for _, value in points])
+
+
+def _increase(values: Sequence[float]) -> float:
+    """The increase of one counter's successive ``values``. Without a reset it is the newest minus the oldest
+    (one subtraction: ``rate`` and ``rates`` then give the same figure to the last bit); only a series with a
+    reset is summed step by step."""
+    if not values:
+        return 0.0
+    if all(map(operator.ge, values[1:], values)):
+        return values[-1] - values[0]
     total = 0.0
-    for (_, before), (_, after) in itertools.pairwise(points):
+    for before, after in itertools.pairwise(values):
         total += after - before if after >= before else after
     return total
 
@@ -61,21 +72,24 @@ def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None
 
 def rates(points: Sequence[tuple[float, Sequence[float]]], window_s: float) -> list[float] | None:
     """``rate`` of several counters scraped together (a histogram's buckets): ``points`` are (time, one
-    cumulative value per counter), oldest first. The same rules and arithmetic as ``rate`` per counter; one
-    pass over the samples instead of one per bucket."""
+    cumulative value per counter), oldest first. The same rules and arithmetic as ``rate`` per counter (equal to
+    the last bit); one pass over the samples instead of one per bucket, and no list per sample."""
     found = _window(points, window_s)
     if found is None:
         return None
     inside, span = found
-    totals = [0.0] * len(inside[0][1])
+    width = len(inside[0][1])
+    ge = operator.ge
+    monotone = True
     for (_, before), (_, after) in itertools.pairwise(inside):
-        if len(before) != len(after):
-            raise ValueError(f"samples of {len(before)} and {len(after)} counters")
-        deltas = list(map(operator.sub, after, before))
-        if min(deltas, default=0) < 0:  # a reset in some counter: its increase is its new value
-            deltas = [a - b if a >= b else a for b, a in zip(before, after, strict=True)]
-        totals = list(map(operator.add, totals, deltas))
-    return [t / span for t in totals]
+        if len(after) != width:
+            raise ValueError(f"samples of {width} and {len(after)} counters")
+        if monotone and not all(map(ge, after, before)):
+            monotone = False
+    if monotone:  # the usual case: no counter was reset inside the window (one pass, no lists per sample)
+        return [(newest - oldest) / span for oldest, newest in zip(inside[0][1], inside[-1][1], strict=True)]
+    # Some counter was reset: each by ``rate``'s own rule (rare: a server restarted inside the window).
+    return [_increase(column) / span for column in zip(*(values for _, values in inside), strict=True)]
 
 
 def add_buckets(into: dict[float, float], buckets: Mapping[float, float]) -> None:

@@ -168,13 +168,17 @@ def test_simulated_counters_and_histograms_match_the_requests_served() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     times=st.lists(st.integers(0, 40), min_size=0, max_size=12, unique=True),
-    values=st.lists(st.lists(st.integers(0, 50), min_size=3, max_size=3), min_size=12, max_size=12),
+    values=st.lists(st.lists(st.integers(0, 50) | st.floats(0, 1e6, allow_nan=False), min_size=3, max_size=3),
+                    min_size=12, max_size=12),
     window=st.sampled_from([5.0, 10.0, 60.0]),
 )
 @example(times=[0, 5, 10], values=[[3, 0, 9], [1, 4, 9], [2, 5, 12]] + [[0, 0, 0]] * 9, window=60.0)
-def test_bucket_rates_are_each_buckets_rate(times: list[int], values: list[list[int]], window: float) -> None:
+# Fractional counts without a reset, where summing the steps rounds differently from newest minus oldest.
+@example(times=[0, 5, 10], values=[[0.3, 0, 1], [4.3, 1, 2], [8.4, 2, 3]] + [[0, 0, 0]] * 9, window=60.0)
+def test_bucket_rates_are_each_buckets_rate(times: list[int], values: list[list[float]], window: float) -> None:
     """The pipeline rates a histogram's buckets in one pass (``counters.rates``): each equals ``counters.rate``
-    of that bucket alone, exactly, resets included (the example has one in the first bucket)."""
+    of that bucket alone, exactly (fractional counts too), resets included (the example has one in the first
+    bucket)."""
     points = [(float(t), [float(v) for v in values[i]]) for i, t in enumerate(sorted(times))]
     together = counters.rates(points, window)
     alone = [counters.rate([(t, v[i]) for t, v in points], window) for i in range(3)]
