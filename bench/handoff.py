@@ -13,7 +13,12 @@ scale, on the same trace and cluster:
   due within 60 s, by the interval its job declares, is stopped right after it when that saves more work than
   serving goes without meanwhile; ``estimate``: two of the bundled jobs' 20–30 s saves);
 - ``ours-noask``: the same with ``checkpointRequestSeconds: 0`` (never asks: the shipped policy before
-  requests were gated by the job's declaration).
+  requests were gated by the job's declaration);
+- ``ours+band`` / ``ours-noyield``: the same with ``capacity.yieldAtCheckpoint: band`` (a victim that would lose
+  work yields right after its checkpoint when the 95 % upper band of serving's count reaches its chips before
+  its next one) / ``off`` (never yields); as shipped it is ``balance`` (yield when the lost work and grace
+  period a later stop costs outweigh the chips idle if the rise does not come). Only trainers that do
+  neither differ: the others lose nothing when stopped.
 
 Three kinds of trainer (``--trainers``), each on every run:
 
@@ -27,7 +32,8 @@ Three kinds of trainer (``--trainers``), each on every run:
 
 Per row, the mean over the seeds: SLO attainment, training work lost, kept (checkpointed) and unsaved when the
 window ends (computed, not lost: it is kept at the next
-checkpoint), all in chip-hours, preemptions; and the most times one job was stopped within any hour (the
+checkpoint), all in chip-hours, training goodput (kept ÷ the chip-hours serving left to training: chips left
+idle by a yield lower it), preemptions; and the most times one job was stopped within any hour (the
 worst seed). Goals (issue 11): lost ≤ ½ of kueue-only's, SLO attainment ≥ kueue-only's, no job stopped more
 than twice an hour. The seed moves the requests' routing (a ClusterIP Service picks replicas at random): one
 seed's attainment differs from another's by up to ~0.4 pp on the same decisions, so a single seed cannot tell
@@ -64,16 +70,17 @@ SCENARIOS = (
     ("code", cluster_mod.bundled("AzureLLMInferenceTrace_code.csv"), cluster_mod.bundled("cluster-tpu.yaml"),
      ROOT / "policies" / "recommended-jetstream.yaml"),
 )
-RUNS = ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours-noask")
+RUNS = ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours-noask", "ours+band", "ours-noyield")
 TRAINERS = ("neither", "on-request", "save-on-TERM")
 #: The runs that can differ per kind of trainer (the others make the very same decisions as ``ours``): a saver
 #: is never asked, waited for or stopped ahead; a trainer that does not declare requests is never asked.
 RUNS_FOR = {
     "save-on-TERM": ("kueue-only", "ours"),
     "on-request": ("kueue-only", "ours", "ours+ahead", "ours-noask"),
-    "neither": ("kueue-only", "ours", "ours+ahead", "ours+wait"),
+    "neither": ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours+band", "ours-noyield"),
 }
-METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours")
+METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours",
+           "training_goodput")
 RATE_SCALES = (0.5, 1.0, 1.5)
 ASK_SECONDS = 60.0
 WAIT_SECONDS = 60.0
@@ -154,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     only = {(t, float(r)) for t, _, r in (o.partition(":") for o in args.only)}
     print(f"{'trace':<6}{'trainers':<14}{'rate':>5}  {'run':<11}{'SLO att.':>9}{'lost ch-h':>11}{'kept ch-h':>11}"
-          f"{'unsaved':>9}{'preempt':>9}{'max/job/h':>10}")
+          f"{'unsaved':>9}{'goodput':>9}{'preempt':>9}{'max/job/h':>10}")
     verdicts: list[tuple[str, bool]] = []
     tmp = Path(tempfile.mkdtemp(prefix="bench-handoff-"))
     for name, trace, cluster, policy_file in SCENARIOS:
@@ -179,13 +186,15 @@ def main(argv: list[str] | None = None) -> int:
                         policies=[(n, p) for n, p in (
                             ("ours", policy), ("ours+ahead", with_capacity(policy, actAhead=True)),
                             ("ours+wait", with_capacity(policy, checkpointWaitSeconds=WAIT_SECONDS)),
-                            ("ours-noask", with_capacity(policy, checkpointRequestSeconds=0))) if n in runs],
+                            ("ours-noask", with_capacity(policy, checkpointRequestSeconds=0)),
+                            ("ours+band", with_capacity(policy, yieldAtCheckpoint="band")),
+                            ("ours-noyield", with_capacity(policy, yieldAtCheckpoint="off"))) if n in runs],
                         rate_scale=rate, baselines=("kueue-only",), seed=seed,
                     ))
                     rows, results = out.summary["policies"], {r.name: r for r in out.results}
                     for n in runs:
                         for m in METRICS:
-                            sums[n][m] += rows[n][m] / args.seeds
+                            sums[n][m] += (rows[n][m] or 0.0) / args.seeds
                         preempt[n] += results[n].preemptions / args.seeds
                         worst[n] = max(worst[n], max_per_hour(results[n]))
                         if args.explain:
@@ -194,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                     row = sums[n]
                     print(f"{name:<6}{trainers:<14}{rate:>5g}  {n:<11}{row['slo_attainment']:>9.2%}"
                           f"{row['training_lost_chip_hours']:>11.3f}{row['training_useful_chip_hours']:>11.3f}"
-                          f"{row['training_unsaved_chip_hours']:>9.3f}{preempt[n]:>9.1f}{worst[n]:>10}", flush=True)
+                          f"{row['training_unsaved_chip_hours']:>9.3f}{row['training_goodput']:>9.3f}{preempt[n]:>9.1f}"
+                          f"{worst[n]:>10}", flush=True)
                     if args.explain:
                         print(accounts[n].line(args.seeds), flush=True)
                 base = sums["kueue-only"]

@@ -50,6 +50,13 @@ Its transitions:
    is stopped early, and never a Workload that saves within its grace period. Also while this target's replicas
    wait for admission, once the chips they wait for are on their way (an earlier hand-off in flight): a ramp's
    next step need not wait for the first victim to leave.
+5. Yielding at a checkpoint (``_yield_at_checkpoint``; ``capacity.yieldAtCheckpoint``, for victims that lose
+   work when stopped: ``loses_work``): serving needs no more now, a Workload has just checkpointed, and
+   serving's count is likely to rise into its chips before its next checkpoint: it is stopped now, losing
+   nothing, and its chips wait free for serving. The chance is the reflection principle's for a driftless
+   random walk (``reach_chance``) with the variance the wanted count showed (``observe_demand``,
+   ``demand_variance``): a measured band, not a forecast. The same rule keeps such a Workload stopped rather
+   than resume it into chips serving is as likely to take before its first checkpoint (``_would_yield``).
 
 The victim choice is a parameter (``choose``), so ``lowest_priority_first`` (Kueue's order) can be compared
 with ``least_work_lost`` on the same rule.
@@ -69,6 +76,8 @@ from autoscaler.core import topology
 from autoscaler.core.model import (
     Ahead,
     Decision,
+    DemandHistory,
+    DemandJump,
     Observation,
     QuotaStatus,
     Reason,
@@ -93,6 +102,12 @@ EXHAUSTIVE_MAX = 10
 #: evaluation sees a new checkpoint within one period, so two leave room for one late pass, and the work it
 #: then loses is at most that long (a rule of the evaluation rhythm, not a figure fitted to a trace).
 FRESH_EVALUATIONS = 2
+#: How far back the wanted count's changes are measured (``observe_demand``): the hour the per-job preemption
+#: cap counts over too (``estimate``: several checkpoint intervals of the jobs these policies displace).
+DEMAND_LOOKBACK_S = HOUR_S
+#: ``yieldAtCheckpoint: band``: a victim yields when serving's count reaches its chips before its next
+#: checkpoint with at least this chance, i.e. when the need's 95 % upper band does (a convention, not fitted).
+BAND_CHANCE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +265,68 @@ def learn_interval(memory: CheckpointMemory | None, last_checkpoint: float | Non
     return CheckpointMemory(last=last_checkpoint, interval_s=interval)
 
 
+def observe_demand(history: DemandHistory | None, wanted: int, now: float) -> DemandHistory:
+    """``history`` after this evaluation's wanted count: its changes within ``DEMAND_LOOKBACK_S`` (pure; the
+    engine keeps it in ``PolicyState.demand``). The unchanged history itself when nothing moved."""
+    if history is None:
+        return DemandHistory(since=now, count=wanted)
+    old = now - DEMAND_LOOKBACK_S
+    expired = bool(history.jumps) and history.jumps[0].at <= old
+    if wanted == history.count and not expired:
+        return history
+    jumps = tuple(j for j in history.jumps if j.at > old) if expired else history.jumps
+    if wanted != history.count:
+        jumps = (*jumps, DemandJump(now, wanted - history.count))
+    return DemandHistory(since=history.since, count=wanted, jumps=jumps)
+
+
+def demand_variance(history: DemandHistory, now: float, horizon_s: float) -> float | None:
+    """The wanted count's measured variance rate (replicas² per second): its realised quadratic variation (the
+    sum of its squared changes) over the time observed, within ``DEMAND_LOOKBACK_S``. While less than
+    ``horizon_s`` has been observed, the rest of the horizon counts as calm (a count that did not move): a
+    young history's few changes are not extrapolated as if they were all there is. None before any time
+    has been observed."""
+    span = now - max(history.since, now - DEMAND_LOOKBACK_S)
+    if span <= 0:
+        return None
+    moved = sum(j.change * j.change for j in history.jumps if j.at > now - DEMAND_LOOKBACK_S)
+    return moved / max(span, horizon_s)
+
+
+def reach_chance(rise: float, horizon_s: float, variance: float) -> float:
+    """The chance that a count moving as a driftless random walk with ``variance`` (replicas² per second) rises
+    by ``rise`` or more at some moment within ``horizon_s``: by the reflection principle, twice the chance it
+    ends there, 2 (1 − Φ(rise / σ√H)) = erfc(rise / σ√(2H))."""
+    if rise <= 0:
+        return 1.0
+    spread = math.sqrt(max(0.0, variance) * max(0.0, horizon_s))
+    if spread <= 0:
+        return 0.0
+    return min(1.0, math.erfc(rise / (spread * math.sqrt(2.0))))
+
+
+def loses_work(capacity: CapacitySpec, w: TrainingWorkload) -> bool:
+    """Stopping ``w`` loses the work since its last checkpoint: it neither saves on SIGTERM within its grace
+    period nor is asked and saves as it stops (``asks_as_it_stops``)."""
+    return not saves_within_grace(w) and not asks_as_it_stops(capacity, w)
+
+
+def yield_threshold(capacity: CapacitySpec, w: TrainingWorkload, horizon_s: float) -> float | None:
+    """The chance above which ``w`` yields its chips now rather than run ``horizon_s`` to its next checkpoint
+    (``yieldAtCheckpoint``); None: never (off, or its grace period unknown).
+
+    ``balance``: yielding leaves its chips idle until serving takes them, running on loses the work computed
+    until serving takes them plus its grace period (chips held, nothing kept). Until that moment the two cost
+    the same chip-time, so yielding wins when chance × grace > (1 − chance) × horizon (what it forgoes when
+    the rise does not come): chance > horizon ÷ (horizon + grace). ``band``: ``BAND_CHANCE``."""
+    mode = capacity.yield_at_checkpoint
+    if mode == "off" or w.grace_s is None:
+        return None
+    if mode == "band":
+        return BAND_CHANCE
+    return horizon_s / (horizon_s + w.grace_s) if horizon_s + w.grace_s > 0 else None
+
+
 def _set_key(
     ws: Sequence[TrainingWorkload],
 ) -> tuple[float, float, float, float, float, tuple[int, ...], tuple[str, ...]]:
@@ -350,9 +427,11 @@ def plan(
     now: float = 0.0,
     choose: VictimChooser = least_work_lost,
     ahead: Ahead | None = None,
+    demand: DemandHistory | None = None,
 ) -> Plan:
     """Decide which training to deactivate or reactivate for ``desired`` serving replicas (and, with the policy's
-    forecast ``ahead``, which to stop early at a checkpoint and which to keep down; see transitions 4 and 5)."""
+    forecast ``ahead``, which to stop early at a checkpoint and which to keep down; see transitions 4 and 5;
+    with the wanted count's history ``demand``, which to yield at its checkpoint: transition 5)."""
     capacity, quota = spec.capacity, observation.quota
     if capacity is None or quota is None:
         return Plan(desired=desired, training=())
@@ -383,10 +462,15 @@ def plan(
                            fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)
         if early is not None:
             return early
+    if demand is not None and not sliced and desired == current and replicas.gated == 0:
+        yielded = _yield_at_checkpoint(capacity, acct, observation.training, current, demand, now,
+                                       fresh_s=FRESH_EVALUATIONS * spec.evaluation_period_seconds)
+        if yielded is not None:
+            return yielded
     # Reactivation hysteresis: the chips the forecast needs within its lead stay with serving.
     keep = max(0, forecast - desired) * capacity.per_replica
     return _reactivate(capacity, quota, observation.training, current, desired, replicas.gated, keep=keep,
-                       ahead=ahead)
+                       ahead=ahead, demand=None if sliced else demand, now=now)
 
 
 def plan_chips(
@@ -981,6 +1065,65 @@ def _act_ahead(
     return Plan(desired=desired, training=decisions, message=message)
 
 
+def _yield_at_checkpoint(
+    capacity: CapacitySpec,
+    acct: Budget,
+    training: Sequence[TrainingWorkload],
+    current: int,
+    demand: DemandHistory,
+    now: float,
+    *,
+    fresh_s: float,
+) -> Plan | None:
+    """Transition 5: serving needs no more now. A Workload that loses work when stopped (``loses_work``) and
+    has just checkpointed (within ``fresh_s``) is stopped now when serving's count is likely enough
+    (``yield_threshold``) to rise into its chips before its next checkpoint (``reach_chance`` over
+    ``next_checkpoint_s``, the rise being what no longer fits in the free room, from the wanted count's
+    measured variance, ``demand_variance``). Its chips stay free until serving takes them: nothing is started
+    for them. Not a Workload still in its first interval since we resumed it (``_restarting``). The freshest
+    first; each yield widens the room the next must be needed for. None: nothing yields."""
+    if capacity.yield_at_checkpoint == "off":
+        return None
+    per = capacity.per_replica
+    fresh = sorted(
+        (w for w in training
+         if w.active and w.admitted and w.chips > 0 and loses_work(capacity, w) and w.since_checkpoint_s is not None
+         and w.since_checkpoint_s <= fresh_s and next_checkpoint_s(w) is not None
+         and not _restarting(w, now) and _ineligible(capacity, w, now) is None),
+        key=lambda w: (w.since_checkpoint_s or 0.0, w.key),
+    )
+    room = max(0.0, acct.for_serving)
+    decisions: list[TrainingDecision] = []
+    for w in fresh:
+        horizon = next_checkpoint_s(w)
+        assert horizon is not None  # filtered above
+        variance = demand_variance(demand, now, horizon)
+        threshold = yield_threshold(capacity, w, horizon)
+        if variance is None or threshold is None:
+            continue
+        rise = math.floor(room / per + _EPS) + 1
+        chance = reach_chance(rise, horizon, variance)
+        if chance <= threshold:
+            continue
+        room += w.chips
+        decisions.append(TrainingDecision(
+            workload=w, action=TrainingAction.DEACTIVATE, reason=Reason.DEACTIVATE_TRAINING,
+            message=(
+                f"yielding {w.key} at its checkpoint (priority {w.priority}, {w.chips} {capacity.resource}, "
+                f"{_risk_text(w)}): serving's count ({current}) rises by {rise} or more before its next "
+                f"checkpoint in {horizon:.0f}s with chance {chance:.0%} (measured variance "
+                f"{variance * HOUR_S:.2f} replicas² per hour), above {threshold:.0%} "
+                f"(yieldAtCheckpoint {capacity.yield_at_checkpoint}); it loses nothing now, its chips wait "
+                f"free for serving; {acct.describe()}"
+            ),
+        ))
+    if not decisions:
+        return None
+    names = ", ".join(d.workload.key for d in decisions)
+    return Plan(desired=current, training=tuple(decisions),
+                message=f"yielding {names} at its checkpoint: serving's count is likely to need its chips first")
+
+
 def _reactivate(
     capacity: CapacitySpec,
     quota: QuotaStatus,
@@ -992,6 +1135,8 @@ def _reactivate(
     keep: float = 0.0,
     ahead: Ahead | None = None,
     unit: str = "replicas",
+    demand: DemandHistory | None = None,
+    now: float = 0.0,
 ) -> Plan:
     ours = sorted(
         (w for w in training if w.deactivated_by_us and not w.active),
@@ -1018,6 +1163,8 @@ def _reactivate(
         needs = 0 if w.admitted else w.chips
         if needs > room + _EPS:
             break
+        if needs and _would_yield(capacity, w, room - needs, demand, now):
+            break  # resumed, it would most likely be stopped again before its first checkpoint
         if inventory is not None and needs and w.slices:
             placed = _place_all(inventory, w)
             if placed is None:
@@ -1043,6 +1190,33 @@ def _reactivate(
             )
         )
     return Plan(desired=desired, training=tuple(decisions))
+
+
+def _restarting(w: TrainingWorkload, now: float) -> bool:
+    """``w`` was resumed by this controller less than one checkpoint interval ago: it has not saved since (a
+    save comes after its restore and a whole interval), so its fresh look is its restart, and stopping it
+    would waste the restore it is paying."""
+    interval = w.checkpoint_interval_s
+    return w.resumed_at is not None and interval is not None and now - w.resumed_at < interval
+
+
+def _would_yield(
+    capacity: CapacitySpec, w: TrainingWorkload, room_after: float, demand: DemandHistory | None, now: float
+) -> bool:
+    """Transition 5's rule at a resume: ``w`` (losing work when stopped) stays stopped when serving's count is
+    as likely to rise into its chips (what is left free after resuming it, ``room_after``) before its first
+    checkpoint (its interval) as would make it yield there."""
+    if demand is None or capacity.yield_at_checkpoint == "off" or not loses_work(capacity, w):
+        return False
+    horizon = w.checkpoint_interval_s
+    if horizon is None:
+        return False
+    variance = demand_variance(demand, now, horizon)
+    threshold = yield_threshold(capacity, w, horizon)
+    if variance is None or threshold is None:
+        return False
+    rise = math.floor(max(0.0, room_after) / capacity.per_replica + _EPS) + 1
+    return reach_chance(rise, horizon, variance) > threshold
 
 
 def _place_all(inventory: topology.Inventory, w: TrainingWorkload) -> topology.Inventory | None:

@@ -126,6 +126,7 @@ class _Next:
     __slots__ = (
         "algorithm",
         "deferred",
+        "demand",
         "idle_since",
         "last_decision_time",
         "last_scale_time",
@@ -145,6 +146,7 @@ class _Next:
         self.idle_since = state.idle_since
         self.algorithm = algorithm
         self.deferred = state.deferred
+        self.demand = state.demand
 
     def freeze(self) -> PolicyState:
         return PolicyState(
@@ -157,6 +159,7 @@ class _Next:
             idle_since=self.idle_since,
             algorithm=self.algorithm,
             deferred=self.deferred,
+            demand=self.demand,
         )
 
 
@@ -388,7 +391,10 @@ def _arbitrate(
                                  or now - deferred.since > bound + spec.evaluation_period_seconds):
         deferred = None
     wanted = desired if deferred is None else min(deferred.replicas, spec.max_replicas)
-    plan = arbitration.plan(spec=spec, observation=observation, desired=wanted, now=now, ahead=ahead)
+    # How the policy's own count moves (not what the arbitration granted): the yield rule's variability.
+    nxt.demand = arbitration.observe_demand(nxt.demand, desired, now)
+    plan = arbitration.plan(spec=spec, observation=observation, desired=wanted, now=now, ahead=ahead,
+                            demand=nxt.demand)
     nxt.deferred = (
         (deferred or DeferredScale(wanted, now)) if plan.waiting_for_checkpoint and plan.desired < wanted else None
     )

@@ -323,6 +323,27 @@ class DeferredScale:
     since: float
 
 
+@dataclass(frozen=True, slots=True)
+class DemandJump:
+    """One change of the count a policy wanted (``DemandHistory``)."""
+
+    at: float
+    change: int
+
+
+@dataclass(frozen=True, slots=True)
+class DemandHistory:
+    """How the count a policy with ``capacity`` wanted moved: its changes within the arbitration's lookback
+    (``arbitration.observe_demand``). Their measured variability is what the yield-at-checkpoint rule reads."""
+
+    #: The first evaluation this history covers (the observed span starts here while it is younger than
+    #: the lookback).
+    since: float
+    #: The latest count wanted.
+    count: int
+    jumps: tuple[DemandJump, ...] = ()
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class PolicyState:
@@ -346,6 +367,8 @@ class PolicyState:
     #: A scale-up deferred while training checkpoints: kept while the policy holds its count, so the
     #: hand-off finishes as it would have had the replicas started at once (the policy would keep them).
     deferred: DeferredScale | None = None
+    #: With ``capacity``: how the wanted count moved (``arbitration.observe_demand``).
+    demand: DemandHistory | None = None
 
     @property
     def consecutive_failures(self) -> int:
@@ -370,4 +393,5 @@ class PolicyState:
             self.idle_since,
             self.algorithm,
             self.deferred,
+            self.demand,
         )

@@ -266,6 +266,18 @@ class CapacitySpec(SpecModel):
         "attainment in one cell (docs/controller.md, the hand-off figures). The forecast's reactivation "
         "hysteresis applies either way.",
     )
+    yield_at_checkpoint: Literal["off", "balance", "band"] = Field(
+        default="balance",
+        description="For victims that lose work when stopped (they neither save on SIGTERM within their grace "
+        "period nor honour checkpoint requests): stop one right after its own checkpoint, before serving needs "
+        "its chips, when serving's count is likely to rise into them before its next checkpoint. The chance is "
+        "measured from how the policy's wanted count moved in the last hour (a driftless random walk with that "
+        "variance: reflection principle). balance (default): yield when the work and grace period a later stop "
+        "would cost exceed the chips left idle if the rise does not come (chance > interval ÷ (interval + "
+        "grace period)); band: yield when the 95 % upper band reaches its chips (chance ≥ 5 %); off: never. "
+        "The same rule keeps such a Workload stopped rather than resume it into chips serving is as likely to "
+        "take before its first checkpoint.",
+    )
     max_preemptions_per_hour: int = Field(
         default=2, ge=0,
         description="This controller stops one Workload at most this many times in any hour; past it serving "

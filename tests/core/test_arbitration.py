@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import (
     Ahead,
     DeferredScale,
+    DemandHistory,
+    DemandJump,
     Observation,
     PolicyState,
     QuotaStatus,
@@ -859,3 +862,111 @@ def test_the_policy_sees_the_longest_eviction_among_the_victims_it_may_stop() ->
     bare.decide(Observation(target=TARGET, replicas=ReplicaStatus(spec=1, ready=1), training=training), PolicyState(),
                 now)
     assert seen[-1] is None
+
+
+# --- yielding at a checkpoint (transition 5: capacity.yieldAtCheckpoint) -----------------------------------------
+
+
+def demand(now: float, *changes: int, observed: float = 700.0, count: int = 1) -> DemandHistory:
+    """A wanted count observed for ``observed`` seconds that moved by ``changes`` (spread over that time)."""
+    step = observed / (len(changes) + 1)
+    return DemandHistory(since=now - observed, count=count,
+                         jumps=tuple(DemandJump(now - observed + (i + 1) * step, c) for i, c in enumerate(changes)))
+
+
+def neither(name: str, since: float | None, **kw: Any) -> TrainingWorkload:
+    """A trainer that neither saves on SIGTERM nor honours requests: 60 s grace period, 630 s between saves."""
+    kw.setdefault("honours_requests", False)
+    return ckpt(name, since, chips=2, grace_s=60.0, save_s=30.0, checkpoint_interval_s=630.0, **kw)
+
+
+def test_the_wanted_count_is_remembered_by_its_changes_within_the_lookback() -> None:
+    h = arbitration.observe_demand(None, 2, 100.0)
+    assert (h.since, h.count, h.jumps) == (100.0, 2, ())
+    assert arbitration.observe_demand(h, 2, 115.0) is h  # nothing moved: the same record, no copy
+    h = arbitration.observe_demand(arbitration.observe_demand(h, 4, 130.0), 3, 145.0)
+    assert h.jumps == (DemandJump(130.0, 2), DemandJump(145.0, -1))
+    assert h.count == 3
+    later = arbitration.observe_demand(h, 3, 130.0 + arbitration.DEMAND_LOOKBACK_S)
+    assert later.jumps == (DemandJump(145.0, -1),)  # an hour old: dropped
+    # Variance rate: (2² + 1²) over 100 s observed; a longer horizon than observed counts the rest as calm.
+    assert arbitration.demand_variance(h, 200.0, 100.0) == pytest.approx(5 / 100)
+    assert arbitration.demand_variance(h, 200.0, 400.0) == pytest.approx(5 / 400)
+    assert arbitration.demand_variance(h, 100.0, 400.0) is None  # nothing observed yet
+
+
+def test_the_chance_of_a_rise_follows_the_reflection_principle() -> None:
+    assert arbitration.reach_chance(0, 600, 0.0) == 1.0
+    assert arbitration.reach_chance(1, 600, 0.0) == 0.0
+    # A rise of one standard deviation of the end point is reached with chance 2 (1 − Φ(1)) = 0.3173.
+    assert arbitration.reach_chance(3.0, 900.0, 9.0 / 900.0) == pytest.approx(0.3173, abs=1e-4)
+    assert arbitration.reach_chance(2, 600, 0.01) < arbitration.reach_chance(1, 600, 0.01)
+    assert arbitration.reach_chance(1, 300, 0.01) < arbitration.reach_chance(1, 600, 0.01)
+
+
+def test_a_trainer_that_would_lose_work_yields_right_after_its_checkpoint_when_serving_will_likely_need_it() -> None:
+    now = 10_000.0
+    training = (neither("fresh", 5.0), neither("mid", 300.0))
+    wild = demand(now, 10, -10, 10, -10, 10, -10, 10, -10)  # 800 replicas² in 700 s
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, now=now, demand=wild)
+    # Serving keeps its count (nothing is started on a chance); the job that just saved stops now, losing 5 s.
+    assert (result.desired, actions(result)) == (1, [("deactivate", "fresh")])
+    assert "yielding llm/fresh at its checkpoint" in result.training[0].message
+    assert "(yieldAtCheckpoint balance)" in result.training[0].message
+    # A calm count: balance keeps it running (a 60 s grace period does not pay for 625 s of idle chips) ...
+    calm = demand(now, 1, -1, 1, -1)
+    result = arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, now=now, demand=calm)
+    assert result.training == ()
+    # ... the 95 % upper band yields it (chance ≈ 0.6 ≥ 5 %); off never does.
+    band = spec_with(yieldAtCheckpoint="band")
+    result = arbitration.plan(spec=band, observation=observe(1, 6, training), desired=1, now=now, demand=calm)
+    assert actions(result) == [("deactivate", "fresh")]
+    off = spec_with(yieldAtCheckpoint="off")
+    result = arbitration.plan(spec=off, observation=observe(1, 6, training), desired=1, now=now, demand=wild)
+    assert result.training == ()
+    # Observed for less than its next checkpoint is away: the rest counts as calm. One change of 1 in 60 s is
+    # a chance of 32 % over 625 s with the rest taken as calm (band yields), not 76 % as if extrapolated.
+    young = demand(now, 1, observed=60.0)
+    assert arbitration.reach_chance(1, 625, arbitration.demand_variance(young, now, 625) or 0) < 0.35
+    assert arbitration.plan(spec=SPEC, observation=observe(1, 6, training), desired=1, now=now,
+                            demand=young).training == ()
+    assert actions(arbitration.plan(spec=band, observation=observe(1, 6, training), desired=1, now=now,
+                                    demand=young)) == [("deactivate", "fresh")]
+
+
+@pytest.mark.parametrize("victim", [
+    pytest.param(neither("saver", 5.0, saves_on_termination=True), id="saves-on-SIGTERM"),
+    pytest.param(neither("asked", 5.0, honours_requests=True), id="asked-as-it-stops"),
+    pytest.param(neither("stale", 100.0), id="not-just-saved"),
+    pytest.param(neither("capped", 5.0, preempted_at=(9_000.0, 9_500.0)), id="at-its-preemption-cap"),
+    pytest.param(neither("restoring", 0.0, resumed_at=9_900.0), id="resumed-and-not-saved-since"),
+])
+def test_only_a_just_saved_eligible_trainer_that_would_lose_work_yields(victim: TrainingWorkload) -> None:
+    now = 10_000.0
+    band = spec_with(yieldAtCheckpoint="band", checkpointRequestSeconds=60)
+    wild = demand(now, 10, -10, 10, -10, 10, -10, 10, -10)
+    result = arbitration.plan(spec=band, observation=observe(1, 6, (victim,)), desired=1, now=now, demand=wild)
+    assert result.training == ()
+
+
+def test_a_yielded_trainer_is_not_resumed_into_chips_serving_will_likely_take_before_its_first_checkpoint() -> None:
+    now = 10_000.0
+    stopped = dataclasses.replace(neither("yielded", None), active=False, admitted=False, deactivated_by_us=True)
+    # 1 replica (2 GPUs) of 6: 4 free, the job needs 2, leaving room for one more replica.
+    obs = observe(1, 2, (stopped,))
+    wild = demand(now, 10, -10, 10, -10, 10, -10, 10, -10)
+    assert arbitration.plan(spec=SPEC, observation=obs, desired=1, now=now, demand=wild).training == ()
+    calm = demand(now, 1, -1)
+    assert actions(arbitration.plan(spec=SPEC, observation=obs, desired=1, now=now, demand=calm)) == [
+        ("reactivate", "yielded")]
+    assert actions(arbitration.plan(spec=SPEC, observation=obs, desired=1, now=now)) == [("reactivate", "yielded")]
+
+
+def test_the_engine_remembers_the_wanted_count_for_policies_with_capacity() -> None:
+    cp = compile_policy(ScalingPolicy.model_validate(policy_doc()))
+    obs = Observation(
+        target=TARGET, replicas=ReplicaStatus(spec=1, ready=1), signals={"queue": SignalReading(15.0, 1000.0)},
+        training=(), quota=QuotaStatus("cluster-queue", GPU, nominal=6, reserved=2),
+    )
+    _, state = cp.decide(obs, PolicyState(), 1000.0)
+    assert state.demand == DemandHistory(since=1000.0, count=2)
