@@ -77,7 +77,7 @@ TRAINERS = ("neither", "on-request", "save-on-TERM")
 RUNS_FOR = {
     "save-on-TERM": ("kueue-only", "ours"),
     "on-request": ("kueue-only", "ours", "ours+ahead", "ours-noask"),
-    "neither": ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours+band", "ours-noyield"),
+    "neither": ("kueue-only", "ours", "ours+ahead", "ours+wait", "ours+band"),
 }
 METRICS = ("slo_attainment", "training_lost_chip_hours", "training_useful_chip_hours", "training_unsaved_chip_hours",
            "training_goodput")
@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trainers", choices=("all", *TRAINERS), default="all")
     parser.add_argument("--every-run", action="store_true",
                         help="every run for every kind of trainer (the default skips runs that decide as 'ours')")
+    parser.add_argument("--runs", default="", metavar="A,B",
+                        help="only these runs (kueue-only is always run: the goals compare with it)")
     args = parser.parse_args(argv)
     only = {(t, float(r)) for t, _, r in (o.partition(":") for o in args.only)}
     print(f"{'trace':<6}{'trainers':<14}{'rate':>5}  {'run':<11}{'SLO att.':>9}{'lost ch-h':>11}{'kept ch-h':>11}"
@@ -173,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.trainers not in ("all", trainers):
                 continue
             runs = RUNS_FOR[trainers] if not args.every_run else RUNS
+            if args.runs:
+                runs = ("kueue-only", *(r for r in runs if r in args.runs.split(",") and r != "kueue-only"))
             for rate in RATE_SCALES:
                 if only and (name, rate) not in only:
                     continue
