@@ -273,8 +273,9 @@ class CapacitySpec(SpecModel):
         "its chips, when serving's count is likely to rise into them before its next checkpoint. The chance is "
         "measured from how the policy's wanted count moved in the last hour (a driftless random walk with that "
         "variance: reflection principle). balance (default): yield when the work and grace period a later stop "
-        "would cost exceed the chips left idle if the rise does not come (chance > interval ÷ (interval + "
-        "grace period)); band: yield when the 95 % upper band reaches its chips (chance ≥ 5 %); off: never. "
+        "would cost exceed the chips left idle if the rise does not come (chance > interval / (interval + "
+        "grace period)); band: yield when the 95 % upper band reaches its chips (chance of 5 % or more); off: "
+        "never. "
         "The same rule keeps such a Workload stopped rather than resume it into chips serving is as likely to "
         "take before its first checkpoint.",
     )
