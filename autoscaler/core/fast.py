@@ -176,11 +176,10 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
     plan = [(name, max_age) for name, max_age, _ in compiled.judge._plan]  # the judge's own order
     names = {name for name, _ in plan}
     metrics = []
-    for name, kind, target, target_text in algorithm.metrics:
-        if name not in names:
+    for metric in algorithm.metrics:
+        if metric.signal not in names:
             return None
-        per_replica = spec.signal(name).scope == "perReplica"
-        metrics.append((name, kind, target, target_text, per_replica))
+        metrics.append((metric, spec.signal(metric.signal).scope == "perReplica"))
     tol = algorithm.tolerances
     low, high = tol.low, tol.high
     several = len(metrics) > 1
@@ -222,13 +221,15 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
 
         # HpaAlgorithm.recommend with every metric known (the highest count, the first on ties).
         ready, starting = replicas.ready, replicas.starting
-        outcomes = []
-        best: tuple[str, int, bool, hpa.Why] | None = None
+        outcomes: list[hpa.MetricOutcome] = []
+        best: hpa.MetricOutcome | None = None
         replicas_wanted = 0
         all_within = True
-        for name, kind, target, target_text, per_replica in metrics:
+        for metric, per_replica in metrics:
+            name, kind, target, target_text = metric.signal, metric.kind, metric.target, metric.target_text
             value = signals[name].value
             assert value is not None
+            outcome: hpa.MetricOutcome
             if kind == "Pods":
                 if ready == 0:
                     return None  # no ready replica: unknown
@@ -238,30 +239,31 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
                     return None  # HPA's unready-pod adjustment: the plain path
                 within = low <= ratio <= high
                 count = current if within else ceil(ratio * ready)
-                why: hpa.Why = hpa.PodsWhy(
-                    "perReplica" if per_replica else "total", total, ready, 0, 0, target_text, ratio, None,
-                    current, count,
+                outcome = hpa.PodsOutcome(
+                    name, count, within, "perReplica" if per_replica else "total", total, ready, 0, 0, target_text,
+                    ratio, None, current,
                 )
             elif kind == "Value":
                 usage = milli(value)
-                count, ratio = hpa.value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
+                valued = hpa.value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
+                count, ratio = valued.replicas, valued.ratio
                 within = low <= ratio <= high  # current > 0 here
-                why = hpa.ValueWhy(usage, target_text, ratio, ready, current, count)
+                outcome = hpa.ValueOutcome(name, count, within, usage, target_text, ratio, ready, current)
             else:
                 usage = milli(value)
                 counted = ready + starting
-                count, ratio = hpa.average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
+                averaged = hpa.average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
+                count, ratio = averaged.replicas, averaged.ratio
                 within = low <= ratio <= high
-                why = hpa.AverageWhy(usage, target_text, ratio, counted, current, count)
-            outcome = (name, count, within, why)
+                outcome = hpa.AverageOutcome(name, count, within, usage, target_text, ratio, counted, current)
             outcomes.append(outcome)
             if best is None or count > replicas_wanted:
                 best, replicas_wanted = outcome, count
             all_within = all_within and within
         assert best is not None
-        message = explain(best[0], best[3], tol)
+        message = explain(best, tol)
         if several:
-            others = ", ".join(f"{o[0]} → {o[1]}" for o in outcomes if o is not best)
+            others = ", ".join(f"{o.signal} → {o.replicas}" for o in outcomes if o is not best)
             message = f"{message}{count_of}{others})"
         if replicas_wanted > current:
             reason = up
@@ -270,15 +272,16 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
         else:
             reason = within_tolerance if all_within else steady
 
-        history = state.recommendations or ((now, current),)
-        desired, norm_reason, norm_message, history = stage(
+        staged = stage(
             rules=rules, min_replicas=floor, max_replicas=max_replicas, current=current,
-            recommended=replicas_wanted, state=state, now=now, recommendations=history,
+            recommended=replicas_wanted, state=state, now=now,
+            recommendations=state.recommendations or ((now, current),),
         )
-        if norm_reason is not None:
-            reason = norm_reason
-            if norm_message:
-                message = f"{message}; {norm_message}"
+        desired = staged.desired
+        if staged.reason is not None:
+            reason = staged.reason
+            if staged.message:
+                message = f"{message}; {staged.message}"
         elif desired == current and (reason is up or reason is down):
             reason = steady
         horizon = now - horizon_s
@@ -292,6 +295,7 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
             downs = (*downs, (now, current - desired))
             last_scale = now
         decision = ScaleDecision(observation.target, current, desired, reason, message, signals)
-        return [decision], State(history, ups, downs, (), now, last_scale, state.idle_since, state.algorithm)
+        return [decision], State(staged.recommendations, ups, downs, (), now, last_scale, state.idle_since,
+                                 state.algorithm)
 
     return fast

@@ -337,8 +337,8 @@ def test_per_pod_values_of_a_stale_signal_are_not_used() -> None:
 )
 def test_pods_replicas_function(usage: PodsUsage, expected: tuple[int, float, float | None]) -> None:
     tol = Tolerances(down=0.1, up=0.1)
-    count, ratio, new_ratio = pods_replicas(current=2, usage=usage, target=10000, tol=tol)
-    assert (count, round(ratio, 6), None if new_ratio is None else round(new_ratio, 6)) == expected
+    got = pods_replicas(current=2, usage=usage, target=10000, tol=tol)
+    assert (got.replicas, round(got.ratio, 6), None if got.adjusted is None else round(got.adjusted, 6)) == expected
 
 
 @pytest.mark.parametrize(
@@ -399,7 +399,7 @@ TOL = Tolerances(down=0.1, up=0.1)
     ],
 )
 def test_value_replicas(current: int, ready: int, usage: int, expected: int) -> None:
-    assert value_replicas(current=current, ready=ready, usage=usage, target=10000, tol=TOL)[0] == expected
+    assert value_replicas(current=current, ready=ready, usage=usage, target=10000, tol=TOL).replicas == expected
 
 
 @pytest.mark.parametrize(
@@ -411,7 +411,7 @@ def test_value_replicas(current: int, ready: int, usage: int, expected: int) -> 
     ],
 )
 def test_average_value_replicas(status: int, usage: int, expected: int) -> None:
-    assert average_value_replicas(status_replicas=status, usage=usage, target=10000, tol=TOL)[0] == expected
+    assert average_value_replicas(status_replicas=status, usage=usage, target=10000, tol=TOL).replicas == expected
 
 
 # --- several metrics and unknown ones --------------------------------------------------------------------------

@@ -184,14 +184,21 @@ class PodsUsage:
     unready: int = 0
 
 
-class Count(NamedTuple):
+# The records below are built per metric at every evaluation (``decide``'s hot path): plain slotted dataclasses,
+# built positionally (a NamedTuple's or a frozen dataclass's construction costs about twice as much; keywords
+# more still), read by name only.
+
+
+@dataclass(slots=True)
+class Count:
     """A metric's replica count and the usage ratio it comes from."""
 
     replicas: int
     ratio: float
 
 
-class PodsCount(NamedTuple):
+@dataclass(slots=True)
+class PodsCount:
     """``pods_replicas``' count, its ratio, and the ratio re-computed after the missing/unready adjustment (None
     when there was none)."""
 
@@ -246,14 +253,19 @@ def average_value_replicas(*, status_replicas: int, usage: int, target: int, tol
     return Count(math.ceil(usage / target), ratio)
 
 
-# What a metric's count comes from: the numbers behind its sentence rather than the sentence, so that only the
+# One metric's proposal, each kind with the numbers behind its sentence rather than the sentence, so that only the
 # explanations a message shows (the chosen metric's and the unknown ones') are formatted, by ``_explain``. Each
-# target is the text ``_fmt`` gives for it, formatted once when the policy is built.
+# target is the text ``_fmt`` gives for it, formatted once when the policy is built. Every kind has ``signal``,
+# ``replicas`` (None: it cannot be computed) and ``within_tolerance`` first.
 
 
-class PodsWhy(NamedTuple):
+@dataclass(slots=True)
+class PodsOutcome:
     """A ``Pods`` metric (or AverageValue over ready replicas): ``calcPlainMetricReplicas``' inputs and result."""
 
+    signal: str
+    replicas: int
+    within_tolerance: bool
     #: "pods" (one value per pod), "perReplica" (the signal's average per ready replica) or "total".
     basis: str
     #: Milli-units summed, and the pods (or ready replicas) they were summed over.
@@ -267,89 +279,85 @@ class PodsWhy(NamedTuple):
     #: The ratio after the adjustment (None when there was none).
     adjusted: float | None
     current: int
-    replicas: int
 
 
-class ValueWhy(NamedTuple):
+@dataclass(slots=True)
+class ValueOutcome:
     """An External/Object ``Value`` metric."""
 
+    signal: str
+    replicas: int
+    within_tolerance: bool
     usage: int
     target: str
     ratio: float
     ready: int
     current: int
-    replicas: int
 
 
-class AverageWhy(NamedTuple):
+@dataclass(slots=True)
+class AverageOutcome:
     """An External/Object ``AverageValue`` metric over the target's replicas (``counted``)."""
 
+    signal: str
+    replicas: int
+    within_tolerance: bool
     usage: int
     target: str
     ratio: float
     counted: int
     current: int
-    replicas: int
 
 
-class UnknownWhy(NamedTuple):
+@dataclass(slots=True)
+class UnknownOutcome:
     """A metric that cannot be computed, and why (``NO_POD_VALUE``, ``NO_READY`` or the signal's reason)."""
 
+    signal: str
     reason: str
     #: The sentence after the signal's name, when it is not "is unknown (<reason>)".
     tail: str | None = None
+    replicas: None = None
+    within_tolerance: bool = False
+
+MetricOutcome = PodsOutcome | ValueOutcome | AverageOutcome | UnknownOutcome
 
 
-NO_POD_VALUE = UnknownWhy("no pod reports a value", ": no pod reports a value")
-NO_READY = UnknownWhy("no ready replicas", " cannot be averaged: no ready replicas")
-
-Why = PodsWhy | ValueWhy | AverageWhy | UnknownWhy
-
-
-class MetricOutcome(NamedTuple):
-    """One metric's proposal."""
-
-    signal: str
-    #: None when it cannot be computed (``why`` is then an ``UnknownWhy``).
-    replicas: int | None
-    within_tolerance: bool
-    why: Why
-
-
-def _explain(name: str, why: Why, tol: Tolerances) -> str:
-    """The sentence for one metric from its ``MetricOutcome.why``."""
-    if isinstance(why, PodsWhy):
-        return _explain_pods(name, why, tol=tol)
-    if isinstance(why, AverageWhy):
+def _explain(o: MetricOutcome, tol: Tolerances) -> str:
+    """The sentence for one metric's outcome."""
+    if isinstance(o, PodsOutcome):
+        return _explain_pods(o, tol=tol)
+    name = o.signal
+    if isinstance(o, AverageOutcome):
         return (
-            f"{name} {_fmt(why.usage)} over {_n(why.counted, 'replica')} vs target {why.target} per replica "
-            f"({tol.describe(why.ratio) if math.isfinite(why.ratio) else 'no replicas'}): "
-            f"{why.current} → {why.replicas}"
+            f"{name} {_fmt(o.usage)} over {_n(o.counted, 'replica')} vs target {o.target} per replica "
+            f"({tol.describe(o.ratio) if math.isfinite(o.ratio) else 'no replicas'}): "
+            f"{o.current} → {o.replicas}"
         )
-    if isinstance(why, ValueWhy):
-        ratio = why.ratio
-        how = f"from zero: ceil({ratio:.3g})" if why.current == 0 else f"{tol.describe(ratio)}, {why.ready} ready"
-        return f"{name} {_fmt(why.usage)} vs target value {why.target} ({how}): {why.current} → {why.replicas}"
-    return f"{name}{why.tail}" if why.tail is not None else f"{name} is unknown ({why.reason})"
+    if isinstance(o, ValueOutcome):
+        ratio = o.ratio
+        how = f"from zero: ceil({ratio:.3g})" if o.current == 0 else f"{tol.describe(ratio)}, {o.ready} ready"
+        return f"{name} {_fmt(o.usage)} vs target value {o.target} ({how}): {o.current} → {o.replicas}"
+    return f"{name}{o.tail}" if o.tail is not None else f"{name} is unknown ({o.reason})"
 
 
-def _explain_pods(name: str, why: PodsWhy, *, tol: Tolerances) -> str:
-    total, count = why.total, why.over
-    if why.basis == "pods":
+def _explain_pods(o: PodsOutcome, *, tol: Tolerances) -> str:
+    name, total, count = o.signal, o.total, o.over
+    if o.basis == "pods":
         text = f"{name} averages {_fmt(total // count)} over {_n(count, 'pod')}"
-    elif why.basis == "perReplica":
+    elif o.basis == "perReplica":
         text = f"{name} {_fmt(total // count)} per ready replica over {count} ready"
     else:
         text = f"{name} {_fmt(total)} over {_n(count, 'ready replica')} = {_fmt(total // count)} per replica"
-    text += f" vs target {why.target} ({tol.describe(why.ratio)})"
-    if why.adjusted is not None:
+    text += f" vs target {o.target} ({tol.describe(o.ratio)})"
+    if o.adjusted is not None:
         adjusted = []
-        if why.missing:
-            adjusted.append(f"{_n(why.missing, 'pod')} without a value")
-        if why.unready and why.ratio > 1.0:
-            adjusted.append(f"{_n(why.unready, 'not-ready pod')} at 0")
-        text += f"; counting {' and '.join(adjusted) or 'pods as upstream'}: ratio {why.adjusted:.3g}"
-    return f"{text}: {why.current} → {why.replicas}"
+        if o.missing:
+            adjusted.append(f"{_n(o.missing, 'pod')} without a value")
+        if o.unready and o.ratio > 1.0:
+            adjusted.append(f"{_n(o.unready, 'not-ready pod')} at 0")
+        text += f"; counting {' and '.join(adjusted) or 'pods as upstream'}: ratio {o.adjusted:.3g}"
+    return f"{text}: {o.current} → {o.replicas}"
 
 
 def _per_pod_usage(
@@ -404,17 +412,17 @@ class HpaAlgorithm:
             all_within = all_within and o.within_tolerance
         unknown = tuple(o.signal for o in invalid)
         if best is None:
-            why = "; ".join(_explain(o.signal, o.why, tol) for o in invalid)
+            why = "; ".join(_explain(o, tol) for o in invalid)
             return Recommendation(None, Reason.METRICS_UNKNOWN, f"no metric can be computed: {why}", unknown), state
         if invalid and replicas < current:
             # Upstream never scales down while a metric is invalid: it could be the one holding the count up.
-            why = "; ".join(_explain(o.signal, o.why, tol) for o in invalid)
-            msg = f"the valid metrics would scale down to {replicas} but {why}; {_explain(best.signal, best.why, tol)}"
+            why = "; ".join(_explain(o, tol) for o in invalid)
+            msg = f"the valid metrics would scale down to {replicas} but {why}; {_explain(best, tol)}"
             return Recommendation(None, Reason.METRICS_UNKNOWN, msg, unknown, replicas), state
-        message = _explain(best.signal, best.why, tol)
+        message = _explain(best, tol)
         if len(outcomes) > 1:
             parts = [
-                f"{o.signal} → {o.replicas}" if o.replicas is not None else _explain(o.signal, o.why, tol)
+                f"{o.signal} → {o.replicas}" if o.replicas is not None else _explain(o, tol)
                 for o in outcomes if o is not best
             ]
             message = f"{message} (highest of {len(outcomes)} metrics; {', '.join(parts)})"
@@ -430,7 +438,7 @@ class HpaAlgorithm:
         name, target, target_text = metric.signal, metric.target, metric.target_text
         sig = ctx.signals.get(name)
         if sig is None or sig.value is None or sig.state is not SignalState.OK:
-            return MetricOutcome(name, None, False, UnknownWhy(sig.reason if sig is not None else "missing"))
+            return UnknownOutcome(name, sig.reason if sig is not None else "missing")
         if metric.kind == "Pods":
             return self._pods(name, sig.value, ctx, target, target_text)
         tol = self.tolerances
@@ -441,13 +449,12 @@ class HpaAlgorithm:
             ready = status.ready
             valued = value_replicas(current=current, ready=ready, usage=usage, target=target, tol=tol)
             within = current != 0 and tol.within(valued.ratio)
-            why = ValueWhy(usage, target_text, valued.ratio, ready, current, valued.replicas)
-            return MetricOutcome(name, valued.replicas, within, why)
+            return ValueOutcome(name, valued.replicas, within, usage, target_text, valued.ratio, ready, current)
         # HPA counts every pod of the target; one waiting for Kueue admission is an unready pod to it.
         counted = status.ready + status.starting + status.gated
         averaged = average_value_replicas(status_replicas=counted, usage=usage, target=target, tol=tol)
-        why_avg = AverageWhy(usage, target_text, averaged.ratio, counted, current, averaged.replicas)
-        return MetricOutcome(name, averaged.replicas, tol.within(averaged.ratio), why_avg)
+        ratio = averaged.ratio
+        return AverageOutcome(name, averaged.replicas, tol.within(ratio), usage, target_text, ratio, counted, current)
 
     def _pods(self, name: str, value: float, ctx: Context, target: int, target_text: str) -> MetricOutcome:
         tol = self.tolerances
@@ -457,12 +464,12 @@ class HpaAlgorithm:
         if per_pod is not None and replicas.pods is not None:
             usage = _per_pod_usage(replicas.pods, per_pod)
             if usage.count == 0:
-                return MetricOutcome(name, None, False, NO_POD_VALUE)
+                return UnknownOutcome(name, "no pod reports a value", ": no pod reports a value")
             basis = "pods"
         else:
             ready = replicas.ready
             if ready == 0:
-                return MetricOutcome(name, None, False, NO_READY)
+                return UnknownOutcome(name, "no ready replicas", " cannot be averaged: no ready replicas")
             if _scope(ctx, name) == "perReplica":
                 total = milli(value) * ready
                 basis = "perReplica"
@@ -476,15 +483,13 @@ class HpaAlgorithm:
                 # the ready count scaled by the ratio, or the current count within tolerance.
                 within = tol.within(ratio)
                 count = current if within else math.ceil(ratio * ready)
-                why = PodsWhy(basis, total, ready, 0, 0, target_text, ratio, None, current, count)
-                return MetricOutcome(name, count, within, why)
+                return PodsOutcome(name, count, within, basis, total, ready, 0, 0, target_text, ratio, None, current)
             usage = PodsUsage(total=total, count=ready, ready=ready, unready=unready)
         counted = pods_replicas(current=current, usage=usage, target=target, tol=tol)
         ratio, new_ratio = counted.ratio, counted.adjusted
         within = tol.within(ratio) or (new_ratio is not None and tol.within(new_ratio))
-        why = PodsWhy(basis, usage.total, usage.count, usage.missing, usage.unready, target_text, ratio, new_ratio,
-                      current, counted.replicas)
-        return MetricOutcome(name, counted.replicas, within, why)
+        return PodsOutcome(name, counted.replicas, within, basis, usage.total, usage.count, usage.missing,
+                           usage.unready, target_text, ratio, new_ratio, current)
 
     def holds(self, ctx: Context) -> bool:
         """Whether ``recommend`` would give the current count with every metric computable: the highest
