@@ -99,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         heads = []
-        for child in children:
-            assert child.stdout is not None
-            count, digest = child.stdout.readline().split()
-            heads.append((int(count), digest))
         times: list[list[float]] = [[] for _ in roots]
         try:
+            for spec, child in zip(args.trees, children, strict=True):
+                assert child.stdout is not None
+                head = child.stdout.readline().split()
+                if len(head) != 2:
+                    raise SystemExit(f"{spec}: the child failed before its first run (its error is above)")
+                heads.append((int(head[0]), head[1]))
             for r in range(args.rounds):
                 order = range(len(roots)) if r % 2 == 0 else reversed(range(len(roots)))
                 for i in order:
