@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sim.cluster import Cluster, PipelineSpec, PoolSpec
@@ -69,36 +69,67 @@ def _doc(name: str, pool: PoolSpec, preset: str, metric: dict[str, Any]) -> dict
     }
 
 
-def hpa_target(cluster: Cluster, pool: PoolSpec) -> tuple[str, float]:
-    """The tutorials' (preset, AverageValue) for this pool's server."""
+class HpaTarget(NamedTuple):
+    """The metric an HPA baseline scales on, and its AverageValue."""
+
+    preset: str
+    target: float
+
+
+def hpa_target(cluster: Cluster, pool: PoolSpec) -> HpaTarget:
+    """The tutorials' preset and AverageValue for this pool's server."""
     prof = cluster.profile(pool)
     preset, target = HPA_SIGNAL[prof.server]
-    return preset, target if target is not None else float(max(1, round(HPA_BATCH_FRACTION * prof.slots)))
+    return HpaTarget(preset, target if target is not None else float(max(1, round(HPA_BATCH_FRACTION * prof.slots))))
 
 
 def hpa_policy(
     cluster: Cluster, pool: PoolSpec, *, preset: str | None = None, target: float | None = None, name: str = "hpa"
 ) -> ScalingPolicy:
     """An HPA on one per-pod metric (``Pods``/``AverageValue``), default: the tutorials' ``hpa`` baseline."""
-    default_preset, default_target = hpa_target(cluster, pool)
+    default = hpa_target(cluster, pool)
     metric = {"signal": "load", "type": "Pods",
-              "target": {"type": "AverageValue", "averageValue": default_target if target is None else target}}
-    return ScalingPolicy.model_validate(_doc(name, pool, preset or default_preset, metric))
+              "target": {"type": "AverageValue", "averageValue": default.target if target is None else target}}
+    return ScalingPolicy.model_validate(_doc(name, pool, preset or default.preset, metric))
 
 
 def keda_policy(cluster: Cluster, pool: PoolSpec) -> ScalingPolicy:
     """KEDA's Prometheus scaler: an External AverageValue metric on the same query and target as ``hpa``."""
-    preset, target = hpa_target(cluster, pool)
-    metric = {"signal": "load", "type": "External", "target": {"type": "AverageValue", "averageValue": target}}
-    return ScalingPolicy.model_validate(_doc("keda", pool, preset, metric))
+    tutorial = hpa_target(cluster, pool)
+    metric = {"signal": "load", "type": "External",
+              "target": {"type": "AverageValue", "averageValue": tutorial.target}}
+    return ScalingPolicy.model_validate(_doc("keda", pool, tutorial.preset, metric))
 
 
-def keda_pipeline(cluster: Cluster) -> tuple[str, PipelineSpec]:
+class NamedPipeline(NamedTuple):
+    """A metric pipeline and the name reports give it."""
+
+    name: str
+    spec: PipelineSpec
+
+
+def keda_pipeline(cluster: Cluster) -> NamedPipeline:
     """The cluster's ``keda`` pipeline if it maps one, else ``KEDA_PIPELINE``."""
     name = cluster.spec.policy_pipelines.get("keda")
     if name is not None:
-        return name, cluster.spec.metric_pipelines[name]
-    return "keda (built-in)", KEDA_PIPELINE
+        return NamedPipeline(name, cluster.spec.metric_pipelines[name])
+    return NamedPipeline("keda (built-in)", KEDA_PIPELINE)
+
+
+class Trial(NamedTuple):
+    """What ``tune_hpa``'s ``evaluate`` learns from simulating one policy."""
+
+    attainment: float
+    chip_s: float
+    #: False when the run stopped early (past the miss budget): it fails.
+    exact: bool
+
+
+class Tuned(NamedTuple):
+    """``tune_hpa``'s result: the policy chosen, and every candidate simulated."""
+
+    policy: ScalingPolicy
+    tried: list[TunedCandidate]
 
 
 @dataclass
@@ -115,13 +146,13 @@ def tune_hpa(
     pool: PoolSpec,
     *,
     attainment_target: float,
-    evaluate: Callable[[ScalingPolicy, int | None], tuple[float, float, bool]],
+    evaluate: Callable[[ScalingPolicy, int | None], Trial],
     misses_allowed: int,
-) -> tuple[ScalingPolicy, list[TunedCandidate]]:
+) -> Tuned:
     """``hpa-tuned``: per metric of the grid, bisection on the target (a larger target means fewer replicas
     and a lower attainment) for the largest target whose run reaches ``attainment_target``.
 
-    ``evaluate(policy, stop_after_misses)`` simulates a policy and returns (attainment, chip-seconds, exact);
+    ``evaluate(policy, stop_after_misses)`` simulates a policy and returns its ``Trial``;
     a run that passes the miss budget may stop early (it fails: ``exact`` False). Among every run simulated,
     the cheapest that reaches the target wins; if none does, the one with the best attainment.
     """
@@ -131,8 +162,8 @@ def tune_hpa(
 
     def run(preset: str, target: float, stop: int | None) -> TunedCandidate:
         pol = hpa_policy(cluster, pool, preset=preset, target=target, name="hpa-tuned")
-        att, chip_s, exact = evaluate(pol, stop)
-        cand = TunedCandidate(preset, target, att, chip_s, exact)
+        trial = evaluate(pol, stop)
+        cand = TunedCandidate(preset, target, trial.attainment, trial.chip_s, trial.exact)
         tried.append(cand)
         policies[(preset, target)] = pol
         return cand
@@ -160,7 +191,7 @@ def tune_hpa(
         best = min(ok, key=lambda c: (c.chip_s, -c.attainment))
     else:
         best = max((c for c in tried if c.exact), key=lambda c: (c.attainment, -c.chip_s))
-    return policies[(best.preset, best.target)], tried
+    return Tuned(policies[(best.preset, best.target)], tried)
 
 
 def kueue_only_policy(policy: ScalingPolicy) -> ScalingPolicy | None:

@@ -500,7 +500,8 @@ def run_rows(
         tuned, tuned_info = _tune_pair(cluster, trace, pair, slo, target, simulate, progress)
         results.append(tuned)
     if "keda" in wanted:
-        keda_name, keda_pipe = baselines.keda_pipeline(cluster)
+        keda = baselines.keda_pipeline(cluster)
+        keda_name, keda_pipe = keda.name, keda.spec
         parts: list[Controller] = [
             PolicyController(compile_policy(baselines.keda_policy(cluster, p)), keda_pipe, keda_name,
                              kind="baseline", name=f"keda/{p.name}") for p in pair
@@ -574,7 +575,7 @@ def _tune_pair(
     n = max(1, len(trace.arrivals))
 
     for pool in pair:
-        def evaluate(pol: ScalingPolicy, stop: int | None, _pool: PoolSpec = pool) -> tuple[float, float, bool]:
+        def evaluate(pol: ScalingPolicy, stop: int | None, _pool: PoolSpec = pool) -> baselines.Trial:
             parts: list[Controller] = [
                 PolicyController(compile_policy(pol if p.name == _pool.name else chosen[p.name]), pipe, hpa_pipe,
                                  kind="baseline", name=f"hpa-tuned/{p.name}") for p in pair
@@ -591,10 +592,10 @@ def _tune_pair(
             if progress is not None:
                 progress(f"hpa-tuned {_pool.name}: {pol.spec.signals[0].preset} {metric.target.average_value:g}: "
                          f"attainment {att:.4f}")
-            return att, res.serving_chip_s, not res.stopped_early
+            return baselines.Trial(att, res.serving_chip_s, not res.stopped_early)
 
-        best, _tried = baselines.tune_hpa(cluster, pool, attainment_target=target, evaluate=evaluate,
-                                          misses_allowed=oracle.misses_allowed(n, target))
+        best = baselines.tune_hpa(cluster, pool, attainment_target=target, evaluate=evaluate,
+                                  misses_allowed=oracle.misses_allowed(n, target)).policy
         chosen[pool.name] = best
         last = full[id(best)]
     info = {

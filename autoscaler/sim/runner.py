@@ -91,7 +91,7 @@ def _tune_hpa(
     """``hpa-tuned``: the grid search of ``baselines.tune_hpa``, every run in the very same model."""
     full: dict[int, RunResult] = {}
 
-    def evaluate(pol: ScalingPolicy, stop: int | None) -> tuple[float, float, bool]:
+    def evaluate(pol: ScalingPolicy, stop: int | None) -> baselines.Trial:
         ctl = PolicyController(compile_policy(pol), cluster.pipeline_for("hpa"), cluster.pipeline_name_for("hpa"),
                                kind="baseline")
         res = Simulation(cluster=cluster, trace=trace, controller=ctl, pool=pool, initial_replicas=n0,
@@ -103,10 +103,11 @@ def _tune_hpa(
         if progress is not None:
             progress(f"hpa-tuned: {pol.spec.signals[0].preset} target "
                      f"{pol.spec.policy.metrics[0].target.average_value:g}: attainment {att:.4f}")  # type: ignore[union-attr]
-        return att, res.serving_chip_s, not res.stopped_early
+        return baselines.Trial(att, res.serving_chip_s, not res.stopped_early)
 
-    chosen, tried = baselines.tune_hpa(cluster, pool, attainment_target=target, evaluate=evaluate,
-                                       misses_allowed=oracle.misses_allowed(len(trace.arrivals), target))
+    tuned = baselines.tune_hpa(cluster, pool, attainment_target=target, evaluate=evaluate,
+                               misses_allowed=oracle.misses_allowed(len(trace.arrivals), target))
+    chosen, tried = tuned.policy, tuned.tried
     result = full[id(chosen)]
     metric = chosen.spec.policy.metrics[0]  # type: ignore[union-attr]
     info = {
@@ -229,7 +230,8 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
         controllers.insert(0, PolicyController(compile_policy(kueue_only), cluster.pipeline_for(pipe),
                                                cluster.pipeline_name_for(pipe), kind="baseline"))
     if "keda" in opts.baselines:
-        keda_pipe_name, keda_pipe = baselines.keda_pipeline(cluster)
+        keda = baselines.keda_pipeline(cluster)
+        keda_pipe_name, keda_pipe = keda.name, keda.spec
         controllers.insert(0, PolicyController(compile_policy(baselines.keda_policy(cluster, pool)), keda_pipe,
                                                keda_pipe_name, kind="baseline"))
     if "hpa" in opts.baselines:
