@@ -33,7 +33,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -99,20 +99,25 @@ class Prepared:
     kept: bool = False
 
 
-#: What a TrainingReader answers: the preemptible Workloads and the ClusterQueue quota.
-Training = tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]
+class Training(NamedTuple):
+    """What a TrainingReader answers."""
+
+    #: The policy's preemptible Workloads.
+    workloads: tuple[TrainingWorkload, ...]
+    #: Its ClusterQueue's quota (None: not read).
+    quota: QuotaStatus | None
 
 
 class TrainingReader(Protocol):
-    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+    async def training(self, policy: CompiledPolicy) -> Training:
         ...
 
 
 class NoTraining:
     """For policies without ``capacity``: nothing to arbitrate."""
 
-    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
-        return (), None
+    async def training(self, policy: CompiledPolicy) -> Training:
+        return Training((), None)
 
 
 class SharedTraining:
@@ -134,10 +139,10 @@ class SharedTraining:
     def invalidate(self) -> None:
         self._cache.clear()
 
-    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+    async def training(self, policy: CompiledPolicy) -> Training:
         spec = policy.policy.spec
         if spec.capacity is None:
-            return (), None
+            return Training((), None)
         key = json.dumps(
             [spec.capacity.model_dump(mode="json"), [p.model_dump(mode="json") for p in spec.preemptible]],
             sort_keys=True,
@@ -314,7 +319,8 @@ class PolicyObserver:
         workloads: tuple[TrainingWorkload, ...] = ()
         quota: QuotaStatus | None = None
         if spec.capacity is not None:
-            workloads, quota = await self.training.training(policy)
+            training = await self.training.training(policy)
+            workloads, quota = training.workloads, training.quota
         return Observation(target=spec.target.ref(), replicas=replicas, signals=signals, training=workloads,
                           quota=quota, members=await self._members(policy, replicas))
 

@@ -56,6 +56,7 @@ from autoscaler.controller.kube import (
     request_json,
     retrying,
 )
+from autoscaler.controller.observer import Training
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import QuotaStatus, TrainingAction, TrainingDecision, TrainingWorkload
@@ -375,17 +376,17 @@ class KueueGate:
 
     # --- reading ---------------------------------------------------------------------------------------------
 
-    async def training(self, policy: CompiledPolicy) -> tuple[tuple[TrainingWorkload, ...], QuotaStatus | None]:
+    async def training(self, policy: CompiledPolicy) -> Training:
         """The loop's ``TrainingReader``: the policy's preemptible Workloads and its ClusterQueue quota."""
         spec = policy.policy.spec
         if spec.capacity is None:
-            return (), None
+            return Training((), None)
         workloads = await self.find(spec, owner=policy.name)
         quota = await self.quota(spec.capacity)
         # Where the ClusterQueue's flavor is carved into slices on admission, that, not the quota number, is
         # what serving can get: its blocks and what occupies them, the same for every policy on it.
         slices = await self.slices.read(policy, await self.version())
-        return workloads, quota if slices is None else dataclasses.replace(quota, slices=slices)
+        return Training(workloads, quota if slices is None else dataclasses.replace(quota, slices=slices))
 
     async def find(self, spec: Spec, *, owner: str) -> tuple[TrainingWorkload, ...]:
         assert spec.capacity is not None

@@ -28,7 +28,7 @@ class CountingReader:
         await self.gate.wait()
         if self.fail:
             raise RuntimeError("kueue unreachable")
-        return (), QuotaStatus("cluster-queue", "nvidia.com/gpu", 6, self.reads)
+        return Training((), QuotaStatus("cluster-queue", "nvidia.com/gpu", 6, self.reads))
 
 
 def policy(tmp_path: Path, name: str, target: str, *, capacity: bool = True) -> CompiledPolicy:
