@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.controller.events import ObjectRef
 from autoscaler.core.model import PodStatus, ReplicaStatus, TargetKind, TargetRef
@@ -123,11 +123,18 @@ def gated_replicas(spec: int, created: int, gated_created: int) -> int:
     return min(spec, gated_created + max(0, spec - created))
 
 
-def _counts(obj: JsonObj) -> tuple[int, int]:
-    """``spec.replicas`` (1 when unset, as the API server defaults it) and ``status.readyReplicas``."""
+class _Counts(NamedTuple):
+    """A target object's replica counts."""
+
+    #: ``spec.replicas`` (1 when unset, as the API server defaults it).
+    spec: int
+    #: ``status.readyReplicas``.
+    ready: int
+
+
+def _counts(obj: JsonObj) -> _Counts:
     spec = int((obj.get("spec") or {}).get("replicas", 1))
-    ready = int((obj.get("status") or {}).get("readyReplicas") or 0)
-    return spec, ready
+    return _Counts(spec, int((obj.get("status") or {}).get("readyReplicas") or 0))
 
 
 # --- the strategies ------------------------------------------------------------------------------------------
@@ -174,7 +181,8 @@ class TargetKindInfo:
 
     def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj], now: float) -> ReplicaStatus:
         """Spec, ready and starting replicas, with the pods HPA's rules need (completed pods left out)."""
-        spec, ready = _counts(obj)
+        counts = _counts(obj)
+        spec, ready = counts.spec, counts.ready
         statuses = tuple(pod_status(p, now) for p in pods if (p.get("status") or {}).get("phase") != "Succeeded")
         live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
         created = int((obj.get("status") or {}).get("replicas") or len(live))
@@ -205,7 +213,8 @@ class GroupedKindInfo(TargetKindInfo):
         return {"matchLabels": {LWS_NAME_LABEL: ref.name}}
 
     def replica_status(self, obj: JsonObj, pods: Sequence[JsonObj], now: float) -> ReplicaStatus:
-        spec, ready = _counts(obj)
+        counts = _counts(obj)
+        spec, ready = counts.spec, counts.ready
         size = self.group_size(obj)
         groups: dict[str, list[JsonObj]] = {}
         for pod in pods:

@@ -27,6 +27,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -60,6 +61,21 @@ class Conflict:
     file: str
     line: int
     message: str
+
+
+class _Loaded(NamedTuple):
+    """One file read: its compiled policies, the problems that reject it (none: it loads), where each came from."""
+
+    compiled: tuple[CompiledPolicy, ...]
+    problems: list[str]
+    where: tuple[loader.LoadedPolicy, ...]
+
+
+class _Settled(NamedTuple):
+    """What one settling of the ownership rule changed: the policies newly held, and the names released."""
+
+    held: tuple[Conflict, ...]
+    released: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -98,7 +114,7 @@ class PolicyStore:
         """The policies that run: every good policy but those held by an ownership conflict."""
         return self._in_force
 
-    def _settle(self) -> tuple[tuple[Conflict, ...], tuple[str, ...]]:
+    def _settle(self) -> _Settled:
         """Recompute the policies in force and the conflicts; return the newly held and the released."""
         ordered: list[tuple[CompiledPolicy, loader.LoadedPolicy]] = []
         names: set[str] = set()
@@ -118,7 +134,7 @@ class PolicyStore:
         released = tuple(n for n in self.conflicts if n not in conflicts)
         self.conflicts = conflicts
         self._in_force = {cp.name: cp for cp, _ in ordered if cp.name not in conflicts}
-        return held, released
+        return _Settled(held, released)
 
     def files(self) -> list[Path]:
         if not self.directory.is_dir():
@@ -157,7 +173,8 @@ class PolicyStore:
         rejected: list[Rejection] = []
         for f in changed:
             self._hashes[f] = seen[f]
-            compiled, problems, where = self._load(f, others=self._names_except(f), text=self.objects.get(f))
+            got = self._load(f, others=self._names_except(f), text=self.objects.get(f))
+            compiled, problems, where = got.compiled, got.problems, got.where
             if problems:
                 rejected.append(Rejection(f, tuple(problems), self._good.get(f, ())))
                 self.rejections[f] = problems[0]
@@ -166,8 +183,9 @@ class PolicyStore:
                 self.rejections.pop(f, None)
                 self._where[f] = where
                 loaded.append(f)
-        held, released = self._settle()
-        return ReloadResult(bool(removed or changed), tuple(loaded), removed, tuple(rejected), held, released)
+        settled = self._settle()
+        return ReloadResult(bool(removed or changed), tuple(loaded), removed, tuple(rejected), settled.held,
+                            settled.released)
 
     def _names_except(self, file: str) -> set[str]:
         return {cp.name for f, cps in self._good.items() if f != file for cp in cps}
@@ -175,13 +193,13 @@ class PolicyStore:
     @staticmethod
     def _load(
         file: str, *, others: Iterable[str], text: str | None = None
-    ) -> tuple[tuple[CompiledPolicy, ...], list[str], tuple[loader.LoadedPolicy, ...]]:
+    ) -> _Loaded:
         try:
             loaded = loader.load_paths([file]) if text is None else loader.load_text(text, file)
         except loader.PolicyFileError as exc:
-            return (), [str(p) for p in exc.problems] or [str(exc)], ()
+            return _Loaded((), [str(p) for p in exc.problems] or [str(exc)], ())
         except (OSError, ValueError, yaml.YAMLError) as exc:  # pydantic's errors are ValueErrors
-            return (), [f"{file}: {_one_line(exc)}"], ()
+            return _Loaded((), [f"{file}: {_one_line(exc)}"], ())
         taken = set(others)
         compiled: list[CompiledPolicy] = []
         problems: list[str] = []
@@ -195,7 +213,7 @@ class PolicyStore:
                 compiled.append(compile_policy(lp.policy))
             except Exception as exc:  # a policy type that cannot build is a bad policy, not a crash
                 problems.append(f"{lp.file}:{lp.line}: policy {name!r} does not compile: {_one_line(exc)}")
-        return tuple(compiled), problems, tuple(loaded)
+        return _Loaded(tuple(compiled), problems, tuple(loaded))
 
 
 def _one_line(exc: BaseException) -> str:
