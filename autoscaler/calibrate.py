@@ -54,7 +54,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -137,7 +137,14 @@ def _by_pod(path: Path, series: list[Series]) -> dict[PodKey, Series]:
     return out
 
 
-def _histogram(path: Path) -> tuple[dict[PodKey, Series], dict[PodKey, Series]]:
+class _SumCount(NamedTuple):
+    """A histogram's ``_sum`` and ``_count`` series, per pod."""
+
+    sums: dict[PodKey, Series]
+    counts: dict[PodKey, Series]
+
+
+def _histogram(path: Path) -> _SumCount:
     """A histogram recorded whole (``{__name__=~"x_(bucket|sum|count)"}``, as a real server exposes it): its
     ``_sum`` and ``_count`` per pod, the count from the ``le="+Inf"`` bucket when ``_count`` was not recorded.
     Other buckets and ``_created`` carry nothing the fit needs (a mean needs the sum: buckets alone bound
@@ -161,7 +168,7 @@ def _histogram(path: Path) -> tuple[dict[PodKey, Series], dict[PodKey, Series]]:
     count = parts["count"] or parts["inf"]
     if not count:
         raise CalibrationError(f"{path}: no _count series (nor a le=\"+Inf\" bucket); record the histogram's _count")
-    return _by_pod(path, parts["sum"]), _by_pod(path, count)
+    return _SumCount(_by_pod(path, parts["sum"]), _by_pod(path, count))
 
 
 #: A whole histogram's file, standing for the two files of its sum and count.
@@ -173,7 +180,8 @@ def _load(directory: Path) -> dict[str, dict[PodKey, Series]]:
     for whole, (sum_name, count_name) in HISTOGRAMS.items():
         path = directory / f"{whole}.json"
         if path.is_file() and not (directory / f"{sum_name}.json").is_file():
-            out[sum_name], out[count_name] = _histogram(path)
+            found = _histogram(path)
+            out[sum_name], out[count_name] = found.sums, found.counts
     for name in (*REQUIRED, *OPTIONAL):
         if name in out:
             continue
@@ -202,8 +210,16 @@ def _at(series: Series, t: float) -> float | None:
     return None
 
 
-def points(data: dict[str, dict[PodKey, Series]], *, rates: bool = False
-           ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+class Points(NamedTuple):
+    """The points each fit is made from, one per pod interval: ``(x, y)`` pairs."""
+
+    #: (mean prompt tokens, mean TTFT).
+    prefill: list[tuple[float, float]]
+    #: (mean batch, mean inter-token latency).
+    decode: list[tuple[float, float]]
+
+
+def points(data: dict[str, dict[PodKey, Series]], *, rates: bool = False) -> Points:
     """(mean prompt tokens, mean TTFT) and (mean batch, mean inter-token latency) per pod interval."""
     prefill: list[tuple[float, float]] = []
     decode: list[tuple[float, float]] = []
@@ -244,7 +260,7 @@ def points(data: dict[str, dict[PodKey, Series]], *, rates: bool = False
                 if d["itl_count"] > 0:
                     batch = (v["running"][0] + v["running"][1]) / 2
                     decode.append((batch, d["itl_sum"] / d["itl_count"]))
-    return prefill, decode
+    return Points(prefill, decode)
 
 
 @dataclass(frozen=True)
@@ -266,7 +282,8 @@ class Calibration:
 
 
 def calibrate(directory: Path, *, rates: bool = False) -> Calibration:
-    pre, dec = points(_load(directory), rates=rates)
+    found = points(_load(directory), rates=rates)
+    pre, dec = found.prefill, found.decode
     try:
         pf = fit_line([x for x, _ in pre], [y for _, y in pre])
     except CalibrationError as exc:

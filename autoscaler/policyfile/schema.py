@@ -21,7 +21,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.core.spec import ScalingPolicy
 
@@ -43,15 +43,22 @@ def render() -> str:
     return json.dumps(generate(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def check(path: Path) -> tuple[bool, str]:
+class Checked(NamedTuple):
+    """``check``'s answer: whether the file is current, and a message saying what to do when it is not."""
+
+    ok: bool
+    message: str
+
+
+def check(path: Path) -> Checked:
     """Whether ``path`` holds the current schema, and a message saying what to do when it does not."""
     expected = render()
     try:
         actual = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return False, f"{path}: cannot read ({exc}); generate it with: {_command(path)}"
+        return Checked(False, f"{path}: cannot read ({exc}); generate it with: {_command(path)}")
     if actual == expected:
-        return True, f"{path}: up to date"
+        return Checked(True, f"{path}: up to date")
     diff = list(
         difflib.unified_diff(
             actual.splitlines(), expected.splitlines(), f"{path} (checked in)", f"{path} (from the models)",
@@ -60,10 +67,10 @@ def check(path: Path) -> tuple[bool, str]:
     )
     shown = diff[:DIFF_LINES]
     more = f"\n... {len(diff) - DIFF_LINES} more diff lines" if len(diff) > DIFF_LINES else ""
-    return False, (
+    return Checked(False, (
         f"{path} is out of date with autoscaler.core.spec; regenerate it with: {_command(path)}\n"
         + "\n".join(shown) + more
-    )
+    ))
 
 
 def _command(path: Path) -> str:
@@ -83,9 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     path = Path(args.path)
     if args.check:
-        ok, message = check(path)
-        print(message, file=sys.stdout if ok else sys.stderr)
-        return 0 if ok else 1
+        checked = check(path)
+        print(checked.message, file=sys.stdout if checked.ok else sys.stderr)
+        return 0 if checked.ok else 1
     try:
         path.write_text(render(), encoding="utf-8")
     except OSError as exc:

@@ -204,7 +204,14 @@ class _Input:
     combine: catalog.Combine | None = None
 
 
-def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> tuple[list[_Input], list[str]]:
+class Prepared(NamedTuple):
+    """``prepare``'s result: what each signal is read from, and notes on how the series were combined."""
+
+    inputs: list[_Input]
+    notes: list[str]
+
+
+def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> Prepared:
     """The raw signals the policy reads, each as one series, and notes on how they were combined.
 
     A ``preset``/``metric`` signal recorded as one series per pod (what ``autoscaler record`` saves) is kept per
@@ -307,7 +314,7 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
     unused = sorted(set(trace.signals) - {s.name for s in needed})
     if unused:
         notes.append(f"not used by the policy: {', '.join(unused)}")
-    return inputs, notes
+    return Prepared(inputs, notes)
 
 
 def _why_aggregate(sig: SignalSpec) -> str:
@@ -364,7 +371,8 @@ def stream(
     replay as a ``Stream`` whose steps are made one at a time. ``progress(k)`` is told the number of evaluations
     done since its last call (for a progress bar; ``Stream.evaluations`` is the total)."""
     spec = compiled.policy.spec
-    inputs, notes = prepare(compiled, trace, options.mode)
+    prepared = prepare(compiled, trace, options.mode)
+    inputs, notes = prepared.inputs, prepared.notes
     recorded = trace.replicas
     if recorded is not None and not recorded.times:
         recorded = None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from autoscaler.policyfile import files
 
@@ -422,11 +422,18 @@ def _chunks(text: str, start: int, end: int) -> Iterator[str]:
         pos = stop
 
 
-def _json_signal(path: Path) -> tuple[str, list[Series]]:
+class _Named(NamedTuple):
+    """A JSON file's signal: the name its file gives it, and its series."""
+
+    name: str
+    series: list[Series]
+
+
+def _json_signal(path: Path) -> _Named:
     name = path.stem
     if not _NAME.match(name):
         raise TraceError(f"{path}: the file name must be the signal name (letters, digits, '_'), e.g. backlog.json")
-    return name, read_query_range(path)
+    return _Named(name, read_query_range(path))
 
 
 # ---------------------------------------------------------------- --metrics: files and directories
@@ -475,7 +482,8 @@ def load(paths: Iterable[str | Path]) -> Trace:
 
 
 def _json_file(path: Path) -> Trace:
-    name, series = _json_signal(path)
+    named = _json_signal(path)
+    name, series = named.name, named.series
     if name in (REPLICAS, READY):
         if len(series) > 1:
             shown = ", ".join("{" + ",".join(f"{k}={v}" for k, v in s.labels) + "}" for s in series[:3])

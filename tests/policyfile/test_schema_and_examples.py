@@ -25,8 +25,8 @@ EXAMPLES = sorted(POLICIES.glob("*.yaml"))
 
 
 def test_checked_in_schema_is_current() -> None:
-    ok, message = schema.check(POLICIES / "schema.json")
-    assert ok, message
+    checked = schema.check(POLICIES / "schema.json")
+    assert checked.ok, checked.message
 
 
 def test_check_reports_drift_with_the_command_to_fix_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -90,7 +90,7 @@ def reference_steps(compiled: CompiledPolicy, trace: Trace, options: engine.Opti
     """Every evaluation, in a list, each signal looked up by bisection (the replay's rules as docs/replay.md
     states them)."""
     spec = compiled.policy.spec
-    inputs, _ = engine.prepare(compiled, trace, options.mode)
+    inputs = engine.prepare(compiled, trace, options.mode).inputs
     rec = trace.replicas if trace.replicas is not None and len(trace.replicas.times) else None
     start = min(i.series.times[0] for i in inputs)
     end = max(i.series.times[-1] for i in inputs)
