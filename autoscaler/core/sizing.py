@@ -19,6 +19,7 @@ This module deliberately knows nothing of a policy's config or state types: thos
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -298,7 +299,16 @@ def prefill_utilization_at_objective(
 ) -> float:
     """The highest prefill utilization of one replica (``prefill_miss``) at which at most ``1 − percentile`` of
     requests miss ``ttft_s``, beyond those whose own prefill alone exceeds it (no replica count helps them).
-    Bisection on ρ (``prefill_miss`` grows with ρ); at least ``MIN_UTILIZATION``, at most 1."""
+    Bisection on ρ (``prefill_miss`` grows with ρ); at least ``MIN_UTILIZATION``, at most 1. Cached on what the
+    miss depends on (the shares and moments, not the observation rate): successive evaluations usually read the
+    same window's buckets."""
+    return _utilization_at_objective(
+        Lengths(lengths.points, lengths.mean, lengths.second, 0.0), tokens_per_second, ttft_s, percentile
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _utilization_at_objective(lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float) -> float:
     budget = (1.0 - percentile) + prefill_miss(0.0, lengths, tokens_per_second, ttft_s)
     low, high = 0.0, 1.0
     for _ in range(40):
