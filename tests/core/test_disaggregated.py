@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +30,8 @@ from autoscaler.core.model import (
     ReplicaStatus,
     ScaleDecision,
     SignalReading,
+    SignalState,
+    SignalValue,
     SliceCapacity,
     TargetKind,
     TargetRef,
@@ -517,6 +519,34 @@ def test_capacity_is_learned_from_saturation_with_the_latency_at_risk() -> None:
     assert now.utilization is not None
     assert f"learned capacity 0.50× the declared needs {8000 / now.utilization / now.scale:.0f}" in got.message
     assert got.desired == math.ceil(8000 / now.utilization / now.scale / 8000 - 1e-9) > 2
+
+
+def plan_learned(values: Sequence[Mapping[str, float]], *, rate_window_s: float) -> dg.Learned:
+    """Prefill's learned state after one plan per ``values``, 15 s apart, on settled groups (2 prefill, 1
+    decode), the token signals read over a rate window of ``rate_window_s``."""
+    config = ScalingPolicy.model_validate(policy_doc(budget=None)).spec.policy
+    assert isinstance(config, dg.DisaggregatedPolicyConfig)
+    status = {"prefill": dg.VariantStatus(2, 2), "decode": dg.VariantStatus(1, 1)}
+    state = dg.DisaggState(since=T0 - 3600, prefill_learned=dg.Learned(ready=2, ready_since=T0 - 3600))
+    for i, vals in enumerate(values):
+        signals = {k: SignalValue(k, SignalState.OK, v) for k, v in vals.items()}
+        _, state = dg.plan(config, signals, status, state, T0 + 15 * i, rate_window_s=rate_window_s)
+    return state.learned("prefill")
+
+
+def test_a_burst_queue_younger_than_the_rate_window_teaches_no_lower_capacity() -> None:
+    # A queue on every group with TTFT at risk, each group serving half its prior: held 45 s (4 plans 15 s
+    # apart, past slo.SATURATED_EVALUATIONS) it is younger than the 60 s rate window, whose average still
+    # holds the quieter seconds before the burst: κ stays. Held 60 s (5 plans) it covers the window: κ learns.
+    # Without a rate window (a gauge of tokens/s) the same 45 s teach, as before.
+    burst = {**QUIET, "prompt": 8000.0, "pwait": 4.0, "ttft": 1.8}
+    young = plan_learned([burst] * 4, rate_window_s=60)
+    assert (young.scale, young.saturated_run, young.queued_since) == (1.0, 4, T0)
+    assert plan_learned([burst] * 5, rate_window_s=60).scale < 1.0
+    assert plan_learned([burst] * 4, rate_window_s=0).scale < 1.0
+    # One evaluation without a queue starts the run over: queued 45 s since, κ stays.
+    broken = plan_learned([burst, burst, {**burst, "pwait": 0.0}, burst, burst, burst, burst], rate_window_s=60)
+    assert (broken.scale, broken.queued_since) == (1.0, T0 + 45)
 
 
 def test_a_queue_that_does_not_hurt_the_latency_teaches_no_lower_capacity() -> None:

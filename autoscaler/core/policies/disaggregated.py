@@ -16,9 +16,11 @@ group, a conservative prior from a profile):
 
 0. **Learned capacity** (``κ`` per role, starts at 1 = the declared ``tokensPerSecond``), learned online by the
    ``slo`` type's own rule (``slo.learn_capacity_scale``, not a copy): when requests have waited on every ready
-   group of the role for ``slo.SATURATED_EVALUATIONS`` evaluations in a row, on a ready count settled for
-   ``slo.SETTLE_S``, the tokens/s the role serves per group of prior capacity *is* its capacity (κ moves toward
-   it); otherwise what it serves is a lower bound (κ rises to it at once); within ``slo.CAPACITY_SCALE_BOUNDS``.
+   group of the role for ``slo.SATURATED_EVALUATIONS`` evaluations in a row and over the token signal's whole
+   rate window (the rate is a trailing average: under a younger burst it reads below capacity), its latency
+   quantile at risk, on a ready count settled for ``slo.SETTLE_S``, the tokens/s the role serves per group
+   of prior capacity *is* its capacity (κ moves toward it); otherwise what it serves is a lower bound (κ
+   rises to it at once); within ``slo.CAPACITY_SCALE_BOUNDS``.
    Prefill learns from prompt tokens/s, decode from generated tokens/s; kept in ``DisaggState``.
 0b. **Utilization at the SLO** (``c`` per role, starts at ``targetUtilization``), learned from the latency
    headroom by the ``slo`` type's rule (``sizing.learn_utilization``, shared, not a copy): while the role's
@@ -280,6 +282,9 @@ class Learned:
     samples: int = 0
     #: Consecutive evaluations with requests waiting on every ready group of the role.
     saturated_run: int = 0
+    #: When the current run of such evaluations began (None: no queue now). The served rate is a trailing
+    #: average over its rate window, so it reads the capacity only once the queue has held over a whole window.
+    queued_since: float | None = None
     #: The ready group count and since when it holds (served rates are trailing averages).
     ready: int = -1
     ready_since: float = 0.0
@@ -372,8 +377,10 @@ def _demand_names(spec: PrefillSpec | DecodeSpec) -> tuple[str | None, str | Non
 def learn(
     config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
     status: Mapping[str, VariantStatus], prev: Learned, now: float, dt: float, *, warm: bool = True,
+    rate_window_s: float = 0.0,
 ) -> Learned:
-    """Rule 0: one role's κ after this evaluation, by the ``slo`` type's rule (``slo.learn_capacity_scale``)."""
+    """Rule 0: one role's κ after this evaluation, by the ``slo`` type's rule (``slo.learn_capacity_scale``).
+    ``rate_window_s``: the token signals' rate window (a queue teaches κ only once held over a whole one)."""
     spec = config.role(role)
     tokens_name, waiting_name, latency_name, objective = _demand_names(spec)
     ready_groups = sum(status[v.name].ready for v in spec.variants)
@@ -381,7 +388,10 @@ def learn(
     ready_cap = capacity(spec.variants, {v.name: status[v.name].ready for v in spec.variants})
     ready_since = prev.ready_since if prev.ready == ready_groups else now
     settled = now - ready_since >= slo.SETTLE_S and ready_groups > 0 and starting == 0
-    run = prev.saturated_run + 1 if slo.queued_on_every_replica(_value(signals, waiting_name), ready_groups) else 0
+    queued_now = slo.queued_on_every_replica(_value(signals, waiting_name), ready_groups)
+    run = prev.saturated_run + 1 if queued_now else 0
+    queued_since = (prev.queued_since if prev.queued_since is not None and prev.saturated_run > 0 else now) \
+        if queued_now else None
     scale, samples = prev.scale, prev.samples
     rate = _value(signals, tokens_name)
     if rate is not None and ready_cap > 0:
@@ -392,7 +402,12 @@ def learn(
         # otherwise what is served stays a lower bound (``slo``'s rule for an unsaturated replica).
         latency = _value(signals, latency_name)
         hurting = latency_name is None or (latency is not None and latency >= RISK_FRACTION * objective)
-        saturated = run >= slo.SATURATED_EVALUATIONS and hurting
+        # And only from a queue held over the whole rate window: the rate is a trailing average, so under a
+        # burst that began within the window it still averages the quieter seconds before the burst and reads
+        # below the capacity (the codelab simulation, conv ×10 30-60: 134 prompts waiting on 2 groups for
+        # under a minute taught κ 0.60 and held a third group for 12 minutes).
+        held = queued_since is not None and now - queued_since >= rate_window_s
+        saturated = run >= slo.SATURATED_EVALUATIONS and hurting and held
         scale = slo.learn_capacity_scale(
             scale, saturated=saturated, served=rate / ready_cap, settled=settled,
             alpha=slo.capacity_alpha(samples, dt),
@@ -419,7 +434,7 @@ def learn(
     if config.cold_start_seconds is not None and rate is not None and warm:
         span = sizing.lookback(config.cold_start_seconds)
         rates = (*(r for r in prev.rates if now - r[0] < span), (now, rate))
-    return Learned(scale, samples, run, ready_groups, ready_since, c, proven, rates)
+    return Learned(scale, samples, run, queued_since, ready_groups, ready_since, c, proven, rates)
 
 
 def role_need(
@@ -680,7 +695,10 @@ def plan(
     since = now if state.since is None else state.since
     dt = 0.0 if state.last_t is None else max(0.0, now - state.last_t)
     warm = now - since >= rate_window_s
-    learned = {role: learn(config, role, signals, status, state.learned(role), now, dt, warm=warm) for role in ROLES}
+    learned = {
+        role: learn(config, role, signals, status, state.learned(role), now, dt, warm=warm, rate_window_s=rate_window_s)
+        for role in ROLES
+    }
     #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
     additions: dict[str, int] = {}
     for role in ROLES:
