@@ -593,6 +593,7 @@ def _decide_joint(
     slices = observation.quota.slices if observation.quota is not None else None
     inventory = slices.inventory if slices is not None else None
     fits = None
+    room = None
     # Without ``spec.capacity`` the policy stops no training: it asks, and Kueue admits or preempts by its own
     # priorities (as for a single-target policy without capacity), so the blocks do not bound the plan here.
     if isinstance(inventory, topology.Inventory) and spec.capacity is not None:
@@ -608,13 +609,17 @@ def _decide_joint(
         # "fit", and the joint policy never grew in the codelab simulation).
         inventory = arbitration.serving_view(spec.capacity, inventory, observation.training, now)
         fits = disaggregated.inventory_fit(config, inventory, costs)
+        assert slices is not None  # the inventory is the slices'
+        # Which group a scale-down of each variant frees first, where the cluster says (rule 4b's make-room).
+        order = {n: slices.removal_order[r.key] for n, r in refs.items() if r.key in slices.removal_order}
+        room = disaggregated.inventory_room(config, inventory, costs, order) if order else None
     # The token counters' longest rate window: until it has filled, a fresh controller's rates ramp from
     # nothing and are no history (the forecast would read the ramp as a trend).
     rate_window = max((rate.window_seconds for n in config.signal_refs() if (rate := spec.signal(n).rate) is not None),
                       default=0.0)
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
-        fits=fits, group_budget=spec.max_replicas, rate_window_s=rate_window,
+        fits=fits, room=room, group_budget=spec.max_replicas, rate_window_s=rate_window,
     )
     planned = {c.name: c.desired for c in joint.counts}
     desired = dict(planned)

@@ -184,6 +184,10 @@ class SliceCapacity:
     #: place (admitted, or reserved while an AdmissionCheck such as GKE's slice controller provisions the slice,
     #: their pods still gated) are found by it, so a group is never placed twice.
     owners: Mapping[str, str] = field(default_factory=dict)
+    #: Per serving target (``Kind/namespace/name``): its groups' occupant keys in the order a scale-down
+    #: removes them (a LeaderWorkerSet: the highest group index first). A target missing: not known, and no
+    #: policy counts on which group a scale-down frees (the make-room shift of ``disaggregated`` needs it).
+    removal_order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

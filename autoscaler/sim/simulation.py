@@ -588,7 +588,12 @@ class Simulation:
                 owners[key] = self.pool_specs[h.key.rsplit("-", 1)[0]].target.ref().key
             occupants.append(Occupant(key=key, regions=h.regions))
         inv = Inventory(self.slices.block_shape, self.slices.blocks, tuple(occupants))
-        return SliceCapacity(flavor="simulated", inventory=inv, source="the simulated blocks", owners=owners)
+        # Which group a scale-down removes is the simulator's own rule (``ServingPool.removal_order``); the
+        # controller reads it from the cluster where it can (``SliceCapacity.removal_order``).
+        order = {self.pool_specs[sp.name].target.ref().key:
+                 tuple(r.name for r in sp.removal_order()) for sp in self.pools}
+        return SliceCapacity(flavor="simulated", inventory=inv, source="the simulated blocks", owners=owners,
+                             removal_order=order)
 
     def training_workloads(
         self, now: float, selected: Callable[[kueue.TrainingJob], bool] | None = None

@@ -441,6 +441,100 @@ def test_in_full_blocks_a_variant_fits_only_where_training_may_yield() -> None:
     assert "train/job-4" not in stopped
 
 
+def test_at_equal_chips_the_mix_keeps_the_larger_capacity_rather_than_the_fewest_changes() -> None:
+    # 4 small groups (8,000 on 32 chips) or the one 2x4x4 group (10,000 on 32 chips) both carry 7,500, and
+    # neither adds a group: once the larger group serves, the same chips with more headroom win (the fewest
+    # changes would drop it for the small ones). Adding one is a cold start: at equal chips the mix that adds
+    # the fewest groups wins first.
+    v = compiled(big=True, budget=None).policy.spec.policy.decode.variants
+    assert dg.choose_mix(v, {"decode": 4, "decode-big": 1}, 7500.0, min_groups=1) == {"decode": 0, "decode-big": 1}
+    assert dg.choose_mix(v, {"decode": 4, "decode-big": 0}, 7500.0, min_groups=1) == {"decode": 4, "decode-big": 0}
+
+
+def fragmented(jobs: tuple[TrainingWorkload, ...], order: tuple[str, ...]) -> QuotaStatus:
+    """Two 4x4x4 blocks. ``b0``: the x = 0 half holds decode group d0 and training job-0..2, the x = 2 half
+    decode groups d1..d4, so every 2x4x4 region holds a serving group (no larger group fits, whatever training
+    yields) until d0 goes. ``b1``: the prefill group and slices of another tenant that never yield.
+    ``order``: the decode groups in the order a scale-down removes them."""
+    two = topology.Shape(2, 2, 2)
+    x0 = [(0, y, z) for z in (0, 2) for y in (0, 2)]
+    x2 = [(2, y, z) for z in (0, 2) for y in (0, 2)]
+    occ = [topology.Occupant("llm/d0", (topology.Region("b0", x0[0], two),))]
+    occ += [topology.Occupant(w.key, (topology.Region("b0", x0[1 + i], two),)) for i, w in enumerate(jobs)]
+    occ += [topology.Occupant(f"llm/d{1 + i}", (topology.Region("b0", p, two),)) for i, p in enumerate(x2)]
+    places = [(x, y, z) for z in (0, 2) for y in (0, 2) for x in (0, 2)]
+    occ.append(topology.Occupant("llm/p0", (topology.Region("b1", places[0], two),)))
+    occ += [topology.Occupant(f"other/s{i}", (topology.Region("b1", p, two),)) for i, p in enumerate(places[1:])]
+    inv = topology.Inventory(topology.Shape(4, 4, 4), ("b0", "b1"), tuple(occ))
+    owners = {"llm/p0": PRE.key, **{f"llm/d{i}": DEC.key for i in range(5)}}
+    slices = SliceCapacity("slice-rf", inv, "nodes", owners=owners, removal_order={DEC.key: order})
+    # The codelab's ClusterQueue: a placeholder quota, the blocks are the limit.
+    return QuotaStatus("cq", "google.com/tpu", nominal=999999, reserved=inv.used_chips, slices=slices)
+
+
+def test_a_make_room_shift_removes_the_group_whose_place_completes_a_larger_region_then_adds_the_larger() -> None:
+    # Decode serves 4,900 tokens/s on five 2x2x2 groups (2,000 each): needs 7,000 at 0.7, a shrink keeps
+    # 8,750 (20 % headroom), which one 2x4x4 group (10,000 on 32 chips) carries for 8 fewer chips than the
+    # five small groups. No 2x4x4 place is free of serving: the policy cannot add before it removes. d0 is
+    # the group a scale-down removes first and its place completes the x = 0 half: one small group goes
+    # (the four left carry 8,000 >= 7,000 needed), then the 2x4x4 group is added in its place, stopping the
+    # training there; the small groups stay until it serves.
+    pol = compiled(capacity=True, budget=None, big=True)
+    jobs = training(3, chips=8)
+    values = {**QUIET, "gen": 4900.0}
+    counts = {"prefill": (1, 1), "decode": (5, 5), "decode-big": (0, 0)}
+    order = ("llm/d0", "llm/d1", "llm/d2", "llm/d3", "llm/d4")
+    obs = observation(values, counts, training=jobs, quota=fragmented(jobs, order))
+    decisions, state = decide(pol, obs, SETTLED, T0)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (4, 0), got["decode"].message
+    assert "make room: 1 2x2x2 group(s) (decode) go first" in got["decode"].message
+    assert not [d for d in decisions if isinstance(d, TrainingDecision)]
+    # The next evaluation: d0 is gone; the 2x4x4 group fits where it was, stopping the three jobs there.
+    quota = fragmented(jobs, order[1:])
+    assert quota.slices is not None
+    inv = quota.slices.inventory.without(["llm/d0"])
+    quota = dataclasses.replace(quota, reserved=inv.used_chips,
+                                slices=dataclasses.replace(quota.slices, inventory=inv))
+    counts = {"prefill": (1, 1), "decode": (4, 4), "decode-big": (0, 0)}
+    decisions, state = decide(pol, observation(values, counts, training=jobs, quota=quota), state, T0 + 15)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (4, 1), got["decode-big"].message
+    assert "make-room shift" in got["decode-big"].message
+    assert sorted(d.workload.key for d in decisions if isinstance(d, TrainingDecision)) == [
+        "train/job-0", "train/job-1", "train/job-2"]
+
+
+@pytest.mark.parametrize(
+    ("order", "gen"),
+    [
+        pytest.param(("llm/d1", "llm/d2", "llm/d3", "llm/d4", "llm/d0"), 4900.0,
+                     id="the-group-that-goes-frees-nothing"),
+        pytest.param(("llm/d0", "llm/d1", "llm/d2", "llm/d3", "llm/d4"), 5900.0,
+                     id="the-rest-would-not-carry-the-need"),
+        pytest.param((), 4900.0, id="which-group-goes-is-unknown"),
+    ],
+)
+def test_no_make_room_shift_where_it_frees_no_place_or_would_leave_the_load_short(
+    order: tuple[str, ...], gen: float
+) -> None:
+    # As above, but a scale-down would remove a group of the x = 2 half first (the fewest whose removal
+    # frees a 2x4x4 place would leave 3 groups: 6,000 < 7,000); or the load needs 8,429 tokens/s, more than
+    # the four groups left; or the cluster does not say which group goes: the five small groups stay.
+    pol = compiled(capacity=True, budget=None, big=True)
+    jobs = training(3, chips=8)
+    quota = fragmented(jobs, order)
+    if not order:
+        assert quota.slices is not None
+        quota = dataclasses.replace(quota, slices=dataclasses.replace(quota.slices, removal_order={}))
+    counts = {"prefill": (1, 1), "decode": (5, 5), "decode-big": (0, 0)}
+    obs = observation({**QUIET, "gen": gen}, counts, training=jobs, quota=quota)
+    decisions, _ = decide(pol, obs, SETTLED, T0)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (5, 0), got["decode"].message
+    assert "make room" not in got["decode"].message
+
+
 # ------------------------------------------------------------------------------------ learned capacity (rule 0)
 
 

@@ -50,10 +50,21 @@ group, a conservative prior from a profile):
    the largest rise of the rate within one cold start seen over ``sizing.lookback`` (the burst headroom the
    traffic has shown: a group released now is missing that long if it comes back).
 4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
-   changes from the current counts; within each variant's min/max and the role's ``minGroups``; with an
-   inventory (``core.topology``), only mixes whose new groups can be placed (stopping preemptible training if
-   it must). A variant's groups are removed only while the ready groups left still carry the need: a shift
-   to another variant adds the new groups first and removes the old once the new are serving.
+   new groups, then the most capacity, then the fewest changes from the current counts; within each
+   variant's min/max and the role's ``minGroups``; with an inventory (``core.topology``), only mixes whose
+   new groups can be placed (stopping preemptible training if it must). A variant's groups are removed
+   only while the ready groups left still carry the need: a shift to another variant adds the new groups
+   first and removes the old once the new are serving.
+4b. **Make-room shift**: a larger shape may fit nowhere because the role's own smaller groups fragment the
+   blocks (serving never yields, and adding first needs a free place). When the mix that carries the need
+   at the fewest chips needs a larger group that fits nowhere, the role otherwise holds its count, every
+   group is ready and a whole ``scaleDownDelaySeconds`` has been observed, one smaller group goes first:
+   the one a scale-down of its variant removes (``SliceCapacity.removal_order``; unknown: no shift), and only
+   when its region, once free, lets the larger group be placed (stopping preemptible training if it must)
+   and the groups left still carry the need now (the load at the learned capacity and utilization). The
+   next evaluations add the larger group, sized for what the role carried before (never more chips than
+   before), and rule 4 removes the smaller ones once it serves. With the removal order unknown (a live
+   cluster whose reader cannot say which group goes) the role never shifts this way.
 5. **One budget** (``fit_budget``): the pools together never hold more than ``chipBudget`` chips (nor more
    than ``spec.maxReplicas`` groups): starting from each variant's minimum, slices are granted one at a time
    to the role whose need is least covered, so under pressure the split follows the two needs and neither
@@ -302,6 +313,19 @@ class Learned:
 
 
 @dataclass(frozen=True, slots=True)
+class Shift:
+    """A make-room shift under way (rule 4b): a smaller group was removed to free a place for a larger one."""
+
+    #: The larger variant a group of which is to be added once its place is free.
+    larger: str
+    #: What the role's mix was sized to carry when the shift began (tokens/s of declared capacity).
+    carry: float
+    #: The role's chips before the removal: the shift never ends up holding more.
+    chips: int
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class DisaggState:
     """Remembered between evaluations (``PolicyState.algorithm``): each role's recent needs and learned
     capacity."""
@@ -316,6 +340,8 @@ class DisaggState:
     decode_learned: Learned = Learned()
     #: The previous evaluation (the capacity average's step is per second, not per evaluation).
     last_t: float | None = None
+    #: Make-room shifts under way (rule 4b), at most one per role.
+    shifts: tuple[Shift, ...] = ()
 
     def history(self, role: Role) -> tuple[tuple[float, float], ...]:
         return self.prefill if role == "prefill" else self.decode
@@ -553,6 +579,9 @@ def role_need(
 
 #: Whether these new groups (variant name -> how many more) can be placed; None: no inventory, all fit.
 FitCheck = Callable[[Mapping[str, int]], bool]
+#: Whether new groups (second argument) could be placed once groups of the first argument's variants (variant
+#: name -> how many fewer) are removed, the groups a scale-down of each removes first (rule 4b).
+RoomCheck = Callable[[Mapping[str, int], Mapping[str, int]], bool]
 
 
 def choose_mix(
@@ -581,10 +610,14 @@ def choose_mix(
         more = {v.name: n - current.get(v.name, 0) for v, n in zip(variants, counts, strict=True)}
         return fits({k: n for k, n in more.items() if n > 0})
 
-    def key(counts: tuple[int, ...]) -> tuple[float, int, int, tuple[int, ...]]:
+    def key(counts: tuple[int, ...]) -> tuple[float, int, float, int, int, tuple[int, ...]]:
         named = {v.name: n for v, n in zip(variants, counts, strict=True)}
-        changes = sum(abs(n - current.get(v.name, 0)) for v, n in zip(variants, counts, strict=True))
-        return (chips(variants, named), changes, -sum(counts), counts)
+        pairs = list(zip(variants, counts, strict=True))
+        added = sum(max(0, n - current.get(v.name, 0)) for v, n in pairs)
+        changes = sum(abs(n - current.get(v.name, 0)) for v, n in pairs)
+        # At equal chips: the fewest new groups (each a cold start), then the most capacity (the same cost
+        # with more headroom: a 2x4x4 group kept over four 2x2x2 ones once it serves), then the fewest changes.
+        return (chips(variants, named), added, -capacity(variants, named), changes, -sum(counts), counts)
 
     ok = [c for c in candidates if sum(c) >= min_groups]
     carrying = sorted(
@@ -682,6 +715,7 @@ def plan(
     now: float,
     *,
     fits: FitCheck | None = None,
+    room: RoomCheck | None = None,
     group_budget: int | None = None,
     rate_window_s: float = 0.0,
 ) -> tuple[JointPlan, DisaggState]:
@@ -701,6 +735,7 @@ def plan(
     }
     #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
     additions: dict[str, int] = {}
+    shifts: list[Shift] = []
     for role in ROLES:
         spec = config.role(role)
         rn = role_need(config, role, signals, status, learned[role])
@@ -743,6 +778,28 @@ def plan(
         if any(mix[k] < cur[k] for k in cur) and capacity(spec.variants, ready_left) < carry - _EPS:
             mix = {k: max(n, cur[k]) for k, n in mix.items()}
             how += "; groups of the other variant(s) stay until the new ones serve"
+        names = {v.name for v in spec.variants}
+        shift = next((sh for sh in state.shifts if sh.larger in names), None)
+        if shift is not None and mix == cur and rn.may_shrink and now - shift.at < config.scale_down_delay_seconds:
+            # Rule 4b's second step: the larger group, sized for what the role carried when the shift began,
+            # once its place is free; the smaller groups stay until it serves (above).
+            up = choose_mix(spec.variants, cur, shift.carry, min_groups=spec.min_groups, fits=fit)
+            if up[shift.larger] > cur[shift.larger] and chips(spec.variants, up) <= shift.chips:
+                mix = {k: max(n, cur[k]) for k, n in up.items()}
+                how += (f"; make-room shift: the {shift.larger} group now fits where the removed group was "
+                        f"(mix {_mix_text(spec.variants, up)} carries {shift.carry:.0f} on "
+                        f"{chips(spec.variants, up)} chips)")
+            else:
+                shifts.append(shift)
+        elif room is not None and fit is not None and rn.may_shrink and mix == cur and (
+            now - since >= config.scale_down_delay_seconds
+        ):
+            made = _make_room(spec.variants, cur, status, rn.need, carry, spec.min_groups, fit,
+                              _room_after(room, additions))
+            if made is not None:
+                mix, larger, text = made
+                how += f"; {text}"
+                shifts.append(Shift(larger, carry, chips(spec.variants, cur), now))
         mix_cap = capacity(spec.variants, mix)
         additions.update({k: n - cur[k] for k, n in mix.items() if n > cur[k]})
         for v in spec.variants:
@@ -770,8 +827,51 @@ def plan(
         f"prefill {_role_groups(config, 'prefill', budgeted)} + decode {_role_groups(config, 'decode', budgeted)}"
         f" = {total} chips"
     )
-    nxt = DisaggState(histories["prefill"], histories["decode"], since, learned["prefill"], learned["decode"], now)
+    nxt = DisaggState(histories["prefill"], histories["decode"], since, learned["prefill"], learned["decode"], now,
+                      tuple(shifts))
     return JointPlan(tuple(counts), tuple(needs), held, summary), nxt
+
+
+def _make_room(
+    variants: Sequence[VariantSpec], cur: Mapping[str, int], status: Mapping[str, VariantStatus], need: float,
+    carry: float, min_groups: int, fit: FitCheck, room: RoomCheck,
+) -> tuple[dict[str, int], str, str] | None:
+    """Rule 4b, the make-room shift: when the mix that carries ``carry`` at the fewest chips needs a larger
+    shape that fits nowhere (the role's own smaller groups fragment the blocks) and the role holds its count,
+    remove the fewest smaller groups whose regions, once freed, let one larger group be placed (the groups a
+    scale-down of their variant removes first: ``RoomCheck``), never more than the cheaper mix removes. Only
+    when every group of the role is ready (one step at a time) and the ready groups left still carry the need
+    now (``need``: the load at the learned capacity and utilization), so the shift never drops below what the
+    load needs; the larger group is added once its place is free (the next evaluations, ``plan``), the other
+    smaller groups go once it serves (rule 4). Returns the counts, the larger variant and the message."""
+    if any(status[v.name].starting or status[v.name].ready < status[v.name].spec for v in variants):
+        return None
+    free = choose_mix(variants, cur, carry, min_groups=min_groups)
+    if chips(variants, free) >= chips(variants, cur) or fit({k: n - cur[k] for k, n in free.items() if n > cur[k]}):
+        return None
+    larger = [w for w in variants if free[w.name] > cur[w.name]]
+    for v in sorted((v for v in variants if free[v.name] < cur[v.name]), key=lambda v: (v.chips, v.name)):
+        # The fewest of this variant's groups (those a scale-down removes first) whose places, once free,
+        # let one larger group be placed; never more than the cheaper mix itself removes.
+        for k in range(1, cur[v.name] - free[v.name] + 1):
+            left = {**cur, v.name: cur[v.name] - k}
+            if sum(left.values()) < max(min_groups, 1) or capacity(variants, left) < need - _EPS:
+                break
+            for w in larger:
+                if w.chips > v.chips and room({v.name: k}, {w.name: 1}):
+                    return left, w.name, (
+                        f"make room: {k} {v.slice_topology} group(s) ({v.name}) go first, freeing a place for "
+                        f"a {w.slice_topology} group ({w.name}), the cheaper mix {_mix_text(variants, free)} "
+                        f"({chips(variants, free)} chips); the {sum(left.values())} groups left carry "
+                        f"{capacity(variants, left):.0f} ≥ the need {need:.0f} tokens/s"
+                    )
+    return None
+
+
+def _room_after(room: RoomCheck, before: Mapping[str, int]) -> RoomCheck:
+    """``room`` for groups placed after ``before`` (the other role's new groups of this plan)."""
+    placed = dict(before)
+    return lambda removed, more: room(removed, {**placed, **more})
 
 
 def _after(fits: FitCheck | None, before: Mapping[str, int]) -> FitCheck | None:
@@ -822,18 +922,43 @@ def inventory_fit(
     """A ``FitCheck`` from the physical inventory (``core.topology``): the new groups, larger slices first,
     placed one after another (stopping preemptible training where it must, at the least lost work)."""
     by_name = {v.name: v for _, v in config.variants()}
+    return lambda more: _placeable(by_name, inventory, costs, more)
 
-    def fits(more: Mapping[str, int]) -> bool:
-        left = inventory
-        order = sorted((k for k, n in more.items() if n > 0), key=lambda k: (-by_name[k].chips, k))
-        for name in order:
-            shape = Shape.parse(by_name[name].slice_topology)
-            placed = plan_groups(left, shape, more[name], costs, owner_prefix=f"new-{name}")
-            if placed.unplaceable:
+
+def inventory_room(
+    config: DisaggregatedPolicyConfig, inventory: Inventory, costs: Mapping[str, float],
+    removal_order: Mapping[str, Sequence[str]],
+) -> RoomCheck:
+    """A ``RoomCheck``: would the new groups fit once the named variants' next groups were removed?
+    ``removal_order``: variant name -> its groups' occupant keys in the order a scale-down removes them
+    (``SliceCapacity.removal_order``); a variant missing, or with fewer known groups than removed: False (the
+    policy never counts on a place it cannot name). A removed group not in the inventory (pending) frees
+    nothing."""
+    by_name = {v.name: v for _, v in config.variants()}
+
+    def room(removed: Mapping[str, int], more: Mapping[str, int]) -> bool:
+        gone: list[str] = []
+        for name, n in removed.items():
+            order = removal_order.get(name)
+            if order is None or len(order) < n:
                 return False
-            left = left.without(placed.victims)
-            for i, choice in enumerate(placed.placed):
-                left = left.with_occupant(Occupant(key=f"new-{name}-{i}", regions=choice.regions))
-        return True
+            gone.extend(order[:n])
+        return _placeable(by_name, inventory.without(gone), costs, more)
 
-    return fits
+    return room
+
+
+def _placeable(
+    by_name: Mapping[str, VariantSpec], inventory: Inventory, costs: Mapping[str, float], more: Mapping[str, int]
+) -> bool:
+    left = inventory
+    order = sorted((k for k, n in more.items() if n > 0), key=lambda k: (-by_name[k].chips, k))
+    for name in order:
+        shape = Shape.parse(by_name[name].slice_topology)
+        placed = plan_groups(left, shape, more[name], costs, owner_prefix=f"new-{name}")
+        if placed.unplaceable:
+            return False
+        left = left.without(placed.victims)
+        for i, choice in enumerate(placed.placed):
+            left = left.with_occupant(Occupant(key=f"new-{name}-{i}", regions=choice.regions))
+    return True
