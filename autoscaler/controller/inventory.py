@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubernetes_asyncio import client
 
@@ -189,10 +189,32 @@ def blocks_declared(nodes: Sequence[JsonObj], declared: DeclaredBlocks) -> Block
     return Blocks(declared.block_shape, regions) if regions else None
 
 
+class Occupancy(NamedTuple):
+    """``occupants``' answer: the Workloads placed on the flavor, and how many on it had no assignment to read."""
+
+    placed: list[Occupant]
+    unplaced: int
+
+
+class _Flavor(NamedTuple):
+    """A flavor carved into slices: its nodes, their blocks, and where the blocks were read from."""
+
+    nodes: list[JsonObj]
+    blocks: Blocks
+    source: str
+
+
+class _Listed(NamedTuple):
+    """The Workloads listed, and where (all namespaces, or the ones allowed)."""
+
+    items: list[JsonObj]
+    where: str
+
+
 def occupants(
     workloads: Iterable[JsonObj], flavor: str, nodes: Sequence[JsonObj], blocks: Blocks,
     owners: dict[str, str] | None = None,
-) -> tuple[list[Occupant], int]:
+) -> Occupancy:
     """Every Workload holding a place on the flavor (quota reserved: admitted, or while an AdmissionCheck is
     pending) at the nodes its topology assignment names; and how many on the flavor had no assignment to read
     (not placed). Each occupant's controller owner goes into ``owners``: key → ``Kind/namespace/name``."""
@@ -226,7 +248,7 @@ def occupants(
         owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
         if owners is not None and owner is not None:
             owners[key] = f"{owner.get('kind')}/{meta.get('namespace')}/{owner.get('name')}"
-    return out, unplaced
+    return Occupancy(out, unplaced)
 
 
 class SliceReader:
@@ -251,20 +273,21 @@ class SliceReader:
             found = await self._flavor(flavor, version)
             if found is None:
                 continue
-            nodes, blocks, source = found
+            blocks = found.blocks
             namespaces = sorted({ref.namespace, *(p.namespace for p in spec.preemptible)})
-            workloads, where = await self._workloads(version, namespaces)
+            listed = await self._workloads(version, namespaces)
             owners: dict[str, str] = {}
-            placed, unplaced = occupants(workloads, flavor, nodes, blocks, owners)
+            occupancy = occupants(listed.items, flavor, found.nodes, blocks, owners)
+            placed, unplaced = occupancy.placed, occupancy.unplaced
             names = sorted({r.block for r in blocks.regions.values()})
             inventory = Inventory(blocks.block_shape, tuple(names), tuple(placed), blocks.levels)
-            text = f"{source}; Workloads read {where}"
+            text = f"{found.source}; Workloads read {listed.where}"
             if unplaced:
                 text += f"; {unplaced} admitted Workload(s) on it without a topology assignment not placed"
             return SliceCapacity(flavor, inventory, text, owners)
         return None
 
-    async def _flavor(self, flavor: str, version: str) -> tuple[list[JsonObj], Blocks, str] | None:
+    async def _flavor(self, flavor: str, version: str) -> _Flavor | None:
         try:
             rf: JsonObj = await call(self._custom.get_cluster_custom_object(
                 KUEUE_GROUP, version, "resourceflavors", flavor))
@@ -292,13 +315,13 @@ class SliceReader:
             source = f"{len(nodes)} nodes placed by the TPU partition levels of Topology {topology_name}"
         if blocks is None:
             return None
-        return nodes, blocks, source
+        return _Flavor(nodes, blocks, source)
 
-    async def _workloads(self, version: str, namespaces: Sequence[str]) -> tuple[list[JsonObj], str]:
+    async def _workloads(self, version: str, namespaces: Sequence[str]) -> _Listed:
         if self.list_all:
             try:
                 listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "workloads"))
-                return list(listed.get("items") or []), "in all namespaces"
+                return _Listed(list(listed.get("items") or []), "in all namespaces")
             except (Forbidden, NotFound):
                 self.list_all = False
         items: list[JsonObj] = []
@@ -308,7 +331,7 @@ class SliceReader:
             except (Forbidden, NotFound):
                 continue
             items.extend(listed.get("items") or [])
-        return items, f"in namespace(s) {', '.join(namespaces)} only (not allowed to list them cluster-wide)"
+        return _Listed(items, f"in namespace(s) {', '.join(namespaces)} only (not allowed to list them cluster-wide)")
 
 
 def _flavors(cq: JsonObj, resource: str) -> list[str]:
