@@ -26,10 +26,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.sim.cluster import Cluster, PipelineSpec, PoolSpec
+
+if TYPE_CHECKING:
+    from autoscaler.sim.simulation import RunResult
 
 #: The tutorials' HPA signal per server: (preset, target per replica or None for a fraction of the slots).
 HPA_SIGNAL: dict[str, tuple[str, float | None]] = {
@@ -130,6 +133,13 @@ class Tuned(NamedTuple):
 
     policy: ScalingPolicy
     tried: list[TunedCandidate]
+
+
+class TunedRun(NamedTuple):
+    """``hpa-tuned``'s row: the chosen policy's run, and how it was chosen (the summary's ``hpa_tuned`` block)."""
+
+    result: RunResult
+    info: dict[str, Any]
 
 
 @dataclass

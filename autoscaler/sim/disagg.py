@@ -497,8 +497,9 @@ def run_rows(
         hpas = [baselines.hpa_policy(cluster, p, name=f"hpa-{p.name}") for p in pair]
         results.append(simulate(_policy_controllers(cluster, hpas, "hpa", "baseline", _hpa_pipe(cluster))))
     if "hpa-tuned" in wanted:
-        tuned, tuned_info = _tune_pair(cluster, trace, pair, slo, target, simulate, progress)
-        results.append(tuned)
+        tuned_run = _tune_pair(cluster, trace, pair, slo, target, simulate, progress)
+        tuned_info = tuned_run.info
+        results.append(tuned_run.result)
     if "keda" in wanted:
         keda = baselines.keda_pipeline(cluster)
         keda_name, keda_pipe = keda.name, keda.spec
@@ -564,7 +565,7 @@ def _row(r: RunResult, slo: float, at_equal: PairOracle | None, bound: float) ->
 def _tune_pair(
     cluster: Cluster, trace: traces.Trace, pair: tuple[PoolSpec, PoolSpec], slo: float, target: float,
     simulate: Callable[[Controller, int | None], RunResult], progress: Callable[[str], None] | None,
-) -> tuple[RunResult, dict[str, Any]]:
+) -> baselines.TunedRun:
     """``hpa-tuned`` per pool, with hindsight: the prefill HPA tuned with the decode HPA at the tutorials'
     setting, then the decode HPA tuned with the chosen prefill HPA (each ``baselines.tune_hpa``'s grid)."""
     hpa_pipe = cluster.pipeline_name_for("hpa")
@@ -609,4 +610,4 @@ def _tune_pair(
         "runs": runs,
     }
     last.name = "hpa-tuned"
-    return last, info
+    return baselines.TunedRun(last, info)

@@ -87,7 +87,7 @@ class Outcome:
 def _tune_hpa(
     cluster: cluster_mod.Cluster, trace: traces.Trace, pool: cluster_mod.PoolSpec, slo: float, target: float,
     n0: int, routing: str, seed: int, progress: Callable[[str], None] | None,
-) -> tuple[RunResult, dict[str, Any]]:
+) -> baselines.TunedRun:
     """``hpa-tuned``: the grid search of ``baselines.tune_hpa``, every run in the very same model."""
     full: dict[int, RunResult] = {}
 
@@ -121,7 +121,7 @@ def _tune_hpa(
                   "serving_accelerator_hours": round(c.chip_s / 3600, 4), "stopped_early": not c.exact}
                  for c in tried],
     }
-    return result, info
+    return baselines.TunedRun(result, info)
 
 
 def header(trace: traces.Trace, cluster: cluster_mod.Cluster, pool: cluster_mod.PoolSpec, slo_ttft_s: float,
@@ -260,8 +260,9 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
     results: list[RunResult] = []
     tuned_info: dict[str, Any] | None = None
     if "hpa-tuned" in opts.baselines:
-        tuned_result, tuned_info = _tune_hpa(cluster, trace, pool, slo, target, n0, routing, opts.seed, progress)
-        results.append(tuned_result)
+        tuned = _tune_hpa(cluster, trace, pool, slo, target, n0, routing, opts.seed, progress)
+        tuned_info = tuned.info
+        results.append(tuned.result)
     for ctl in controllers:
         if progress is not None:
             progress(f"{ctl.name}: simulating")
