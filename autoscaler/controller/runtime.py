@@ -99,8 +99,9 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
     #: After each load that changed the policy set, and after each pass that evaluated a policy for the first
     #: time (its state, kept view and metric children are built then), take what the process holds out of the
-    #: cyclic collector's traversals (``core.fast.settle_long_lived``: 44 % of the CPU at 5,000 policies went
-    #: to full collections over objects that live as long as their policy). ``autoscaler run`` sets it; tests
+    #: cyclic collector's traversals (``core.fast.settle_long_lived``: at 5,000 policies full collections over
+    #: objects that live as long as their policy took 24 % of the CPU, 16-21 % with this; docs/controller.md).
+    #: ``autoscaler run`` sets it; tests
     #: that build many runtimes in one process leave it off.
     settle_loaded: bool = False
 

@@ -303,7 +303,9 @@ async def test_the_policies_are_settled_after_each_load_that_changed_them_and_th
 
     rt.controller.after_pass = passed
     rt.controller.trigger(["tgi-gemma"], "watch")
-    await until(lambda: passes == [["tgi-gemma"]])
+    # At least this pass: the Deployment's own watch may trigger more (the emulator's watch events arrive in their
+    # own time), and none of them may collect.
+    await until(lambda: ["tgi-gemma"] in passes)
     assert settles == [1, 1], "a policy evaluated before: no collection after its pass"
     kube.add(objects.deployment("other", replicas=1))
     (tmp_path / "more.yaml").write_text(tgi_policy(name="other", target="other", capacity=False))
