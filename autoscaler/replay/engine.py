@@ -271,9 +271,7 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
         if per_pod and all(pod_names) and len(set(pod_names)) == len(pod_names):
             # One series per pod: the core combines them at each evaluation, judging each pod's age and
             # counting the pods that report against the recorded replica count, as in the cluster.
-            by_pod = {name: one for name, one in zip(pod_names, raw.series, strict=True) if name and one.times}
-            if not by_pod:
-                raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+            by_pod = _series_by_pod(raw, pod_names, sig)
             notes.append(
                 f"signal {sig.name}: {len(by_pod)} pod series in {raw.origin}, combined by the core "
                 f"({_why_aggregate(sig)} → {aggregate_of(sig)}); a reading is known when as many pods report as "
@@ -292,9 +290,7 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
             # whatif with each pod's sample time: at each evaluation the pods the source answered, combined
             # here by ``how``; every answered pod is kept (max age unbounded here) so that a stale one makes the
             # whole reading stale (the oldest sample's time), never a smaller sum.
-            by_pod = {name: one for name, one in zip(pod_names, raw.series, strict=True) if name and one.times}
-            if not by_pod:
-                raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+            by_pod = _series_by_pod(raw, pod_names, sig)
             notes.append(
                 f"signal {sig.name}: {len(by_pod)} pod series in {raw.origin}, the pods answered at each "
                 f"evaluation combined by {how} ({_why_aggregate(sig)})"
@@ -315,6 +311,14 @@ def prepare(compiled: CompiledPolicy, trace: Trace, mode: Mode = "recorded") -> 
     if unused:
         notes.append(f"not used by the policy: {', '.join(unused)}")
     return Prepared(inputs, notes)
+
+
+def _series_by_pod(raw: RawSignal, pod_names: list[str | None], sig: SignalSpec) -> dict[str, Series]:
+    """Each named pod's own series (pods that recorded no sample left out); a signal with none has no samples."""
+    by_pod = {name: one for name, one in zip(pod_names, raw.series, strict=True) if name and one.times}
+    if not by_pod:
+        raise TraceError(f"{raw.origin}: signal {sig.name!r} has no samples")
+    return by_pod
 
 
 def _why_aggregate(sig: SignalSpec) -> str:
