@@ -370,12 +370,10 @@ class SloAlgorithm:
         def total(name: str | None) -> float | None:
             if name is None:
                 return None
-            sig = ctx.signals[name]
-            per_replica = ctx.spec.signal(name).scope == "perReplica"
-            if not sig.ok or sig.value is None or (per_replica and ready == 0):
+            value = _target_total(ctx, name)
+            if value is None:
                 unknown.append(name)
-                return None
-            return sig.value * ready if per_replica else sig.value
+            return value
 
         def fraction(name: str | None) -> float | None:
             if name is None:
@@ -776,19 +774,8 @@ class SloAlgorithm:
         s, prior = self.config.signals, self.config.replica.prior
         if s.prefill_seconds is None or s.prompt_tokens is None or prior is None:
             return None, None
-
-        ready = ctx.replicas.ready
-
-        def value(name: str) -> float | None:
-            # A total over the target, as ``_read`` takes it: both the same way, so that the ratio is a replica's.
-            sig = ctx.signals[name]
-            if not sig.ok or sig.value is None:
-                return None
-            if ctx.spec.signal(name).scope == "perReplica":
-                return sig.value * ready if ready > 0 else None
-            return sig.value
-
-        measured = measured_prefill_rate(value(s.prompt_tokens), value(s.prefill_seconds))
+        # Totals over the target, as ``_read`` takes them, so that the ratio is a replica's.
+        measured = measured_prefill_rate(_target_total(ctx, s.prompt_tokens), _target_total(ctx, s.prefill_seconds))
         if measured is None and last is None:
             return None, None
         start = last if last is not None else prior.prefill_tokens_per_second
@@ -858,6 +845,18 @@ class SloAlgorithm:
     def _latency_names(self) -> tuple[str, ...]:
         s = self.config.signals
         return tuple(n for n in (s.ttft, s.queue_time, s.time_per_output_token) if n is not None)
+
+
+def _target_total(ctx: Context, name: str) -> float | None:
+    """Signal ``name`` as a total over the target: a ``perReplica`` value times the ready replicas (unknown with
+    none ready); None when the reading is not usable."""
+    sig = ctx.signals[name]
+    if not sig.ok or sig.value is None:
+        return None
+    if ctx.spec.signal(name).scope == "perReplica":
+        ready = ctx.replicas.ready
+        return sig.value * ready if ready > 0 else None
+    return sig.value
 
 
 @functools.lru_cache(maxsize=512)
