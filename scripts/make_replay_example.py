@@ -24,8 +24,10 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-TRACE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
-OUT = Path(__file__).resolve().parent.parent / "autoscaler" / "data" / "replay" / "azure_conv_jetstream.csv"
+_DATA = Path(__file__).resolve().parent.parent / "autoscaler" / "data"
+#: The bundled copy of the trace (autoscaler/data/sim/ATTRIBUTION.md), so the script runs from a plain clone.
+TRACE = _DATA / "sim" / "AzureLLMInferenceTrace_conv.csv"
+OUT = _DATA / "replay" / "azure_conv_jetstream.csv"
 
 REPLICAS = 5  # the static fleet the trace was "recorded" on
 SLOTS_PER_REPLICA = 8  # concurrent decode slots per JetStream server
