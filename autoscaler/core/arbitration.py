@@ -448,7 +448,8 @@ def plan(
         if quota.slices is not None and replicas.slice is not None:
             return _scale_up_sliced(capacity, acct, quota, observation.target.key, replicas.slice,
                                     observation.training, current, desired, now, replicas.gated)
-        up = _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated)
+        up = _scale_up(capacity, acct, observation.training, current, desired, now, choose, replicas.gated,
+                       waits_within=_headroom(capacity, ahead))
         if desired > current or up.training or ahead is None or not capacity.act_ahead or forecast <= current:
             return up
         # The replicas waiting for admission wait only for chips already on their way (an earlier hand-off in
@@ -522,8 +523,10 @@ def _scale_up(
     gated: int = 0,
     *,
     unit: str = "replicas",
+    waits_within: Ahead | None = None,
 ) -> Plan:
     per, res = capacity.per_replica, acct.resource
+    room_s = None if waits_within is None else waits_within.headroom_s
     need = (desired - current) * per
     headroom = acct.for_serving
     if need <= headroom + _EPS:
@@ -536,8 +539,8 @@ def _scale_up(
     reachable = max(current, min(
         desired, current + math.floor((headroom + sum(w.chips for w in eligible)) / per + _EPS)))
     shortfall = (reachable - current) * per - headroom
-    victims = _choose_waiting(capacity, choose, eligible, shortfall) if shortfall > _EPS else []
-    stopping, saving = _checkpoint_first(capacity, victims, now, missing=shortfall)
+    victims = _choose_waiting(capacity, choose, eligible, shortfall, room_s) if shortfall > _EPS else []
+    stopping, saving = _checkpoint_first(capacity, victims, now, missing=shortfall, headroom_s=room_s)
     if saving:
         # Serving asks only for what fits without the victims still saving: a pending replica would make
         # Kueue preempt them at once, losing the work the checkpoint is about to keep.
@@ -551,6 +554,7 @@ def _scale_up(
     decisions = _training_decisions(
         capacity, stopping, saving,
         lambda v: f"so serving can {grow}: they need {_units(need)} {res}; {acct.describe()}",
+        headroom_s=room_s,
     )
     if desired == current:
         # Only replicas waiting for admission: say what they wait for, and what is done about it.
@@ -559,7 +563,7 @@ def _scale_up(
         ]
         if headroom + sum(w.chips for w in eligible) < -_EPS:
             waiting.insert(0, "they do not all fit even with all eligible training stopped")
-        waiting.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
+        waiting.extend(_waiting_text(v, waits_within) for v, _ in saving)
         if stopping:
             waiting.append(f"deactivating {', '.join(v.key for v in stopping)}")
         waiting.extend(f"not stopping {why}" for why in held.values())
@@ -568,7 +572,7 @@ def _scale_up(
     if reachable == desired:
         return Plan(desired=desired, training=decisions, waiting_for_checkpoint=bool(saving))
     parts = [f"{desired} {unit} need {_units(need)} more {res}; {acct.describe()}"]
-    parts.extend(f"waiting for {v.key} to checkpoint" for v, _ in saving)
+    parts.extend(_waiting_text(v, waits_within) for v, _ in saving)
     if stopping:  # not the victims still saving: they are named above, waited for
         parts.append(f"deactivating {', '.join(v.key for v in stopping)}")
     parts.extend(f"not stopping {why}" for why in held.values())
@@ -582,9 +586,16 @@ def _training_decisions(
     stopping: Sequence[TrainingWorkload],
     saving: Sequence[tuple[TrainingWorkload, bool]],
     because: Callable[[TrainingWorkload], str],
+    *,
+    headroom_s: float | None = None,
 ) -> tuple[TrainingDecision, ...]:
     """Deactivations (each saying why: ``because``) and checkpoint requests, as both scale-up rules make them."""
     res = capacity.resource
+    bound = (
+        f"up to {capacity.checkpoint_request_seconds:g}s" if headroom_s is None
+        else f"only within its {headroom_s:.0f}s latency headroom less its eviction (at most "
+             f"{capacity.checkpoint_request_seconds:g}s)"
+    )
     return tuple(
         TrainingDecision(
             workload=v,
@@ -598,10 +609,18 @@ def _training_decisions(
                 "period; serving does not wait for it")
         for v in stopping if asks_as_it_stops(capacity, v)
     ) + tuple(
-        _ask(v, f"before it is stopped ({_risk_text(v)}); serving waits up to "
-                f"{capacity.checkpoint_request_seconds:g}s for it")
+        _ask(v, f"before it is stopped ({_risk_text(v)}); serving waits {bound} for it")
         for v, ask in saving if ask
     )
+
+
+def _waiting_text(v: TrainingWorkload, headroom: Ahead | None) -> str:
+    """A clause naming a victim serving waits for, and within what when that is the policy's headroom."""
+    if headroom is None or headroom.headroom_s is None:
+        return f"waiting for {v.key} to checkpoint"
+    due = next_checkpoint_s(v)
+    when = "" if due is None else f" (its next one due in {due:.0f}s)"
+    return f"waiting for {v.key} to checkpoint{when} within the policy's {headroom.headroom_text or 'headroom'}"
 
 
 def _ask(v: TrainingWorkload, when: str) -> TrainingDecision:
@@ -908,10 +927,40 @@ def plan_slices(
     return SlicedPlan(desired=got.reachable, training=got.decisions, message=message + "; ".join(parts))
 
 
-def worth_waiting(capacity: CapacitySpec, w: TrainingWorkload, missing: float) -> float | None:
-    """With ``checkpointWaitSeconds`` W > 0: the seconds until ``w``'s next checkpoint (``next_checkpoint_s``)
-    when it is due within W and stopping ``w`` right after it saves more work (its ``work_at_risk`` now) than
-    serving goes without meanwhile (``missing`` chips × the wait); else None (stop it now, or ask)."""
+def _headroom(capacity: CapacitySpec, ahead: Ahead | None) -> Ahead | None:
+    """The policy's forecast when it carries a latency headroom the arbitration waits within
+    (``capacity.waitWithinHeadroom``); None: the constant bounds (``checkpointRequestSeconds``,
+    ``checkpointWaitSeconds``) apply as they are."""
+    if not capacity.wait_within_headroom or ahead is None or ahead.headroom_s is None:
+        return None
+    return ahead
+
+
+def headroom_wait(capacity: CapacitySpec, w: TrainingWorkload, headroom_s: float | None) -> float | None:
+    """How long serving may wait for ``w`` to checkpoint before it is stopped (item 1b): the policy's latency
+    headroom less ``w``'s eviction (``eviction_s``: its grace period, which serving waits out after the stop
+    anyway). None when there is no headroom to wait in, ``w``'s grace period is unknown, or ``w`` loses
+    nothing when stopped now (it saves on SIGTERM, or is asked as it stops: waiting would only delay serving)."""
+    if headroom_s is None or not loses_work(capacity, w):
+        return None
+    evict = eviction_s(w)
+    if evict is None or headroom_s - evict <= _EPS:
+        return None
+    return headroom_s - evict
+
+
+def worth_waiting(
+    capacity: CapacitySpec, w: TrainingWorkload, missing: float, headroom_s: float | None = None
+) -> float | None:
+    """With a latency headroom (``_headroom``; ``headroom_s``): the seconds until ``w``'s next checkpoint
+    (``next_checkpoint_s``) when it completes within what serving may wait for it (``headroom_wait``): within
+    the headroom serving's objective is not at risk, and the chips keep computing work that the save keeps.
+    Without one, with ``checkpointWaitSeconds`` W > 0: the seconds until its next checkpoint when it is due
+    within W and stopping ``w`` right after it saves more work (its ``work_at_risk`` now) than serving goes
+    without meanwhile (``missing`` chips × the wait). Else None (stop it now, or ask)."""
+    if headroom_s is not None:
+        budget, due = headroom_wait(capacity, w, headroom_s), next_checkpoint_s(w)
+        return due if budget is not None and due is not None and due <= budget + _EPS else None
     bound = capacity.checkpoint_wait_seconds
     if bound <= 0 or saves_within_grace(w):
         return None
@@ -933,22 +982,34 @@ def asks_as_it_stops(capacity: CapacitySpec, w: TrainingWorkload) -> bool:
 
 
 def _choose_waiting(
-    capacity: CapacitySpec, choose: VictimChooser, eligible: Sequence[TrainingWorkload], shortfall: float
+    capacity: CapacitySpec,
+    choose: VictimChooser,
+    eligible: Sequence[TrainingWorkload],
+    shortfall: float,
+    headroom_s: float | None = None,
 ) -> list[TrainingWorkload]:
     """``choose`` with the victims worth waiting for (``worth_waiting``) counted as losing nothing: they are
-    stopped right after their checkpoint. The chosen Workloads as read (``_checkpoint_first`` splits them)."""
-    if capacity.checkpoint_wait_seconds <= 0:
+    stopped right after their checkpoint, so their chips come to serving after that wait and their grace
+    period (shown as their eviction: among victims that lose nothing the shortest wait goes first). The
+    chosen Workloads as read (``_checkpoint_first`` splits them)."""
+    if capacity.checkpoint_wait_seconds <= 0 and headroom_s is None:
         return choose(eligible, shortfall)
     seen = {w.key: w for w in eligible}
-    shown = [
-        w if worth_waiting(capacity, w, shortfall) is None else dataclasses.replace(w, since_checkpoint_s=0.0)
-        for w in eligible
-    ]
+    shown = []
+    for w in eligible:
+        due = worth_waiting(capacity, w, shortfall, headroom_s)
+        shown.append(w if due is None else dataclasses.replace(
+            w, since_checkpoint_s=0.0, grace_s=None if w.grace_s is None else w.grace_s + due))
     return [seen[w.key] for w in choose(shown, shortfall)]
 
 
 def _checkpoint_first(
-    capacity: CapacitySpec, victims: Sequence[TrainingWorkload], now: float, *, missing: float = 0.0
+    capacity: CapacitySpec,
+    victims: Sequence[TrainingWorkload],
+    now: float,
+    *,
+    missing: float = 0.0,
+    headroom_s: float | None = None,
 ) -> tuple[list[TrainingWorkload], list[tuple[TrainingWorkload, bool]]]:
     """Split victims into those to stop now and those to let save first (with whether to ask now).
 
@@ -961,9 +1022,14 @@ def _checkpoint_first(
     and whose last checkpoint is older than T (or unknown) is asked to checkpoint (``REQUEST_CHECKPOINT``)
     and stopped once its last checkpoint is newer than the request, or T after the request, whichever comes first. A
     request older than 2 T belongs to an earlier hand-off:
-    it is asked again. The request time lives on the job, so a restart neither repeats nor forgets it."""
+    it is asked again. The request time lives on the job, so a restart neither repeats nor forgets it.
+
+    With a latency headroom (``headroom_s``, item 1b) both waits are bounded by it instead: a victim's own
+    checkpoint is waited for when it completes within ``headroom_wait``, and a requested one only while that
+    is positive, its declared save fits in what is left of it, and T has not passed since the request. Every
+    evaluation reads the headroom anew, so the wait ends when the policy's objective comes at risk."""
     t = capacity.checkpoint_request_seconds
-    if t <= 0 and capacity.checkpoint_wait_seconds <= 0:
+    if t <= 0 and capacity.checkpoint_wait_seconds <= 0 and headroom_s is None:
         return list(victims), []
     stopping: list[TrainingWorkload] = []
     saving: list[tuple[TrainingWorkload, bool]] = []
@@ -973,7 +1039,7 @@ def _checkpoint_first(
             # pure delay (``_training_decisions`` asks the latter as it stops it).
             stopping.append(v)
             continue
-        if worth_waiting(capacity, v, missing) is not None:
+        if worth_waiting(capacity, v, missing, headroom_s) is not None:
             saving.append((v, False))  # its own checkpoint is due soon: wait for it, no request
             continue
         if t <= 0 or not v.honours_requests:
@@ -984,6 +1050,17 @@ def _checkpoint_first(
             stopping.append(v)  # saved recently: little to lose, no reason to wait
             continue
         asked = v.checkpoint_requested_at
+        if headroom_s is not None:
+            budget = headroom_wait(capacity, v, headroom_s)
+            fresh = asked is None or now - asked >= 2 * t
+            # What the save still needs: all of it when asked now, what is left of it when asked earlier
+            # (unknown without a declared save time: then only the headroom and T bound the wait).
+            left = 0.0 if v.save_s is None else max(0.0, v.save_s - (0.0 if fresh or asked is None else now - asked))
+            if budget is None or left > budget + _EPS or (not fresh and asked is not None and now - asked >= t):
+                stopping.append(v)  # no headroom for it (left), or asked and not saved within T
+            else:
+                saving.append((v, fresh))
+            continue
         if asked is None or now - asked >= 2 * t:
             saving.append((v, True))
         elif now - asked >= t:

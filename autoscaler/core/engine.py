@@ -20,6 +20,7 @@ evaluation (HPA's ``recordInitialRecommendation``): no scale-down inside the fir
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -381,12 +382,15 @@ def _arbitrate(
             reason, message = held.reason, held.message
         return _finish([scale(desired, reason, message)], nxt, now, replicas.spec, desired)
     if ahead is not None:
-        ahead = Ahead(min(ahead.replicas, spec.max_replicas), ahead.within_s)
+        ahead = dataclasses.replace(ahead, replicas=min(ahead.replicas, spec.max_replicas))
     # A scale-up deferred while its victims checkpoint stays wanted while the policy holds its count (had the
     # replicas started at once, the policy would keep them), within the wait's bound; a policy scaling down,
     # or a count reached, ends it.
     deferred = nxt.deferred
     bound = max(spec.capacity.checkpoint_request_seconds, spec.capacity.checkpoint_wait_seconds)
+    if spec.capacity.wait_within_headroom and ahead is not None and ahead.headroom_s is not None:
+        # Waiting within the policy's latency headroom: the arbitration ends the wait when the headroom does.
+        bound = max(bound, ahead.headroom_s)
     if deferred is not None and (desired < replicas.spec or deferred.replicas <= max(desired, replicas.spec)
                                  or now - deferred.since > bound + spec.evaluation_period_seconds):
         deferred = None

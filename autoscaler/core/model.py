@@ -209,6 +209,13 @@ class Ahead:
 
     replicas: int
     within_s: float
+    #: How long the replicas wanted now may wait before the policy's latency objective is at risk
+    #: (``core.headroom.latency_headroom``: from the objective, the measured quantile and queue, the trend);
+    #: None when the policy does not say (then the arbitration never waits within it). Item 1b of issue 11:
+    #: the arbitration waits for a victim's checkpoint only within it (``capacity.waitWithinHeadroom``).
+    headroom_s: float | None = None
+    #: One clause with the headroom's numbers, for the arbitration's messages.
+    headroom_text: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,6 +258,16 @@ class CapacitySpec(SpecModel):
         "that saves (its chips × seconds since its last checkpoint) exceeds what serving goes without meanwhile "
         "(the chips it waits for × the wait); serving's scale-up waits. Victims are chosen counting the wait.",
     )
+    wait_within_headroom: bool = Field(
+        default=False,
+        description="Wait for a victim's checkpoint only within the serving policy's latency headroom (type slo: "
+        "how long its scale-up may wait before the measured latency quantile reaches the at-risk fraction of "
+        "its objective, from the measured queue and the load's trend, less a cold start). A victim that loses "
+        "work when stopped is left running until its own next checkpoint (its interval) or a requested one "
+        "(checkpointRequestSeconds, for jobs that honour requests) when that save plus its eviction (its "
+        "terminationGracePeriodSeconds) fits in the headroom; re-checked every evaluation, the wait ends "
+        "when the headroom does. A requested save is then waited for only within the headroom.",
+    )
     act_ahead: bool = Field(
         default=False,
         description="Act ahead of the policy's forecast (type slo): when it expects more replicas within a "

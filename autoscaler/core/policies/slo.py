@@ -71,6 +71,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from autoscaler.core.headroom import latency_headroom
 from autoscaler.core.model import Ahead, Reason
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.sizing import (
@@ -615,7 +616,13 @@ class SloAlgorithm:
 
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
-        ahead = Ahead(max(need, _ceil(further / c)), reach) if fc.enabled and not reading.unknown else None
+        ahead = None
+        if fc.enabled and not reading.unknown:
+            # How long the replicas wanted now may wait for a training victim's checkpoint (issue 11, 1b).
+            room = latency_headroom(ratio=ratio, latency_unknown=reading.latency_unknown,
+                                    ttft_s=cfg.objective.ttft_seconds, load=load, forecast=forecast,
+                                    horizon_s=horizon, ready=ready)
+            ahead = Ahead(max(need, _ceil(further / c)), reach, headroom_s=room.seconds, headroom_text=room.text)
         breach_floor = 0
         if ratio is not None and ratio > 1.0 and starting == 0 and ready > 0:
             breach_floor = ready + 1  # the SLO is missed now: more capacity whatever the model says
