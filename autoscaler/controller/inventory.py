@@ -20,6 +20,14 @@ whose ClusterQueue has a flavor with topology-aware admission (the same for ever
    a domain is the nodes whose labels carry its values at the assignment's levels). Workloads are listed
    cluster-wide when allowed, else in the policy's namespaces (the source says which): an admitted Workload
    without an assignment is counted in the source text, not placed.
+5. **Which group a scale-down removes** (``SliceCapacity.removal_order``, per LeaderWorkerSet target): the LWS
+   controller removes the groups of the highest indices first (its leader StatefulSet scales down from the
+   highest ordinal), so the order is ``spec.replicas - 1`` down to 0, each index named by its group's Workload:
+   Kueue's ``kueue.x-k8s.io/component-workload-index`` annotation on the Workload (Kueue's LWS integration sets
+   it with the LWS as controller owner), else the group's pods (``leaderworkerset.sigs.k8s.io/group-index``
+   with the Workload name Kueue put in ``kueue.x-k8s.io/prebuilt-workload-name`` or ``…/pod-group-name``). An
+   index without a Workload holds no place (named ``<namespace>/<lws>#<index>``, it frees nothing); where a
+   Workload of the LWS cannot be given its index, the order stops there (what follows is not known).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from kubernetes_asyncio import client
 from autoscaler.controller import kinds
 from autoscaler.controller.kube import Forbidden, NotFound, call, get_json, parse_quantity
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import SliceCapacity
+from autoscaler.core.model import SliceCapacity, TargetKind
 from autoscaler.core.topology import Inventory, Occupant, Region, Shape
 
 JsonObj = dict[str, Any]
@@ -43,6 +51,12 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 SLICE_TOPOLOGY = kinds.SLICE_TOPOLOGY_ANNOTATION
 NODE_TOPOLOGY = "cloud.google.com/gke-tpu-topology"
 PARTITION = re.compile(r"^cloud\.google\.com/gke-tpu-partition-(\d+x\d+x\d+)-id$")
+LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+#: Kueue's LWS integration: the group index on each group's Workload, and the Workload's name on its pods.
+WORKLOAD_INDEX = "kueue.x-k8s.io/component-workload-index"
+POD_WORKLOAD = ("kueue.x-k8s.io/prebuilt-workload-name", "kueue.x-k8s.io/pod-group-name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +265,33 @@ def occupants(
     return Occupancy(out, unplaced)
 
 
+def removal_order(
+    namespace: str, lws: str, replicas: int, indexed: Mapping[int, str], unindexed: int
+) -> tuple[str, ...]:
+    """The groups of a LeaderWorkerSet in the order a scale-down removes them (module docstring, step 5).
+
+    ``indexed``: group index → its Workload's key (``namespace/name``); ``unindexed``: how many Workloads of
+    the LWS could not be given an index. An index with no Workload while none is unindexed holds no place;
+    with some unindexed, the order ends before it (which Workload it is, is not known)."""
+    order: list[str] = []
+    for index in range(replicas - 1, -1, -1):
+        key = indexed.get(index)
+        if key is None:
+            if unindexed:
+                break
+            key = f"{namespace}/{lws}#{index}"
+        order.append(key)
+    return tuple(order)
+
+
+def _index(text: object) -> int | None:
+    try:
+        index = int(str(text))
+    except ValueError:
+        return None
+    return index if index >= 0 else None
+
+
 class SliceReader:
     """Reads a policy's ``SliceCapacity`` (module docstring); None when its target or flavor has no slices."""
 
@@ -274,7 +315,9 @@ class SliceReader:
             if found is None:
                 continue
             blocks = found.blocks
-            namespaces = sorted({ref.namespace, *(p.namespace for p in spec.preemptible)})
+            targets = [t.ref() for t in spec.targets()]
+            namespaces = sorted({ref.namespace, *(t.namespace for t in targets),
+                                 *(p.namespace for p in spec.preemptible)})
             listed = await self._workloads(version, namespaces)
             owners: dict[str, str] = {}
             occupancy = occupants(listed.items, flavor, found.nodes, blocks, owners)
@@ -284,8 +327,61 @@ class SliceReader:
             text = f"{found.source}; Workloads read {listed.where}"
             if unplaced:
                 text += f"; {unplaced} admitted Workload(s) on it without a topology assignment not placed"
-            return SliceCapacity(flavor, inventory, text, owners)
+            order: dict[str, tuple[str, ...]] = {}
+            for target in targets:
+                if target.kind is TargetKind.LEADER_WORKER_SET:
+                    groups = await self._removal_order(target.namespace, target.name, listed.items)
+                    if groups is not None:
+                        order[target.key] = groups
+            return SliceCapacity(flavor, inventory, text, owners, order)
         return None
+
+    async def _removal_order(self, namespace: str, name: str, workloads: Sequence[JsonObj]) -> tuple[str, ...] | None:
+        """A LeaderWorkerSet's groups in the order a scale-down removes them (module docstring, step 5); None
+        when the LWS cannot be read."""
+        try:
+            lws = await get_json(self.api, f"{LWS_API}/namespaces/{namespace}/leaderworkersets/{name}")
+        except (NotFound, Forbidden):
+            return None
+        meta = lws.get("metadata") or {}
+        replicas = (lws.get("spec") or {}).get("replicas")
+        replicas = 1 if replicas is None else int(replicas)  # the LWS API's default
+        uid = meta.get("uid")
+        mine: list[JsonObj] = []
+        for wl in workloads:
+            wl_meta = wl.get("metadata") or {}
+            owner = next((r for r in wl_meta.get("ownerReferences") or [] if r.get("controller")), None)
+            if (owner is not None and owner.get("kind") == "LeaderWorkerSet" and owner.get("name") == name
+                    and wl_meta.get("namespace") == namespace and (not uid or owner.get("uid") in (None, uid))):
+                mine.append(wl)
+        indexed: dict[int, str] = {}
+        without: list[JsonObj] = []
+        for wl in mine:
+            index = _index(((wl.get("metadata") or {}).get("annotations") or {}).get(WORKLOAD_INDEX))
+            if index is None:
+                without.append(wl)
+            else:
+                indexed[index] = f"{namespace}/{wl['metadata']['name']}"
+        if without:
+            # Older Kueue: no index on the Workload; the group's pods carry both the index and the Workload name.
+            pods = await get_json(self.api, f"/api/v1/namespaces/{namespace}/pods",
+                                  query={"labelSelector": f"{LWS_NAME}={name}"})
+            by_name: dict[str, int] = {}
+            for pod in pods.get("items") or []:
+                labels = (pod.get("metadata") or {}).get("labels") or {}
+                index = _index(labels.get(LWS_GROUP_INDEX))
+                wl_name = next((labels[k] for k in POD_WORKLOAD if labels.get(k)), None)
+                if index is not None and wl_name:
+                    by_name[str(wl_name)] = index
+            left = 0
+            for wl in without:
+                index = by_name.get(str(wl["metadata"]["name"]))
+                if index is None:
+                    left += 1
+                else:
+                    indexed[index] = f"{namespace}/{wl['metadata']['name']}"
+            return removal_order(namespace, name, replicas, indexed, left)
+        return removal_order(namespace, name, replicas, indexed, 0)
 
     async def _flavor(self, flavor: str, version: str) -> _Flavor | None:
         try:

@@ -21,9 +21,11 @@ from tests.actions.test_codelab_selector import EXAMPLE
 from tests.controller.helpers import ManualClock, pool_on
 from tests.kube import codelab
 from tests.kube.emulator import Emulator
-from tests.kube.tas import LiveTas
+from tests.kube.kueue import V1BETA2
+from tests.kube.tas import LWS, LiveTas
 
 SUB = Shape(2, 2, 2)
+DECODE, PREFILL = "kueue-vllm-decode-model-streamer", "kueue-vllm-prefill-model-streamer"
 
 
 def apply_codelab(kube: Emulator, *, decode: int = 1, prefill: int = 1) -> LiveTas:
@@ -60,12 +62,12 @@ async def test_the_codelab_inventory_is_read_from_its_nodes_and_workloads(
     assert "32 nodes placed by the TPU partition levels of Topology slice-topology" in slices.source
     held = {o.key: o for o in inv.occupants}
     ns = codelab.NAMESPACE
-    assert sorted(held) == [f"{ns}/jobset-kueue-jobset-simple-subslicing",
-                            f"{ns}/leaderworkerset-kueue-vllm-decode-model-streamer-0",
-                            f"{ns}/leaderworkerset-kueue-vllm-prefill-model-streamer-0"]
+    decode_wl = f"{ns}/{tas.group_workload(DECODE, 0)}"
+    assert sorted(held) == sorted([f"{ns}/jobset-kueue-jobset-simple-subslicing", decode_wl,
+                                   f"{ns}/{tas.group_workload(PREFILL, 0)}"])
     # 6 + 1 + 1 slices of 8 chips; each a whole 2x2x2 partition (2 VMs of 2x2x1).
     assert inv.used_chips == 64
-    decode = held[f"{ns}/leaderworkerset-kueue-vllm-decode-model-streamer-0"]
+    decode = held[decode_wl]
     assert {r.shape for r in decode.regions} == {Shape(2, 2, 1)}
     cells = {(r.block, c) for r in decode.regions for c in r.cells()}
     assert len(cells) == 8
@@ -143,3 +145,49 @@ async def test_blocks_declared_in_the_controller_config_are_what_the_controller_
     assert "blocks declared in the controller config (sliceFlavors.slice-rf: 4x4x4" in quota.slices.source
     inv = quota.slices.inventory
     assert (inv.block_shape, inv.blocks, inv.used_chips) == (Shape(4, 4, 4), ("cube-a", "cube-b"), 64)
+
+
+@pytest.mark.parametrize("annotated", [True, False], ids=["index-on-the-workload", "index-from-the-pods"])
+async def test_the_groups_a_scale_down_removes_first_are_read_from_the_cluster(
+    kube: Emulator, kube_client: client.ApiClient, annotated: bool
+) -> None:
+    """``removal_order``: an LWS scale-down removes its highest group indices first; each index is named by its
+    group's Workload, whose name does not say it (Kueue hashes the owner's UID into it): from Kueue's index
+    annotation, or (an older Kueue) from the group's pods. What the core's make-room shift counts on."""
+    for obj in [*codelab.kueue_resources(), *codelab.nodes()]:
+        kube.add(obj)
+    kube.add(codelab.vllm_lws("decode", replicas=3))
+    kube.add(codelab.vllm_lws("prefill", replicas=1))
+    tas = LiveTas(kube, index_annotation=annotated)
+    for t in (0.0, 0.1, 1.0, 3.0):
+        tas.step(t)
+    gate = KueueGate(kube_client, retry=FAST_RETRY, now=lambda: 1796032800.0)
+    key = f"LeaderWorkerSet/{codelab.NAMESPACE}/{DECODE}"
+
+    async def order() -> tuple[str, ...]:
+        _, quota = await gate.training(policies()[1])
+        assert quota is not None
+        assert quota.slices is not None
+        return tuple(quota.slices.removal_order.get(key, ()))
+
+    ns = codelab.NAMESPACE
+    assert await order() == tuple(f"{ns}/{tas.group_workload(DECODE, i)}" for i in (2, 1, 0))
+    # Scaled up to 4 before Kueue made the new group's Workload: the first group removed holds no place.
+    kube.modify(LWS, "LeaderWorkerSet", DECODE, ns, lambda o: o["spec"].update(replicas=4))
+    assert (await order())[:2] == (f"{ns}/{DECODE}#3", f"{ns}/{tas.group_workload(DECODE, 2)}")
+    kube.modify(LWS, "LeaderWorkerSet", DECODE, ns, lambda o: o["spec"].update(replicas=3))
+    # A Workload of the LWS whose index cannot be read (no annotation, no pods naming it): the order stops at
+    # the first index it could be, never guessing.
+    for pod in kube.list("v1", "Pod", ns):
+        if pod["metadata"]["labels"].get("leaderworkerset.sigs.k8s.io/group-index") == "1":
+            kube.remove("v1", "Pod", pod["metadata"]["name"], ns)
+    kube.modify(V1BETA2, "Workload", tas.group_workload(DECODE, 1), ns,
+                lambda o: o["metadata"].pop("annotations", None))
+    assert await order() == (f"{ns}/{tas.group_workload(DECODE, 2)}",)
+
+
+def test_the_removal_order_names_every_index_from_the_highest() -> None:
+    assert inventory.removal_order("ns", "d", 3, {0: "ns/a", 1: "ns/b", 2: "ns/c"}, 0) == ("ns/c", "ns/b", "ns/a")
+    assert inventory.removal_order("ns", "d", 3, {0: "ns/a", 1: "ns/b"}, 0) == ("ns/d#2", "ns/b", "ns/a")
+    assert inventory.removal_order("ns", "d", 3, {0: "ns/a", 2: "ns/c"}, 1) == ("ns/c",)
+    assert inventory.removal_order("ns", "d", 2, {0: "ns/a", 1: "ns/b", 2: "ns/c"}, 0) == ("ns/b", "ns/a")

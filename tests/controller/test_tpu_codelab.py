@@ -366,3 +366,141 @@ async def test_one_policy_grows_both_pools_from_the_cheapest_regions_then_gives_
     finally:
         await w.stop()
         await prom.stop()
+
+
+BIG = "kueue-vllm-decode-big"
+
+
+def _hosts(block: str, x: int, y: int, z: int) -> list[str]:
+    """The two VMs of the 2x2x2 partition ``<block>-x<x>y<y>z<z>`` (``codelab.nodes``)."""
+    return [f"gke-tpu7-{block}-{x}{y}{z}{w}" for w in (0, 1)]
+
+
+def fragmented_world(kube: Emulator, *, index_annotation: bool = True) -> LiveTas:
+    """The codelab's blocks, decode served by five 2x2x2 groups and fragmented so that no 2x4x4 half-block is
+    free of serving, whatever training yields:
+
+    - cube-a x0 half: decode group 4 (the one an LWS scale-down removes first) and fine-tunes ft-a..ft-c;
+    - cube-a x1 half: decode groups 0-3;
+    - cube-b: the prefill group and another tenant's seven-slice JobSet the policy may not stop.
+
+    Placed by hand (Kueue's own packing would not leave it so), then provisioned and made ready by the stand-in.
+    """
+    for obj in [*codelab.kueue_resources(), *codelab.nodes()]:
+        kube.add(obj)
+    kube.add(codelab.vllm_lws("prefill"))
+    kube.add(codelab.vllm_lws("decode", replicas=5))
+    kube.add(codelab.vllm_lws("decode", replicas=0, topology="2x4x4", name=BIG))
+    for name, age in (("ft-a", 60.0), ("ft-b", 120.0), ("ft-c", 180.0)):
+        ft = codelab.subslicing_jobset()
+        ft["metadata"]["name"] = name
+        ft["metadata"]["labels"]["team"] = "finetune"
+        ft["metadata"]["annotations"] = {LAST_CHECKPOINT: _stamp(age)}
+        ft["spec"]["replicatedJobs"][0]["replicas"] = 1
+        kube.add(ft)
+    other = codelab.subslicing_jobset()
+    other["metadata"]["name"] = "other-tenant"
+    other["spec"]["replicatedJobs"][0]["replicas"] = 7
+    kube.add(other)
+    tas = LiveTas(kube, index_annotation=index_annotation)
+    tas.create_workloads()
+    t0 = asyncio.get_running_loop().time() - 100
+    for index, place in enumerate([(1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1), (0, 0, 0)]):
+        tas.reserve(tas.group_workload(DECODE, index), [_hosts("cube-a", *place)], t0)
+    for name, place in (("ft-a", (0, 0, 1)), ("ft-b", (0, 1, 0)), ("ft-c", (0, 1, 1))):
+        tas.reserve(f"jobset-{name}", [_hosts("cube-a", *place)], t0)
+    tas.reserve(tas.group_workload(PREFILL, 0), [_hosts("cube-b", 0, 0, 0)], t0)
+    rest = [(x, y, z) for x in (0, 1) for y in (0, 1) for z in (0, 1)][1:]
+    tas.reserve("jobset-other-tenant", [[h for p in rest for h in _hosts("cube-b", *p)]], t0)
+    for t in (t0 + 1, t0 + 2, t0 + 5):
+        tas.step(t)
+    assert len(tas.used_nodes()) == 32
+    assert tas.violations == []
+    assert (tas.ready_groups(PREFILL), tas.ready_groups(DECODE), tas.ready_groups(BIG)) == (1, 5, 0)
+    return tas
+
+
+def shift_policy(url: str) -> dict[str, Any]:
+    """One ``disaggregated`` policy for prefill and two decode variants: 2x2x2 groups (2,000 generated tokens/s
+    each) and 2x4x4 groups (10,000 on 32 chips: more per chip, an estimate for the test, as in
+    tests/core/test_disaggregated); only the fine-tunes (label ``team: finetune``) may be stopped."""
+    def variant(name: str, lws_name: str, topology: str, tps: float, low: int, high: int) -> dict[str, Any]:
+        return {"name": name, "target": {"kind": "LeaderWorkerSet", "name": lws_name, "namespace": NS},
+                "sliceTopology": topology, "tokensPerSecond": tps, "minReplicas": low, "maxReplicas": high}
+
+    return {"apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "qwen-pd"},
+            "spec": {
+                "target": {"kind": "LeaderWorkerSet", "name": DECODE, "namespace": NS},
+                "maxReplicas": 16, "evaluationPeriodSeconds": 1,
+                "source": {"type": "prometheus", "url": url},
+                "signals": [{"name": "prompt_tokens", "query": "prompt", "pool": "prefill"},
+                            {"name": "generation_tokens", "query": "gen"}],
+                "policy": {
+                    "type": "disaggregated", "scaleDownDelaySeconds": 2,
+                    "prefill": {"ttftSeconds": 2, "signals": {"promptTokens": "prompt_tokens"},
+                                "variants": [variant("prefill", PREFILL, "2x2x2", 8000, 1, 4)]},
+                    "decode": {"timePerOutputTokenSeconds": 0.05,
+                               "signals": {"generationTokens": "generation_tokens"},
+                               "variants": [variant("decode", DECODE, "2x2x2", 2000, 0, 8),
+                                            variant("decode-big", BIG, "2x4x4", 10000, 0, 2)]},
+                },
+                "capacity": {"clusterQueue": "cq", "resource": "google.com/tpu", "perReplica": 8,
+                             "minRunSeconds": 0},
+                "preemptible": [{"namespace": NS, "selector": {"matchLabels": {"team": "finetune"}}}],
+            }}
+
+
+def scale_writes(kube: Emulator) -> list[tuple[str, int]]:
+    """Every successful replica write to a LeaderWorkerSet, in order: (LWS name, replicas)."""
+    out = []
+    for r in kube.writes():
+        if r.status < 300 and "/leaderworkersets/" in r.path and r.method == "PATCH":
+            replicas = (r.body or {}).get("spec", {}).get("replicas")
+            if replicas is not None:
+                out.append((r.path.split("/leaderworkersets/")[1].split("/")[0], int(replicas)))
+    return out
+
+
+@pytest.mark.timeout(300)  # real-time waits: ~10 s idle, 4x that on a loaded 2-core machine
+@pytest.mark.parametrize("index_annotation", [True, False], ids=["kueue-index-annotation", "index-from-pods"])
+async def test_a_make_room_shift_frees_the_place_a_larger_group_needs_then_moves_decode_onto_it(
+    kube: Emulator, kube_client: client.ApiClient, tmp_path: Path, index_annotation: bool
+) -> None:
+    """Rule 4b live: decode carries 4,900 tokens/s on five 2x2x2 groups; one 2x4x4 group carries it on 8 fewer
+    chips, but no 2x4x4 half-block is free of serving. The controller reads from the cluster which group an
+    LWS scale-down removes (the highest index: group 4, in the half that only fine-tunes share), removes it
+    first, then adds the 2x4x4 group there, stopping exactly the three fine-tunes of that half (never the other
+    tenant), then removes the small groups once it serves; the fine-tunes resume in the half they free.
+    The group index is read from Kueue's annotation on the Workload, or (an older Kueue) from the group's pods.
+    With the removal order left empty, or read lowest index first, the 2x4x4 group is never added (watched)."""
+    tas = fragmented_world(kube, index_annotation=index_annotation)
+    prom = FakePrometheus(LoopClock())  # type: ignore[arg-type]
+    await prom.start()
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    policies.joinpath("pd.yaml").write_text(yaml.safe_dump(shift_policy(prom.url)))
+    w = Codelab(kube, kube_client, tas, policies, VllmMetrics(), VllmMetrics())
+    group4 = tas.group_workload(DECODE, 4)
+    try:
+        prom.values = {"prompt": 1_000.0, "gen": 4_900.0}
+        w.start()
+        await until(lambda: w.groups(BIG) == 1 and tas.ready_groups(BIG) == 1, timeout=60.0)
+        writes = scale_writes(kube)
+        # The small group went first, before any 2x4x4 group was asked for: the shift, not a growth.
+        assert writes[0] == (DECODE, 4), writes
+        assert writes.index((BIG, 1)) > 0
+        assert not kube.exists(V1BETA2, "Workload", group4, NS)
+        # The 2x4x4 group sits in the half-block group 4 left, where the three fine-tunes were stopped.
+        big = kube.get(V1BETA2, "Workload", tas.group_workload(BIG, 0), NS)
+        assert sorted(assigned_hosts(big)) == sorted(
+            h for y in (0, 1) for z in (0, 1) for h in _hosts("cube-a", 0, y, z))
+        assert w.stopped() == ["jobset-ft-a", "jobset-ft-b", "jobset-ft-c"]
+        assert w.training()["jobset-other-tenant"] == (True, True)
+        # Then the small groups go, once the larger one serves, and the fine-tunes resume in the half they free.
+        await until(lambda: w.groups(DECODE) == 0 and all(a and ad for a, ad in w.training().values()),
+                    timeout=90.0)
+        assert (w.groups(PREFILL), w.groups(BIG)) == (1, 1)
+        assert tas.violations == []
+    finally:
+        await w.stop()
+        await prom.stop()

@@ -127,24 +127,27 @@ def superslicing_jobset() -> dict[str, Any]:
                    labels={"kueue.x-k8s.io/queue-name": "lq"})
 
 
-def vllm_lws(role: str, *, replicas: int = 1) -> dict[str, Any]:
-    """``kueue-vllm-<role>-model-streamer``: groups of 2 hosts on one 2x2x2 slice, ``llm-d.ai/role: <role>``."""
+def vllm_lws(role: str, *, replicas: int = 1, topology: str = "2x2x2", name: str | None = None) -> dict[str, Any]:
+    """``kueue-vllm-<role>-model-streamer``: groups of 2 hosts on one 2x2x2 slice, ``llm-d.ai/role: <role>``.
+    ``topology``/``name``: a variant of another slice shape (not in the codelab; its own LWS, one VM of 4 chips
+    per 2x2x1 of the slice)."""
     labels = {"llm-d.ai/guide": "pd-disaggregation", "llm-d.ai/model": "Qwen3.5-397B-A17B-FP8", "llm-d.ai/role": role,
               "inference.networking.k8s.io/engine-type": "vllm"}
     template = {
-        "metadata": {"labels": labels, "annotations": {SLICE_TOPOLOGY_ANNOTATION: "2x2x2"}},
+        "metadata": {"labels": labels, "annotations": {SLICE_TOPOLOGY_ANNOTATION: topology}},
         "spec": {"nodeSelector": {ACCELERATOR_LABEL: "tpu7x"}, "containers": [{
             "name": "vllm", "image": "vllm/vllm-tpu", "ports": [{"containerPort": 8000}],
             "resources": {"requests": {"google.com/tpu": "4"}, "limits": {"google.com/tpu": "4"}}}]},
     }
-    name = f"kueue-vllm-{role}-model-streamer"
+    name = name or f"kueue-vllm-{role}-model-streamer"
+    x, y, z = (int(p) for p in topology.split("x"))
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "namespace": NAMESPACE,
                      "annotations": {EXCLUSIVE: "cloud.google.com/gke-tpu-slice"},
                      "labels": {**labels, "kueue.x-k8s.io/queue-name": "lq"}},
         "spec": {"replicas": replicas, "leaderWorkerTemplate": {
-            "size": 2, "restartPolicy": "RecreateGroupOnPodRestart",
+            "size": x * y * z // 4, "restartPolicy": "RecreateGroupOnPodRestart",
             "leaderTemplate": template, "workerTemplate": template}},
         "status": {"replicas": 0, "readyReplicas": 0,
                    "hpaPodSelector": f"{LWS_NAME}={name},leaderworkerset.sigs.k8s.io/worker-index=0"},

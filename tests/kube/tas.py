@@ -6,7 +6,10 @@ clock. Every ``tick_s``:
 
 1. LeaderWorkerSet controller: each LWS gets ``spec.replicas`` groups of ``size`` pods (group-index labels,
    Kueue's admission gate) and one Workload per group (the group's podSet: ``size`` pods with the template's
-   slice annotation); extra groups go, highest index first, with their Workloads. Status follows.
+   slice annotation); extra groups go, highest index first, with their Workloads. Status follows. As Kueue's
+   LWS integration names them: ``leaderworkerset-<lws>-<index>-<hash>`` (``group_workload``; nobody may parse
+   the index out of it), the LWS as controller owner, the index in ``kueue.x-k8s.io/component-workload-index``
+   (``index_annotation=False``: an older Kueue without it) and the Workload's name on the group's pods.
 2. JobSet controller: each JobSet gets one Workload (one podSet per replicated Job: ``replicas × parallelism``
    pods; priority from its ``kueue.x-k8s.io/priority-class`` WorkloadPriorityClass).
 3. Workload controller: a Workload set inactive while admitted is evicted ``evict_s`` after (the eviction
@@ -26,6 +29,8 @@ a node assigned to two Workloads, a slice outside one domain of its level.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from tests.kube.codelab import LEVELS, NAMESPACE, SLICE_TOPOLOGY_ANNOTATION
 from tests.kube.emulator import Emulator, JsonObj
@@ -47,9 +52,11 @@ class LiveTas(AdmissionLoop):
     """Kueue's topology mode (``AdmissionLoop`` with admission into partition domains), with the LWS, JobSet and
     slice controllers and the kubelet (module docstring)."""
 
-    def __init__(self, kube: Emulator, timing: Timing = TAS_TIMING, namespace: str = NAMESPACE) -> None:
+    def __init__(self, kube: Emulator, timing: Timing = TAS_TIMING, namespace: str = NAMESPACE, *,
+                 index_annotation: bool = True) -> None:
         super().__init__(kube, timing, namespace)
         self.namespace = namespace
+        self.index_annotation = index_annotation
         self.violations: list[str] = []
         #: Workload names in the order they were evicted for deactivation (the tests read the order of stops).
         self.evicted: list[str] = []
@@ -57,16 +64,20 @@ class LiveTas(AdmissionLoop):
         self._admitted_at: dict[str, float] = {}
 
     def step(self, now: float) -> None:
-        for lws in self.kube.list(LWS, "LeaderWorkerSet", self.namespace):
-            self._lws(lws)
-        for js in self.kube.list(JOBSET, "JobSet", self.namespace):
-            self._jobset(js)
+        self.create_workloads()
         self._deactivations(now)
         self._schedule(now)
         self._provision(now)
         for lws in self.kube.list(LWS, "LeaderWorkerSet", self.namespace):
             self._kubelet(lws, now)
         self._audit()
+
+    def create_workloads(self) -> None:
+        """Steps 1 and 2 only (the LWS and JobSet controllers): a test may then place them by hand (``reserve``)."""
+        for lws in self.kube.list(LWS, "LeaderWorkerSet", self.namespace):
+            self._lws(lws)
+        for js in self.kube.list(JOBSET, "JobSet", self.namespace):
+            self._jobset(js)
 
     # 1. ------------------------------------------------------------------------------------------------
     def group_pods(self, name: str) -> dict[int, list[JsonObj]]:
@@ -77,6 +88,11 @@ class LiveTas(AdmissionLoop):
                 groups.setdefault(int(labels["leaderworkerset.sigs.k8s.io/group-index"]), []).append(pod)
         return groups
 
+    def group_workload(self, lws: str, index: int) -> str:
+        """The Workload of group ``index`` of LWS ``lws``, named as Kueue does (a hash of the owner's UID)."""
+        uid = str(self.kube.get(LWS, "LeaderWorkerSet", lws, self.namespace)["metadata"].get("uid"))
+        return f"leaderworkerset-{lws}-{index}-{hashlib.sha1(uid.encode()).hexdigest()[:5]}"
+
     def _lws(self, lws: JsonObj) -> None:
         name = lws["metadata"]["name"]
         want, size = int(lws["spec"]["replicas"]), int(lws["spec"]["leaderWorkerTemplate"]["size"])
@@ -85,6 +101,7 @@ class LiveTas(AdmissionLoop):
         for index in range(want):
             if index in groups:
                 continue
+            wl_name = self.group_workload(name, index)
             for worker in range(size):
                 self.kube.add({
                     "apiVersion": "v1", "kind": "Pod",
@@ -93,14 +110,18 @@ class LiveTas(AdmissionLoop):
                                  "labels": {**(template["metadata"].get("labels") or {}),
                                             "leaderworkerset.sigs.k8s.io/name": name,
                                             "leaderworkerset.sigs.k8s.io/group-index": str(index),
-                                            "leaderworkerset.sigs.k8s.io/worker-index": str(worker)},
+                                            "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+                                            "kueue.x-k8s.io/pod-group-name": wl_name,
+                                            "kueue.x-k8s.io/prebuilt-workload-name": wl_name},
                                  "annotations": dict(template["metadata"].get("annotations") or {})},
                     "spec": {**template["spec"], "schedulingGates": [{"name": GATE}]},
                     "status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]},
                 })
             self.kube.add({
                 "apiVersion": V1BETA2, "kind": "Workload",
-                "metadata": {"name": f"leaderworkerset-{name}-{index}", "namespace": self.namespace,
+                "metadata": {"name": wl_name, "namespace": self.namespace,
+                             "annotations": {"kueue.x-k8s.io/component-workload-index": str(index)}
+                             if self.index_annotation else {},
                              "ownerReferences": [{"apiVersion": LWS, "kind": "LeaderWorkerSet", "name": name,
                                                   "uid": lws["metadata"]["uid"], "controller": True}]},
                 "spec": {"queueName": "lq", "priority": 0, "podSets": [
@@ -111,8 +132,9 @@ class LiveTas(AdmissionLoop):
                 break
             for pod in groups[index]:
                 self.kube.remove("v1", "Pod", pod["metadata"]["name"], self.namespace)
-            self._forget_workload(f"leaderworkerset-{name}-{index}")
-            self.kube.remove(V1BETA2, "Workload", f"leaderworkerset-{name}-{index}", self.namespace)
+            wl_name = self.group_workload(name, index)
+            self._forget_workload(wl_name)
+            self.kube.remove(V1BETA2, "Workload", wl_name, self.namespace)
 
     def _forget_workload(self, wl_name: str) -> None:
         self._forget(wl_name, self.namespace)
@@ -275,7 +297,7 @@ class LiveTas(AdmissionLoop):
         ready_groups = 0
         groups = self.group_pods(name)
         for index, pods in groups.items():
-            at = self._admitted_at.get(f"leaderworkerset-{name}-{index}")
+            at = self._admitted_at.get(self.group_workload(name, index))
             for pod in pods:
                 pod_name = pod["metadata"]["name"]
                 if at is not None and pod["spec"].get("schedulingGates"):
@@ -301,9 +323,12 @@ class LiveTas(AdmissionLoop):
             if not wl["metadata"]["name"].startswith("leaderworkerset-"):
                 continue
             hosts = assigned_hosts(wl)
-            domains = {nodes[h].get("cloud.google.com/gke-tpu-partition-2x2x2-id") for h in hosts if h in nodes}
+            topology = ((wl["spec"]["podSets"][0]["template"].get("metadata") or {}).get("annotations") or {}).get(
+                SLICE_TOPOLOGY_ANNOTATION, "2x2x2")
+            level = f"cloud.google.com/gke-tpu-partition-{topology}-id"
+            domains = {nodes[h].get(level) for h in hosts if h in nodes}
             if hosts and len(domains) != 1:
-                self.violations.append(f"{wl['metadata']['name']} is not one 2x2x2 slice: {sorted(hosts)}")
+                self.violations.append(f"{wl['metadata']['name']} is not one {topology} slice: {sorted(hosts)}")
 
     # what tests assert -----------------------------------------------------------------------------------
     def admitted(self, name: str) -> bool:
