@@ -523,3 +523,22 @@ async def test_a_group_waiting_for_kueue_admission_is_not_starting(
     target = _target(kube_client, policy(kind="LeaderWorkerSet", target="jetstream"))
     status = await target.replicas()
     assert (status.spec, status.ready, status.starting, status.gated) == (3, 1, 1, 1)
+
+
+async def test_a_group_the_lws_status_counts_before_its_pods_are_seen_is_waiting_not_starting(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """The LWS status and the pods are read apart: a group the status already counts (``status.replicas``) whose
+    pods this read does not see yet is waiting for admission as far as anyone can tell, not starting. Counted as
+    starting, its place could be given back to training while its Workload waits (the codelab scenario under
+    load, tests/controller/test_tpu_codelab.py)."""
+    lws = objects.leader_worker_set(replicas=2, ready=1, size=2)
+    lws["status"]["replicas"] = 2
+    kube.add(lws)
+    for worker in ("0", "1"):
+        labels = {"leaderworkerset.sigs.k8s.io/name": "jetstream", "leaderworkerset.sigs.k8s.io/group-index": "0",
+                  "leaderworkerset.sigs.k8s.io/worker-index": worker}
+        kube.add(objects.pod(f"jetstream-0-{worker}", labels=labels, ready=True, phase="Running"))
+    target = _target(kube_client, policy(kind="LeaderWorkerSet", target="jetstream"))
+    status = await target.replicas()
+    assert (status.spec, status.ready, status.starting, status.gated) == (2, 1, 0, 1)

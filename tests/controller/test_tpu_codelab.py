@@ -481,6 +481,15 @@ async def test_a_make_room_shift_frees_the_place_a_larger_group_needs_then_moves
     policies.joinpath("pd.yaml").write_text(yaml.safe_dump(shift_policy(prom.url)))
     w = Codelab(kube, kube_client, tas, policies, VllmMetrics(), VllmMetrics())
     group4 = tas.group_workload(DECODE, 4)
+    resumed_while_waiting: list[str] = []
+
+    def check() -> None:
+        last = kube.writes()[-1]
+        gated = any(pod["spec"].get("schedulingGates") for pod in kube.list("v1", "Pod", NS))
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is True and gated:
+            resumed_while_waiting.append(last.path)
+
+    kube.after("PATCH", f"/apis/kueue.x-k8s.io/*/namespaces/{NS}/workloads/*", check, times=10_000)
     try:
         prom.values = {"prompt": 1_000.0, "gen": 4_900.0}
         w.start()
@@ -494,12 +503,18 @@ async def test_a_make_room_shift_frees_the_place_a_larger_group_needs_then_moves
         big = kube.get(V1BETA2, "Workload", tas.group_workload(BIG, 0), NS)
         assert sorted(assigned_hosts(big)) == sorted(
             h for y in (0, 1) for z in (0, 1) for h in _hosts("cube-a", 0, y, z))
-        assert w.stopped() == ["jobset-ft-a", "jobset-ft-b", "jobset-ft-c"]
+        # Exactly the three fine-tunes of that half were stopped, each once (never the other tenant), and none
+        # was resumed while a group waited for admission (the fine-tunes may resume later, legitimately).
+        stops = [r.path.rsplit("/", 1)[1] for r in kube.writes() if r.method == "PATCH" and "/workloads/" in r.path
+                 and r.status < 300 and (r.body or {}).get("spec", {}).get("active") is False]
+        assert sorted(stops) == ["jobset-ft-a", "jobset-ft-b", "jobset-ft-c"]
+        assert resumed_while_waiting == []
         assert w.training()["jobset-other-tenant"] == (True, True)
         # Then the small groups go, once the larger one serves, and the fine-tunes resume in the half they free.
         await until(lambda: w.groups(DECODE) == 0 and all(a and ad for a, ad in w.training().values()),
                     timeout=90.0)
         assert (w.groups(PREFILL), w.groups(BIG)) == (1, 1)
+        assert resumed_while_waiting == []
         assert tas.violations == []
     finally:
         await w.stop()
