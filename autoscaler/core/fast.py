@@ -9,12 +9,15 @@ stands for (``tests/core/test_fastpaths.py`` checks they agree; ``bench/fastpath
   models and compiled policies) taken out of the cyclic collector's traversals (``gc.freeze``), after one full
   collection; the controller calls it after each load that changed the policy set;
 - ``memoized``: a bounded cache of a pure function of hashable arguments (policy expressions parsed once per
-  text, however many validators and policies ask);
+  text, however many validators and policies ask; the ``slo`` type's bisections, the prefill utilization at the
+  objective (``sizing._utilization_at_objective``) and the Poisson occupancy of the slots
+  (``slo.occupancy_at_objective``), asked again each evaluation with the same window's numbers; a spec model
+  class's number fields, ``specbase._number_fields``);
 - ``hpa_decider``: ``engine.decide`` fused for an ``hpa`` policy's usual evaluation (every signal known, no
   per-pod samples, no capacity), returning None for anything else so that the caller calls ``decide``.
 
 Nothing else in the project disables the collector, freezes it, rewrites an ``__init__``, caches a parse or
-short-cuts ``decide``.
+short-cuts ``decide``, and nothing else in ``core`` memoizes (``tests/core/test_fastpaths.py`` checks both).
 """
 
 from __future__ import annotations

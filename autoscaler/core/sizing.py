@@ -19,11 +19,12 @@ This module deliberately knows nothing of a policy's config or state types: thos
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from autoscaler.core import fast
 
 #: A latency quantile at or above this fraction of its objective puts the SLO at risk. Design constant:
 #: the loop must act before the target is crossed, since the quantile is measured over a trailing window.
@@ -307,7 +308,7 @@ def prefill_utilization_at_objective(
     )
 
 
-@functools.lru_cache(maxsize=256)
+@fast.memoized(maxsize=256)
 def _utilization_at_objective(lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float) -> float:
     budget = (1.0 - percentile) + prefill_miss(0.0, lengths, tokens_per_second, ttft_s)
     low, high = 0.0, 1.0

@@ -14,7 +14,6 @@ Fields with a tighter meaning (periods, replica counts) add their own bounds whe
 
 from __future__ import annotations
 
-import functools
 import math
 import types
 import typing
@@ -22,6 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
+
+from autoscaler.core import fast
 
 #: The largest magnitude any number in a policy or config file may have.
 MAX_NUMBER = 1e15
@@ -80,7 +81,7 @@ def _check_number(value: Any, key: str, *, admits_bool: bool) -> None:
         raise FieldError(f"{value:.6g} is out of range; numbers here are at most {MAX_NUMBER:g} in magnitude", key)
 
 
-@functools.cache
+@fast.memoized(maxsize=1024)  # one entry per model class
 def _number_fields(cls: type[BaseModel]) -> dict[str, bool]:
     """The input keys (alias and name) of ``cls``'s number fields, each with whether it also admits a bool."""
     out: dict[str, bool] = {}

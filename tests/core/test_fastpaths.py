@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import autoscaler
-from autoscaler.core import behavior, expressions
+from autoscaler.core import behavior, expressions, sizing
 from autoscaler.core.fast import collector_paused, settle_long_lived
 from autoscaler.core.model import (
     Observation,
@@ -25,6 +25,7 @@ from autoscaler.core.model import (
     TargetKind,
     TargetRef,
 )
+from autoscaler.core.policies import slo
 from autoscaler.core.policies.hpa import milli
 
 history_st = st.lists(
@@ -82,6 +83,37 @@ def test_the_speed_tricks_live_in_one_module() -> None:
         if path.name != "fast.py" and any(trick in path.read_text() for trick in ("gc.disable(", "gc.freeze(", "exec("))
     ]
     assert offenders == []
+
+
+def test_core_memoizes_only_through_fast() -> None:
+    """A cache in ``core`` is a speed trick too: ``fast.memoized`` is the one way in (the review of stop 12 found
+    two module-level ``functools.lru_cache`` in ``sizing`` and ``slo``)."""
+    root = Path(autoscaler.__file__).parent / "core"
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "fast.py"
+        and any(trick in path.read_text() for trick in ("lru_cache", "functools.cache", "@cache"))
+    ]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("slots", [1, 8, 33, 48, 64, 256])
+@pytest.mark.parametrize("percentile", [0.9, 0.99, 0.999])
+def test_the_memoized_occupancy_is_the_plain_bisection(slots: int, percentile: float) -> None:
+    """``slo.occupancy_at_objective`` through ``fast.memoized`` answers as the function it wraps, asked twice."""
+    plain = slo.occupancy_at_objective.__wrapped__(slots, percentile)  # type: ignore[attr-defined]
+    assert slo.occupancy_at_objective(slots, percentile) == plain
+    assert slo.occupancy_at_objective(slots, percentile) == plain
+
+
+@pytest.mark.parametrize("rate", [3000.0, 5000.0])
+def test_the_memoized_prefill_utilization_is_the_plain_bisection(rate: float) -> None:
+    lengths = sizing.Lengths(((750.0, 0.6), (1500.0, 0.3), (3500.0, 0.1)), 1000.0, 1.6e6, 0.0)
+    wrapped = sizing._utilization_at_objective.__wrapped__  # type: ignore[attr-defined]
+    plain = wrapped(lengths, rate, 2.0, 0.99)
+    for _ in range(2):
+        assert sizing.prefill_utilization_at_objective(lengths, rate, 2.0, 0.99) == plain
 
 
 def test_collector_paused_restores_the_collector() -> None:

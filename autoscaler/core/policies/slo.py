@@ -64,13 +64,13 @@ window and the hysteresis are this type's smoothing; the engine still applies mi
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
 
+from autoscaler.core import fast
 from autoscaler.core.headroom import latency_headroom
 from autoscaler.core.model import Ahead, Reason
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
@@ -866,7 +866,7 @@ def _target_total(ctx: Context, name: str) -> float | None:
     return sig.value
 
 
-@functools.lru_cache(maxsize=512)
+@fast.memoized(maxsize=512)
 def occupancy_at_objective(slots: int, percentile: float) -> float:
     """The largest mean ``A`` of a Poisson occupancy with ``P(occupancy ≥ slots) ≤ 1 − percentile``: how many
     sequences a replica with ``slots`` slots may hold on average behind random routing and still have a free
