@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autoscaler.core import fast
@@ -272,19 +272,29 @@ def lengths_from_histogram(histogram: Mapping[float, float]) -> Lengths | None:
     return Lengths(tuple(points), mean, second, total)
 
 
-def prefill_miss(rho: float, lengths: Lengths, tokens_per_second: float, ttft_s: float) -> float:
+def prefill_miss(
+    rho: float, lengths: Lengths, tokens_per_second: float, ttft_s: float, burstiness: float = 1.0
+) -> float:
     """The share of requests whose TTFT exceeds ``ttft_s`` on one replica whose prefill runs at utilization
     ``rho``, its own prefill plus its wait in the prefill queue, modelled as M/G/1 (Poisson arrivals: a random
     share of a Poisson stream behind random routing is Poisson; service ``L / tokens_per_second`` for a prompt
-    of ``L`` tokens, one prompt at a time).
+    of ``L`` tokens, one prompt at a time), or as G/G/1 with ``burstiness`` > 1 (below).
 
     The wait: ``P(W > 0) = ρ`` (exact for M/G/1), and, waiting, exponential with the Pollaczek–Khinchine mean
     ``E[S²] / (2·E[S]·(1 − ρ))`` (exact for exponential service; the standard approximation of the M/G/1 tail:
     Kingman, "On queues in heavy traffic", 1962): ``P(W > t) ≈ ρ·exp(−t·(1 − ρ) / r)`` with
     ``r = E[S²] / (2·E[S])``. A request misses when its wait exceeds what its own prefill leaves of ``ttft_s``,
     so the sum runs over the prompt lengths: long prompts have less slack. Other delays (decode steps, a slot)
-    are the latency loop's (``learn_utilization``)."""
-    residual = lengths.second / (2.0 * lengths.mean * tokens_per_second)
+    are the latency loop's (``learn_utilization``).
+
+    Bursty arrivals (G/G/1): Kingman's approximation of the mean wait, ``E[W] ≈ ρ/(1 − ρ) · E[S] · (c_a² +
+    c_s²)/2`` (J. F. C. Kingman, "The single server queue in heavy traffic", Proc. Cambridge Philosophical
+    Society 57(4), 1961), is the Pollaczek–Khinchine mean times ``(c_a² + c_s²)/(1 + c_s²)``. Measured as the
+    prompt work's index of dispersion over its compound-Poisson value (``burstiness``, ``work_burstiness``:
+    ``c_a² + c_s² ≈ I_w / E[S]``, the index of dispersion for work of K. W. Fendick and W. Whitt,
+    "Measurements and approximations to describe the offered traffic and predict the average workload in a
+    single-server queue", Proc. IEEE 77(1), 1989), that factor is ``burstiness`` itself: it scales ``r``."""
+    residual = max(1.0, burstiness) * lengths.second / (2.0 * lengths.mean * tokens_per_second)
     miss = 0.0
     for length, share in lengths.points:
         slack = ttft_s - length / tokens_per_second
@@ -296,7 +306,7 @@ def prefill_miss(rho: float, lengths: Lengths, tokens_per_second: float, ttft_s:
 
 
 def prefill_utilization_at_objective(
-    lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float
+    lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float, burstiness: float = 1.0
 ) -> float:
     """The highest prefill utilization of one replica (``prefill_miss``) at which at most ``1 − percentile`` of
     requests miss ``ttft_s``, beyond those whose own prefill alone exceeds it (no replica count helps them).
@@ -304,21 +314,110 @@ def prefill_utilization_at_objective(
     miss depends on (the shares and moments, not the observation rate): successive evaluations usually read the
     same window's buckets."""
     return _utilization_at_objective(
-        Lengths(lengths.points, lengths.mean, lengths.second, 0.0), tokens_per_second, ttft_s, percentile
+        Lengths(lengths.points, lengths.mean, lengths.second, 0.0), tokens_per_second, ttft_s, percentile,
+        max(1.0, burstiness),
     )
 
 
 @fast.memoized(maxsize=256)
-def _utilization_at_objective(lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float) -> float:
+def _utilization_at_objective(
+    lengths: Lengths, tokens_per_second: float, ttft_s: float, percentile: float, burstiness: float
+) -> float:
     budget = (1.0 - percentile) + prefill_miss(0.0, lengths, tokens_per_second, ttft_s)
     low, high = 0.0, 1.0
     for _ in range(40):
         mid = (low + high) / 2
-        if prefill_miss(mid, lengths, tokens_per_second, ttft_s) <= budget:
+        if prefill_miss(mid, lengths, tokens_per_second, ttft_s, burstiness) <= budget:
             low = mid
         else:
             high = mid
     return max(MIN_UTILIZATION, low)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bursty arrivals: the prompt work's index of dispersion, measured
+
+
+#: Time constant (s) of the burstiness averaged over the measurements (``estimate``: one measurement is a few
+#: dozen window differences, so a few of them are averaged; and a few cold starts, so that a burst's measurement
+#: outlives the burst by more than a replica takes to start).
+BURSTINESS_TAU_S = 300.0
+#: The burstiness before it is measured (``estimate``: the conservative prior, twice the compound-Poisson
+#: dispersion; the measurement replaces it within a few ``BURSTINESS_TAU_S``).
+BURSTINESS_PRIOR = 2.0
+#: The prompt work of the last this many seconds measures the burstiness (``estimate``: long enough for a few
+#: dozen window differences, short enough to follow the traffic's hour).
+BURSTINESS_SPAN_S = 300.0
+#: Window differences below which the burstiness is not measured (``estimate``: fewer are noise).
+MIN_BURST_DIFFERENCES = 12
+
+
+@dataclass(frozen=True, slots=True)
+class WorkSample:
+    """The prompt tokens that arrived within one short window ending at ``t`` (a counter's rate times its window)."""
+
+    t: float
+    tokens: float
+
+
+def work_burstiness(samples: Sequence[WorkSample], window_s: float, lengths: Lengths) -> float | None:
+    """The prompt work's dispersion over what a Poisson stream of the same prompts would have: the Allan
+    factor of the tokens per window, ``E[(X(t) − X(t − w))²] / (2·E[X])`` over windows ``w`` apart (so that they
+    do not overlap; a level that changes slowly cancels in the difference: D. W. Allan, "Statistics of atomic
+    frequency standards", Proc. IEEE 54(2), 1966; as the Allan factor of point-process counts in S. B. Lowen and
+    M. C. Teich, "Fractal-Based Point Processes", Wiley 2005), over its compound-Poisson value ``E[L²]/E[L]``
+    (the prompt lengths' moments from the histogram). 1 for Poisson arrivals of any prompt lengths; above 1 when
+    prompts come in bursts within the window. None with fewer than ``MIN_BURST_DIFFERENCES`` pairs or no work."""
+    if not (window_s > 0 and lengths.mean > 0):
+        return None
+    pairs: list[float] = []
+    mean_sum = 0.0
+    j = 0
+    for x in samples:
+        # The newest earlier sample at least one window before x (samples are oldest first).
+        while j + 1 < len(samples) and samples[j + 1].t <= x.t - window_s + EPSILON:
+            j += 1
+        y = samples[j]
+        if y.t <= x.t - window_s + EPSILON and x.t - y.t < 2 * window_s:
+            pairs.append((x.tokens - y.tokens) ** 2)
+            mean_sum += (x.tokens + y.tokens) / 2
+    if len(pairs) < MIN_BURST_DIFFERENCES or not mean_sum > 0:
+        return None
+    allan = math.fsum(pairs) / (2.0 * mean_sum)
+    return allan / (lengths.second / lengths.mean)
+
+
+def learn_burstiness(last: float, measured: float | None, *, dt: float) -> float:
+    """The burstiness the queue models use: an average of the measurements with time constant
+    ``BURSTINESS_TAU_S`` (one measurement is noisy: taking each rise at once would keep the largest noise);
+    an unknown measurement keeps the last. Never below 1 (Poisson's: missing or low data never means less
+    capacity than the M/G/1 model gave)."""
+    b = last
+    if measured is not None and math.isfinite(measured):
+        b = last + (1.0 - math.exp(-max(0.0, dt) / BURSTINESS_TAU_S)) * (measured - last)
+    return max(1.0, b)
+
+
+def split_burstiness(burstiness: float, replicas: int) -> float:
+    """The burstiness of one replica's share when a Service spreads the stream at random over ``replicas``:
+    ``1 + (b − 1)/n`` (a random split of a stream: its share ``p = 1/n`` has index of dispersion
+    ``p·I + (1 − p)`` relative to Poisson; W. Whitt, "The Queueing Network Analyzer", Bell System Technical
+    Journal 62(9), 1983, the splitting equation)."""
+    return 1.0 + (max(1.0, burstiness) - 1.0) / max(1, replicas)
+
+
+def peaked_occupancy(
+    servers: float, peakedness: float, percentile: float, occupancy: Callable[[int, float], float]
+) -> float:
+    """The mean occupancy of ``servers`` at which at most ``1 − percentile`` of arrivals find them all taken, for
+    an occupancy of variance ``peakedness`` times its mean (1: Poisson): Hayward's approximation, ``z·A(servers /
+    z)`` with ``A`` the Poisson occupancy at the objective (``occupancy``; A. A. Fredericks, "Congestion in
+    blocking systems — a simple approximation technique", Bell System Technical Journal 59(6), 1980)."""
+    z = max(1.0, peakedness)
+    if z == 1.0:
+        return occupancy(max(1, math.floor(servers + EPSILON)), percentile)
+    units = math.floor(servers / z + EPSILON)
+    return z * occupancy(units, percentile) if units >= 1 else 0.0
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -438,6 +537,9 @@ def seasonal(
 
 
 __all__ = [
+    "BURSTINESS_PRIOR",
+    "BURSTINESS_SPAN_S",
+    "BURSTINESS_TAU_S",
     "BURST_SHORT_S",
     "CAPACITY_SCALE_BOUNDS",
     "CAPACITY_TAU_S",
@@ -445,6 +547,7 @@ __all__ = [
     "EPSILON",
     "LOOKBACK_COLD_STARTS",
     "LOOKBACK_MIN_S",
+    "MIN_BURST_DIFFERENCES",
     "MIN_PREFILL_BUSY",
     "MIN_UTILIZATION",
     "PREFILL_RATE_TAU_S",
@@ -458,18 +561,23 @@ __all__ = [
     "Forecast",
     "Headroom",
     "Lengths",
+    "WorkSample",
     "capacity_alpha",
     "ceil_count",
     "largest_rise",
+    "learn_burstiness",
     "learn_capacity_scale",
     "learn_prefill_rate",
     "learn_utilization",
     "lengths_from_histogram",
     "lookback",
     "measured_prefill_rate",
+    "peaked_occupancy",
     "prefill_miss",
     "prefill_utilization_at_objective",
     "queued_on_every_replica",
     "seasonal",
+    "split_burstiness",
     "trend_and_burst",
+    "work_burstiness",
 ]

@@ -107,13 +107,14 @@ def test_the_memoized_occupancy_is_the_plain_bisection(slots: int, percentile: f
     assert slo.occupancy_at_objective(slots, percentile) == plain
 
 
+@pytest.mark.parametrize("burstiness", [1.0, 2.5])
 @pytest.mark.parametrize("rate", [3000.0, 5000.0])
-def test_the_memoized_prefill_utilization_is_the_plain_bisection(rate: float) -> None:
+def test_the_memoized_prefill_utilization_is_the_plain_bisection(burstiness: float, rate: float) -> None:
     lengths = sizing.Lengths(((750.0, 0.6), (1500.0, 0.3), (3500.0, 0.1)), 1000.0, 1.6e6, 0.0)
     wrapped = sizing._utilization_at_objective.__wrapped__  # type: ignore[attr-defined]
-    plain = wrapped(lengths, rate, 2.0, 0.99)
+    plain = wrapped(lengths, rate, 2.0, 0.99, burstiness)
     for _ in range(2):
-        assert sizing.prefill_utilization_at_objective(lengths, rate, 2.0, 0.99) == plain
+        assert sizing.prefill_utilization_at_objective(lengths, rate, 2.0, 0.99, burstiness) == plain
 
 
 def test_collector_paused_restores_the_collector() -> None:

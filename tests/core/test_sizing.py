@@ -7,6 +7,7 @@ type that calls them (``disaggregated``) gets the same rule.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -205,3 +206,108 @@ def test_learning_the_prefill_rate(last: float, measured: float | None, dt: floa
     assert got == pytest.approx(expected)
     if measured is not None:
         assert got <= measured  # never above what was measured
+
+
+# --- bursty arrivals: the prompt work's index of dispersion (G/G/1, Hayward) ------------------------------------
+
+#: Prompts of 200 or 5,000 tokens, half each: E[L] = 2,600, E[L²] = 12.52e6, so E[L²]/E[L] ≈ 4,815 tokens (far
+#: from E[L]: a measure that forgot the prompts' spread would be off by 1.85×).
+TWO = sizing.Lengths(((200.0, 0.5), (5000.0, 0.5)), 2600.0, 12.52e6, 1.0)
+
+
+def _windows(arrivals: list[tuple[float, float]], window: float, step: float, end: float) -> list[sizing.WorkSample]:
+    """What a policy sees every ``step`` seconds: the prompt tokens of the last ``window`` seconds."""
+    out = []
+    t = window
+    while t <= end:
+        out.append(sizing.WorkSample(t, sum(tok for a, tok in arrivals if t - window < a <= t)))
+        t += step
+    return out
+
+
+def _poisson(
+    rng: random.Random, rate: float, end: float, clump: int = 1, ramp: bool = False
+) -> list[tuple[float, float]]:
+    """Poisson instants at ``rate`` (per second; rising from half to 1.5× over ``end`` with ``ramp``), each
+    bringing ``clump`` prompts of ``TWO``'s lengths at once."""
+    out: list[tuple[float, float]] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate * 1.5 if ramp else rate)
+        if t >= end:
+            return out
+        if ramp and rng.random() * 1.5 > 0.5 + t / end:
+            continue
+        out.extend((t, rng.choice((200.0, 5000.0))) for _ in range(clump))
+
+
+def test_poisson_prompt_work_measures_about_one_whatever_its_level_does() -> None:
+    """Compound Poisson arrivals (any prompt lengths) are the M/G/1 model's own: their burstiness is 1 within the
+    noise of a 300 s span, and a level rising threefold within it does not count (the differences cancel it)."""
+    rng = random.Random(7)
+    for ramp in (False, True):
+        samples = _windows(_poisson(rng, 4.0, 300.0, ramp=ramp), 10.0, 5.0, 300.0)
+        got = sizing.work_burstiness(samples, 10.0, TWO)
+        assert got is not None
+        assert 0.6 < got < 1.5, (ramp, got)
+
+
+def test_prompts_arriving_in_clumps_measure_as_bursty() -> None:
+    """The same prompts arriving eight at a time: the work's index of dispersion is about eight times Poisson's."""
+    rng = random.Random(7)
+    samples = _windows(_poisson(rng, 0.5, 300.0, clump=8), 10.0, 5.0, 300.0)
+    got = sizing.work_burstiness(samples, 10.0, TWO)
+    assert got is not None
+    assert 5.0 < got < 12.0, got
+
+
+def test_the_burstiness_needs_enough_window_pairs() -> None:
+    few = [sizing.WorkSample(float(t), 100.0) for t in range(0, 60, 5)]  # 12 samples, 10 pairs at 10 s apart
+    assert sizing.work_burstiness(few, 10.0, TWO) is None
+    enough = [sizing.WorkSample(float(t), 100.0) for t in range(0, 80, 5)]
+    assert sizing.work_burstiness(enough, 10.0, TWO) == 0.0  # a perfectly even stream: no spread
+    assert sizing.work_burstiness([sizing.WorkSample(float(t), 0.0) for t in range(0, 80, 5)], 10.0, TWO) is None
+
+
+def test_burstiness_averages_measurements_keeps_the_last_when_unknown_and_never_drops_below_poisson() -> None:
+    tau = sizing.BURSTINESS_TAU_S
+    assert sizing.learn_burstiness(2.0, 4.0, dt=tau) == pytest.approx(2.0 + (1 - math.exp(-1)) * 2.0)
+    assert sizing.learn_burstiness(3.0, None, dt=tau) == 3.0
+    assert sizing.learn_burstiness(3.0, math.nan, dt=tau) == 3.0
+    assert sizing.learn_burstiness(1.2, 0.1, dt=10 * tau) == 1.0
+
+
+def test_a_random_split_dilutes_the_burstiness() -> None:
+    """Whitt's splitting: a share 1/n of a stream of dispersion b has 1 + (b − 1)/n."""
+    assert sizing.split_burstiness(5.0, 1) == 5.0
+    assert sizing.split_burstiness(5.0, 4) == 2.0
+    assert sizing.split_burstiness(5.0, 0) == 5.0
+    assert sizing.split_burstiness(0.5, 4) == 1.0
+
+
+def test_kingman_scales_the_pollaczek_khinchine_wait_by_the_burstiness() -> None:
+    """G/G/1 by Kingman: the residual r = E[S²]/(2·E[S]) times (c_a² + c_s²)/(1 + c_s²), the burstiness; at 1
+    the M/G/1 model exactly; more burstiness allows less utilization at the objective."""
+    one = sizing.Lengths(((1000.0, 1.0),), 1000.0, 1e6, 1.0)
+    rho = 0.5
+    assert sizing.prefill_miss(rho, one, 5000.0, 2.0, 3.0) == pytest.approx(rho * math.exp(-1.8 * (1 - rho) / 0.3))
+    assert sizing.prefill_miss(rho, one, 5000.0, 2.0, 1.0) == sizing.prefill_miss(rho, one, 5000.0, 2.0)
+    assert sizing.prefill_miss(rho, one, 5000.0, 2.0, 0.5) == sizing.prefill_miss(rho, one, 5000.0, 2.0)
+    conv = sizing.Lengths(((750.0, 0.6), (1500.0, 0.3), (3500.0, 0.1)), 1000.0, 1.6e6, 1.0)
+    plain = sizing.prefill_utilization_at_objective(conv, 5000.0, 2.0, 0.99)
+    assert sizing.prefill_utilization_at_objective(conv, 5000.0, 2.0, 0.99, 1.0) == plain
+    bursty = sizing.prefill_utilization_at_objective(conv, 5000.0, 2.0, 0.99, 1.5)
+    assert sizing.MIN_UTILIZATION < bursty < plain
+    assert sizing.prefill_miss(bursty, conv, 5000.0, 2.0, 1.5) <= 0.01 + 1e-9
+
+
+def test_hayward_occupancy_is_poisson_at_one_and_lower_when_peaked() -> None:
+    """z·A(s/z): at z = 1 the Poisson occupancy of the slots; at z = 2 half the slots' worth at twice the step."""
+
+    def poisson(servers: int, percentile: float) -> float:
+        return servers * 0.7  # a stand-in: only how it is called matters here
+
+    assert sizing.peaked_occupancy(48.0, 1.0, 0.99, poisson) == pytest.approx(48 * 0.7)
+    assert sizing.peaked_occupancy(48.0, 2.0, 0.99, poisson) == pytest.approx(2 * 24 * 0.7)
+    assert sizing.peaked_occupancy(48.0, 5.0, 0.99, poisson) == pytest.approx(5 * 9 * 0.7)
+    assert sizing.peaked_occupancy(3.0, 5.0, 0.99, poisson) == 0.0

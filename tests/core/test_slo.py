@@ -50,6 +50,7 @@ SIGNALS: list[dict[str, Any]] = [
     {"name": "qtime", "query": "q"},
     {"name": "plen", "query": "l"},
     {"name": "prefill", "query": "f"},
+    {"name": "burst", "preset": "tgi.prompt_tokens", "rate": {"windowSeconds": 10}},
 ]
 #: Prior: 5,000 prompt tokens/s, 600 generated tokens/s at a full batch of 48 slots; cold start 120 s.
 BASE: dict[str, Any] = {
@@ -1032,3 +1033,77 @@ def test_without_a_measurement_the_prior_stands() -> None:
 def test_prefill_seconds_needs_the_prompt_tokens() -> None:
     with pytest.raises(ValidationError, match="prefillSeconds"):
         policy(config(signals={"waiting": "waiting", "prefillSeconds": "prefill"}))
+
+
+# --- bursty prompt work (signals.promptTokensBurst): G/G/1 by Kingman, Hayward's slots ----------------------------
+
+BURSTY = {"signals": {**PROMPT_LENGTH["signals"], "promptTokensBurst": "burst"}}
+
+
+def _burst_steps(drv: Driver, seconds: float, pattern: list[float | None], replicas: int = 2) -> Recommendation:
+    """Evaluations for ``seconds`` at 8,000 prompt tok/s on average (the 60 s rate) of prompts up to 500 tokens,
+    the 10 s window's rate following ``pattern`` (one value per evaluation, repeated); the last recommendation."""
+    rec = None
+    for i in range(int(seconds / STEP)):
+        drv.histograms = {"plen": SHORT_PROMPTS}
+        rec = drv.step(replicas, replicas, waiting=0, running=10, prompt=8000.0, gen=600.0, ttft=0.5,
+                       burst=pattern[i % len(pattern)])
+    assert rec is not None
+    return rec
+
+
+def test_the_burstiness_starts_at_the_conservative_prior_and_learns_poisson_work_down() -> None:
+    drv = Driver(config(**BURSTY))
+    rec = _burst_steps(drv, STEP, [8000.0])
+    assert drv.learned.burstiness == slo.BURSTINESS_PRIOR
+    assert "the prior's" in rec.message, rec.message
+    # An even stream (no spread between windows) learns down toward 1, never below.
+    _burst_steps(drv, 900, [8000.0])
+    b = drv.learned.burstiness
+    assert b is not None
+    assert 1.0 <= b < 1.1
+
+
+def test_bursty_prompt_work_needs_more_replicas_than_even_work_of_the_same_mean() -> None:
+    """8,000 prompt tok/s either way (the 60 s rate the load reads); in bursts, 16,000 tok/s for 10 s then nothing
+    for 10 s: the prefill queue waits Kingman's longer and the count rises, with the model named in the message."""
+    even, bursty = Driver(config(**BURSTY)), Driver(config(**BURSTY))
+    calm = _burst_steps(even, 600, [8000.0])
+    burst = _burst_steps(bursty, 600, [16000.0, 16000.0, 0.0, 0.0])
+    b = bursty.learned.burstiness
+    assert b is not None
+    assert b > 3.0
+    assert "G/G/1, Kingman" in burst.message, burst.message
+    assert "M/G/1" in calm.message, calm.message
+    assert burst.replicas is not None
+    assert calm.replicas is not None
+    assert burst.replicas > calm.replicas, (burst.message, calm.message)
+
+
+def test_an_unknown_short_window_keeps_the_burstiness_and_blocks_nothing() -> None:
+    """Once the measured windows have aged out of the span, an unknown short window keeps the last burstiness
+    (it does not fall back to Poisson), and the policy still decides on what it knows."""
+    drv = Driver(config(**BURSTY))
+    _burst_steps(drv, 600, [16000.0, 16000.0, 0.0, 0.0])
+    _burst_steps(drv, slo.BURSTINESS_SPAN_S + 10, [None])
+    b = drv.learned.burstiness
+    assert b is not None
+    assert b > 3.0
+    rec = _burst_steps(drv, 300, [None])
+    assert drv.learned.burstiness == b
+    assert rec.reason is not Reason.METRICS_UNKNOWN, rec.message
+    assert "not measured now" in rec.message, rec.message
+
+
+def test_one_replicas_share_of_a_burst_fills_its_slots_sooner() -> None:
+    """The slot unit under Hayward's approximation: with the whole stream's burstiness on one replica, fewer
+    sequences on average keep a free slot for 99 % of arrivals; a random split over more replicas dilutes it."""
+    algo = slo.SloAlgorithm(slo.SloPolicyConfig.model_validate(config(**BURSTY)))
+    plain = algo.slot_unit(1.0)
+    assert algo.slot_unit(1.0, 1.0) == plain
+    assert algo.slot_unit(1.0, 3.0) < algo.slot_unit(1.0, 2.0) < plain
+
+
+def test_prompt_tokens_burst_needs_the_prompt_lengths() -> None:
+    with pytest.raises(ValidationError, match="promptTokensBurst"):
+        policy(config(signals={**TOKENS["signals"], "promptTokensBurst": "burst"}))

@@ -18,7 +18,10 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    is the mean occupancy at which, behind random routing, a replica's usable slots are all taken for at most
    ``1 − percentile`` of arrivals (Poisson occupancy, ``occupancy_at_objective``), over ``targetUtilization``);
    KV cache ``kvUsage × R``. The first rate window of a fresh controller is not history (its rates ramp from
-   nothing).
+   nothing). With ``promptTokensBurst`` (the prompt counter over a short window) the prompt work's burstiness
+   ``b`` is measured (the Allan factor of its windows over a Poisson stream's, ``sizing.work_burstiness``; prior
+   ``BURSTINESS_PRIOR``, never below 1), split over the ready replicas (``1 + (b − 1)/R``), and widens both
+   queues: the prefill's to a G/G/1 (Kingman) and the slots' occupancy (Hayward).
 2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
    every ready replica, checked replica by replica where the source gives each replica's count, ``R``
    unchanged for a minute) the served tokens/s per replica *is* their capacity:
@@ -76,24 +79,31 @@ from autoscaler.core.model import Ahead, Reason
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.sizing import (
     BURST_SHORT_S,
+    BURSTINESS_PRIOR,
+    BURSTINESS_SPAN_S,
     CAPACITY_SCALE_BOUNDS,
+    MIN_UTILIZATION,
     RISK_FRACTION,
     SATURATED_EVALUATIONS,
     SETTLE_S,
+    WorkSample,
     capacity_alpha,
     largest_rise,
+    learn_burstiness,
     learn_capacity_scale,
     learn_prefill_rate,
     learn_utilization,
     lengths_from_histogram,
     lookback,
     measured_prefill_rate,
+    peaked_occupancy,
     prefill_utilization_at_objective,
     queued_on_every_replica,
     seasonal,
+    split_burstiness,
     trend_and_burst,
+    work_burstiness,
 )
-from autoscaler.core.sizing import EPSILON as _EPSILON
 from autoscaler.core.sizing import ceil_count as _ceil
 from autoscaler.core.specbase import FieldError, SpecModel
 
@@ -156,6 +166,15 @@ class SloSignalsSpec(SpecModel):
         description="The prompt-length histogram read as a quantile (presets tgi/vllm/jetstream.prompt_length): its "
         "buckets size the prefill queue per replica (M/G/1); needs promptTokens. Sources that return the quantile "
         "whole (PromQL) give no buckets: then the prefill counts by its mean.",
+    )
+
+    prompt_tokens_burst: str | None = Field(
+        default=None,
+        description="The prompt-token counter rated over a short window (a few evaluation periods, e.g. 10 s), total "
+        "over the target: the differences of windows that do not overlap measure how bursty prompt work arrives "
+        "(its index of dispersion over a Poisson stream's), which widens the prefill queue (G/G/1, Kingman) and the "
+        "slots' occupancy (Hayward); needs promptTokens and promptLength. Unknown keeps the last; not measured yet, a "
+        "conservative prior.",
     )
 
     prefill_seconds: str | None = Field(
@@ -226,6 +245,11 @@ class SloPolicyConfig(SpecModel):
             )
         if s.prefill_seconds is not None and s.prompt_tokens is None:
             raise FieldError("signals.prefillSeconds measures the prefill rate: it needs promptTokens", "signals")
+        if s.prompt_tokens_burst is not None and (s.prompt_tokens is None or s.prompt_length is None):
+            raise FieldError(
+                "signals.promptTokensBurst measures bursts of prompt work: it needs promptTokens and promptLength",
+                "signals",
+            )
         if s.prompt_length is not None and s.prompt_tokens is None:
             raise FieldError("signals.promptLength sizes the prefill queue: it needs promptTokens", "signals")
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
@@ -326,6 +350,12 @@ class SloState:
     #: The prefill rate (prompt tokens/s of one replica while prefilling) measured from the servers'
     #: prefill-time histograms (``signals.prefillSeconds``); None: not measured yet, the prior's.
     prefill_rate: float | None = None
+    #: The prompt tokens of each evaluation's short window over the last ``BURSTINESS_SPAN_S``
+    #: (``signals.promptTokensBurst``), oldest first.
+    work: tuple[WorkSample, ...] = ()
+    #: The prompt work's burstiness (``sizing.work_burstiness``) the queue models use; None: not measured yet
+    #: (``BURSTINESS_PRIOR``) or not configured (1, Poisson).
+    burstiness: float | None = None
     #: The time of the previous evaluation (the learning rates are per second, not per evaluation).
     last_t: float | None = None
     #: The first evaluation: nothing is released before a whole hold window has been observed.
@@ -362,7 +392,8 @@ class SloAlgorithm:
     uses_behavior = False
 
     def _read(
-        self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0, prefill_scale: float = 1.0
+        self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0, prefill_scale: float = 1.0,
+        peakedness: float = 1.0,
     ) -> _Reading:
         cfg, roles = self.config, self.config.signals
         ready = ctx.replicas.ready
@@ -425,7 +456,7 @@ class SloAlgorithm:
             )
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
-            effective = self.slot_unit(slot_scale)
+            effective = self.slot_unit(slot_scale, peakedness)
             slots_stated = conc / slots
             load = max(load, conc / effective)
             served_load = max(served_load, (running or 0.0) / effective)
@@ -490,7 +521,10 @@ class SloAlgorithm:
         # 1a. The prefill rate measured from the servers' prefill time (the prior's until measured).
         prefill_rate, measured = self._prefill_rate(ctx, prev.prefill_rate, dt)
         scale = self._prefill_scale(prefill_rate)
-        probe = self._read(ctx, kappa, slot_scale, prev.prefill_unit, self._prefill_scale(prev.prefill_rate))
+        peak_prev = self._peakedness(prev.burstiness, ready)
+        probe = self._read(
+            ctx, kappa, slot_scale, prev.prefill_unit, self._prefill_scale(prev.prefill_rate), peak_prev
+        )
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
         # row. Then what each replica serves (tokens/s) and runs (sequences) is what it can: its capacity.
@@ -522,11 +556,16 @@ class SloAlgorithm:
                 slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
             slot_scale = min(1.0, max(MIN_SLOT_SCALE, slot_scale))
         # 1b. The prefill queue per replica from the prompt-length distribution, at the capacity learned now.
-        prefill_unit, prefill_text = self._prefill_unit(ctx, kappa, prev.prefill_unit, prefill_rate)
-        changed = (kappa, slot_scale, prefill_unit, prefill_rate) != (
-            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate
+        # 1c. The burstiness of the prompt work, measured from the short-window counter's rate.
+        work, burstiness, burst_text = self._burstiness(ctx, prev, dt)
+        peak = self._peakedness(burstiness, ready)
+        prefill_unit, prefill_text = self._prefill_unit(ctx, kappa, prev.prefill_unit, prefill_rate, peak)
+        if burst_text:
+            prefill_text = f"{prefill_text}; {burst_text}" if prefill_text else burst_text
+        changed = (kappa, slot_scale, prefill_unit, prefill_rate, peak) != (
+            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate, peak_prev
         )
-        reading = self._read(ctx, kappa, slot_scale, prefill_unit, scale) if changed else probe
+        reading = self._read(ctx, kappa, slot_scale, prefill_unit, scale, peak) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
@@ -572,7 +611,7 @@ class SloAlgorithm:
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
         series = tuple(
-            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale) / cfg.replica.slots, scale))
+            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale, peak) / cfg.replica.slots, scale))
             for x in history
         )
         if fc.enabled and series:
@@ -644,6 +683,8 @@ class SloAlgorithm:
             burst_at=burst_at,
             prefill_unit=prefill_unit,
             prefill_rate=prefill_rate,
+            work=work,
+            burstiness=burstiness,
             last_t=now,
             since=prev.since if prev.since is not None else now,
         )
@@ -755,7 +796,7 @@ class SloAlgorithm:
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
 
-    def slot_unit(self, slot_scale: float) -> float:
+    def slot_unit(self, slot_scale: float, peakedness: float = 1.0) -> float:
         """The sequences (running + waiting) that count as one replica-equivalent of the slot part of the load.
 
         Behind random routing (a ClusterIP Service) each replica receives its own random share of the
@@ -766,10 +807,15 @@ class SloAlgorithm:
         such waits are short). So the mean a replica may hold is the one at which its usable slots are all taken
         with probability at most ``1 − percentile`` (``occupancy_at_objective``), and one replica-equivalent is
         that mean over ``targetUtilization``: at the target utilization the slot part needs exactly that. Never
-        more than the usable slots."""
+        more than the usable slots. Arrivals in bursts (``peakedness`` > 1: one replica's share of the measured
+        burstiness, ``_peakedness``) spread the occupancy wider than Poisson: Hayward's approximation
+        (``sizing.peaked_occupancy``)."""
         cfg = self.config
         usable = cfg.replica.slots * slot_scale
-        allowed = occupancy_at_objective(max(1, math.floor(usable + _EPSILON)), cfg.objective.percentile)
+        allowed = peaked_occupancy(usable, peakedness, cfg.objective.percentile, occupancy_at_objective)
+        # Never below the floor the utilization at the SLO has (a burstiness beyond what the slots can smooth
+        # would otherwise ask for unbounded replicas; ``maxReplicas`` bounds it too).
+        allowed = max(allowed, MIN_UTILIZATION * usable) if peakedness > 1.0 else allowed
         return min(usable, allowed / cfg.target_utilization)
 
     def _prefill_rate(self, ctx: Context, last: float | None, dt: float) -> tuple[float | None, float | None]:
@@ -793,8 +839,40 @@ class SloAlgorithm:
         prior = self.config.replica.prior
         return 1.0 if rate is None or prior is None else rate / prior.prefill_tokens_per_second
 
+    def _burstiness(self, ctx: Context, prev: SloState, dt: float) -> tuple[tuple[WorkSample, ...], float | None, str]:
+        """The short windows' prompt work of the last ``BURSTINESS_SPAN_S`` (this evaluation's added when known),
+        the learned burstiness (None without ``promptTokensBurst``) and its text."""
+        s = self.config.signals
+        name = s.prompt_tokens_burst
+        if name is None or s.prompt_length is None:
+            return (), None, ""
+        now = ctx.now
+        rate = ctx.spec.signal(name).rate
+        window = rate.window_seconds if rate is not None else 0.0
+        work = tuple(x for x in prev.work if x.t > now - BURSTINESS_SPAN_S)
+        tokens = _target_total(ctx, name)
+        if tokens is not None and math.isfinite(tokens) and tokens >= 0 and window > 0:
+            work = (*work, WorkSample(now, tokens * window))
+        sig = ctx.signals[s.prompt_length]
+        lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
+        measured = work_burstiness(work, window, lengths) if lengths is not None else None
+        last = prev.burstiness if prev.burstiness is not None else BURSTINESS_PRIOR
+        b = learn_burstiness(last, measured, dt=dt)
+        return work, b, (
+            f"prompt work {b:.2f}× as bursty as Poisson ("
+            + (f"measured {measured:.2f}" if measured is not None else "not measured now")
+            + f" over {len(work)} windows of {window:g}s"
+            + (", the prior's" if prev.burstiness is None else "")
+            + ")"
+        )
+
+    def _peakedness(self, burstiness: float | None, ready: int) -> float:
+        """One replica's share of the measured burstiness (1 without it): the Service splits the stream at
+        random (``sizing.split_burstiness``)."""
+        return 1.0 if burstiness is None else split_burstiness(burstiness, ready)
+
     def _prefill_unit(
-        self, ctx: Context, kappa: float, last: float, prefill_rate: float | None = None
+        self, ctx: Context, kappa: float, last: float, prefill_rate: float | None = None, burstiness: float = 1.0
     ) -> tuple[float, str]:
         """One replica-equivalent of the token part, as a share of a replica's learned prefill capacity, and its text.
 
@@ -815,12 +893,13 @@ class SloAlgorithm:
             return last, f"prefill queue: {why}, keeping {last:.2f}"
         rate = kappa * (prefill_rate if prefill_rate is not None else prior.prefill_tokens_per_second)
         allowed = prefill_utilization_at_objective(
-            lengths, rate, cfg.objective.ttft_seconds, cfg.objective.percentile
+            lengths, rate, cfg.objective.ttft_seconds, cfg.objective.percentile, burstiness
         )
         unit = min(1.0, allowed / cfg.target_utilization)
-        residual = lengths.second / (2.0 * lengths.mean * rate)
+        residual = burstiness * lengths.second / (2.0 * lengths.mean * rate)
+        model = "M/G/1" if burstiness <= 1.0 else f"G/G/1, Kingman: {burstiness:.2f}× the P-K wait"
         return unit, (
-            f"prefill queue (M/G/1 per replica, prompts {lengths.mean:.0f} tok mean, residual {residual:.2f}s at "
+            f"prefill queue ({model} per replica, prompts {lengths.mean:.0f} tok mean, residual {residual:.2f}s at "
             f"{rate:.0f} tok/s): ≤ {allowed:.2f} utilization holds the TTFT p{cfg.objective.percentile * 100:g}"
         )
 
@@ -898,6 +977,8 @@ def build(config: SloPolicyConfig) -> PolicyAlgorithm:
 
 __all__ = [
     # Re-exported from ``core.sizing`` for the callers that named them here first (``disaggregated``).
+    "BURSTINESS_PRIOR",
+    "BURSTINESS_SPAN_S",
     "CAPACITY_SCALE_BOUNDS",
     "RISK_FRACTION",
     "SATURATED_EVALUATIONS",
