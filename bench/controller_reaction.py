@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import math
 import multiprocessing as mp
 import os
 import random
@@ -57,6 +58,7 @@ from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.scale import ScaleClient
 from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.sourcespec import SourceSpec
+from autoscaler.sources import pods as pods_module
 from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pods import PodsSource
 from autoscaler.sources.pool import SourcePool, default_factory
@@ -252,7 +254,7 @@ def serve_world(conn: Connection, background: int) -> None:
 
 
 async def measure_apart(conn: Connection, urls: tuple[str, str, str], background: int, trials: int,
-                        rng: random.Random, tmp: Path, warmup_s: float) -> list[float]:
+                        rng: random.Random, tmp: Path, warmup_s: float, breakdown: bool = False) -> list[float]:
     """``measure`` against the child process's world (see ``serve_world``)."""
     kube_url, tgi_url, exporter = urls
     (tmp / "policies").mkdir(parents=True, exist_ok=True)
@@ -313,6 +315,43 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
     controller._quiet = counted("quiet", controller._quiet)
     controller._stand = counted("stood", controller._stand)
     controller.evaluate = counted("evaluated", controller.evaluate)
+    # What a trial's reaction is made of: when the measured policy's screen that found the crossing started (its
+    # chunk's start), when that screen escalated it (an evaluation on a fresh read), and the write's arrival.
+    escalated: list[tuple[float, float]] = []  # (its screen's start, the escalation), loop clock
+    escalate = controller._escalate
+
+    def noted(cp: Any) -> None:
+        if cp.name == "tgi-gemma":
+            escalated.append((controller._screened.get(cp.name, math.nan), loop.time()))
+        escalate(cp)
+
+    controller._escalate = noted
+    # Where a round's CPU goes (``--breakdown``): the exposition parse, the per-target combine (``_reading``), and
+    # the screens themselves (``_quiet``, ``_screen``, ``_stand``), each summed as process CPU around the call.
+    spent = {"parse": 0.0, "combine": 0.0, "screen": 0.0}
+    if breakdown:
+        def timed(name: str, fn: Any) -> Any:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                c = time.process_time()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    spent[name] += time.process_time() - c
+            return wrapper
+
+        def timed_async(name: str, fn: Any) -> Any:
+            async def wrapper(*args: Any, **kwargs: Any) -> Any:  # these run to the end without suspending
+                c = time.process_time()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    spent[name] += time.process_time() - c
+            return wrapper
+
+        pods_module.parse = timed("parse", pods_module.parse)
+        pods_module._reading = timed("combine", pods_module._reading)
+        controller._quiet = timed_async("screen", controller._quiet)
+        controller._screen = timed_async("screen", controller._screen)
     stop = asyncio.Event()
     task = asyncio.create_task(rt.serve(stop))
     out: list[float] = []
@@ -323,15 +362,26 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         screens0 = rt.controller.screens
         paths0 = dict(paths)
         fetches0 = sum(p.fetches for p in scrapers)
+        spent0 = dict(spent)
+        parts: list[tuple[float, float, float]] = []
         for trial in range(1, trials + 1):
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe rounds
+            del escalated[:]
             t0 = await ask("jump")
             try:
                 async with asyncio.timeout(120):
                     while (got := await inbox.get())[0] != f"arrived {trial}":
                         pass
                 out.append(got[1] - t0)
-                print(f"trial: {got[1] - t0:.2f} s", file=sys.stderr, flush=True)
+                made = ""
+                if escalated:
+                    screen, esc = escalated[0]
+                    parts.append((screen - t0, esc - screen, got[1] - esc))
+                    made = (f" (its screen started {screen - t0:+.2f} s after the jump, escalated "
+                            f"{esc - screen:.2f} s later, written {got[1] - esc:.2f} s after that)")
+                else:
+                    made = " (not from a screen: a pass or a watch evaluated it)"
+                print(f"trial: {got[1] - t0:.2f} s{made}", file=sys.stderr, flush=True)
             except TimeoutError:
                 # Missed: the world is reset all the same (a trial that skipped it left the queue at 25 and,
                 # once the late write came, the target at 3: every later trial then had nothing to cross).
@@ -356,6 +406,18 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         print("of the screens, " + ", ".join(f"{k} {v - paths0[k]}" for k, v in paths.items() if k != "evaluated")
               + f"; evaluations run in full (passes, escalations, watches): {paths['evaluated'] - paths0['evaluated']}",
               file=sys.stderr, flush=True)
+        if parts:
+            print(f"of the {len(parts)} reactions found by a screen, medians: to the screen's start "
+                  f"{statistics.median(p[0] for p in parts):+.2f} s (max {max(p[0] for p in parts):+.2f}), screen to "
+                  f"escalation {statistics.median(p[1] for p in parts):.2f} s (max {max(p[1] for p in parts):.2f}), "
+                  f"escalation to the write {statistics.median(p[2] for p in parts):.2f} s "
+                  f"(max {max(p[2] for p in parts):.2f})", file=sys.stderr, flush=True)
+        if breakdown and screens:
+            print("process CPU per screen: " + ", ".join(
+                f"{k} {1e6 * (v - spent0[k]) / screens:.0f} us" for k, v in spent.items())
+                + f", the rest {1e6 * (cpu - sum(spent.values()) + sum(spent0.values())) / screens:.0f} us "
+                  "(scrape client, event loop, planning, passes, escalations, collector)",
+                file=sys.stderr, flush=True)
         full = [r for r in rounds if r[2] >= background]
         if full:
             print(f"probe rounds of >= {background} policies: {len(full)}; median wall "
@@ -372,20 +434,21 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
 
 
 async def main_many(trials: int, background: int, conn: Connection, urls: tuple[str, str, str],
-                    warmup_s: float) -> dict[str, list[float]]:
+                    warmup_s: float, breakdown: bool = False) -> dict[str, list[float]]:
     logs.configure("error")
     with tempfile.TemporaryDirectory() as d:
-        values = await measure_apart(conn, urls, background, trials, random.Random(20261130), Path(d), warmup_s)
+        values = await measure_apart(conn, urls, background, trials, random.Random(20261130), Path(d), warmup_s,
+                                     breakdown)
     return {f"direct, with {background} other policies": values}
 
 
-def run_many(trials: int, background: int, warmup_s: float) -> dict[str, list[float]]:
+def run_many(trials: int, background: int, warmup_s: float, breakdown: bool = False) -> dict[str, list[float]]:
     parent, child = mp.Pipe()
     proc = mp.get_context("fork").Process(target=serve_world, args=(child, background), daemon=True)
     proc.start()
     try:
         urls: Any = parent.recv()
-        return asyncio.run(main_many(trials, background, parent, urls, warmup_s))
+        return asyncio.run(main_many(trials, background, parent, urls, warmup_s, breakdown))
     finally:
         proc.terminate()
         proc.join(10)
@@ -449,9 +512,11 @@ def main() -> int:
                         help="other policies the controller holds (each probed, each its own pod endpoint)")
     parser.add_argument("--warmup", type=float, default=30.0, metavar="S",
                         help="with --background: seconds before the first trial (loading, first evaluations)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="with --background: also split the process CPU per screen (parse, combine, screen, rest)")
     args = parser.parse_args()
     if args.background:
-        results = run_many(args.trials, args.background, args.warmup)
+        results = run_many(args.trials, args.background, args.warmup, args.breakdown)
     else:
         results = asyncio.run(main_async(args.trials))
     print(f"{'pipeline':45} {'n':>6} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
