@@ -59,16 +59,16 @@ class CompiledPolicy:
     rules: behavior.Directions | None = field(init=False, repr=False, compare=False)
     #: The signals the policy reads (its fallback triggers), each once, in the policy's order.
     triggers: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    #: ``metadata.name``, read once: the controller looks policies up by name tens of thousands of times a
+    #: second at 5,000 policies, and each look through the pydantic models cost about a microsecond.
+    name: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         given = getattr(self.policy.spec.policy, "behavior", None)
         # Frozen dataclass: the derived fields are set once here.
         object.__setattr__(self, "rules", None if given is None else behavior.effective_rules(given))
         object.__setattr__(self, "triggers", tuple(dict.fromkeys(self.policy.spec.policy.signal_refs())))
-
-    @property
-    def name(self) -> str:
-        return self.policy.metadata.name
+        object.__setattr__(self, "name", self.policy.metadata.name)
 
     def decide(self, observation: Observation, state: PolicyState, now: float) -> Decided:
         return decide(self, observation, state, now)

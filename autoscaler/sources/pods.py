@@ -42,6 +42,9 @@ ACCEPT = "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.
 
 #: Circuits of endpoints not scraped for this long are forgotten (pods come and go with new IPs).
 FORGET_S = 600.0
+#: How often that is looked for: a look walks every endpoint known, and a probe round reads in chunks (at
+#: 5,000 endpoints and chunks of 250, looking at every read walked 100,000 entries a round).
+FORGET_EVERY_S = 60.0
 #: Requests of one read in flight at once (the scrape client's own limit on connections in use).
 WORKERS = scrapeclient.MAX_ACTIVE
 
@@ -296,6 +299,8 @@ class PodsSource:
         self.fetches = 0
         #: Each counter and histogram bucket read so far, per endpoint: rates are deltas between scrapes.
         self.history = History()
+        #: When the circuits and histories of endpoints gone for ``FORGET_S`` are next looked for.
+        self._next_forget = -math.inf
 
     @property
     def connections(self) -> int:
@@ -471,10 +476,13 @@ class PodsSource:
             {u: min(t, deadline_s) for u, t in sorted(timeouts.items())},
             {u: frozenset(names) for u, names in wanted.items()},
         )
-        self._forget_old()
         for planned in plans:
             out[planned.request.key] = _reading(planned.request, planned.endpoints, by_url, self.history)
-        self.history.forget(self._clock() - FORGET_S)
+        now = self._clock()
+        if now >= self._next_forget:
+            self._next_forget = now + FORGET_EVERY_S
+            self._forget_old()
+            self.history.forget(now - FORGET_S)
         return out
 
 
