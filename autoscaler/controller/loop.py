@@ -87,6 +87,7 @@ from autoscaler.core.model import (
 from autoscaler.core.screen import quiet, screened
 from autoscaler.core.sourcespec import CloudMonitoringSourceSpec
 from autoscaler.core.spec import CapacitySpec
+from autoscaler.sources.base import URGENT
 
 if TYPE_CHECKING:  # the Kubernetes client stays out of what imports the loop
     from autoscaler.controller.workloads import Held
@@ -265,6 +266,10 @@ class Controller:
     probe_parallel: int = 2
     #: Policies evaluated per chunk of a periodic pass.
     pass_chunk: int = 250
+    #: How long, at most, a probe round waits for the evaluations its screens escalated before it scrapes or
+    #: screens its next chunk (counted from the oldest running escalation's start): a crossing's evaluation
+    #: does not queue its reads and its write behind the round's scrapes and screens in the event loop.
+    yield_s: float = 0.5
     states: dict[str, PolicyState] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)
     _pending: dict[str, str] = field(default_factory=dict)  # policy -> trigger
@@ -300,8 +305,11 @@ class Controller:
     #: Per policy: its last clean screen (every signal read), when it started and the evaluation count then;
     #: a periodic evaluation decides on it instead of reading again (``_reusable``).
     _kept: dict[str, _Kept] = field(default_factory=dict)
-    #: Evaluations started by probes (kept so that they are not collected, and cancelled with the loop).
-    _escalations: set[asyncio.Task[None]] = field(default_factory=set)
+    #: Evaluations started by probes (kept so that they are not collected, and cancelled with the loop), with
+    #: when each started (``_yield_to_escalations``).
+    _escalations: dict[asyncio.Task[None], float] = field(default_factory=dict)
+    #: Set while no escalated evaluation runs.
+    _calm: asyncio.Event = field(default_factory=asyncio.Event)
     _by: _Index | None = None
     #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
     screens: int = 0
@@ -312,6 +320,7 @@ class Controller:
         self._log = get_logger(component="loop")
         self._sem = asyncio.Semaphore(self.concurrency)
         self._urgent_sem = asyncio.Semaphore(self.urgent)
+        self._calm.set()
 
     # triggers -----------------------------------------------------------------------------------------
     def trigger(self, names: Iterable[str], why: str) -> None:
@@ -965,7 +974,7 @@ class Controller:
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
         finally:
-            for t in [*([probe_task] if probe_task is not None else []), *self._escalations]:
+            for t in [*([probe_task] if probe_task is not None else []), *list(self._escalations)]:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
@@ -1043,7 +1052,21 @@ class Controller:
 
         await asyncio.gather(*(chunk(part) for part in _chunks(probes, self.probe_chunk)))
 
+    async def _yield_to_escalations(self) -> None:
+        """Wait while evaluations escalated by screens run, up to ``yield_s`` after the oldest of them started:
+        the round's next scrapes and screens then do not stand between their reads, ``decide`` and write in the
+        event loop (a crossing waited behind the round's work; now the round waits behind the crossing)."""
+        if not self._escalations:
+            return
+        left = min(self._escalations.values()) + self.yield_s - self.clock.monotonic()
+        if left <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                await self._calm.wait()
+
     async def _probe_chunk(self, chunk: list[CompiledPolicy]) -> None:
+        await self._yield_to_escalations()
         self.screens += len(chunk)
         stamps = {cp.name: self._runs.get(cp.name, 0) for cp in chunk}
         started = self.clock.monotonic()
@@ -1060,6 +1083,7 @@ class Controller:
             self.telemetry.errors.labels("observe").inc()
             self._log.warning("probe_failed", error=_one_line(exc))
             return
+        await self._yield_to_escalations()
         stood: list[str] = []
         due = self._due
         for cp in chunk:
@@ -1144,10 +1168,18 @@ class Controller:
         if self._locks.get(cp.name, asyncio.Lock()).locked():
             return  # being evaluated right now, on a fresh read
         task = asyncio.create_task(self._escalated(cp), name=f"probe {cp.name}")
-        self._escalations.add(task)
-        task.add_done_callback(self._escalations.discard)
+        self._escalations[task] = self.clock.monotonic()
+        self._calm.clear()
+        task.add_done_callback(self._escalated_done)
+
+    def _escalated_done(self, task: asyncio.Task[None]) -> None:
+        self._escalations.pop(task, None)
+        if not self._escalations:
+            self._calm.set()
 
     async def _escalated(self, cp: CompiledPolicy) -> None:
+        # Its reads go past the round's queue in the sources (``sources.base.URGENT``; this task's context only).
+        URGENT.set(True)
         outcome = await self.evaluate(cp, "probe", probe=True, urgent=True)
         if outcome.committed:
             # The probe acted: the next periodic evaluation is a full period away.

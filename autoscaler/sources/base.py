@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -30,6 +31,12 @@ from autoscaler.core.sourcespec import (
 )
 from autoscaler.core.spec import SignalSpec
 from autoscaler.sources.presets import Aggregate
+
+#: True in the context of a read made for an evaluation a probe escalated (a signal crossed its threshold): a
+#: backend lets such a read past its own queue of round traffic (``scrapeclient.ScrapeClient`` skips its limit
+#: on requests in flight for it). Set by the controller around that evaluation only; a context variable, so
+#: that the tasks a read starts inherit it and no interface changes.
+URGENT: ContextVar[bool] = ContextVar("urgent_read", default=False)
 
 
 @dataclass(frozen=True)

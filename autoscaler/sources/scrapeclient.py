@@ -31,6 +31,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from autoscaler.sources.base import URGENT
+
 #: Largest exposition accepted (a vLLM server's is ~100 KiB; this is far above any real one).
 MAX_BODY = 32 * 1024 * 1024
 #: Largest status line + headers.
@@ -118,18 +120,24 @@ class ScrapeClient:
             self._loop, self._active = loop, asyncio.Semaphore(self.max_active)
             self._idle.clear()
             self._by_host.clear()
+        if URGENT.get():
+            # A crossing's evaluation: past the round's queue (at most ``Controller.urgent`` of them at once).
+            return await self._get(host, port, request)
         async with self._active:
-            conn = self._take(host, port)
-            if conn is not None:
-                try:
-                    return await self._exchange(conn, host, port, request)
-                except (ConnectionError, asyncio.IncompleteReadError):
-                    pass  # the server closed the kept connection meanwhile: once more on a new one
-            conn = await self._connect(host, port)
+            return await self._get(host, port, request)
+
+    async def _get(self, host: str, port: int, request: bytes) -> Response:
+        conn = self._take(host, port)
+        if conn is not None:
             try:
                 return await self._exchange(conn, host, port, request)
-            except (ConnectionError, asyncio.IncompleteReadError) as exc:
-                raise ScrapeFailed(f"connection to {host}:{port} lost: {_words(exc)}") from None
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass  # the server closed the kept connection meanwhile: once more on a new one
+        conn = await self._connect(host, port)
+        try:
+            return await self._exchange(conn, host, port, request)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            raise ScrapeFailed(f"connection to {host}:{port} lost: {_words(exc)}") from None
 
     async def _connect(self, host: str, port: int) -> _Conn:
         try:

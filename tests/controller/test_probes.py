@@ -313,6 +313,46 @@ async def test_a_due_screen_with_a_failing_signal_leaves_the_evaluation_to_the_p
     assert c._pending == {"tgi-gemma": "period"}  # ... and the pass evaluates it now, not after its grace
 
 
+async def test_a_round_waits_for_the_evaluation_a_crossing_started(rt: Runtime, tgi: TgiMetrics) -> None:
+    """While an evaluation a screen escalated runs, the next chunk neither scrapes nor screens, for up to
+    ``yield_s`` after that evaluation started (the controller's clock): the crossing's reads and write do not
+    queue behind the round's work in the event loop."""
+    c = rt.controller
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
+    release = asyncio.Event()
+    evaluated: list[str] = []
+
+    async def held(cp: CompiledPolicy) -> None:
+        evaluated.append(cp.name)
+        await release.wait()
+
+    c._escalated = held  # type: ignore[method-assign]
+    tgi.queue = 25
+    await c.probe_round()
+    assert evaluated == ["tgi-gemma"]
+    assert len(c._escalations) == 1
+    scrapes = tgi.scrapes
+    next_round = asyncio.create_task(c.probe_round())
+    await asyncio.sleep(0.1)
+    assert tgi.scrapes == scrapes  # waits for the running evaluation
+    release.set()
+    await next_round
+    assert tgi.scrapes == scrapes + 1
+    await settle(rt)
+    # Bounded: an evaluation running for longer than ``yield_s`` holds no round.
+    release.clear()
+    await c.probe_round()
+    assert len(c._escalations) == 1
+    clock.advance(c.yield_s)
+    scrapes = tgi.scrapes
+    async with asyncio.timeout(5):
+        await c.probe_round()
+    assert tgi.scrapes == scrapes + 1
+    release.set()
+    await settle(rt)
+
+
 def test_the_pass_leaves_a_screened_policy_to_the_probes_for_one_period(rt: Runtime) -> None:
     c = rt.controller
     now = c.clock.monotonic()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiohttp import web
 
+from autoscaler.sources.base import URGENT
 from autoscaler.sources.scrapeclient import ScrapeClient, ScrapeFailed, supports
 
 BODY = "# TYPE tgi_queue_size gauge\ntgi_queue_size 7\n"
@@ -177,6 +178,47 @@ async def test_a_request_cut_by_its_deadline_leaves_no_connection_to_reuse(clien
         assert (await client.get(url, accept=ACCEPT)).text == BODY
         assert client.connects == 2
     finally:
+        await runner.cleanup()
+
+
+async def test_an_urgent_request_does_not_queue_behind_the_requests_in_flight() -> None:
+    """A crossing's evaluation (``sources.base.URGENT`` set in its context) is answered while the limit on
+    requests in flight is taken by round traffic that hangs; the others wait for a slot."""
+    answered = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        await answered.wait()
+        return web.Response(text=BODY)
+
+    async def fast(_: web.Request) -> web.Response:
+        return web.Response(text=BODY)
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    app.router.add_get("/metrics", fast)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    client = ScrapeClient(max_active=1)
+    hanging = asyncio.create_task(client.get(f"{base}/slow", accept=ACCEPT))
+
+    async def urgent() -> str:
+        URGENT.set(True)  # this task's context only
+        return (await client.get(f"{base}/metrics", accept=ACCEPT)).text
+
+    try:
+        await asyncio.sleep(0.05)  # the slow request holds the only slot
+        assert await asyncio.wait_for(asyncio.create_task(urgent()), 5) == BODY
+        plain = asyncio.create_task(client.get(f"{base}/metrics", accept=ACCEPT))
+        await asyncio.sleep(0.2)
+        assert not plain.done()  # round traffic waits for the slot
+        answered.set()
+        assert (await plain).text == BODY
+        assert (await hanging).text == BODY
+    finally:
+        answered.set()
+        await client.aclose()
         await runner.cleanup()
 
 
