@@ -14,7 +14,13 @@ connection open, as Prometheus scrapes. So this client does exactly that and not
   large expositions that way) or until the server closes; ``gzip``/``deflate`` bodies are decoded, though no
   encoding is asked for; bodies over ``max_body`` bytes are refused;
 - no TLS, no proxies, no credentials in the URL, no redirects: ``supports(url)`` says whether a URL is served
-  here; the pods source sends every other URL through aiohttp.
+  here; the pods source sends every other URL through aiohttp;
+- at the protocol level (``_Conn``, an ``asyncio.Protocol``), not on asyncio streams: the answer is framed as
+  its bytes arrive and one future per exchange is resolved with it (streams cost a coroutine and a wake-up per
+  ``readuntil``/``readexactly``; measured on a round of 2,000 scrapes against the bench's exporter, alternating
+  A/B at load 10: 108-130 against 119-158 us of process CPU per scrape, medians 121 and 142); the limit on
+  requests in flight is a plain first-come first-served counter (``_Slots``), not ``asyncio.Semaphore``, whose
+  ``acquire`` in Python 3.11 walks every waiter.
 
 Deadlines are the caller's (``asyncio.timeout``); a cancelled request closes its connection (a half-read
 response must never be reused). Errors are ``ScrapeFailed`` with the reason in words.
@@ -23,11 +29,10 @@ response must never be reused). Errors are ``ScrapeFailed`` with the reason in w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gzip
 import zlib
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -52,16 +57,215 @@ class Response:
     text: str
 
 
-@dataclass(slots=True)
-class _Conn:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+class _Lost(ConnectionError):
+    """The connection closed before the answer was complete (a kept one the server closed meanwhile: retried)."""
 
+
+class _Conn(asyncio.Protocol):
+    """One connection at the protocol level: the answer to the one request in flight is framed as its bytes
+    arrive (``data_received``), and one future per exchange is resolved with it. No stream reader or writer:
+    their buffering, wake-ups and coroutine per read cost more than a small scrape does."""
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[tuple[int, dict[str, str], bytes, bool]] | None = None
+        self._status = 0
+        self._headers: dict[str, str] | None = None
+        self._pos = 0  # where the body (or the next chunk's size line) starts in ``_buf``
+        self._mode = ""  # "length", "chunked" or "close", once the head is read
+        self._length = 0
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._keep = False
+
+    # asyncio.Protocol ------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        if self._waiter is not None:
+            self._advance(eof=False)
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        self._advance(eof=True)
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._advance(eof=True)
+
+    # the client's side -----------------------------------------------------------------------------------
     def usable(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
+        """Open, idle, and nothing unasked for arrived on it."""
+        t = self.transport
+        return not self.closed and t is not None and not t.is_closing() and not self._buf
 
     def close(self) -> None:
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
+
+    def request(self, data: bytes) -> asyncio.Future[tuple[int, dict[str, str], bytes, bool]]:
+        """Send one request; the future gets (status, headers, body, whether the connection may be reused)."""
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        self._headers, self._mode, self._parts, self._size = None, "", [], 0
+        if self.closed:
+            waiter.set_exception(_Lost("the connection was closed"))
+            return waiter
+        self.transport.write(data)
+        return waiter
+
+    # framing ---------------------------------------------------------------------------------------------
+    def _advance(self, *, eof: bool) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            got = self._frame(eof)
+        except (ScrapeFailed, ConnectionError) as exc:
+            self._waiter = None
+            waiter.set_exception(exc)
+            return
+        if got is not None:
+            self._waiter = None
+            waiter.set_result(got)
+
+    def _frame(self, eof: bool) -> tuple[int, dict[str, str], bytes, bool] | None:
+        """The complete answer, or None while more bytes are needed; raises when it cannot be one."""
+        buf = self._buf
+        if self._headers is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    raise ScrapeFailed("response headers too large")
+                if eof:
+                    raise _Lost(f"closed after {len(buf)} bytes of the response head")
+                return None
+            self._status, self._headers = _head(bytes(buf[:end]))
+            self._pos = end + 4
+            status, headers = self._status, self._headers
+            connection = headers.get("connection", "").lower()
+            self._keep = (headers["__version"] == "HTTP/1.1" and "close" not in connection) or (
+                "keep-alive" in connection
+            )
+            if status in (204, 304) or 100 <= status < 200:
+                return self._done(b"", self._pos)
+            length = headers.get("content-length")
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self._mode = "chunked"
+            elif length is not None:
+                if not length.isdigit():
+                    raise ScrapeFailed(f"bad Content-Length {length!r}")
+                self._length = int(length)
+                if self._length > self.max_body:
+                    raise ScrapeFailed(f"body over {self.max_body} bytes")
+                self._mode = "length"
+            else:
+                self._mode = "close"
+                self._keep = False
+        if self._mode == "length":
+            if len(buf) - self._pos >= self._length:
+                return self._done(bytes(buf[self._pos:self._pos + self._length]), self._pos + self._length)
+            if eof:
+                raise _Lost(f"closed after {len(buf) - self._pos} of {self._length} body bytes")
+            return None
+        if self._mode == "close":
+            if len(buf) - self._pos > self.max_body:
+                raise ScrapeFailed(f"body over {self.max_body} bytes")
+            return self._done(bytes(buf[self._pos:]), len(buf)) if eof else None
+        return self._chunks(eof)
+
+    def _chunks(self, eof: bool) -> tuple[int, dict[str, str], bytes, bool] | None:
+        buf = self._buf
+        while True:
+            line_end = buf.find(b"\r\n", self._pos)
+            if line_end < 0:
+                break
+            try:
+                n = int(bytes(buf[self._pos:line_end]).split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise ScrapeFailed("malformed chunked body") from None
+            if n == 0:
+                # Trailers, then an empty line.
+                at = line_end + 2
+                while True:
+                    nxt = buf.find(b"\r\n", at)
+                    if nxt < 0:
+                        break
+                    if nxt == at:
+                        return self._done(b"".join(self._parts), nxt + 2)
+                    at = nxt + 2
+                break
+            if self._size + n > self.max_body:
+                raise ScrapeFailed(f"body over {self.max_body} bytes")
+            if len(buf) < line_end + 2 + n + 2:
+                break
+            self._parts.append(bytes(buf[line_end + 2:line_end + 2 + n]))
+            self._size += n
+            self._pos = line_end + 2 + n + 2
+        if eof:
+            raise _Lost("closed inside a chunked body")
+        return None
+
+    def _done(self, body: bytes, used: int) -> tuple[int, dict[str, str], bytes, bool]:
+        assert self._headers is not None
+        del self._buf[:used]
+        # Bytes beyond the answer were never asked for (no pipelining): the connection is not reused.
+        keep = self._keep and not self._buf
+        return self._status, self._headers, body, keep
+
+
+class _Slots:
+    """A first-come first-served limit on requests in flight: ``asyncio.Semaphore`` without its cost here
+    (Python 3.11's ``acquire`` asks ``locked()``, which walks every waiter: with a read's 128 workers and a
+    second read's waiting on 128 slots, that walk cost more than the request it admitted)."""
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self) -> None:
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot, then cancelled before taking it: pass it on
+            raise
+
+    def release(self) -> None:
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot goes straight to the first waiter
+                return
+        self.free += 1
+
+
+def _head(head: bytes) -> tuple[int, dict[str, str]]:
+    """Status and headers (names lower-cased; ``__version`` the HTTP version) of a response head."""
+    lines = head.decode("latin-1").split("\r\n")
+    fields = lines[0].split(" ", 2)
+    if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not fields[1].isdigit():
+        raise ScrapeFailed(f"not an HTTP response: {lines[0][:80]!r}")
+    headers = {"__version": fields[0]}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(fields[1]), headers
 
 
 def supports(url: str) -> bool:
@@ -98,7 +302,7 @@ class ScrapeClient:
         self.max_idle = max_idle
         self.max_body = max_body
         self.max_active = max_active
-        self._active = asyncio.Semaphore(max_active)
+        self._active = _Slots(max_active)
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Idle connections, oldest first: (host, port, serial) -> connection.
         self._idle: OrderedDict[tuple[str, int, int], _Conn] = OrderedDict()
@@ -117,42 +321,45 @@ class ScrapeClient:
         if loop is not self._loop:
             # Connections and the semaphore belong to the loop that made them (a command run twice in one
             # process runs two loops): start afresh on this one.
-            self._loop, self._active = loop, asyncio.Semaphore(self.max_active)
+            self._loop, self._active = loop, _Slots(self.max_active)
             self._idle.clear()
             self._by_host.clear()
         if URGENT.get():
             # A crossing's evaluation: past the round's queue (at most ``Controller.urgent`` of them at once).
             return await self._get(host, port, request)
-        async with self._active:
+        await self._active.acquire()
+        try:
             return await self._get(host, port, request)
+        finally:
+            self._active.release()
 
     async def _get(self, host: str, port: int, request: bytes) -> Response:
         conn = self._take(host, port)
         if conn is not None:
             try:
                 return await self._exchange(conn, host, port, request)
-            except (ConnectionError, asyncio.IncompleteReadError):
+            except ConnectionError:
                 pass  # the server closed the kept connection meanwhile: once more on a new one
         conn = await self._connect(host, port)
         try:
             return await self._exchange(conn, host, port, request)
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        except ConnectionError as exc:
             raise ScrapeFailed(f"connection to {host}:{port} lost: {_words(exc)}") from None
 
     async def _connect(self, host: str, port: int) -> _Conn:
+        loop = asyncio.get_running_loop()
+        max_body = self.max_body
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD)
+            _, conn = await loop.create_connection(lambda: _Conn(max_body), host, port)
         except OSError as exc:
             raise ScrapeFailed(f"cannot connect to {host}:{port}: {_words(exc)}") from None
         self.connects += 1
-        return _Conn(reader, writer)
+        return conn
 
     async def _exchange(self, conn: _Conn, host: str, port: int, request: bytes) -> Response:
         keep = False
         try:
-            conn.writer.write(request)
-            status, headers = await self._head(conn.reader)
-            body, keep = await self._body(conn.reader, status, headers)
+            status, headers, body, keep = await conn.request(request)
             encoding = headers.get("content-encoding", "identity").strip().lower()
             if encoding in ("gzip", "x-gzip"):
                 body = gzip.decompress(body)
@@ -162,74 +369,20 @@ class ScrapeClient:
                 raise ScrapeFailed(f"{host}:{port} answered in an unsupported encoding {encoding!r}")
             content_type = headers.get("content-type", "")
             return Response(status, content_type, body.decode(_charset(content_type), errors="replace"))
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
+            keep = False
             raise  # the caller retries once on a kept connection, else says the connection was lost
-        except (OSError, zlib.error, EOFError, asyncio.LimitOverrunError) as exc:
+        except (OSError, zlib.error, EOFError) as exc:
+            keep = False
             raise ScrapeFailed(f"{host}:{port}: {_words(exc)}") from None
+        except BaseException:
+            keep = False  # cut by its deadline (or failed): a half-read answer must never be reused
+            raise
         finally:
             if keep:
                 self._put(host, port, conn)
             else:
                 conn.close()
-
-    async def _head(self, reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            raise ScrapeFailed("response headers too large") from None
-        lines = head.decode("latin-1").split("\r\n")
-        fields = lines[0].split(" ", 2)
-        if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not fields[1].isdigit():
-            raise ScrapeFailed(f"not an HTTP response: {lines[0][:80]!r}")
-        headers = {"__version": fields[0]}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        return int(fields[1]), headers
-
-    async def _body(
-        self, reader: asyncio.StreamReader, status: int, headers: dict[str, str]
-    ) -> tuple[bytes, bool]:
-        """The body, and whether the connection may be reused."""
-        connection = headers.get("connection", "").lower()
-        keep = (headers["__version"] == "HTTP/1.1" and "close" not in connection) or "keep-alive" in connection
-        if status in (204, 304) or 100 <= status < 200:
-            return b"", keep
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            parts: list[bytes] = []
-            size = 0
-            while True:
-                line = await reader.readuntil(b"\r\n")
-                try:
-                    n = int(line.split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise ScrapeFailed("malformed chunked body") from None
-                if n == 0:
-                    while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                        pass  # trailers
-                    return b"".join(parts), keep
-                size += n
-                if size > self.max_body:
-                    raise ScrapeFailed(f"body over {self.max_body} bytes")
-                parts.append(await reader.readexactly(n))
-                await reader.readexactly(2)
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.isdigit():
-                raise ScrapeFailed(f"bad Content-Length {length!r}")
-            if int(length) > self.max_body:
-                raise ScrapeFailed(f"body over {self.max_body} bytes")
-            return await reader.readexactly(int(length)), keep
-        body = await reader.read(self.max_body + 1)  # no length: the body ends when the server closes
-        while body and len(body) <= self.max_body and not reader.at_eof():
-            more = await reader.read(self.max_body + 1 - len(body))
-            if not more:
-                break
-            body += more
-        if len(body) > self.max_body:
-            raise ScrapeFailed(f"body over {self.max_body} bytes")
-        return body, False
 
     def _take(self, host: str, port: int) -> _Conn | None:
         keys = self._by_host.get((host, port))
@@ -259,9 +412,8 @@ class ScrapeClient:
         self._by_host.clear()
         for conn in conns:
             conn.close()
-        for conn in conns:
-            with contextlib.suppress(Exception):
-                await conn.writer.wait_closed()
+        if conns:
+            await asyncio.sleep(0)  # let the transports close
 
 
 @functools.lru_cache(maxsize=256)

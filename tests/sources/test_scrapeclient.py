@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import random
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiohttp import web
 
 from autoscaler.sources.base import URGENT
-from autoscaler.sources.scrapeclient import ScrapeClient, ScrapeFailed, supports
+from autoscaler.sources.scrapeclient import ScrapeClient, ScrapeFailed, _Slots, supports
 
 BODY = "# TYPE tgi_queue_size gauge\ntgi_queue_size 7\n"
 ACCEPT = "text/plain"
@@ -233,3 +234,48 @@ async def test_an_urgent_request_does_not_queue_behind_the_requests_in_flight() 
 )
 def test_which_urls_it_serves(url: str, served: bool) -> None:
     assert supports(url) is served
+
+
+async def test_the_limit_on_requests_in_flight_admits_in_order_and_loses_no_slot() -> None:
+    """``_Slots`` (the client's limit, in place of ``asyncio.Semaphore``) on drawn schedules of acquires,
+    releases and cancellations: never more holders than slots, slots granted first come first served, a slot
+    handed to a waiter cancelled before it ran passed on, and every slot free again at the end."""
+    rng = random.Random(5)
+    for _ in range(200):
+        await _one_schedule(rng)
+
+
+async def _one_schedule(rng: random.Random) -> None:
+    n = rng.randint(1, 3)
+    slots = _Slots(n)
+    holders: list[int] = []
+    granted: list[int] = []
+    tasks: dict[int, asyncio.Task[None]] = {}
+    release: dict[int, asyncio.Event] = {}
+
+    async def hold(i: int) -> None:
+        await slots.acquire()
+        granted.append(i)
+        holders.append(i)
+        try:
+            await release[i].wait()
+        finally:
+            holders.remove(i)
+            slots.release()
+
+    for i in range(rng.randint(1, 12)):
+        release[i] = asyncio.Event()
+        tasks[i] = asyncio.create_task(hold(i))
+        for _ in range(rng.randint(0, 2)):
+            await asyncio.sleep(0)
+        assert len(holders) <= n
+        if rng.random() < 0.4 and holders:
+            release[rng.choice(holders)].set()
+        if rng.random() < 0.2:
+            tasks[rng.choice(list(tasks))].cancel()
+    for e in release.values():
+        e.set()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+    assert granted == sorted(granted)  # first come, first served
+    assert slots.free == n
+    assert not holders
