@@ -266,9 +266,9 @@ class Controller:
     probe_parallel: int = 2
     #: Policies evaluated per chunk of a periodic pass.
     pass_chunk: int = 250
-    #: How long, at most, a probe round waits for the evaluations its screens escalated before it scrapes or
-    #: screens its next chunk (counted from the oldest running escalation's start): a crossing's evaluation
-    #: does not queue its reads and its write behind the round's scrapes and screens in the event loop.
+    #: How long, at most, a probe round waits in all for the evaluations its screens escalated before it scrapes
+    #: or screens a chunk (and never past ``yield_s`` after the oldest running one started): a crossing's
+    #: evaluation does not queue its reads and its write behind the round's scrapes and screens in the event loop.
     yield_s: float = 0.5
     states: dict[str, PolicyState] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)
@@ -310,6 +310,8 @@ class Controller:
     _escalations: dict[asyncio.Task[None], float] = field(default_factory=dict)
     #: Set while no escalated evaluation runs.
     _calm: asyncio.Event = field(default_factory=asyncio.Event)
+    #: What the running probe round may still wait for escalations (``yield_s`` at its start).
+    _yield_left: float = 0.0
     _by: _Index | None = None
     #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
     screens: int = 0
@@ -1045,6 +1047,7 @@ class Controller:
             # Views age out together (read together by a pass): read them in one bulk read, not chunk by chunk.
             await self._read_targets(unkept)
         slots = asyncio.Semaphore(self.probe_parallel)
+        self._yield_left = self.yield_s
 
         async def chunk(part: list[CompiledPolicy]) -> None:
             async with slots:
@@ -1058,12 +1061,16 @@ class Controller:
         event loop (a crossing waited behind the round's work; now the round waits behind the crossing)."""
         if not self._escalations:
             return
-        left = min(self._escalations.values()) + self.yield_s - self.clock.monotonic()
+        now = self.clock.monotonic()
+        left = min(min(self._escalations.values()) + self.yield_s - now, self._yield_left)
         if left <= 0:
             return
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()  # the timeout's own clock (``self.clock`` may be a test's)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(left):
                 await self._calm.wait()
+        self._yield_left -= loop.time() - t0
 
     async def _probe_chunk(self, chunk: list[CompiledPolicy]) -> None:
         await self._yield_to_escalations()
@@ -1206,9 +1213,16 @@ def _bounded(seconds: float) -> float | None:
     return None if math.isinf(seconds) else max(0.0, seconds)
 
 
-def _queue_key(cp: CompiledPolicy) -> tuple[str, str] | None:
+class _Queue(NamedTuple):
+    """A ClusterQueue and the resource its policies share (the pass ledger's key)."""
+
+    cluster_queue: str
+    resource: str
+
+
+def _queue_key(cp: CompiledPolicy) -> _Queue | None:
     capacity = cp.policy.spec.capacity
-    return None if capacity is None else (capacity.cluster_queue, capacity.resource)
+    return None if capacity is None else _Queue(capacity.cluster_queue, capacity.resource)
 
 
 def _fast(cp: CompiledPolicy) -> bool:

@@ -349,6 +349,13 @@ async def test_a_round_waits_for_the_evaluation_a_crossing_started(rt: Runtime, 
     async with asyncio.timeout(5):
         await c.probe_round()
     assert tgi.scrapes == scrapes + 1
+    # And a round waits ``yield_s`` in all, not at each of its chunks' two waits.
+    clock.advance(-c.yield_s)
+    c.yield_s = 0.2
+    async with asyncio.timeout(5):
+        await c.probe_round()
+    assert tgi.scrapes == scrapes + 2
+    assert c._yield_left <= 0  # its first wait used the whole allowance: the second did not wait
     release.set()
     await settle(rt)
 
