@@ -71,10 +71,12 @@ class SignalRequest:
     pods: tuple[PodRef, ...] = field(default=())
     #: Cloud Monitoring node-level metrics (``kubernetes.io/node/...``): the nodes the target's pods run on.
     nodes: tuple[str, ...] = field(default=())
+    #: ``(target key, signal name)``: how readings are keyed. Built once: a probe round looks it up about five
+    #: times per request, and the target's key is a string built from its parts each time it is asked.
+    key: tuple[str, str] = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.target.key, self.signal.name)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", (self.target.key, self.signal.name))
 
     def node_names(self) -> tuple[str, ...]:
         """The nodes whose node-level metrics belong to this target: given, else those of its pods (every

@@ -34,6 +34,7 @@ import gzip
 import zlib
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from autoscaler.sources.base import URGENT
@@ -57,6 +58,22 @@ class Response:
     text: str
 
 
+class _Answer(NamedTuple):
+    """One complete answer, as ``_Conn`` framed it."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    #: Whether the connection may be reused for the next request.
+    keep: bool
+
+
+class _Head(NamedTuple):
+    status: int
+    #: Names lower-cased; ``__version`` is the HTTP version.
+    headers: dict[str, str]
+
+
 class _Lost(ConnectionError):
     """The connection closed before the answer was complete (a kept one the server closed meanwhile: retried)."""
 
@@ -71,7 +88,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self._buf = bytearray()
-        self._waiter: asyncio.Future[tuple[int, dict[str, str], bytes, bool]] | None = None
+        self._waiter: asyncio.Future[_Answer] | None = None
         self._status = 0
         self._headers: dict[str, str] | None = None
         self._pos = 0  # where the body (or the next chunk's size line) starts in ``_buf``
@@ -110,7 +127,7 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def request(self, data: bytes) -> asyncio.Future[tuple[int, dict[str, str], bytes, bool]]:
+    def request(self, data: bytes) -> asyncio.Future[_Answer]:
         """Send one request; the future gets (status, headers, body, whether the connection may be reused)."""
         assert self.transport is not None
         loop = asyncio.get_running_loop()
@@ -137,7 +154,7 @@ class _Conn(asyncio.Protocol):
             self._waiter = None
             waiter.set_result(got)
 
-    def _frame(self, eof: bool) -> tuple[int, dict[str, str], bytes, bool] | None:
+    def _frame(self, eof: bool) -> _Answer | None:
         """The complete answer, or None while more bytes are needed; raises when it cannot be one."""
         buf = self._buf
         if self._headers is None:
@@ -182,7 +199,7 @@ class _Conn(asyncio.Protocol):
             return self._done(bytes(buf[self._pos:]), len(buf)) if eof else None
         return self._chunks(eof)
 
-    def _chunks(self, eof: bool) -> tuple[int, dict[str, str], bytes, bool] | None:
+    def _chunks(self, eof: bool) -> _Answer | None:
         buf = self._buf
         while True:
             line_end = buf.find(b"\r\n", self._pos)
@@ -214,12 +231,12 @@ class _Conn(asyncio.Protocol):
             raise _Lost("closed inside a chunked body")
         return None
 
-    def _done(self, body: bytes, used: int) -> tuple[int, dict[str, str], bytes, bool]:
+    def _done(self, body: bytes, used: int) -> _Answer:
         assert self._headers is not None
         del self._buf[:used]
         # Bytes beyond the answer were never asked for (no pipelining): the connection is not reused.
         keep = self._keep and not self._buf
-        return self._status, self._headers, body, keep
+        return _Answer(self._status, self._headers, body, keep)
 
 
 class _Slots:
@@ -254,7 +271,7 @@ class _Slots:
         self.free += 1
 
 
-def _head(head: bytes) -> tuple[int, dict[str, str]]:
+def _head(head: bytes) -> _Head:
     """Status and headers (names lower-cased; ``__version`` the HTTP version) of a response head."""
     lines = head.decode("latin-1").split("\r\n")
     fields = lines[0].split(" ", 2)
@@ -265,7 +282,7 @@ def _head(head: bytes) -> tuple[int, dict[str, str]]:
         name, sep, value = line.partition(":")
         if sep:
             headers[name.strip().lower()] = value.strip()
-    return int(fields[1]), headers
+    return _Head(int(fields[1]), headers)
 
 
 def supports(url: str) -> bool:
@@ -273,14 +290,23 @@ def supports(url: str) -> bool:
     return _split(url) is not None
 
 
+class _Where(NamedTuple):
+    """Where a URL's request goes."""
+
+    host: str
+    port: int
+    #: The request target: path and query.
+    target: str
+
+
 @functools.lru_cache(maxsize=16384)
-def _split(url: str) -> tuple[str, int, str] | None:
-    """``(host, port, request target)`` of a URL this client serves, else None. Cached: the same pod URLs
+def _split(url: str) -> _Where | None:
+    """Host, port and request target of a URL this client serves, else None. Cached: the same pod URLs
     are scraped every second, and splitting one cost as much as parsing its answer."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname or "@" in parts.netloc:
         return None
-    return parts.hostname, parts.port or 80, (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Where(parts.hostname, parts.port or 80, (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
 
 
 @functools.lru_cache(maxsize=16384)
@@ -290,7 +316,7 @@ def _request(url: str, accept: str) -> bytes:
     target = _split(url)
     assert target is not None
     return (
-        f"GET {target[2]} HTTP/1.1\r\nHost: {netloc}\r\nAccept: {accept}\r\n"
+        f"GET {target.target} HTTP/1.1\r\nHost: {netloc}\r\nAccept: {accept}\r\n"
         "User-Agent: accel-autoscaler\r\nConnection: keep-alive\r\n\r\n"
     ).encode("latin-1")
 
@@ -315,7 +341,7 @@ class ScrapeClient:
         split = _split(url)
         if split is None:
             raise ScrapeFailed(f"not a plain http URL: {url}")
-        host, port, _ = split
+        host, port = split.host, split.port
         request = _request(url, accept)
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
