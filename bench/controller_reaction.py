@@ -326,6 +326,18 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         escalate(cp)
 
     controller._escalate = noted
+    # The probe rounds' bulk reads of target views grown too old (every view read together ages out together):
+    # when each started and how long it took (a trial that overlaps one says so).
+    bulk: list[tuple[float, float]] = []
+    read_targets = controller._read_targets
+
+    async def timed_read(policies: Any) -> None:
+        w = loop.time()
+        await read_targets(policies)
+        if len(policies) > 1:
+            bulk.append((w, loop.time() - w))
+
+    controller._read_targets = timed_read
     # Where a round's CPU goes (``--breakdown``): the exposition parse, the per-target combine (``_reading``), and
     # the screens themselves (``_quiet``, ``_screen``, ``_stand``), each summed as process CPU around the call.
     spent = {"parse": 0.0, "combine": 0.0, "screen": 0.0}
@@ -358,6 +370,7 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
     try:
         await asyncio.sleep(warmup_s)  # policies loaded, watches synced, first evaluations done
         del rounds[:]
+        del bulk[:]
         cpu0, wall0, load0 = time.process_time(), time.monotonic(), os.getloadavg()[0]
         screens0 = rt.controller.screens
         paths0 = dict(paths)
@@ -381,6 +394,9 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
                             f"{esc - screen:.2f} s later, written {got[1] - esc:.2f} s after that)")
                 else:
                     made = " (not from a screen: a pass or a watch evaluated it)"
+                overlapping = [b for b in bulk if b[0] < got[1] and b[0] + b[1] > t0]
+                if overlapping:
+                    made += f"; a bulk read of {overlapping[0][1]:.2f} s overlapped it"
                 print(f"trial: {got[1] - t0:.2f} s{made}", file=sys.stderr, flush=True)
             except TimeoutError:
                 # Missed: the world is reset all the same (a trial that skipped it left the queue at 25 and,
@@ -406,6 +422,9 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         print("of the screens, " + ", ".join(f"{k} {v - paths0[k]}" for k, v in paths.items() if k != "evaluated")
               + f"; evaluations run in full (passes, escalations, watches): {paths['evaluated'] - paths0['evaluated']}",
               file=sys.stderr, flush=True)
+        if bulk:
+            print(f"bulk reads of target views: {len(bulk)}, median {statistics.median(b[1] for b in bulk):.2f} s, "
+                  f"max {max(b[1] for b in bulk):.2f} s", file=sys.stderr, flush=True)
         if parts:
             print(f"of the {len(parts)} reactions found by a screen, medians: to the screen's start "
                   f"{statistics.median(p[0] for p in parts):+.2f} s (max {max(p[0] for p in parts):+.2f}), screen to "
