@@ -133,6 +133,20 @@ def label_selector(selector: JsonObj | None) -> str:
     return ",".join(parts)
 
 
+async def _list_pages(api: client.ApiClient, path: str) -> list[JsonObj]:
+    """Every object of a collection, ``LIST_PAGE`` at a time (one consistent snapshot: each page continues the
+    first page's list)."""
+    items: list[JsonObj] = []
+    query: dict[str, str | int] = {"limit": LIST_PAGE}
+    while True:
+        page = await get_json(api, path, query=query)
+        items.extend(page.get("items") or [])
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+        query = {"limit": LIST_PAGE, "continue": token}
+
+
 def _pivot_keys(selector: JsonObj) -> list[str]:
     """The ``matchLabels`` keys a batched pod list may select on (``key in (...)``; not an empty value)."""
     return [k for k, v in (selector.get("matchLabels") or {}).items() if v]
@@ -367,6 +381,10 @@ def build_target(
 #: of one object ≈ 1 ms of the client's CPU (estimate). A pass of a few policies in a namespace of thousands
 #: reads them one by one instead of listing thousands to keep a few.
 LISTED_PER_READ = 25
+#: Objects per page of a target list (``limit``/``continue``, as client-go's pager): a namespace of 5,000
+#: Deployments listed at once was one JSON document of megabytes, decoded in one go with the event loop held
+#: (and encoded in one go by the API server); page by page, what else runs gets the loop between pages.
+LIST_PAGE = 500
 
 
 class KubeTargets:
@@ -440,7 +458,7 @@ class KubeTargets:
         ) -> dict[str, JsonObj | Exception]:
             info = kinds.of(kind)
             try:
-                items = (await get_json(self.api, info.collection_path(namespace))).get("items") or []
+                items = await _list_pages(self.api, info.collection_path(namespace))
             except Exception as exc:
                 return {r.ref.key: exc for r in members}
             self._listed[(namespace, kind)] = len(items)

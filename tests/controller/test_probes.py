@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
+from autoscaler.controller import targets
 from autoscaler.controller.loop import Controller, Stamped, _chunks
 from autoscaler.controller.observer import Prepared, WatchSpec
 from autoscaler.controller.runtime import Runtime
@@ -437,4 +438,37 @@ async def test_a_few_targets_among_many_are_read_one_by_one_not_listed(
     assert listing not in few
     assert sorted(few) == [("GET", f"{listing[1]}/t0"), ("GET", f"{listing[1]}/t1")]
     assert await reads(policies[:3]) == [listing]  # 3 × 25 ≥ 60: the list pays
+    await r.observer.aclose()
+
+
+async def test_a_namespace_is_listed_in_pages_with_the_views_of_one_list(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Targets listed ``LIST_PAGE`` at a time (the loop runs between pages) read exactly as from one list."""
+    n = 25
+    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
+                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
+    for i in range(n):
+        kube.add(objects.deployment(f"t{i}", "llm", replicas=1 + i % 3))
+    r = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
+    (tmp_path / "tgi.yaml").unlink()
+    (tmp_path / "many.yaml").write_text("---\n".join(docs))
+    r.store.reload()
+    policies = list(r.store.policies.values())
+    listing = "/apis/apps/v1/namespaces/llm/deployments"
+
+    async def views(page: int) -> tuple[dict[str, object], list[dict[str, str]]]:
+        monkeypatch.setattr(targets, "LIST_PAGE", page)
+        kube.requests.clear()
+        got = await r.observer.targets.observe_many(policies)
+        return {k: v if isinstance(v, Exception) else (v.replicas, v.pods) for k, v in got.items()}, [
+            q.query for q in kube.requests if q.path == listing
+        ]
+
+    whole, one = await views(10_000)
+    paged, pages = await views(10)
+    assert len(one) == 1
+    assert [q.get("limit") for q in pages] == ["10", "10", "10"]
+    assert paged == whole
+    assert len(whole) == n
     await r.observer.aclose()

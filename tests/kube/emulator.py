@@ -1178,27 +1178,25 @@ class Emulator:
                 raise ApiError(
                     410, f"too old resource version: {requested} ({self._compacted or self._rv})", "Expired"
                 )
-        items = [
-            _convert(rt, o, target.version)
-            for o in self._select(rt, target.namespace, query.get("labelSelector"), query.get("fieldSelector"))
-        ]
-        if rt.builtin:
-            # Typed lists of built-in kinds carry no per-item kind/apiVersion on the wire.
-            for item in items:
-                item.pop("kind", None)
-                item.pop("apiVersion", None)
+        selected = list(self._select(rt, target.namespace, query.get("labelSelector"), query.get("fieldSelector")))
         meta: JsonObj = {"resourceVersion": str(self._rv)}
         offset = 0
         if query.get("continue"):
             offset = int(base64.urlsafe_b64decode(query["continue"].encode()).decode())
         limit = int(query.get("limit") or 0)
         if limit:
-            if offset + limit < len(items):
+            if offset + limit < len(selected):
                 meta["continue"] = base64.urlsafe_b64encode(str(offset + limit).encode()).decode()
-                meta["remainingItemCount"] = len(items) - offset - limit
-            items = items[offset : offset + limit]
+                meta["remainingItemCount"] = len(selected) - offset - limit
+            selected = selected[offset : offset + limit]
         elif offset:
-            items = items[offset:]
+            selected = selected[offset:]
+        items = [_convert(rt, o, target.version) for o in selected]  # only the page's (a page of 5,000 is costly)
+        if rt.builtin:
+            # Typed lists of built-in kinds carry no per-item kind/apiVersion on the wire.
+            for item in items:
+                item.pop("kind", None)
+                item.pop("apiVersion", None)
         api_version = rt.api_version(target.version)
         return {"kind": f"{rt.kind}List", "apiVersion": api_version, "metadata": meta, "items": items}
 
