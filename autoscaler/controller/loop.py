@@ -1143,7 +1143,7 @@ class Controller:
             return False
         try:
             obs = await self.observer.observe(cp, part)
-            return quiet(cp, obs, self.clock.wall())
+            return quiet(cp, obs, self.clock.wall(), self.states.get(cp.name, PolicyState()))
         except Exception:  # decide then (and reports what it finds)
             return False
 

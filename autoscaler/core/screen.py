@@ -11,9 +11,13 @@ scale-down stabilization the highest recommendation of their windows, this one i
 the current count the stabilized count is the current count; rate limits only bound a change; the count is
 within [min, max] (checked). What else in ``decide`` may change a count is ruled out before the type is asked:
 capacity arbitration (training decisions), scale-to-zero (an idle timer), several targets (a joint plan), a
-signal unknown (fallback counts), a count outside [min, max], and HPA's legacy path without a ``behavior``
-block (it holds at the highest recommendation of its window, which may be above the current count: the
-property test found that one).
+signal unknown (fallback counts), a count outside [min, max].
+
+HPA's legacy path (a type that uses the behavior stage, without a ``behavior`` block) holds at the highest
+recommendation of its 300 s window, which may be above the current count (the property test found that one):
+there ``quiet`` needs the policy's state and answers True only when no recommendation it remembers is above
+the current count (then the window's highest, this one included, is the current count, and the legacy path's
+scale-up limit of max(2 × current, 4) and [min, max] leave it). Without the state it answers False.
 
 ``quiet`` is conservative: False means "decide", never "it will change". ``tests/core/test_screen.py`` checks,
 on drawn policies, readings and states, that a quiet observation's ``decide`` never acts and that each type's
@@ -23,7 +27,7 @@ on drawn policies, readings and states, that a quiet observation's ``decide`` ne
 from __future__ import annotations
 
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import Observation
+from autoscaler.core.model import Observation, PolicyState
 from autoscaler.core.policies.base import Context
 
 
@@ -37,22 +41,27 @@ def screened(compiled: CompiledPolicy) -> bool:
         and spec.capacity is None
         and not spec.scale_to_zero.enabled
         and not spec.pools()
-        # HPA's legacy path (no ``behavior`` block) holds at the highest recommendation of its window, which
-        # may be above the current count: a recommendation at the current count does not settle it there.
-        and (compiled.rules is not None or not algorithm.uses_behavior)
     )
 
 
-def quiet(compiled: CompiledPolicy, observation: Observation, now: float) -> bool:
-    """True only when ``decide(compiled, observation, state, now)`` changes nothing, for any ``state``: every
-    signal the policy reads known, the count within [min, max], and the type's raw recommendation the current
-    count."""
+def legacy(compiled: CompiledPolicy) -> bool:
+    """HPA's legacy path: a type that uses the behavior stage, without a ``behavior`` block."""
+    return compiled.rules is None and bool(compiled.algorithm.uses_behavior)
+
+
+def quiet(compiled: CompiledPolicy, observation: Observation, now: float, state: PolicyState | None = None) -> bool:
+    """True only when ``decide(compiled, observation, state, now)`` changes nothing: every signal the policy
+    reads known, the count within [min, max], and the type's raw recommendation the current count; on HPA's
+    legacy path also no recommendation in ``state`` above the current count (False without ``state``). For
+    any state otherwise."""
     if not screened(compiled):
         return False
     spec = compiled.policy.spec
     current = observation.replicas.spec
     if current < max(spec.min_replicas, 1) or current > spec.max_replicas:
         return False
+    if legacy(compiled) and (state is None or any(count > current for _, count in state.recommendations)):
+        return False  # the window's highest recommendation may be above the current count: decide says
     readings = compiled.judge.combine(observation.signals, observation.replicas, now)
     signals = compiled.judge.judge_all(readings, now)
     if not all(signals[name].ok for name in compiled.triggers):

@@ -104,7 +104,7 @@ def _quiet_changes_nothing(case: tuple[ScalingPolicy, Observation, PolicyState])
     """A quiet observation's ``decide`` acts on nothing (the property both types' tests check)."""
     pol, obs, state = case
     cp = compile_policy(pol)
-    if quiet(cp, obs, NOW):
+    if quiet(cp, obs, NOW, state):
         decisions, _ = decide(cp, obs, state, NOW)
         assert [d for d in decisions if not isinstance(d, ScaleDecision) or d.changes] == []
 
@@ -221,3 +221,15 @@ def test_quiet_hpa_within_tolerance_and_outside() -> None:
 
     assert quiet(cp, obs(40.0, 20.0), NOW)  # both metrics exactly at target for 4 replicas
     assert not quiet(cp, obs(60.0, 20.0), NOW)  # load needs 6
+
+
+def test_quiet_on_hpas_legacy_path_reads_the_window_in_the_state() -> None:
+    """Without a ``behavior`` block HPA holds at the highest recommendation of its 300 s window: quiet only
+    with the state at hand and nothing in it above the current count."""
+    pol, obs, _ = _legacy_case()
+    cp = compile_policy(pol)
+    current = obs.replicas.spec
+    assert not quiet(cp, obs, NOW)  # no state: the window is unknown
+    assert not quiet(cp, obs, NOW, PolicyState(recommendations=((NOW - 300, current + 1),)))
+    assert quiet(cp, obs, NOW, PolicyState(recommendations=((NOW - 300, current), (NOW - 10, current))))
+    assert quiet(cp, obs, NOW, PolicyState())
