@@ -108,6 +108,30 @@ class Training(NamedTuple):
     quota: QuotaStatus | None
 
 
+class _Shared(NamedTuple):
+    """A training read shared by the policies of one ``capacity``/``preemptible`` pair (``SharedTraining``)."""
+
+    #: When it started (``SharedTraining.now``'s clock).
+    at: float
+    result: asyncio.Future[Training]
+
+
+class KeptView(NamedTuple):
+    """A policy's target as last read (``PolicyObserver.views``): what probes screen on."""
+
+    #: When it was read (``PolicyObserver.now``'s clock).
+    read_at: float
+    view: TargetView
+
+
+class _Planned(NamedTuple):
+    """A policy's source requests, planned for one compiled policy and one pod list (both by identity)."""
+
+    policy: CompiledPolicy
+    pods: Sequence[PodRef]
+    plan: Plan
+
+
 class TrainingReader(Protocol):
     async def training(self, policy: CompiledPolicy) -> Training:
         ...
@@ -133,7 +157,7 @@ class SharedTraining:
         self.inner = inner
         self.now = now
         self.ttl_s = ttl_s
-        self._cache: dict[str, tuple[float, asyncio.Future[Training]]] = {}
+        self._cache: dict[str, _Shared] = {}
         self.reads = 0
 
     def invalidate(self) -> None:
@@ -149,10 +173,10 @@ class SharedTraining:
         )
         now = self.now()
         hit = self._cache.get(key)
-        if hit is not None and now - hit[0] <= self.ttl_s and not (hit[1].done() and hit[1].exception()):
-            return await asyncio.shield(hit[1])
+        if hit is not None and now - hit.at <= self.ttl_s and not (hit.result.done() and hit.result.exception()):
+            return await asyncio.shield(hit.result)
         future: asyncio.Future[Training] = asyncio.get_running_loop().create_future()
-        self._cache[key] = (now, future)
+        self._cache[key] = _Shared(now, future)
         self.reads += 1
         try:
             result = await self.inner.training(policy)
@@ -180,11 +204,11 @@ class PolicyObserver:
     deadline_s: float = 5.0
 
     #: Each policy's last target view and when it was read (``now``): what probes screen on.
-    views: dict[str, tuple[float, TargetView]] = field(default_factory=dict)
+    views: dict[str, KeptView] = field(default_factory=dict)
     now: Callable[[], float] = time.monotonic
     #: Each policy's source requests, planned for one compiled policy and one pod list (both by identity):
     #: a probe round plans thousands of policies a second on the very views it planned them on last round.
-    _plans: dict[str, tuple[CompiledPolicy, Sequence[PodRef], Plan]] = field(default_factory=dict)
+    _plans: dict[str, _Planned] = field(default_factory=dict)
 
     async def prepare(
         self, policies: Sequence[CompiledPolicy], *, since: float | None = None
@@ -199,8 +223,8 @@ class PolicyObserver:
         again: list[CompiledPolicy] = []
         for cp in policies:
             kept = self.views.get(cp.name)
-            if kept is not None and kept[0] >= since:
-                views[cp.name] = kept[1]
+            if kept is not None and kept.read_at >= since:
+                views[cp.name] = kept.view
             else:
                 again.append(cp)
         if again:
@@ -220,8 +244,8 @@ class PolicyObserver:
         stale: list[CompiledPolicy] = []
         for cp in policies:
             kept = self.views.get(cp.name)
-            if kept is not None and now - kept[0] <= 2 * cp.policy.spec.evaluation_period_seconds:
-                views[cp.name] = kept[1]
+            if kept is not None and now - kept.read_at <= 2 * cp.policy.spec.evaluation_period_seconds:
+                views[cp.name] = kept.view
             else:
                 stale.append(cp)
         if stale:
@@ -236,14 +260,14 @@ class PolicyObserver:
         views = self.views
         return [
             cp for cp in policies
-            if (kept := views.get(cp.name)) is None or now - kept[0] > 2 * cp.policy.spec.evaluation_period_seconds
+            if (kept := views.get(cp.name)) is None or now - kept.read_at > 2 * cp.policy.spec.evaluation_period_seconds
         ]
 
     def still_kept(self, name: str, part: Prepared) -> bool:
         """Whether ``part`` was read on the target view this observer still keeps for the policy: no watched
         change dropped it and no read replaced it since (each read makes a new ``ReplicaStatus``)."""
         kept = self.views.get(name)
-        return kept is not None and kept[1].replicas is part.replicas
+        return kept is not None and kept.view.replicas is part.replicas
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop these policies' kept target views (their target changed: the next probe reads it again)."""
@@ -257,7 +281,7 @@ class PolicyObserver:
             if isinstance(view, Exception):
                 self.views.pop(name, None)
             else:
-                self.views[name] = (now, view)
+                self.views[name] = KeptView(now, view)
         return views
 
     async def _gather(
@@ -314,7 +338,7 @@ class PolicyObserver:
         else:
             now = self.now()
             view = await self.targets.observe(policy)
-            self.views[policy.name] = (now, view)
+            self.views[policy.name] = KeptView(now, view)
             replicas, signals = view.replicas, await self.read_signals(policy, view.pods)
         workloads: tuple[TrainingWorkload, ...] = ()
         quota: QuotaStatus | None = None
@@ -355,12 +379,12 @@ class PolicyObserver:
         Kept per policy for one compiled policy and one pod list (both by identity): a probe round plans
         thousands of policies a second on the very views it planned them on last round."""
         hit = self._plans.get(policy.name)
-        if hit is not None and hit[0] is policy and hit[1] is pods:
-            return hit[2]
+        if hit is not None and hit.policy is policy and hit.pods is pods:
+            return hit.plan
         planned = plan(policy.policy, pods=tuple(pods), default=self.default_source)
         if len(self._plans) > 2 * len(self.views) + 1024:
             self._plans.clear()  # policies gone since: start afresh rather than keep them
-        self._plans[policy.name] = (policy, pods, planned)
+        self._plans[policy.name] = _Planned(policy, pods, planned)
         return planned
 
     async def _read(self, requests: Sequence[SignalRequest]) -> Readings:
