@@ -94,8 +94,16 @@ def workload_slices(wl: JsonObj, resource: str) -> tuple[Shape, ...]:
     return tuple(out)
 
 
-def assigned_domains(assignment: JsonObj) -> tuple[list[str], list[list[str]]]:
-    """A ``topologyAssignment`` as (levels, one value list per domain), in either API version's form."""
+@dataclass(frozen=True, slots=True)
+class AssignedDomains:
+    """A ``topologyAssignment``: its topology levels, and one value per level for each domain assigned."""
+
+    levels: list[str]
+    domains: list[list[str]]
+
+
+def assigned_domains(assignment: JsonObj) -> AssignedDomains:
+    """A ``topologyAssignment``'s levels and domains, in either API version's form."""
     levels = [str(x) for x in assignment.get("levels") or []]
     domains = [[str(v) for v in d.get("values") or []] for d in assignment.get("domains") or []]
     for piece in assignment.get("slices") or []:  # v1beta2: values compressed per level
@@ -110,7 +118,7 @@ def assigned_domains(assignment: JsonObj) -> tuple[list[str], list[list[str]]]:
                 suffix = ind.get("suffix") or ind.get("commonSuffix") or ""
                 per_level.append([f"{prefix}{root}{suffix}" for root in ind.get("roots") or []])
         domains.extend([lv[i] for lv in per_level] for i in range(count))
-    return levels, domains
+    return AssignedDomains(levels, domains)
 
 
 def _unravel(index: int, counts: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -247,9 +255,9 @@ def occupants(
             ta = a.get("topologyAssignment")
             if not ta:
                 continue
-            levels, domains = assigned_domains(ta)
-            for values in domains:
-                wanted = dict(zip(levels, values, strict=False))
+            assigned = assigned_domains(ta)
+            for values in assigned.domains:
+                wanted = dict(zip(assigned.levels, values, strict=False))
                 names.extend(n for n, labels in labelled
                              if all(str(labels.get(k)) == v for k, v in wanted.items()) and n not in names)
         regions = tuple(blocks.regions[n] for n in names if n in blocks.regions)

@@ -74,15 +74,15 @@ class PolicyObjects:
             self.problems.pop(source, None)
             return self.store.objects.pop(source, None) is not None
         self.refs[source] = ObjectRef(ns, name, int(meta.get("generation") or 0))
-        text, problem = document(obj)
-        if problem:
+        doc = document(obj)
+        if doc.problem:
             # Refused before loading: it must not act on an earlier version either.
-            self.problems[source] = problem
+            self.problems[source] = doc.problem
             return self.store.objects.pop(source, None) is not None
         self.problems.pop(source, None)
-        if self.store.objects.get(source) == text:
+        if self.store.objects.get(source) == doc.text:
             return False  # a status or metadata change: nothing to reload
-        self.store.objects[source] = text
+        self.store.objects[source] = doc.text
         return True
 
     def policy_source(self, policy: str) -> str | None:
@@ -93,13 +93,21 @@ class PolicyObjects:
         return None
 
 
-def document(obj: dict[str, Any]) -> tuple[str, str]:
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A ScalingPolicy object as a policy document (``text``), or why it may not act (``problem``; else "")."""
+
+    text: str
+    problem: str = ""
+
+
+def document(obj: dict[str, Any]) -> Document:
     """The object as a policy document, and a problem when it may not act (another namespace)."""
     meta = obj.get("metadata") or {}
     ns = str(meta.get("namespace", ""))
     spec = obj.get("spec")
     if not isinstance(spec, dict):
-        return "", "spec is missing"
+        return Document("", "spec is missing")
     spec = dict(spec)
     target = spec.get("target")
     if isinstance(target, dict):
@@ -107,18 +115,18 @@ def document(obj: dict[str, Any]) -> tuple[str, str]:
         target.setdefault("namespace", ns)
         spec["target"] = target
         if target["namespace"] != ns:
-            return "", (f"spec.target.namespace {target['namespace']!r} is not the object's namespace {ns!r}: "
-                        "a ScalingPolicy acts only in its own namespace")
+            return Document("", f"spec.target.namespace {target['namespace']!r} is not the object's namespace "
+                                f"{ns!r}: a ScalingPolicy acts only in its own namespace")
     problem = _pool_targets_here(spec, ns)
     if problem:
-        return "", problem
+        return Document("", problem)
     for i, p in enumerate(spec.get("preemptible") or []):
         if isinstance(p, dict) and p.get("namespace", ns) != ns:
-            return "", (f"spec.preemptible[{i}].namespace {p.get('namespace')!r} is not the object's namespace "
-                        f"{ns!r}: a ScalingPolicy acts only in its own namespace")
+            return Document("", f"spec.preemptible[{i}].namespace {p.get('namespace')!r} is not the object's "
+                                f"namespace {ns!r}: a ScalingPolicy acts only in its own namespace")
     doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {"name": meta.get("name")},
            "spec": spec}
-    return yaml.safe_dump(doc, sort_keys=False), ""
+    return Document(yaml.safe_dump(doc, sort_keys=False))
 
 
 def _pool_targets_here(spec: dict[str, Any], ns: str) -> str:

@@ -19,7 +19,8 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 #: The upper bound of the catch-all bucket.
 INF = math.inf
@@ -48,7 +49,15 @@ def _increase(values: Sequence[float]) -> float:
     return total
 
 
-def _window(points: Sequence[_Sample], window_s: float) -> tuple[list[_Sample], float] | None:
+@dataclass(frozen=True, slots=True)
+class _Window(Generic[_Sample]):
+    """The samples within a rate window of the newest, oldest first, and the time they span (> 0)."""
+
+    samples: list[_Sample]
+    span: float
+
+
+def _window(points: Sequence[_Sample], window_s: float) -> _Window[_Sample] | None:
     """The samples within ``window_s`` of the newest and the time they span; None when fewer than two samples
     span a positive time (no rate can be told)."""
     if len(points) < 2:
@@ -58,7 +67,7 @@ def _window(points: Sequence[_Sample], window_s: float) -> tuple[list[_Sample], 
     if len(inside) < 2:
         return None
     span = inside[-1][0] - inside[0][0]
-    return (inside, span) if span > 0 else None
+    return _Window(inside, span) if span > 0 else None
 
 
 def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None:
@@ -66,7 +75,7 @@ def rate(points: Sequence[tuple[float, float]], window_s: float) -> float | None
     found = _window(points, window_s)
     if found is None:
         return None
-    inside, span = found
+    inside, span = found.samples, found.span
     return increase(inside) / span
 
 
@@ -77,7 +86,7 @@ def rates(points: Sequence[tuple[float, Sequence[float]]], window_s: float) -> l
     found = _window(points, window_s)
     if found is None:
         return None
-    inside, span = found
+    inside, span = found.samples, found.span
     width = len(inside[0][1])
     ge = operator.ge
     monotone = True

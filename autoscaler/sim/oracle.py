@@ -161,17 +161,25 @@ class OracleResult:
         return self.candidate.schedule
 
 
-def _service_costs(trace: Trace, cluster: Cluster, pool: PoolSpec) -> tuple[list[float], float]:
-    """Per request: prefill seconds; and the replica-seconds of one generated token on a full batch."""
+@dataclass(frozen=True, slots=True)
+class _ServiceCosts:
+    """Per request, its prefill seconds; and the replica-seconds of one generated token on a full batch."""
+
+    prefill_s: list[float]
+    per_token_s: float
+
+
+def _service_costs(trace: Trace, cluster: Cluster, pool: PoolSpec) -> _ServiceCosts:
     prof = cluster.profile(pool)
     per_token = prof.decode_step.seconds(prof.slots) / prof.slots
     tps = prof.prefill_tokens_per_second
-    return [i / tps for i in trace.inputs], per_token
+    return _ServiceCosts([i / tps for i in trace.inputs], per_token)
 
 
 def demand(trace: Trace, cluster: Cluster, pool: PoolSpec, window_s: float) -> list[float]:
     """Replica-equivalents of work per window (before the utilization factor)."""
-    prefill, per_token = _service_costs(trace, cluster, pool)
+    costs = _service_costs(trace, cluster, pool)
+    prefill, per_token = costs.prefill_s, costs.per_token_s
     n = max(1, math.ceil((trace.duration_s + 1e-9) / window_s))
     load = [0.0] * n
     for a, p, o in zip(trace.arrivals, prefill, trace.outputs, strict=True):
@@ -479,7 +487,8 @@ def work_bound_chip_s(
     prof = cluster.profile(pool)
     chips = cluster.chips_per_replica(pool)
     horizon = trace.duration_s if horizon_s is None else horizon_s
-    prefill, per_token = _service_costs(trace, cluster, pool)
+    costs = _service_costs(trace, cluster, pool)
+    prefill, per_token = costs.prefill_s, costs.per_token_s
     # Requests arriving after H − SLO can meet the SLO with no work inside the billed horizon.
     inside = [i for i, a in enumerate(trace.arrivals) if a + slo_ttft_s <= horizon]
     decode = [(trace.outputs[i] - 1) * per_token for i in inside]

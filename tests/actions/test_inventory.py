@@ -110,13 +110,14 @@ def test_partition_labels_nest_into_coordinates() -> None:
     ],
 )
 def test_both_topology_assignment_forms(assignment: dict[str, Any]) -> None:
-    assert inventory.assigned_domains(assignment) == (["kubernetes.io/hostname"], [["h-1"], ["h-2"]])
+    assert inventory.assigned_domains(assignment) == inventory.AssignedDomains(
+        ["kubernetes.io/hostname"], [["h-1"], ["h-2"]])
 
 
 def test_universal_values_repeat_per_domain() -> None:
     assignment = {"levels": ["block", "kubernetes.io/hostname"], "slices": [{
         "domainCount": 2, "valuesPerLevel": [{"universal": "b"}, {"individual": {"roots": ["x", "y"]}}]}]}
-    assert inventory.assigned_domains(assignment)[1] == [["b", "x"], ["b", "y"]]
+    assert inventory.assigned_domains(assignment).domains == [["b", "x"], ["b", "y"]]
 
 
 @pytest.mark.parametrize("declare", [True, False], ids=["declared", "not-declared"])

@@ -392,12 +392,25 @@ def chips(variants: Sequence[VariantSpec], counts: Mapping[str, int]) -> int:
     return sum(v.chips * counts.get(v.name, 0) for v in variants)
 
 
-def _demand_names(spec: PrefillSpec | DecodeSpec) -> tuple[str | None, str | None, str | None, float]:
-    """The role's served tokens/s signal, its waiting signal, its latency quantile and that one's objective."""
+@dataclass(frozen=True, slots=True)
+class _DemandNames:
+    """What a role's rules read: its served tokens/s signal, its waiting signal, its latency quantile with that
+    one's objective (s) and name in messages, and (decode only) its KV-cache gauge."""
+
+    tokens: str | None
+    waiting: str | None
+    latency: str | None
+    objective: float
+    what: str
+    kv: str | None = None
+
+
+def _demand_names(spec: PrefillSpec | DecodeSpec) -> _DemandNames:
     if isinstance(spec, PrefillSpec):
-        return spec.signals.prompt_tokens, spec.signals.waiting, spec.signals.ttft, spec.ttft_seconds
-    return (spec.signals.generation_tokens, spec.signals.waiting, spec.signals.time_per_output_token,
-            spec.time_per_output_token_seconds)
+        return _DemandNames(spec.signals.prompt_tokens, spec.signals.waiting, spec.signals.ttft, spec.ttft_seconds,
+                            "TTFT")
+    return _DemandNames(spec.signals.generation_tokens, spec.signals.waiting, spec.signals.time_per_output_token,
+                        spec.time_per_output_token_seconds, "time per output token", spec.signals.kv_cache_usage)
 
 
 def learn(
@@ -408,7 +421,8 @@ def learn(
     """Rule 0: one role's κ after this evaluation, by the ``slo`` type's rule (``slo.learn_capacity_scale``).
     ``rate_window_s``: the token signals' rate window (a queue teaches κ only once held over a whole one)."""
     spec = config.role(role)
-    tokens_name, waiting_name, latency_name, objective = _demand_names(spec)
+    names = _demand_names(spec)
+    tokens_name, waiting_name, latency_name, objective = names.tokens, names.waiting, names.latency, names.objective
     ready_groups = sum(status[v.name].ready for v in spec.variants)
     starting = sum(status[v.name].starting for v in spec.variants)
     ready_cap = capacity(spec.variants, {v.name: status[v.name].ready for v in spec.variants})
@@ -480,16 +494,9 @@ def role_need(
     parts: list[str] = []
     needs: list[float] = []
     unknown: list[str] = []
-    waiting_name: str | None
-    if isinstance(spec, PrefillSpec):
-        tokens_name, waiting_name, latency_name = spec.signals.prompt_tokens, spec.signals.waiting, spec.signals.ttft
-        objective, what = spec.ttft_seconds, "TTFT"
-        kv_name: str | None = None
-    else:
-        assert isinstance(spec, DecodeSpec)
-        tokens_name, waiting_name = spec.signals.generation_tokens, spec.signals.waiting
-        latency_name, kv_name = spec.signals.time_per_output_token, spec.signals.kv_cache_usage
-        objective, what = spec.time_per_output_token_seconds, "time per output token"
+    names = _demand_names(spec)
+    tokens_name, waiting_name, latency_name, kv_name = names.tokens, names.waiting, names.latency, names.kv
+    objective, what = names.objective, names.what
     demand_known = False
     keep, keep_text = 0.0, ""
     if tokens_name is not None:
@@ -797,9 +804,9 @@ def plan(
             made = _make_room(spec.variants, cur, status, rn.need, carry, spec.min_groups, fit,
                               _room_after(room, additions))
             if made is not None:
-                mix, larger, text = made
-                how += f"; {text}"
-                shifts.append(Shift(larger, carry, chips(spec.variants, cur), now))
+                mix = made.counts
+                how += f"; {made.message}"
+                shifts.append(Shift(made.larger, carry, chips(spec.variants, cur), now))
         mix_cap = capacity(spec.variants, mix)
         additions.update({k: n - cur[k] for k, n in mix.items() if n > cur[k]})
         for v in spec.variants:
@@ -832,10 +839,19 @@ def plan(
     return JointPlan(tuple(counts), tuple(needs), held, summary), nxt
 
 
+@dataclass(frozen=True, slots=True)
+class _MadeRoom:
+    """Rule 4b's answer: the counts after the smaller groups go, the larger variant they make room for, and why."""
+
+    counts: dict[str, int]
+    larger: str
+    message: str
+
+
 def _make_room(
     variants: Sequence[VariantSpec], cur: Mapping[str, int], status: Mapping[str, VariantStatus], need: float,
     carry: float, min_groups: int, fit: FitCheck, room: RoomCheck,
-) -> tuple[dict[str, int], str, str] | None:
+) -> _MadeRoom | None:
     """Rule 4b, the make-room shift: when the mix that carries ``carry`` at the fewest chips needs a larger
     shape that fits nowhere (the role's own smaller groups fragment the blocks) and the role holds its count,
     remove the fewest smaller groups whose regions, once freed, let one larger group be placed (the groups a
@@ -859,12 +875,12 @@ def _make_room(
                 break
             for w in larger:
                 if w.chips > v.chips and room({v.name: k}, {w.name: 1}):
-                    return left, w.name, (
+                    return _MadeRoom(left, w.name, (
                         f"make room: {k} {v.slice_topology} group(s) ({v.name}) go first, freeing a place for "
                         f"a {w.slice_topology} group ({w.name}), the cheaper mix {_mix_text(variants, free)} "
                         f"({chips(variants, free)} chips); the {sum(left.values())} groups left carry "
                         f"{capacity(variants, left):.0f} ≥ the need {need:.0f} tokens/s"
-                    )
+                    ))
     return None
 
 
