@@ -285,12 +285,17 @@ class Controller:
     after_first: Callable[[], None] | None = None
     #: The pass ledger: per (ClusterQueue, resource), per target, the chips of serving replicas asked for and
     #: not admitted by Kueue yet, as last observed or as this controller just asked. Other policies on the
-    #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once).
+    #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once); policies on the
+    #: other ClusterQueues of its cohort see them taken from what the cohort lends (``arbitration.lent``).
     _in_flight: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     #: Beside it, per target, the replicas asked for and waiting (for the slice inventory: ``QuotaStatus.asked``).
     _asked: dict[tuple[str, str], dict[str, AskedReplicas]] = field(default_factory=dict)
-    #: Policies sharing a ClusterQueue evaluate one at a time: each decides on what the previous one did.
-    _queue_locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    #: Policies sharing a ClusterQueue, or ClusterQueues of one cohort, evaluate one at a time: each decides on
+    #: what the previous one did (``_group``).
+    _queue_locks: dict[_Group, asyncio.Lock] = field(default_factory=dict)
+    #: Each ClusterQueue's cohort ("" for none), as its last quota read showed it (the loop learns it nowhere
+    #: else): the key of its policies' lock.
+    _cohorts: dict[str, str] = field(default_factory=dict)
     #: The pass deadline of each policy's running evaluation: a hand-off it cuts is undone (``_act``).
     _deadlines: dict[str, asyncio.Timeout] = field(default_factory=dict)
     #: Finds and resumes Workloads no policy covers any more (None: no sweep).
@@ -421,7 +426,7 @@ class Controller:
             since = self.clock.monotonic()
             await self._read_targets([cp for cp in policies if cp.name not in reused])
         out: list[T] = []
-        for chunk in _chunks(policies, self.pass_chunk):
+        for chunk in _chunks(policies, self.pass_chunk, self._policy_group):
             prepared = await self.prepare([cp for cp in chunk if cp.name not in reused], since)
             self._note_prepared(prepared)
             prepared.update((cp.name, reused[cp.name]) for cp in chunk if cp.name in reused)
@@ -485,9 +490,7 @@ class Controller:
                     if queue is None:
                         outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
                     else:
-                        # Policies sharing a ClusterQueue decide one at a time, each on what the last one did.
-                        async with self._queue_locks.setdefault(queue, asyncio.Lock()):
-                            outcome = await self._evaluate(cp, trigger, probe=probe, prepared=part)
+                        outcome = await self._evaluate_in_group(cp, queue, trigger, probe=probe, prepared=part)
             except TimeoutError:
                 # Cut short anywhere (observing, or between two writes): nothing is committed, and the next
                 # evaluation starts from what the cluster shows (replicas, the Workloads' annotations).
@@ -498,6 +501,36 @@ class Controller:
             if not probe or outcome.committed:
                 self.outcomes[cp.name] = outcome
             return outcome
+
+    async def _evaluate_in_group(
+        self, cp: CompiledPolicy, queue: _Queue, trigger: str, *, probe: bool, prepared: Prepared | Exception | None
+    ) -> Outcome:
+        """Policies sharing a ClusterQueue, or the ClusterQueues of one cohort, decide one at a time, each on what
+        the last one did. The cohort is known only once the ClusterQueue's quota has been read: an evaluation
+        that finds it holds the wrong lock (the first one, or after the ClusterQueue moved) decides nothing, and
+        observes again under the right one. At most ``RELOCKS`` times: a ClusterQueue moved back and forth
+        faster than that decides under the lock of its last read."""
+        for attempt in range(RELOCKS + 1):
+            group = self._group(queue)
+            async with self._queue_locks.setdefault(group, asyncio.Lock()):
+                try:
+                    return await self._evaluate(
+                        cp, trigger, probe=probe, prepared=prepared, group=group if attempt < RELOCKS else None
+                    )
+                except _Relock:
+                    continue
+        raise AssertionError("unreachable: the last attempt never relocks")
+
+    def _group(self, queue: _Queue) -> _Group:
+        """The lock and account ``queue``'s policies share: its cohort's, else its own."""
+        cohort = self._cohorts.get(queue.cluster_queue, "")
+        if cohort:
+            return _Group("cohort", cohort, queue.resource)
+        return _Group("clusterqueue", queue.cluster_queue, queue.resource)
+
+    def _policy_group(self, cp: CompiledPolicy) -> _Group | None:
+        queue = _queue_key(cp)
+        return None if queue is None else self._group(queue)
 
     # held Workloads ------------------------------------------------------------------------------------
     async def sweep(self) -> int:
@@ -521,15 +554,16 @@ class Controller:
         resumed = 0
         for (cq, res), hs in sorted(uncovered.items()):
             # Serving on this ClusterQueue waits first: the policies that share it go one at a time with us.
-            async with self._queue_locks.setdefault((cq, res), asyncio.Lock()):
+            async with self._queue_locks.setdefault(self._group(_Queue(cq, res)), asyncio.Lock()):
                 try:
                     quota = await self.keeper.quota(CapacitySpec(cluster_queue=cq, resource=res, per_replica=1))
                 except Exception as exc:
                     self.telemetry.errors.labels("sweep").inc()
                     self._log.warning("sweep_failed", cluster_queue=cq, error=_one_line(exc))
                     continue
-                pending = self._pending_on((cq, res)) + max(h.waiting for h in hs)
-                quota = dataclasses.replace(quota, pending=pending)
+                self._cohorts[cq] = quota.cohort  # a cohort learned here is locked under from the next sweep on
+                pending = self._pending_on(_Queue(cq, res)) + max(h.waiting for h in hs)
+                quota = self._lent(_Queue(cq, res), dataclasses.replace(quota, pending=pending))
                 by_uid = {h.workload.uid: h for h in hs}
                 for d in arbitration.resume_uncovered(
                     held=[h.workload for h in hs], quota=quota, claimed=hs[0].claimed
@@ -576,7 +610,8 @@ class Controller:
                 self.note_in_flight(cp, part.replicas.gated, part.replicas.spec)
 
     def _with_pending(self, cp: CompiledPolicy, obs: Observation) -> Observation:
-        """``obs`` with its own gated replicas recorded and the other targets' on its ClusterQueue as pending."""
+        """``obs`` with its own gated replicas recorded, the other targets' on its ClusterQueue as pending, and
+        what the other ClusterQueues of its cohort ask for taken from what the cohort lends."""
         queue = _queue_key(cp)
         if queue is None or obs.quota is None:
             return obs
@@ -584,7 +619,22 @@ class Controller:
         me = cp.policy.spec.target.ref().key
         pending = self._pending_on(queue, besides=me)
         asked = {k: v for k, v in self._asked.get(queue, {}).items() if k != me and k in self._in_flight.get(queue, {})}
-        return dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending, asked=asked))
+        quota = self._lent(queue, dataclasses.replace(obs.quota, pending=pending, asked=asked))
+        return dataclasses.replace(obs, quota=quota)
+
+    def _learn(self, queue: _Queue, obs: Observation) -> None:
+        """Remember ``queue``'s cohort from its quota read (the only place the loop learns it)."""
+        if obs.quota is not None:
+            self._cohorts[queue.cluster_queue] = obs.quota.cohort
+
+    def _lent(self, queue: _Queue, quota: QuotaStatus) -> QuotaStatus:
+        """``quota`` with what its cohort lends less what serving asked for on the cohort's other ClusterQueues
+        (the ledger's, per ClusterQueue: ``arbitration.lent``)."""
+        if not quota.cohort:
+            return quota
+        others = {m.name: self._pending_on(_Queue(m.name, queue.resource)) for m in quota.members}
+        others.pop(queue.cluster_queue, None)
+        return arbitration.lent(quota, others)
 
     def _pending_on(self, queue: tuple[str, str], *, besides: str | None = None) -> float:
         """Serving chips asked for and not admitted on ``queue``, over the targets of current policies."""
@@ -597,8 +647,11 @@ class Controller:
         return sum(v for k, v in ledger.items() if k != besides)
 
     async def _evaluate(
-        self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None
+        self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None,
+        group: _Group | None = None,
     ) -> Outcome:
+        """One evaluation. ``group``: the lock held (``_evaluate_in_group``); if the quota read shows the policy
+        belongs under another, ``_Relock`` is raised before anything is decided."""
         t0 = self.clock.monotonic()
         log = self._log.bind(policy=cp.name, target=cp.policy.spec.target.ref().key, trigger=trigger)
         try:
@@ -607,6 +660,11 @@ class Controller:
             self.telemetry.errors.labels("observe").inc()
             log.warning("observe_failed", error=_one_line(exc))
             return Outcome(cp.name, error=f"observe: {_one_line(exc)}")
+        queue = _queue_key(cp)
+        if queue is not None:
+            self._learn(queue, obs)
+            if group is not None and self._group(queue) != group:
+                raise _Relock
         obs = self._with_pending(cp, obs)
         t1 = self.clock.monotonic()
         state = self.states.get(cp.name, PolicyState())
@@ -621,7 +679,7 @@ class Controller:
         if isinstance(prepared, Prepared) and prepared.kept and _changes(decisions):
             # Decided on a probe's screen (the target as last kept): what is written is decided on what the
             # cluster shows now, so observe afresh and decide again.
-            return await self._evaluate(cp, trigger, probe=probe, prepared=None)
+            return await self._evaluate(cp, trigger, probe=probe, prepared=None, group=group)
         if probe and not _changes(decisions):
             log.debug("probe", reasons=[d.reason.value for d in decisions])
             return Outcome(cp.name, tuple(decisions), observation=obs)
@@ -1130,7 +1188,8 @@ class Controller:
             queue = _queue_key(cp)
             if queue is not None and obs.quota is not None:
                 pending = self._pending_on(queue, besides=cp.policy.spec.target.ref().key)
-                obs = dataclasses.replace(obs, quota=dataclasses.replace(obs.quota, pending=pending))
+                quota = self._lent(queue, dataclasses.replace(obs.quota, pending=pending))
+                obs = dataclasses.replace(obs, quota=quota)
             decisions, state = cp.decide(obs, self.states.get(cp.name, PolicyState()), self.clock.wall())
         except Exception:  # the evaluation (periodic, or this one's) reports it; a screen only selects
             return None
@@ -1193,18 +1252,21 @@ class Controller:
             self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
 
 
-def _chunks(policies: list[CompiledPolicy], size: int) -> list[list[CompiledPolicy]]:
-    """``policies`` in chunks of about ``size``, in order, the policies of one ClusterQueue kept together in
-    the chunk of the first of them (they decide one after the other on one ledger, filled by one bulk read)."""
+def _chunks(
+    policies: list[CompiledPolicy], size: int, group: Callable[[CompiledPolicy], object] | None = None
+) -> list[list[CompiledPolicy]]:
+    """``policies`` in chunks of about ``size``, in order, the policies of one ClusterQueue (by default; of one
+    ``group``: the loop's is the cohort's, once known) kept together in the chunk of the first of them (they
+    decide one after the other on one ledger, filled by one bulk read)."""
     groups: dict[object, list[CompiledPolicy]] = {}
     for i, cp in enumerate(policies):
-        key = _queue_key(cp)
+        key = _queue_key(cp) if group is None else group(cp)
         groups.setdefault(i if key is None else key, []).append(cp)
     out: list[list[CompiledPolicy]] = []
-    for group in groups.values():
+    for members in groups.values():
         if not out or len(out[-1]) >= size:
             out.append([])
-        out[-1].extend(group)
+        out[-1].extend(members)
     return out
 
 
@@ -1218,6 +1280,24 @@ class _Queue(NamedTuple):
 
     cluster_queue: str
     resource: str
+
+
+class _Group(NamedTuple):
+    """What policies on ClusterQueues share one lock under: a cohort (its members lend to each other), else a
+    ClusterQueue; per resource."""
+
+    kind: str
+    name: str
+    resource: str
+
+
+#: How many times an evaluation observes again under another lock (``_evaluate_in_group``): once when it learns
+#: the cohort, once more should the ClusterQueue move meanwhile.
+RELOCKS = 2
+
+
+class _Relock(Exception):
+    """The evaluation holds another lock than its ClusterQueue's cohort needs: observe again under that one."""
 
 
 def _queue_key(cp: CompiledPolicy) -> _Queue | None:

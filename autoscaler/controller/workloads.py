@@ -59,7 +59,7 @@ from autoscaler.controller.kube import (
 from autoscaler.controller.observer import Training
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import QuotaStatus, TrainingAction, TrainingDecision, TrainingWorkload
+from autoscaler.core.model import QueueQuota, QuotaStatus, TrainingAction, TrainingDecision, TrainingWorkload
 from autoscaler.core.spec import CapacitySpec, PreemptibleSpec, Spec
 
 JsonObj = dict[str, Any]
@@ -253,7 +253,7 @@ def _cohort(cq: JsonObj) -> str:
     return str(spec.get("cohortName") or spec.get("cohort") or "")  # v1beta2 / v1beta1
 
 
-def queue_quota(cq: JsonObj, resource: str) -> arbitration.QueueQuota:
+def queue_quota(cq: JsonObj, resource: str) -> QueueQuota:
     """A ClusterQueue's nominal quota, limits and reservation for one resource, over all its flavors."""
     nominal = reserved = 0.0
     borrowing: float | None = None
@@ -272,7 +272,10 @@ def queue_quota(cq: JsonObj, resource: str) -> arbitration.QueueQuota:
         for res in flavor.get("resources") or []:
             if res.get("name") == resource:
                 reserved += parse_quantity(res.get("total", 0))
-    return arbitration.QueueQuota(nominal, reserved, borrowing, lending)
+    # Kueue's default is Never; LowerPriority is taken as reclaiming (serving outranks what borrows: ``estimate``).
+    reclaim = ((cq.get("spec") or {}).get("preemption") or {}).get("reclaimWithinCohort") or "Never"
+    name = str((cq.get("metadata") or {}).get("name") or "")
+    return QueueQuota(nominal, reserved, borrowing, lending, name=name, reclaims=reclaim != "Never")
 
 
 def _parse_time(value: object) -> float | None:
@@ -521,9 +524,10 @@ class KueueGate:
         cq: JsonObj = await call(
             self._custom.get_cluster_custom_object(KUEUE_GROUP, version, "clusterqueues", capacity.cluster_queue)
         )
-        own = queue_quota(cq, capacity.resource)
+        own = dataclasses.replace(queue_quota(cq, capacity.resource), name=capacity.cluster_queue)
         cohort = _cohort(cq)
         borrowable = 0.0
+        others: list[QueueQuota] = []
         if cohort:
             listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, version, "clusterqueues"))
             others = [
@@ -531,7 +535,10 @@ class KueueGate:
                 if _cohort(other) == cohort and (other.get("metadata") or {}).get("name") != capacity.cluster_queue
             ]
             borrowable = arbitration.kueue_borrowable(own, others, in_cohort=True)
-        return QuotaStatus(capacity.cluster_queue, capacity.resource, own.nominal, own.reserved, borrowable)
+        # The members travel with the quota: the loop counts again what they lend with what serving asks for on
+        # them (``arbitration.lent``), and learns the cohort its policies share a lock under.
+        return QuotaStatus(capacity.cluster_queue, capacity.resource, own.nominal, own.reserved, borrowable,
+                           cohort=cohort, members=(own, *others) if cohort else ())
 
     # --- writing ---------------------------------------------------------------------------------------------
 

@@ -5,10 +5,12 @@
 serving may have *now*, plus the Workloads to deactivate or reactivate.
 
 **The budget** (``budget``): one account per ClusterQueue and resource, the same for every policy that
-shares it in a pass, counting the chips in flight as well as Kueue's reservation:
+shares it in a pass, counting the chips in flight as well as Kueue's reservation; in a cohort, what the
+cohort lends is shared by every policy on its members (``lent``):
 
-- ``available``: nominal quota + what the cohort would lend (``kueue_borrowable``; ``borrowingLimit`` is a
-  cap, not capacity) − reservation;
+- ``available``: nominal quota + what the cohort would lend (``kueue_borrowable``, Kueue's own rule;
+  ``borrowingLimit`` is a cap, not capacity; serving replicas asked for on the cohort's other members and not
+  admitted yet are taken from it first) − reservation;
 - ``freeing``: Workloads deactivated but not yet evicted (their chips come back once, and only once);
 - ``pending``: serving replicas asked for and not admitted yet: this target's gated replicas plus the
   other targets' on the ClusterQueue (``QuotaStatus.pending``, the controller's pass ledger). They take
@@ -68,7 +70,7 @@ import dataclasses
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +81,7 @@ from autoscaler.core.model import (
     DemandHistory,
     DemandJump,
     Observation,
+    QueueQuota,
     QuotaStatus,
     Reason,
     ScaleDecision,
@@ -130,6 +133,10 @@ class Budget:
     freeing: float
     pending: float
     claiming: float
+    #: The ClusterQueue's cohort ("" without one), and what serving on its other members takes of what it
+    #: lends (already out of ``available``).
+    cohort: str = ""
+    cohort_pending: float = 0.0
 
     @property
     def for_serving(self) -> float:
@@ -145,7 +152,13 @@ class Budget:
             parts.append(f"{_units(self.pending)} asked for by serving replicas Kueue has not admitted yet")
         if self.claiming > _EPS:
             parts.append(f"{_units(self.claiming)} asked for by queued training")
-        return f"{', '.join(parts)} ({self.resource}, ClusterQueue {self.cluster_queue})"
+        if self.cohort_pending > _EPS:
+            parts.append(
+                f"{_units(self.cohort_pending)} of what cohort {self.cohort} lends taken by serving replicas asked "
+                "for on its other ClusterQueues"
+            )
+        where = f"ClusterQueue {self.cluster_queue}" + (f", cohort {self.cohort}" if self.cohort else "")
+        return f"{', '.join(parts)} ({self.resource}, {where})"
 
 
 def budget(*, quota: QuotaStatus, training: Sequence[TrainingWorkload], own_pending: float) -> Budget:
@@ -157,38 +170,64 @@ def budget(*, quota: QuotaStatus, training: Sequence[TrainingWorkload], own_pend
         freeing=float(sum(w.chips for w in training if not w.active and w.admitted)),
         pending=quota.pending + own_pending,
         claiming=float(sum(w.chips for w in training if w.active and not w.admitted)),
+        cohort=quota.cohort,
+        cohort_pending=quota.cohort_pending,
     )
 
 
-@dataclass(frozen=True, slots=True)
-class QueueQuota:
-    """One ClusterQueue of a cohort, for one resource, as ``kueue_borrowable`` needs it."""
+def _guaranteed(q: QueueQuota) -> float:
+    """The part of ``q``'s nominal quota it never lends (Kueue's ``guaranteedQuota``: nominal − lendingLimit)."""
+    return 0.0 if q.lending_limit is None else max(0.0, q.nominal - q.lending_limit)
 
-    nominal: float
-    reserved: float
-    #: ``borrowingLimit`` (None: unlimited within the cohort).
-    borrowing_limit: float | None = None
-    #: ``lendingLimit`` (None: all of its unused nominal quota may be lent).
-    lending_limit: float | None = None
+
+def _in_cohort(q: QueueQuota, used: float) -> float:
+    """What of ``used`` a member holds in the cohort's pool: its usage past its guaranteed part."""
+    return max(0.0, used - _guaranteed(q))
 
 
 def kueue_borrowable(own: QueueQuota, others: Sequence[QueueQuota], *, in_cohort: bool) -> float:
-    """What a ClusterQueue may hold above its nominal quota, as Kueue lends it: the cohort members' unused
-    lendable quota (each lends at most ``lendingLimit`` and never what it uses itself), less what is already
-    lent to us, capped by our ``borrowingLimit``. Without a cohort nothing is lent, whatever the limit says.
-    Returned including what we already borrow, so ``nominal + borrowable − reserved`` is what is free."""
+    """What a ClusterQueue may hold above its nominal quota, as Kueue lends it (Kueue's ``available`` in
+    ``pkg/cache/resource_node.go``, for a cohort without a parent or quota of its own): the cohort's pool is
+    every member's lendable quota (nominal, or ``lendingLimit``), less every member's usage past its unlent
+    part; ours is our unlent room plus that pool, capped by our ``borrowingLimit`` over what we already hold in
+    it. A member's usage is its reservation plus its ``pending`` (serving replicas asked for there: Kueue admits
+    them into the pool as it frees, before anything we ask, so they count in full, as the pending replicas of
+    other targets on our own ClusterQueue do, and may leave less than nothing); ``own.pending`` is left to the
+    budget's ``pending``
+    (subtracting it there is exact: the rule is linear in our own usage). A member that borrows takes from
+    everyone's lendable part, ours too: what others borrow of our nominal quota counts as ours only when our
+    queue reclaims it (``reclaims``: Kueue then preempts the borrowers), so the result may be negative.
+    Without a cohort nothing is lent, whatever the limit says. Returned including what we already borrow, so
+    ``nominal + borrowable − reserved`` is what is free."""
     if not in_cohort:
         return 0.0
-    borrowed = max(0.0, own.reserved - own.nominal)
-    spare = 0.0
-    for q in others:
-        lendable = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
-        # What a member uses beyond what it keeps for itself comes out of its lendable part.
-        spare += max(0.0, lendable - max(0.0, q.reserved - (q.nominal - lendable)))
-    more = max(0.0, spare - borrowed)
+    used = own.reserved
+    pool = sum(q.nominal - _guaranteed(q) for q in (own, *others))
+    pool -= _in_cohort(own, used) + sum(_in_cohort(q, q.reserved + q.pending) for q in others)
     if own.borrowing_limit is not None:
-        more = min(more, max(0.0, own.borrowing_limit - borrowed))
-    return borrowed + more
+        pool = min(pool, own.nominal - _guaranteed(own) - _in_cohort(own, used) + own.borrowing_limit)
+    available = max(0.0, _guaranteed(own) - used) + pool
+    if own.reclaims:
+        available = max(available, own.nominal - used)
+    return available - own.nominal + own.reserved
+
+
+def lent(quota: QuotaStatus, pending: Mapping[str, float]) -> QuotaStatus:
+    """``quota`` with what its cohort lends counted again with ``pending``: per other ClusterQueue of the cohort
+    (by name), the serving chips asked for there and not admitted yet (the controller's pass ledger). Kueue
+    admits them into the cohort's pool as it frees, so two policies on two members never spend the same lent
+    chips. ``cohort_pending`` keeps what they take (for the budget's message). Without a cohort, unchanged."""
+    own = next((m for m in quota.members if m.name == quota.cluster_queue), None)
+    if not quota.cohort or own is None:
+        return quota
+    others = tuple(
+        dataclasses.replace(m, pending=pending.get(m.name, 0.0)) for m in quota.members if m.name != own.name
+    )
+    before = kueue_borrowable(own, [dataclasses.replace(m, pending=0.0) for m in others], in_cohort=True)
+    borrowable = kueue_borrowable(own, others, in_cohort=True)
+    return dataclasses.replace(
+        quota, borrowable=borrowable, members=(own, *others), cohort_pending=max(0.0, before - borrowable)
+    )
 
 
 def saves_within_grace(w: TrainingWorkload) -> bool:

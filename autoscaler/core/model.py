@@ -219,6 +219,26 @@ class Ahead:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """One ClusterQueue of a cohort, for one resource, as ``arbitration.kueue_borrowable`` needs it (summed
+    over the queue's flavors)."""
+
+    nominal: float
+    reserved: float
+    #: ``borrowingLimit`` (None: unlimited within the cohort).
+    borrowing_limit: float | None = None
+    #: ``lendingLimit`` (None: all of its nominal quota may be lent while unused).
+    lending_limit: float | None = None
+    name: str = ""
+    #: ``spec.preemption.reclaimWithinCohort`` is not ``Never``: Kueue preempts the cohort's borrowers to give
+    #: this queue back its nominal quota, so what others borrow of it still counts as its room.
+    reclaims: bool = False
+    #: Serving chips asked for on this queue and not admitted yet (the controller's pass ledger): Kueue will
+    #: admit them into its quota, and what exceeds its unlent part into the cohort's.
+    pending: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaStatus:
     """The accelerator quota serving shares, as a Kueue ClusterQueue holds it for one resource."""
 
@@ -228,6 +248,7 @@ class QuotaStatus:
     reserved: float
     #: What Kueue would lend on top of ``nominal`` now (``kueue_borrowable``: the cohort's unused quota capped by
     #: ``borrowingLimit``), including what is already borrowed. Not ``borrowingLimit`` itself, which is a cap.
+    #: Negative when other members borrow of ``nominal`` and the queue does not reclaim it.
     borrowable: float = 0.0
     #: Chips that serving replicas of *other* targets on this ClusterQueue have asked for and Kueue has not
     #: admitted yet (the controller's pass ledger): spoken for, though not in ``reserved``.
@@ -239,6 +260,14 @@ class QuotaStatus:
     #: replicas asked for and those waiting for admission; with ``slices``, those not holding a place yet take
     #: free room first.
     asked: Mapping[str, AskedReplicas] = field(default_factory=dict)
+    #: The ClusterQueue's cohort ("" without one): policies on its members share one lock and one account.
+    cohort: str = ""
+    #: Every ClusterQueue of the cohort for the resource as read (this one included), so that ``borrowable`` can
+    #: be counted again with what their serving replicas ask for (``arbitration.lent``).
+    members: tuple[QueueQuota, ...] = ()
+    #: Of the cohort's lendable quota, the chips serving replicas asked for on its other members will take
+    #: (already out of ``borrowable``; kept for the messages).
+    cohort_pending: float = 0.0
 
     @property
     def free(self) -> float:

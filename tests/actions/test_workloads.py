@@ -173,6 +173,38 @@ async def test_quota(
     assert quota.free == free
 
 
+@pytest.mark.parametrize(
+    ("reclaim", "free"),
+    [
+        # The lender borrows 4 of our 6: Kueue lends us nothing and, reclaiming Never (its default), leaves it there.
+        pytest.param(None, 0.0, id="a-borrower-keeps-our-quota"),
+        pytest.param("Any", 4.0, id="reclaimed-within-the-cohort"),
+    ],
+)
+async def test_quota_reads_the_cohort_its_members_and_reclaiming(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, reclaim: str | None, free: float
+) -> None:
+    kube.add(objects.cluster_queue("lender", nominal="4", cohort="shared"))
+    ours = objects.cluster_queue(nominal="6", cohort="shared")
+    if reclaim is not None:
+        ours["spec"]["preemption"]["reclaimWithinCohort"] = reclaim
+    kube.add(ours)
+    kube.add(objects.local_queue())
+    kube.add(objects.local_queue("lq-lender", cluster_queue_name="lender"))
+    kube.add(objects.workload("ours", pods=1, priority=1000))
+    kueue.admit("ours")
+    kube.add(objects.workload("borrower", pods=4, priority=10, queue="lq-lender"))
+    kueue.admit("borrower")
+    spec = policy().policy.spec
+    assert spec.capacity is not None
+    quota = await gate(kube_client).quota(spec.capacity)
+    assert quota.cohort == "shared"
+    assert sorted((m.name, m.nominal, m.reserved) for m in quota.members) == [
+        ("cluster-queue", 6, 2), ("lender", 4, 8)
+    ]
+    assert quota.free == free
+
+
 async def test_deactivate_then_a_restarted_gate_reactivates(
     kube: Emulator, kube_client: client.ApiClient, kueue: Kueue
 ) -> None:

@@ -12,6 +12,7 @@ def tgi_policy(
     *, name: str = "tgi-gemma", target: str = "tgi-gemma-deployment", source: str = "{type: pods, port: 8000}",
     period: float = 15, capacity_per_replica: float = 10, max_replicas: int = 3, capacity: bool = True,
     scale_down_window: float | None = None, min_run_seconds: float | None = None, selector: str = "finetune-job",
+    cluster_queue: str = "cluster-queue",
 ) -> str:
     """The tutorial's policy shape with the parts tests vary (``capacity=False``: no training arbitration;
     ``scale_down_window``: the queue type's scale-down stabilization; ``min_run_seconds``: the capacity's)."""
@@ -38,7 +39,7 @@ spec:
     type: queue
     work: [queue]
     capacityPerReplica: {capacity_per_replica}
-{behavior}  capacity: {{clusterQueue: cluster-queue, resource: nvidia.com/gpu, perReplica: 2{min_run}}}
+{behavior}  capacity: {{clusterQueue: {cluster_queue}, resource: nvidia.com/gpu, perReplica: 2{min_run}}}
   preemptible:
     - namespace: llm
       selector: {{matchLabels: {{app: {selector}}}}}

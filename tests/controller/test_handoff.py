@@ -33,12 +33,14 @@ FINETUNE = "job-finetune-gemma-l4-3316f"
 
 
 def policy_text(
-    name: str, target: str, url: str, *, max_replicas: int = 3, min_run_s: float = 0, selector: str = "finetune-job"
+    name: str, target: str, url: str, *, max_replicas: int = 3, min_run_s: float = 0, selector: str = "finetune-job",
+    cluster_queue: str = "cluster-queue",
 ) -> str:
     """The shared TGI policy (``tests.controller.policies.tgi_policy``) read from ``url`` every second, scaling
     down without a window."""
     return tgi_policy(name=name, target=target, source=f"{{type: pods, endpoints: ['{url}']}}", period=1,
-                      max_replicas=max_replicas, scale_down_window=0, min_run_seconds=min_run_s, selector=selector)
+                      max_replicas=max_replicas, scale_down_window=0, min_run_seconds=min_run_s, selector=selector,
+                      cluster_queue=cluster_queue)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -102,8 +104,10 @@ async def make_world(
     """Builds worlds, and stops their controllers and Kueue before the client and the emulator go away."""
     built: list[World] = []
 
-    async def make(targets: tuple[str, ...] = ("tgi-gemma-deployment",), nominal: str = "6") -> World:
-        w = await build(kube, kube_client, kueue, tmp_path, list(targets), nominal)
+    async def make(
+        targets: tuple[str, ...] = ("tgi-gemma-deployment",), nominal: str = "6", cohort: dict[str, str] | None = None
+    ) -> World:
+        w = await build(kube, kube_client, kueue, tmp_path, list(targets), nominal, cohort)
         built.append(w)
         return w
 
@@ -123,10 +127,21 @@ async def world(make_world: Builder) -> World:
 
 
 async def build(
-    kube: Emulator, api: client.ApiClient, kueue: Kueue, tmp_path: Path, targets: list[str], nominal: str = "6"
+    kube: Emulator, api: client.ApiClient, kueue: Kueue, tmp_path: Path, targets: list[str], nominal: str = "6",
+    cohort: dict[str, str] | None = None,
 ) -> World:
-    kube.add(objects.cluster_queue(nominal=nominal))
-    kube.add(objects.local_queue())
+    """The tutorial's world. With ``cohort`` (ClusterQueue name → nominal quota): those ClusterQueues in one
+    cohort, each target on its own (``cq-<last letter of the target>``, LocalQueue ``lq-<letter>``) and the
+    fine-tune on ``lender`` (LocalQueue ``lq``)."""
+    if cohort is None:
+        kube.add(objects.cluster_queue(nominal=nominal))
+        kube.add(objects.local_queue())
+    else:
+        for cq, quota in cohort.items():
+            kube.add(objects.cluster_queue(cq, nominal=quota, cohort="shared"))
+        kube.add(objects.local_queue(cluster_queue_name="lender"))
+        for name in targets:
+            kube.add(objects.local_queue(f"lq-{name[-1]}", cluster_queue_name=f"cq-{name[-1]}"))
     job = kube.add(objects.job())
     kube.add(objects.workload(FINETUNE, owner=job, priority=20))
     kueue.admit(FINETUNE)
@@ -137,7 +152,7 @@ async def build(
         dep["spec"]["template"]["metadata"]["labels"] = {"app": name}
         dep["status"] = {"replicas": 0, "readyReplicas": 0}
         kube.add(dep)
-        serving.append(ServingDeployment(name))
+        serving.append(ServingDeployment(name, queue="lq" if cohort is None else f"lq-{name[-1]}"))
     live = LiveKueue(kube, kueue, serving)
     t0 = asyncio.get_running_loop().time() - 100
     for t in (t0, t0 + 10, t0 + 20):  # the first replica is admitted and ready before the test starts
@@ -343,6 +358,40 @@ async def test_two_policies_on_one_cluster_queue_never_ask_for_more_than_is_free
     await asyncio.sleep(0.5)
     assert over == []
     assert w.replicas("tgi-a") + w.replicas("tgi-b") == 4
+    assert w.training_writes() == [False]
+
+
+async def test_two_policies_on_two_cluster_queues_of_one_cohort_never_ask_for_more_than_is_free(
+    make_world: Builder,
+) -> None:
+    # The twin of the test above, split over a cohort: cq-a (2 GPUs) serves a, cq-b (2) serves b, and the lender
+    # (4) runs the fine-tune; Kueue lends each member's unused quota to the others. Both policies want 3
+    # replicas (+4 GPUs each) with nothing free in the cohort: only the fine-tune's 4 can be freed, so together
+    # they may ask for 4 more GPUs, never 8. Each policy counts the cohort's quota as its own; only the lock per
+    # cohort and the other member's pending replicas taken from what the cohort lends keep the second from
+    # spending the chips the first one's replicas wait for.
+    w = await make_world(("tgi-a", "tgi-b"), cohort={"cq-a": "2", "cq-b": "2", "lender": "4"})
+    kube = w.kube
+    for name in ("a", "b"):
+        text = policy_text(f"policy-{name}", f"tgi-{name}", w.metrics[f"tgi-{name}"].url, cluster_queue=f"cq-{name}")
+        (w.policies / f"{name}.yaml").write_text(text)
+    over: list[float] = []
+
+    def check() -> None:
+        asked = 2 * (w.replicas("tgi-a") + w.replicas("tgi-b"))
+        training = 4 if w.workload()["active"] else 0
+        if asked + training > 8:
+            over.append(asked + training)
+
+    kube.after("PATCH", "/apis/apps/v1/namespaces/llm/deployments/*/scale", check, times=10_000)
+    run_kueue(w)
+    w.start(w.runtime())
+    w.metrics["tgi-a"].queue = w.metrics["tgi-b"].queue = 25
+    await until(lambda: bool(over) or (w.replicas("tgi-a") + w.replicas("tgi-b") == 4 and w.live.gated() == 0))
+    await asyncio.sleep(0.5)
+    assert over == []
+    assert w.replicas("tgi-a") + w.replicas("tgi-b") == 4
+    assert w.live.gated() == 0
     assert w.training_writes() == [False]
 
 

@@ -18,6 +18,7 @@ from autoscaler.core.model import (
     DemandJump,
     Observation,
     PolicyState,
+    QueueQuota,
     QuotaStatus,
     Reason,
     ReplicaStatus,
@@ -422,28 +423,78 @@ def test_anti_thrash_min_run_and_preemption_cap() -> None:
 
 
 BORROW_CASES = [
-    pytest.param(arbitration.QueueQuota(6, 6, borrowing_limit=10), [], False, 0.0, id="no-cohort-lends-nothing"),
-    pytest.param(arbitration.QueueQuota(6, 6, borrowing_limit=10), [arbitration.QueueQuota(8, 8)], True, 0.0,
+    pytest.param(QueueQuota(6, 6, borrowing_limit=10), [], False, 0.0, id="no-cohort-lends-nothing"),
+    pytest.param(QueueQuota(6, 6, borrowing_limit=10), [QueueQuota(8, 8)], True, 0.0,
                  id="a-busy-cohort-lends-nothing"),
-    pytest.param(arbitration.QueueQuota(6, 6, borrowing_limit=3), [arbitration.QueueQuota(8, 2)], True, 3.0,
+    pytest.param(QueueQuota(6, 6, borrowing_limit=3), [QueueQuota(8, 2)], True, 3.0,
                  id="capped-by-the-borrowing-limit"),
-    pytest.param(arbitration.QueueQuota(6, 6), [arbitration.QueueQuota(8, 2, lending_limit=4)], True, 4.0,
+    pytest.param(QueueQuota(6, 6), [QueueQuota(8, 2, lending_limit=4)], True, 4.0,
                  id="capped-by-the-lenders-lending-limit"),
-    pytest.param(arbitration.QueueQuota(6, 8), [arbitration.QueueQuota(8, 2)], True, 6.0,
+    pytest.param(QueueQuota(6, 8), [QueueQuota(8, 2)], True, 6.0,
                  id="already-borrowed-counts-and-is-not-lent-twice"),
     # Added where a mutation run (docs/testing.md) showed the rule untested.
-    pytest.param(arbitration.QueueQuota(6, 6), [arbitration.QueueQuota(8, 6), arbitration.QueueQuota(4, 1)], True,
+    pytest.param(QueueQuota(6, 6), [QueueQuota(8, 6), QueueQuota(4, 1)], True,
                  5.0, id="every-cohort-member-lends-its-spare"),
-    pytest.param(arbitration.QueueQuota(6, 9, borrowing_limit=3), [arbitration.QueueQuota(8, 2)], True, 3.0,
+    pytest.param(QueueQuota(6, 9, borrowing_limit=3), [QueueQuota(8, 2)], True, 3.0,
                  id="a-used-up-borrowing-limit-lends-no-more"),
-    pytest.param(arbitration.QueueQuota(6, 8, borrowing_limit=4), [arbitration.QueueQuota(8, 0)], True, 4.0,
+    pytest.param(QueueQuota(6, 8, borrowing_limit=4), [QueueQuota(8, 0)], True, 4.0,
                  id="the-borrowing-limit-counts-what-is-already-borrowed"),
+]
+
+
+BORROW_CASES += [
+    # Kueue's pool is every member's lendable quota less every member's usage past its unlent part: a member that
+    # borrows takes from everyone's lendable quota, ours too (before, each member's spare was clipped at 0 and
+    # our own nominal counted as free while another member held it).
+    pytest.param(QueueQuota(6, 2), [QueueQuota(8, 12)], True, -4.0, id="a-borrower-holds-our-nominal-quota"),
+    pytest.param(QueueQuota(6, 2, reclaims=True), [QueueQuota(8, 12)], True, 0.0,
+                 id="reclaimed-within-the-cohort-our-nominal-is-ours"),
+    # Serving asked for on another member is admitted into the pool before what we ask for...
+    pytest.param(QueueQuota(2, 2), [QueueQuota(2, 2, pending=2), QueueQuota(4, 0)], True, 2.0,
+                 id="another-members-pending-takes-from-what-is-lent"),
+    # ...except what fits in that member's unlent part (nominal - lendingLimit), which is never in the pool.
+    pytest.param(QueueQuota(2, 2), [QueueQuota(4, 0, lending_limit=2, pending=2)], True, 2.0,
+                 id="pending-within-the-unlent-part-takes-nothing-lent"),
+    pytest.param(QueueQuota(2, 2), [QueueQuota(4, 0, lending_limit=2, pending=3)], True, 1.0,
+                 id="pending-past-the-unlent-part-takes-from-the-pool"),
 ]
 
 
 @pytest.mark.parametrize(("own", "others", "cohort", "expected"), BORROW_CASES)
 def test_kueue_borrowable(own: Any, others: Any, cohort: bool, expected: float) -> None:
     assert arbitration.kueue_borrowable(own, others, in_cohort=cohort) == expected
+
+
+def _cohort_quota(*, b_pending: float = 0.0) -> QuotaStatus:
+    """cq-a (2, full) in cohort ``shared`` with cq-b (2, full) and a lender (4, idle), as the controller reads it."""
+    members = (QueueQuota(2, 2, name="cq-a"), QueueQuota(2, 2, name="cq-b"), QueueQuota(4, 0, name="lender"))
+    quota = QuotaStatus("cq-a", "nvidia.com/gpu", 2, 2, borrowable=4, cohort="shared", members=members)
+    return arbitration.lent(quota, {"cq-b": b_pending})
+
+
+@pytest.mark.parametrize(
+    ("b_pending", "available"),
+    [
+        pytest.param(0.0, 4.0, id="the-lenders-4-are-ours-while-nobody-else-asks"),
+        pytest.param(4.0, 0.0, id="what-cq-b-asked-for-is-not-lent-twice"),
+        # Kueue admits cq-b's replicas as room frees, before ours: the 2 it has not got yet are spoken for too
+        # (as another target's pending replicas on our own ClusterQueue are), so a scale-up must free them first.
+        pytest.param(6.0, -2.0, id="what-cq-b-waits-for-beyond-the-pool-is-spoken-for"),
+    ],
+)
+def test_the_budget_of_a_cohort_member_counts_what_the_others_asked_for(b_pending: float, available: float) -> None:
+    acct = arbitration.budget(quota=_cohort_quota(b_pending=b_pending), training=(), own_pending=0.0)
+    assert acct.available == available
+    assert acct.cohort == "shared"
+    assert acct.cohort_pending == b_pending
+    if b_pending:
+        assert "taken by serving replicas asked for on its other ClusterQueues" in acct.describe()
+    assert "cohort shared" in acct.describe()
+
+
+def test_lent_leaves_a_queue_without_cohort_alone() -> None:
+    quota = QuotaStatus("cq", "nvidia.com/gpu", 6, 2)
+    assert arbitration.lent(quota, {"other": 4.0}) is quota
 
 
 # --- asking for a checkpoint first (capacity.checkpointRequestSeconds) -----------------------------------------

@@ -7,7 +7,8 @@ What each call does mirrors Kueue (``pkg/controller/core/workload_controller.go`
    ``Deactivated`` (``Requeued=False``); an evicted-for-deactivation Workload set active again gets
    ``Requeued=True`` reason ``Reactivated``; ClusterQueue usage is recomputed.
 3. ``admit_pending``: the scheduler: admit active, pending Workloads of a ClusterQueue, highest priority first,
-   while they fit in the nominal quota (+ borrowing limit).
+   while they fit in what Kueue finds available (``free``: the nominal quota, and in a cohort what the cohort
+   lends within ``lendingLimit``/``borrowingLimit``).
 
 The ClusterQueue's ``status.flavorsReservation``/``flavorsUsage`` always equal the sum over its admitted
 Workloads, as Kueue's cache reports them.
@@ -166,15 +167,41 @@ class Kueue:
                 total += workload_usage(wl).get(resource, 0.0)
         return total
 
-    def free(self, cluster_queue: str, resource: str) -> float:
-        cq = self.kube.get(V1BETA2, "ClusterQueue", cluster_queue)
-        limit = 0.0
+    def _limits(self, cq: JsonObj, resource: str) -> tuple[float, float | None, float | None]:
+        """Nominal quota, borrowingLimit and lendingLimit of ``resource`` (one flavor, as these tests use)."""
         for group in cq["spec"]["resourceGroups"]:
             for flavor in group["flavors"]:
                 for res in flavor["resources"]:
                     if res["name"] == resource:
-                        limit += quantity(res["nominalQuota"]) + quantity(res.get("borrowingLimit", 0))
-        return limit - self.reserved(cluster_queue, resource)
+                        borrow, lend = res.get("borrowingLimit"), res.get("lendingLimit")
+                        return (quantity(res["nominalQuota"]), None if borrow is None else quantity(borrow),
+                                None if lend is None else quantity(lend))
+        return 0.0, None, None
+
+    def free(self, cluster_queue: str, resource: str) -> float:
+        """What Kueue's scheduler finds available to ``cluster_queue`` (``available`` in Kueue's
+        ``pkg/cache/resource_node.go``, a cohort without a parent: written here from Kueue's rule, not from the
+        code under test). Without a cohort: nominal − usage (a ``borrowingLimit`` lends nothing by itself). In a
+        cohort: the room left in its unlent part (nominal − ``lendingLimit``) plus the cohort's pool (every
+        member's lendable quota less every member's usage past its unlent part), the latter capped by its
+        ``borrowingLimit`` over what it already holds in the pool."""
+        cq = self.kube.get(V1BETA2, "ClusterQueue", cluster_queue)
+        cohort = cq["spec"].get("cohortName") or cq["spec"].get("cohort")
+        nominal, borrow, lend = self._limits(cq, resource)
+        usage = self.reserved(cluster_queue, resource)
+        if not cohort:
+            return nominal - usage
+        kept = 0.0 if lend is None else max(0.0, nominal - lend)
+        pool = 0.0
+        for member in self.kube.list(V1BETA2, "ClusterQueue"):
+            if (member["spec"].get("cohortName") or member["spec"].get("cohort")) != cohort:
+                continue
+            m_nominal, _, m_lend = self._limits(member, resource)
+            m_kept = 0.0 if m_lend is None else max(0.0, m_nominal - m_lend)
+            pool += m_nominal - m_kept - max(0.0, self.reserved(member["metadata"]["name"], resource) - m_kept)
+        if borrow is not None:
+            pool = min(pool, nominal - kept - max(0.0, usage - kept) + borrow)
+        return max(0.0, kept - usage) + pool
 
     def recompute(self, cluster_queue: str) -> None:
         """Write the ClusterQueue's reservation/usage status from its admitted Workloads."""
@@ -303,6 +330,8 @@ class ServingDeployment:
     namespace: str = "llm"
     gpus: int = 2
     priority: int = 30
+    #: The LocalQueue its pods name (``kueue.x-k8s.io/queue-name``): their ClusterQueue is that queue's.
+    queue: str = "lq"
 
 
 class LiveKueue(AdmissionLoop):
@@ -315,7 +344,8 @@ class LiveKueue(AdmissionLoop):
     2. workload controller: a Workload set inactive while admitted is evicted (reason ``Deactivated``)
        ``evict_s`` after we first saw it inactive; one set active again after that gets ``Requeued=True``;
     3. scheduler: pending active Workloads that have waited ``admit_s`` are admitted, highest priority first,
-       then oldest, while they fit (BestEffortFIFO: one that does not fit does not block smaller ones).
+       then oldest, while they fit in their ClusterQueue (``Kueue.free``: in a cohort, with what it lends;
+       BestEffortFIFO: one that does not fit does not block smaller ones).
        No preemption: what our controller does not stop, stays (as with Kueue preemption off);
     4. kubelet: an admitted pod loses its gate and is Ready ``ready_s`` later; Deployment status follows.
 
@@ -324,11 +354,9 @@ class LiveKueue(AdmissionLoop):
 
     def __init__(
         self, kube: Emulator, kueue: Kueue, serving: list[ServingDeployment], *, timing: Timing | None = None,
-        cluster_queue: str = "cluster-queue",
     ) -> None:
         super().__init__(kube, timing or Timing())
         self.kueue, self.serving = kueue, serving
-        self.cluster_queue = cluster_queue
         self._admitted_at: dict[str, float] = {}
         self._counter = 0
         self.ticks = 0
@@ -370,7 +398,7 @@ class LiveKueue(AdmissionLoop):
                 "metadata": {"name": f"pod-{name}", "namespace": dep.namespace, "labels": {},
                              "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name,
                                                   "uid": pod["metadata"]["uid"], "controller": True}]},
-                "spec": {"queueName": "lq", "priority": dep.priority, "podSets": [{
+                "spec": {"queueName": dep.queue, "priority": dep.priority, "podSets": [{
                     "name": "main", "count": 1,
                     "template": {"spec": {"containers": [{"name": "main", "resources": {
                         "requests": {"nvidia.com/gpu": str(dep.gpus)}}}]}},
@@ -384,7 +412,8 @@ class LiveKueue(AdmissionLoop):
                 self.kube.remove("v1", "Pod", name, dep.namespace)
                 self.kube.remove(V1BETA2, "Workload", f"pod-{name}", dep.namespace)
                 self._admitted_at.pop(name, None)
-            self.kueue.recompute(self.cluster_queue)
+            for cq in self.kube.list(V1BETA2, "ClusterQueue"):
+                self.kueue.recompute(cq["metadata"]["name"])
 
     # 2. -------------------------------------------------------------------------------------------------
     def evict_deactivated(self, name: str, namespace: str) -> None:
@@ -394,7 +423,8 @@ class LiveKueue(AdmissionLoop):
     def _admissions(self, now: float) -> None:
         for wl in self._pending(now):
             usage = workload_usage(wl)
-            if all(self.kueue.free(self.cluster_queue, res) >= need - 1e-9 for res, need in usage.items()):
+            cq = self.kueue._cluster_queue_of(wl)
+            if all(self.kueue.free(cq, res) >= need - 1e-9 for res, need in usage.items()):
                 self.kueue.admit(wl["metadata"]["name"], wl["metadata"]["namespace"])
 
     # 4. -------------------------------------------------------------------------------------------------
