@@ -13,12 +13,15 @@ quantities here, so one rule serves both, and a change to a rule changes both.
   prefill rate; the Pollaczek–Khinchine waiting time gives the utilization at which the objective holds.
 - **Demand over the cold start** (``trend_and_burst``, ``largest_rise``, ``seasonal``, ``lookback``): the
   forecast that may only add capacity ahead of need, and the largest rise a released replica would miss.
+- **Demand's recurrence against the lead** (``recurrence``): how often, how soon and at what cost in missed
+  requests demand needing a replica came back after it fell below it; the ``slo`` type's opt-in scale-down rule.
 
 This module deliberately knows nothing of a policy's config or state types: those stay with the type.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -464,6 +467,89 @@ def largest_rise(history: Sequence[tuple[float, float]], horizon: float) -> floa
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class Recurrence:
+    """How soon demand that needs one more replica comes back after it falls below it (``recurrence``), from
+    the policy's own demand history: the k-th replica's case, with ``threshold`` the load ``k − 1`` replicas
+    carry at the SLO utilization."""
+
+    #: The load above which the replica is needed.
+    threshold: float
+    #: Seconds the demand has been at or below ``threshold`` now (0: above it now; a lower bound when the whole
+    #: history is below it).
+    age: float
+    #: Past falls below ``threshold`` that lasted longer than ``age`` and ended (a return was seen): the falls
+    #: in which a release now would have been made.
+    falls: int
+    #: Of those, the ones whose demand came back within ``age + lead``: a release then would have flapped.
+    within_lead: int
+    #: Had the replica been released after ``age`` in each of those falls, the demand over ``threshold`` (up to
+    #: one replica's ``step``) from each return until a replacement was ready (``lead`` later), as a fraction of
+    #: all the history's demand: the share of requests the releases would have cost.
+    missed: float
+    #: The mean seconds from such a release to the return (None: no fall lasted that long): the idle time a
+    #: kept replica would have had.
+    idle: float | None
+
+
+def recurrence(
+    history: Sequence[tuple[float, float]], *, threshold: float, step: float, lead: float, now: float
+) -> Recurrence:
+    """Demand's recurrence against the lead time, for releasing the replica needed above ``threshold``.
+
+    ``history`` is ``(t, load)``, oldest first, in replica-equivalents. A *fall* is a run of samples at or below
+    ``threshold`` between two above it (a run the history starts in is skipped: its start is unknown; the run
+    the history ends in is the one being decided, ``age``). A release made ``age`` seconds into a fall that
+    lasts ``g > age`` is followed, at the return, by a replacement that is ready ``lead`` seconds later (it is
+    started when the need is seen: the policy scales up on the load, not ahead of a return it cannot see);
+    meanwhile the demand above ``threshold`` misses, up to ``step`` (the released replica's share; what a
+    further replica would have carried is not this release's doing). Missed demand is counted as missed
+    requests, the demand in replica-equivalents standing for the request rate (estimate: the load is the
+    largest of its parts, each proportional to the arrivals at a fixed mix). Each sample stands for the time
+    to the next one, at most ``lead`` (an unknown stretch in the history is not demand); the last for the
+    spacing before it. Counting every fall that outlasts ``age``, not only those that return within the lead,
+    covers what the largest rise within a cold start covered: a rise from a lull is a return too.
+    """
+    n = len(history)
+    if n == 0:
+        return Recurrence(threshold, 0.0, 0, 0, 0.0, None)
+    times = [t for t, _ in history]
+    spans = [min(max(0.0, times[i + 1] - times[i]), lead) for i in range(n - 1)]
+    spans.append(spans[-1] if spans else 0.0)
+    demand = math.fsum(max(0.0, v) * d for (_, v), d in zip(history, spans, strict=True))
+    # The demand each sample misses with one replica fewer than needed above ``threshold``.
+    over = [min(step, max(0.0, v - threshold)) * d for (_, v), d in zip(history, spans, strict=True)]
+    prefix = [0.0]
+    for x in over:
+        prefix.append(prefix[-1] + x)
+    falls: list[tuple[float, int]] = []  # (length, index of the return)
+    start: float | None = None
+    seen_above = False
+    for i, (t, v) in enumerate(history):
+        if v > threshold:
+            if start is not None:
+                falls.append((t - start, i))
+            start, seen_above = None, True
+        elif start is None and seen_above:
+            start = t
+    last_below = history[-1][1] <= threshold
+    if not last_below:
+        age = 0.0
+    elif start is not None:
+        age = max(0.0, now - start)
+    else:  # below for the whole history: at least that long
+        age = max(0.0, now - times[0])
+    counted = [(g, j) for g, j in falls if g > age]
+    within = sum(1 for g, _ in counted if g <= age + lead)
+    missed = 0.0
+    for _, j in counted:
+        end = bisect.bisect_left(times, times[j] + lead, lo=j)
+        missed += prefix[end] - prefix[j]
+    share = missed / demand if demand > EPSILON else 0.0
+    idle = math.fsum(g - age for g, _ in counted) / len(counted) if counted else None
+    return Recurrence(threshold, age, len(counted), within, share, idle)
+
+
 def trend_and_burst(
     history: Sequence[tuple[float, float]],
     now: float,
@@ -561,6 +647,7 @@ __all__ = [
     "Forecast",
     "Headroom",
     "Lengths",
+    "Recurrence",
     "WorkSample",
     "capacity_alpha",
     "ceil_count",
@@ -576,6 +663,7 @@ __all__ = [
     "prefill_miss",
     "prefill_utilization_at_objective",
     "queued_on_every_replica",
+    "recurrence",
     "seasonal",
     "split_burstiness",
     "trend_and_burst",

@@ -311,3 +311,65 @@ def test_hayward_occupancy_is_poisson_at_one_and_lower_when_peaked() -> None:
     assert sizing.peaked_occupancy(48.0, 2.0, 0.99, poisson) == pytest.approx(2 * 24 * 0.7)
     assert sizing.peaked_occupancy(48.0, 5.0, 0.99, poisson) == pytest.approx(5 * 9 * 0.7)
     assert sizing.peaked_occupancy(3.0, 5.0, 0.99, poisson) == 0.0
+
+
+# --- demand's recurrence against the lead --------------------------------------------------------------------
+
+#: Every 10 s: above 1.0 at 0 s, a fall of 20 s (back at 30 s, 0.5 over), a fall of 100 s (back at 140 s, 0.3
+#: over), and the fall now, 10 s old at 160 s.
+RECUR = [(0.0, 2.0), (10.0, 0.5), (20.0, 0.5), (30.0, 1.5), *((40.0 + 10 * i, 0.5) for i in range(10)),
+         (140.0, 1.3), (150.0, 0.5), (160.0, 0.5)]
+
+
+def test_recurrence_counts_the_falls_a_release_now_would_have_been_made_in() -> None:
+    got = sizing.recurrence(RECUR, threshold=1.0, step=0.8, lead=60.0, now=160.0)
+    assert got.age == 10.0
+    # Both past falls outlasted 10 s; the 20 s one came back within 10 + 60 s, the 100 s one did not.
+    assert (got.falls, got.within_lead) == (2, 1)
+    # Released 10 s into each, the replacement is ready 60 s after each return: 0.5 over for 10 s, then 0.3
+    # over for 10 s, of the 118 replica-seconds of demand in the history.
+    assert got.missed == pytest.approx((0.5 * 10 + 0.3 * 10) / 118.0)
+    assert got.idle == pytest.approx(((20 - 10) + (100 - 10)) / 2)
+
+
+def test_recurrence_is_conditioned_on_how_long_demand_has_been_below() -> None:
+    """Later into a fall, only the longer falls count: the hold follows from the history."""
+    got = sizing.recurrence([*RECUR, (170.0, 0.5), (180.0, 0.5)], threshold=1.0, step=0.8, lead=60.0, now=180.0)
+    assert got.age == 30.0
+    assert (got.falls, got.within_lead) == (1, 0)
+    assert got.idle == pytest.approx(70.0)
+    late = [*RECUR, *((170.0 + 10 * i, 0.5) for i in range(10))]
+    got = sizing.recurrence(late, threshold=1.0, step=0.8, lead=60.0, now=260.0)
+    assert (got.age, got.falls, got.missed, got.idle) == (110.0, 0, 0.0, None)
+
+
+def test_recurrence_counts_one_replicas_share_of_a_return_and_skips_a_fall_of_unknown_start() -> None:
+    # A return far over the threshold misses at most the released replica's share (``step``).
+    big = [(t, 4.0 if t == 30.0 else v) for t, v in RECUR]
+    got = sizing.recurrence(big, threshold=1.0, step=0.8, lead=60.0, now=160.0)
+    assert got.missed == pytest.approx((0.8 * 10 + 0.3 * 10) / (118.0 + 2.5 * 10))
+    # The history starts in a fall: its start is unknown, it is not counted.
+    got = sizing.recurrence(RECUR[1:], threshold=1.0, step=0.8, lead=60.0, now=160.0)
+    assert (got.falls, got.within_lead) == (1, 0)
+    # Above the threshold now: no fall, age 0.
+    assert sizing.recurrence(RECUR[:4], threshold=1.0, step=0.8, lead=60.0, now=30.0).age == 0.0
+    # Below it for the whole history: at least that long.
+    assert sizing.recurrence([(0.0, 0.2), (50.0, 0.2)], threshold=1.0, step=0.8, lead=60.0, now=50.0).age == 50.0
+    assert sizing.recurrence([], threshold=1.0, step=0.8, lead=60.0, now=0.0).falls == 0
+
+
+def test_recurrence_counts_a_stretch_without_samples_as_at_most_one_lead() -> None:
+    """An unknown stretch in the history (no samples) is not demand: a sample stands for at most the lead."""
+    hist = [(0.0, 2.0), (10.0, 0.5), (1000.0, 0.5), (1010.0, 2.0), (1020.0, 0.5), (1030.0, 0.5)]
+    got = sizing.recurrence(hist, threshold=1.0, step=0.8, lead=60.0, now=1030.0)
+    assert got.missed == pytest.approx((0.8 * 10) / (2.0 * 10 + 0.5 * 60 + 0.5 * 10 + 2.0 * 10 + 0.5 * 20))
+
+
+def test_recurrence_counts_a_return_until_the_replacement_is_ready() -> None:
+    """A return that lasts: what is over the threshold misses until the lead has passed since the return, not
+    after it (the replacement serves from then on)."""
+    hist = [(0.0, 2.0), (10.0, 0.5), (20.0, 0.5), (30.0, 1.5), (40.0, 1.5), (50.0, 1.5), (60.0, 0.5), (70.0, 0.5)]
+    got = sizing.recurrence(hist, threshold=1.0, step=0.8, lead=20.0, now=70.0)
+    assert got.falls == 1
+    # Back at 30 s, ready at 50 s: the samples at 30 and 40 s miss 0.5 each for 10 s; the one at 50 s does not.
+    assert got.missed == pytest.approx((0.5 * 10 * 2) / (2.0 * 10 + 0.5 * 20 + 1.5 * 30 + 0.5 * 20))

@@ -55,6 +55,14 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    was short at a comparable load (``ShortCount``: the SLO missed, or a queue on every replica for as long
    as saturation takes); the loop that found it may relax, the count it found is remembered. The band
    between the scale-up count and this one is the hysteresis; at a steady load the count is a fixed point.
+   With ``scaleDown.recurrence`` (opt-in) demand's measured recurrence against the lead decides where it has
+   the evidence (``sizing.recurrence``, ``_recurrence_keep``): the band keeps ``max(load, forecast)`` at
+   ``c·(1 − hysteresis)``, and the k-th replica above it is kept while, in the history, a release as late into
+   a fall below ``(k − 1)·c`` as now would have missed more than ``1 − percentile`` of the requests while a
+   replacement started, or the demand came back on average within the lead (cold start plus a victim's
+   eviction); otherwise it is released on at least ``MIN_RECURRENCE_FALLS`` such falls, and on fewer the hold
+   window's peak and the largest rise decide as above. The history it reads is ``SloState.history``, so replay
+   and simulation reproduce it.
 7. **Unknown never shrinks.** With a configured signal unknown, the known load is a lower bound: the policy
    scales up on it when it alone needs more than ``N`` and ``R + S``; otherwise it returns unknown and the
    engine holds (or falls back). An unknown latency quantile allows no scale-down and no recovery of ``c``,
@@ -99,6 +107,7 @@ from autoscaler.core.sizing import (
     peaked_occupancy,
     prefill_utilization_at_objective,
     queued_on_every_replica,
+    recurrence,
     seasonal,
     split_burstiness,
     trend_and_burst,
@@ -107,6 +116,11 @@ from autoscaler.core.sizing import (
 from autoscaler.core.sizing import ceil_count as _ceil
 from autoscaler.core.specbase import FieldError, SpecModel
 
+#: The falls below a replica's need (``sizing.recurrence``) that must have lasted as long as the one now before
+#: their record may release a replica the margins it replaces would keep: with ``n`` falls and none back within
+#: the lead, the 95 % upper bound of the chance of a return is about ``3/n`` (the rule of three, Hanley and
+#: Lippman-Hand 1983), below one half from 6 on. Keeping on less evidence is on the safe side and needs none.
+MIN_RECURRENCE_FALLS = 6
 #: Counts remembered as short (the most recent ones).
 MAX_SHORT = 32
 #: The learned share of usable slots stays above this.
@@ -213,6 +227,15 @@ class ScaleDownSpec(SpecModel):
     )
     hold_seconds: float | None = Field(
         default=None, ge=0, description="The peak of this window must fit after a scale-down; default the cold start."
+    )
+    recurrence: bool = Field(
+        default=False,
+        description="Opt-in. Release a replica by demand's measured recurrence against its lead (cold start, plus a "
+        "training victim's eviction when known): kept while, in the demand history, releasing it as long after a "
+        "fall below its need as now would have cost more than the SLO's budget (1 - percentile) of requests while "
+        "a replacement started, or while the demand came back on average within the lead; released on that "
+        "record (6 falls at least) even where the hold window's peak and the largest rise within a cold start "
+        "would keep it; with less evidence those margins decide.",
     )
 
 
@@ -631,6 +654,7 @@ class SloAlgorithm:
                     forecast = season_load
                     ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
         peak = max([v for t, v in series if t > now - hold] or [load])
+        by_recurrence = cfg.scale_down.recurrence
         rise = largest_rise(series, horizon)
         # Nothing is released before a whole hold window has been observed (after the rate windows filled).
         observed = max(0.0, now - (prev.since if prev.since is not None else now) - self._rate_window(ctx))
@@ -758,7 +782,18 @@ class SloAlgorithm:
         # a cold start is itself a measured margin (what the load did before while a replica started), so
         # ``load + rise`` is kept at the SLO utilization ``c``, not at ``c·(1 − hysteresis)`` again.
         keep_for = max(peak, forecast)
-        down = max(need, _ceil(keep_for / down_u), _ceil((load + rise) / c))
+        margins = max(need, _ceil(keep_for / down_u), _ceil((load + rise) / c))
+        down, recur_text = margins, ""
+        if by_recurrence:
+            # The band keeps the level now and the forecast (a steady load stays a fixed point); whether a
+            # replica above that is needed again soon is the recurrence's to say where it has the evidence, in
+            # place of the hold window's peak and the largest rise (each a margin for demand coming back within
+            # a lead); where it has none, those margins stand.
+            lead = self._release_lead(ctx, horizon)
+            base = max(need, _ceil(max(load, forecast) / down_u))
+            down, recur_text = self._recurrence_keep(
+                series, base=base, margins=margins, current=current, c=c, lead=lead, now=now
+            )
         # Below what was found needed when a count was short at a comparable load (within the hysteresis) is
         # not returned to: without this, ``c`` recovering would walk the count back into the shortfall.
         too_few = max(
@@ -774,7 +809,12 @@ class SloAlgorithm:
         lead_keep = lead_keep if lead_keep > need else 0
         down = max(down, lead_keep)
         band = (
-            f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast) at ≤ {down_u:.2f} utilization "
+            (
+                f"scale-down keeps max(load {load:.2f}, forecast) at ≤ {down_u:.2f} utilization (hysteresis "
+                f"{cfg.scale_down.hysteresis:g}); {recur_text}"
+            )
+            if by_recurrence
+            else f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast) at ≤ {down_u:.2f} utilization "
             f"(hysteresis {cfg.scale_down.hysteresis:g}) and load + the largest rise within a cold start seen in "
             f"{lookback(horizon):g}s ({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
@@ -795,6 +835,54 @@ class SloAlgorithm:
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
+
+    def _release_lead(self, ctx: Context, horizon: float) -> float:
+        """How long a released replica takes to be back once it is needed again: the cold start (admission to
+        serving, as stated), plus the eviction of a training victim when the engine gives one
+        (``Context.eviction_s``: the released chips may go to training, and getting them back stops it)."""
+        return horizon + (ctx.eviction_s or 0.0)
+
+    def _recurrence_keep(
+        self, series: tuple[tuple[float, float], ...], *, base: int, margins: int, current: int, c: float, lead: float,
+        now: float,
+    ) -> tuple[int, str]:
+        """The count the scale-down keeps above ``base`` by demand's recurrence (``sizing.recurrence``), and the text.
+
+        The k-th replica (``base < k ≤ current``, from the top) is needed when the load exceeds what ``k − 1``
+        replicas carry at the SLO utilization, ``(k − 1)·c``. Over the demand history, the falls below that which
+        lasted longer than the demand has been below it now are the ones a release now would have been made in.
+        It is kept (and with it every one below) when releasing it that late in them would have cost more than the
+        SLO's budget, ``1 − percentile`` of the requests (those over ``(k − 1)·c`` while a replacement started:
+        the SLO's percentile is what may miss), or when the demand came back on average within the lead (the
+        ski-rental break-even: keeping it idle until then costs less than a replacement's cold start, and a
+        release would be a flap). It may go when neither holds over at least ``MIN_RECURRENCE_FALLS`` such falls.
+        With fewer, the measure has not the evidence to release what the margins it replaces keep
+        (``margins``: the hold window's peak and the largest rise), and they decide."""
+        budget = 1.0 - self.config.objective.percentile
+        texts: list[str] = []
+        for k in range(current, base, -1):
+            rec = recurrence(series, threshold=(k - 1) * c, step=c, lead=lead, now=now)
+            costly = rec.falls > 0 and rec.missed > budget
+            soon = rec.idle is not None and rec.idle <= lead
+            idle = f"{rec.idle:.0f}s" if rec.idle is not None else "none"
+            text = (
+                f"replica {k}: below its need (load ≤ {rec.threshold:.2f}) for {rec.age:.0f}s; of {rec.falls} past "
+                f"falls that lasted longer, {rec.within_lead} came back within the {lead:g}s lead, a release this "
+                f"late would have missed {rec.missed:.2%} of requests (budget {budget:.2%}), mean idle to the "
+                f"return {idle}"
+            )
+            if costly or soon:
+                why = "over the budget" if costly else "back within the lead on average"
+                return k, f"{text} ⇒ kept ({why})"
+            if rec.falls < MIN_RECURRENCE_FALLS and k <= margins:
+                return k, (
+                    f"{text} ⇒ kept: {rec.falls} falls < {MIN_RECURRENCE_FALLS} to judge by, the hold window's peak "
+                    f"and the largest rise keep {margins}"
+                )
+            texts.append(text)
+        if not texts:
+            return base, "no replica above that to release"
+        return base, f"{texts[-1]} ⇒ may go" + (f" (and the {len(texts) - 1} above it)" if len(texts) > 1 else "")
 
     def slot_unit(self, slot_scale: float, peakedness: float = 1.0) -> float:
         """The sequences (running + waiting) that count as one replica-equivalent of the slot part of the load.
