@@ -49,7 +49,7 @@ from autoscaler.core.fast import collector_paused
 from autoscaler.core.policies.disaggregated import DisaggregatedPolicyConfig
 from autoscaler.core.spec import API_VERSION, ScalingPolicy
 from autoscaler.core.specbase import FieldError
-from autoscaler.policyfile import files
+from autoscaler.policyfile import files, plainyaml
 
 #: Policy files are small (the examples are 2-4 KiB); a bigger file is a mistake (a log, a dump) and is not
 #: parsed at all. Pure-Python PyYAML composes about 64 KiB per second, so this bounds a worst case to ~4 s.
@@ -167,8 +167,9 @@ class Claim:
     targets: tuple[str, ...]
     file: str
     line: int
-    #: Where the name and each target are written, for problems across files.
-    spots: _Spots
+    #: Where the name and each target are written, for problems across files; None when not looked up yet
+    #: (``_spots`` finds them, reading the file again, when a clash must be reported).
+    spots: _Spots | None
 
 
 @dataclass(frozen=True)
@@ -323,6 +324,10 @@ def _load_one(file: str, problems: list[Problem]) -> list[_Loaded]:
     text = _read_text(file, state)
     if text is None:
         return []
+    if NATIVE_YAML:
+        quick = _valid_plain_policy(text, state)
+        if quick is not None:
+            return [quick]
     out: list[_Loaded] = []
     for index, (node, data) in enumerate(_compose(text, state)):
         loaded = _document(node, index, state, data)
@@ -332,6 +337,46 @@ def _load_one(file: str, problems: list[Problem]) -> list[_Loaded]:
         skipped = f" (skipped: {', '.join(sorted(set(state.kinds_skipped)))})" if state.kinds_skipped else ""
         state.add(None, FILE_PATH, f"no ScalingPolicy documents{skipped}")
     return out
+
+
+#: Whether ``_load_one`` first tries ``plainyaml`` (a native parser that builds plain values); tests turn it off
+#: to compare.
+NATIVE_YAML = plainyaml.AVAILABLE
+
+
+def _valid_plain_policy(text: str, state: _FileState) -> _Loaded | None:
+    """The common case at a fraction of the cost: a file that is one ScalingPolicy document, read by the native
+    parser (``plainyaml``: only where it reads as PyYAML does), that pydantic finds valid. It has nothing to
+    report, so it needs no line or column but where its document starts; where its name and targets are
+    written is found only if another policy clashes with it (``Claim.spots`` is None until then). Anything
+    else answers ``None`` and the file is read the usual way, which reports every problem exactly as before."""
+    parsed = plainyaml.load(text, max_depth=MAX_DEPTH, max_nodes=MAX_NODES)
+    if parsed is None:
+        return None
+    data = parsed[0]
+    kind, api = data.get("kind"), data.get("apiVersion")
+    if not (isinstance(kind, str) or kind is None) or not (isinstance(api, str) or api is None):
+        return None  # ``_document`` reads the header from the node's text: leave the rare odd header to it
+    if kind is None and api is None:
+        return None
+    if not (kind in (None, "ScalingPolicy") or (api or "").startswith(API_VERSION.split("/")[0] + "/")):
+        return None
+    try:
+        policy = ScalingPolicy.model_validate(data)
+    except pydantic.ValidationError:
+        return None
+    line = _document_line(text)
+    return _Loaded(policy, state.file, line, _claim(policy, state.file, line, None))
+
+
+def _document_line(text: str) -> int:
+    """The line PyYAML's mark gives the one document of a text ``plainyaml`` took: its first line that is not
+    blank or a comment (such a text has no ``---``, directive, tab or odd line break)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        content = line.lstrip(" ")
+        if content and content[0] != "#":
+            return number
+    return 1
 
 
 def _read_text(file: str, state: _FileState) -> str | None:
@@ -954,12 +999,32 @@ def _at(node: MappingNode, loc: Loc) -> tuple[int, int]:
     return mark.line + 1, mark.column + 1
 
 
-def _claim(policy: ScalingPolicy, file: str, line: int, spots: _Spots) -> Claim:
+def _claim(policy: ScalingPolicy, file: str, line: int, spots: _Spots | None) -> Claim:
     # Every target of every policy has one owner: spec.target and, for a policy with several targets,
-    # each variant's.
+    # each variant's (a DisaggregatedPolicyConfig: each of its roles has at least one variant).
     primary = policy.spec.target.ref().key
-    keys = [primary] if not spots.pools else [t.ref().key for t in policy.spec.targets()]
+    several = bool(spots.pools) if spots is not None else isinstance(policy.spec.policy, DisaggregatedPolicyConfig)
+    keys = [t.ref().key for t in policy.spec.targets()] if several else [primary]
     return Claim(policy.metadata.name, primary, tuple(keys), file, line, spots)
+
+
+def _spots(claim: Claim) -> _Spots:
+    """Where ``claim``'s name and targets are written: kept from loading, or found by reading its file again
+    the line-tracking way (a file that changed since, so that its document is no longer there, gives the
+    document's first line for each)."""
+    if claim.spots is not None:
+        return claim.spots
+    state = _FileState(claim.file, [])
+    text = _read_text(claim.file, state)
+    for node, data in _compose(text, state) if text is not None else []:
+        if isinstance(node, MappingNode) and node.start_mark.line + 1 == claim.line:
+            if data is _UNUSUAL and not _check_graph(node, state):
+                break
+            policy = _validate(node, ScalingPolicy, state, data)
+            if policy is None or policy.metadata.name != claim.name:
+                break
+            return _Spots(_at(node, NAME_LOC), _at(node, TARGET_LOC), _pool_spots(node, policy))
+    return _Spots((claim.line, 1), (claim.line, 1))
 
 
 def _conflicts(claims: list[Claim]) -> Iterator[Problem]:
@@ -967,20 +1032,22 @@ def _conflicts(claims: list[Claim]) -> Iterator[Problem]:
     targets: dict[str, tuple[str, str, int]] = {}
 
     for claim in claims:
-        name, file, line, spots = claim.name, claim.file, claim.line, claim.spots
+        name, file, line = claim.name, claim.file, claim.line
+        spots = claim.spots
         if name in names:
             first_file, first_line = names[name]
+            spots = spots or _spots(claim)
             row, col = spots.name
             yield Problem(file, row, col, "metadata.name",
                           f"policy name {name!r} is already used at {first_file}:{first_line}")
         else:
             names[name] = (file, line)
-        where = dict(spots.pools)
         primary = claim.target
         for key in claim.targets:
             if key in targets:
                 owner, first_file, first_line = targets[key]
-                row, col = where.get(key, spots.target) if key != primary else spots.target
+                spots = spots or _spots(claim)
+                row, col = dict(spots.pools).get(key, spots.target) if key != primary else spots.target
                 yield Problem(
                     file, row, col, "spec.target",
                     f"{key} is already scaled by policy {owner!r} ({first_file}:{first_line}); one policy per "

@@ -2,7 +2,8 @@
 line-tracking path answers: the same policies, the same problems at the same FILE:LINE:COL, same words.
 
 ``slow`` turns both shortcuts off (``FAST_YAML`` False: PyYAML's pure-Python parser, then ``_check_graph`` and
-PyYAML's constructor for every document), which is how every file was loaded before.
+PyYAML's constructor for every document), which is how every file was loaded before. ``no_native`` turns off
+only the native parser (``plainyaml``) that is tried before both: every comparison runs all three ways.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ pytestmark = pytest.mark.skipif(not loader.FAST_YAML, reason="PyYAML without lib
 def slow() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(loader, "FAST_YAML", False)
+        mp.setattr(loader, "NATIVE_YAML", False)
+        yield
+
+
+@contextlib.contextmanager
+def no_native() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loader, "NATIVE_YAML", False)
         yield
 
 
@@ -43,6 +52,8 @@ def same_both_ways(tmp_path: Path, content: bytes) -> tuple[list[str], list[Any]
     path = tmp_path / "p.yaml"
     path.write_bytes(content)
     fast = outcome(path)
+    with no_native():
+        assert outcome(path) == fast
     with slow():
         assert outcome(path) == fast
     return fast

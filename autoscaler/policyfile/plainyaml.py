@@ -1,0 +1,186 @@
+"""A native YAML parser that builds plain values, used only for the texts it reads as PyYAML does.
+
+The loader's other YAML paths (libyaml composing, then a walk; or PyYAML's pure-Python parser) make a Python
+node, with two marks, for every value of every file: most of what loading thousands of policies costs
+(docs/policies.md, "Loading many policies"). ``yaml_rs`` (the Rust ``saphyr`` parser) builds the dicts, lists
+and scalars in native code, about ten times faster, and keeps no line or column: the loader uses its value
+only for a document that turns out valid, and reads the file again the line-tracking way whenever there is
+anything to report (a problem, or a clash across files that must say where a name is written).
+
+``yaml_rs`` reads YAML 1.2 and PyYAML reads YAML 1.1, and the two parsers differ at the edges, so ``load``
+answers ``None`` (the caller then takes the usual path) unless every one of these holds, which together keep
+it to the texts where both give the same value (tests/policyfile/test_plain_yaml.py compares them):
+
+1. the text has none of the characters, line starts or tokens where they part (``_outside``): control and
+   odd characters, tags (``!``), anchors and aliases (``&``, ``*``), complex keys and block scalars
+   (``?``, ``|``, ``>``), escapes (``\\``), directives and document markers (``%``, ``---``, ``...`` starting a line), a
+   flow scalar starting with ``:``, a flow collection that does not close on its line or holds a quote or a
+   ``#`` (``_flows_end_on_their_line``); and numbers written in a form that YAML 1.1 reads another way or not as a
+   number (``012``, ``0o12``, ``0x1F``, ``1e3``, ``1.0e3``, ``-.5``, ``.inf``, ``_6``: leading zeros, signs
+   before a dot, exponents, leading dots and underscores all send the text the usual way);
+2. ``yaml_rs`` parses it, as one mapping, no deeper than ``max_depth`` and with at most ``max_nodes`` values;
+3. every key is a string, and every string (key or value) is one that YAML 1.1 would read as a string were
+   it written plain (so ``"yes"``, ``'12'``, ``<<`` or ``12:30``, which may have been written plain and then
+   mean a boolean, a number, a merge or a sexagesimal number to PyYAML, send the text the usual way).
+
+What is left, ``true``/``false``, ``null``/``~``/empty, decimal integers and decimals such as ``0.99``, both
+read alike. Without ``yaml_rs`` installed, ``AVAILABLE`` is False and ``load`` always answers ``None``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+try:
+    import yaml_rs
+
+    AVAILABLE = True
+except ImportError:  # optional: the loader's other paths give the same answers, slower
+    AVAILABLE = False
+
+#: Where the two parsers may part (see the module docstring, 1). A scalar starts after a space, a line start or
+#: ``[{,``; after anything else it is inside a longer word (``v5e-8``, ``app-00012``, ``$schema=./schema.json``).
+_OUTSIDE_CHARACTERS = re.compile(r"[\t\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufeff\u2028\u2029\ufffe\uffff!&*?|>\\]")
+#: A scalar that starts as a number in a form YAML 1.1 reads another way, or with ``.``, ``_`` or ``:`` (the
+#: look-ahead lets most spaces fail at once: several times faster than without it).
+_PARTING_FORM = r"(?:[-+]?(?:0[0-9_oOxXbB]|[._]|[0-9][0-9_.]*[eE_])|:)"
+_PARTING_SCALAR = re.compile(r"[\s\[{,](?=[-+.0-9_:])" + _PARTING_FORM)
+_PARTING_FIRST = re.compile(_PARTING_FORM)
+#: Directives and document markers start a line.
+_OUTSIDE_LINE_STARTS = ("---", "...", "%")
+_OUTSIDE_LINES = tuple("\n" + start for start in _OUTSIDE_LINE_STARTS)
+
+
+def _outside(view: str) -> bool:
+    """Whether the text holds any of the characters, line starts or scalars where the two parsers part
+    (``view``: the text with every line break a ``\n``)."""
+    return bool(
+        _OUTSIDE_CHARACTERS.search(view)
+        or view.startswith(_OUTSIDE_LINE_STARTS)
+        or any(start in view for start in _OUTSIDE_LINES)
+        or _PARTING_FIRST.match(view)
+        or _PARTING_SCALAR.search(view)
+    )
+
+
+_STR = "tag:yaml.org,2002:str"
+_RESOLVER = yaml.resolver.Resolver()
+#: PyYAML's implicit resolvers by first character: a plain scalar whose first character has none is a string.
+_FIRST = frozenset(_RESOLVER.yaml_implicit_resolvers)
+#: Strings already resolved (short ones, a bounded count): keys and names repeat across thousands of files.
+_TAGS: dict[str, str] = {}
+_TAGS_MAX, _TAG_VALUE_MAX = 20_000, 64
+
+
+#: Where a flow collection may start: ``[`` or ``{`` at a line start or after a space (a node starts only there,
+#: tags and anchors being refused); one inside a word (``x{a="b"}`` in a query) is text.
+_FLOW_OPENING = re.compile(r"[\[{]")
+_CLOSING = {"]": "[", "}": "{"}
+
+
+def _flows_end_on_their_line(text: str) -> bool:
+    """Whether every flow collection closes on the line it opens, holding no quote and no ``#``: a flow that
+    runs over lines, or holds a quoted string (which may hold a bracket), is where the two parsers part
+    (PyYAML refuses some continuation lines ``yaml_rs`` takes), so such a text goes the usual way."""
+    if "[" not in text and "{" not in text:
+        return True
+    checked = 0  # the end of the last line checked: one check covers every flow on its line
+    for match in _FLOW_OPENING.finditer(text):
+        at = match.start()
+        if at < checked or (at > 0 and not text[at - 1].isspace()):
+            continue
+        end = text.find("\n", at)
+        checked = end if end >= 0 else len(text)
+        rest = text[at:checked]
+        if '"' in rest or "'" in rest or "#" in rest:
+            return False
+        stack: list[str] = []
+        for char in rest:
+            if char in "[{":
+                stack.append(char)
+            elif char in _CLOSING and (not stack or stack.pop() != _CLOSING[char]):
+                return False
+        if stack:
+            return False
+    return True
+
+
+class _Outside(Exception):
+    """The walk met something outside what both parsers read alike."""
+
+
+def load(text: str, *, max_depth: int, max_nodes: int) -> tuple[dict[str, Any], int] | None:
+    """``(value, values counted)`` of a one-mapping ``text`` when ``yaml_rs`` reads it as PyYAML's safe loader
+    would, else ``None`` (see the module docstring)."""
+    if not AVAILABLE:
+        return None
+    # YAML also breaks lines at a lone \r (other line breaks are refused above): the checks read lines.
+    view = text.replace("\r", "\n") if "\r" in text else text
+    if _outside(view) or not _flows_end_on_their_line(view):
+        return None
+    try:
+        data = yaml_rs.loads(text, parse_datetime=False)
+    except BaseException as exc:  # a Rust panic arrives as a BaseException (pyo3's PanicException)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        return None
+    if type(data) is not dict:
+        return None
+    walk = _Walk(max_depth)
+    try:
+        count = walk.mapping(data, 0)
+    except (_Outside, RecursionError):
+        return None
+    return (data, count) if count <= max_nodes else None
+
+
+class _Walk:
+    """A module-level walk over an object rather than a recursive closure (a closure that calls itself is a
+    reference cycle per document, which only the paused cyclic collector would free)."""
+
+    __slots__ = ("max_depth",)
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+
+    def mapping(self, value: dict[Any, Any], depth: int) -> int:
+        count = 1
+        for key, item in value.items():
+            if type(key) is not str or (key[:1] in _FIRST and not _reads_as_string(key)):
+                raise _Outside
+            count += 1 + self.value(item, depth + 1)
+        return count
+
+    def value(self, value: Any, depth: int) -> int:
+        if depth > self.max_depth:  # a scalar too: PyYAML's path reports any value deeper than the limit
+            raise _Outside
+        kind = type(value)
+        if kind is str:
+            if value[:1] in _FIRST and not _reads_as_string(value):  # the first test saves a call for most
+                raise _Outside
+            return 1
+        if kind is dict:
+            return self.mapping(value, depth)
+        if kind is list:
+            count = 1
+            for item in value:
+                count += self.value(item, depth + 1)
+            return count
+        if kind is int or kind is float or kind is bool or value is None:
+            return 1
+        raise _Outside  # a date, bytes: anything else
+
+
+def _reads_as_string(value: str) -> bool:
+    """Whether PyYAML reads ``value``, written plain, as a string (its own resolver's answer)."""
+    if value[:1] not in _FIRST:
+        return True
+    tag = _TAGS.get(value)
+    if tag is None:
+        tag = _RESOLVER.resolve(yaml.ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+        if len(_TAGS) < _TAGS_MAX and len(value) <= _TAG_VALUE_MAX:
+            _TAGS[value] = tag
+    return tag == _STR
