@@ -11,13 +11,14 @@ anything to report (a problem, or a clash across files that must say where a nam
 answers ``None`` (the caller then takes the usual path) unless every one of these holds, which together keep
 it to the texts where both give the same value (tests/policyfile/test_plain_yaml.py compares them):
 
-1. the text has none of the characters, line starts or tokens where they part (``_outside``): control and
-   odd characters, tags (``!``), anchors and aliases (``&``, ``*``), complex keys and block scalars
-   (``?``, ``|``, ``>``), escapes (``\\``), directives and document markers (``%``, ``---``, ``...`` starting a line), a
-   flow scalar starting with ``:``, a flow collection that does not close on its line or holds a quote or a
-   ``#`` (``_flows_end_on_their_line``); and numbers written in a form that YAML 1.1 reads another way or not as a
-   number (``012``, ``0o12``, ``0x1F``, ``1e3``, ``1.0e3``, ``-.5``, ``.inf``, ``_6``: leading zeros, signs
-   before a dot, exponents, leading dots and underscores all send the text the usual way);
+1. the text (less its comment lines, when that is safe: ``_view``) has none of the characters, line starts
+   or scalars where they part (``_outside``): control and odd characters, tags (``!``), anchors and aliases
+   (``&``, ``*``), complex keys and block scalars (``?``, ``|``, ``>``), escapes (``\\``), directives and
+   document markers (``%``, ``---``, ``...`` starting a line), a scalar starting with ``:``, and numbers
+   written in a form that YAML 1.1 reads another way or not as a number (``012``, ``0o12``, ``0x1F``,
+   ``1e3``, ``1.0e3``, ``-.5``, ``.inf``, ``_6``: leading zeros, signs before a dot, exponents, leading dots
+   and underscores all send the text the usual way); and every flow collection closes on the line it opens,
+   holding no quote and no ``#`` (``_flows_end_on_their_line``);
 2. ``yaml_rs`` parses it, as one mapping, no deeper than ``max_depth`` and with at most ``max_nodes`` values;
 3. every key is a string, and every string (key or value) is one that YAML 1.1 would read as a string were
    it written plain (so ``"yes"``, ``'12'``, ``<<`` or ``12:30``, which may have been written plain and then
@@ -52,6 +53,24 @@ _PARTING_FIRST = re.compile(_PARTING_FORM)
 #: Directives and document markers start a line.
 _OUTSIDE_LINE_STARTS = ("---", "...", "%")
 _OUTSIDE_LINES = tuple("\n" + start for start in _OUTSIDE_LINE_STARTS)
+
+
+#: A line that is only a comment. In a text where no other line holds an odd number of ``"`` or of ``'`` (so
+#: that no quoted scalar runs over lines: a line inside one is text, not a comment), and with ``|`` and ``>``
+#: refused (no block scalar), both parsers skip such a line whatever it holds.
+_COMMENT_LINE = re.compile(r"^[ ]*#[^\n]*", re.MULTILINE)
+
+
+def _view(text: str) -> str:
+    """What the checks read: ``text`` with every line break a ``\\n`` (YAML also breaks lines at a lone ``\\r``;
+    the other breaks are refused) and, when it is safe (``_COMMENT_LINE``), without its comment lines, whose
+    prose (dates, versions, ``e.g.``, ``>=``) would otherwise send most hand-written files the usual way."""
+    view = text.replace("\r", "\n") if "\r" in text else text
+    if "#" in view:
+        bare = _COMMENT_LINE.sub("", view)
+        if not any(line.count('"') % 2 or line.count("'") % 2 for line in bare.split("\n")):
+            return bare
+    return view
 
 
 def _outside(view: str) -> bool:
@@ -117,8 +136,7 @@ def load(text: str, *, max_depth: int, max_nodes: int) -> tuple[dict[str, Any], 
     would, else ``None`` (see the module docstring)."""
     if not AVAILABLE:
         return None
-    # YAML also breaks lines at a lone \r (other line breaks are refused above): the checks read lines.
-    view = text.replace("\r", "\n") if "\r" in text else text
+    view = _view(text)
     if _outside(view) or not _flows_end_on_their_line(view):
         return None
     try:

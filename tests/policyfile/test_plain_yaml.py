@@ -180,3 +180,16 @@ def test_a_file_gone_since_is_placed_at_its_document(tmp_path: Path) -> None:
               for lp in loader.collect([tmp_path / "a.yaml"]).policies]
     (tmp_path / "a.yaml").unlink()
     assert loader._spots(loaded[0].claim) == loader._Spots((1, 1), (1, 1))
+
+
+def test_comment_lines_are_not_read_by_the_checks() -> None:
+    """Hand-written files carry prose in comments (dates, versions, ``>=``): it must not send them the usual way."""
+    text = "# seen 2026-12-01 06:35 UTC, e.g. prometheus-client >= 0.20 [docs]\n" + BASE + "  # 012, 1e3 | x\n"
+    assert native(text) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("text", ["a: 'x\n  # y'\n", 'a: "x\n  # y"\n', "a: 'x\n  # y\n  z'\n"])
+def test_a_comment_like_line_inside_a_quoted_scalar_is_read_by_the_checks(text: str) -> None:
+    assert "# y" in plainyaml._view(text)
+    value = native(text)
+    assert value is None or repr(value) == repr(pyyaml(text))
