@@ -107,7 +107,8 @@ def main() -> int:
             check_wall.append(time.perf_counter() - w0)
             if not checked.ok or len(checked.policies) != args.policies:
                 raise SystemExit(f"not all policies checked: {checked.problems[:3]}")
-    print(f"{args.policies} policies in {args.policies} files, C YAML parser: {loader.FAST_YAML}")
+    print(f"{args.policies} policies in {args.policies} files, C YAML parser: {loader.FAST_YAML}, "
+          f"native parser building plain values (yaml_rs): {loader.NATIVE_YAML}")
     print(f"collect (models kept), cpu s  min / median / max: {spread(cpu)}")
     print(f"collect (models kept), wall s min / median / max: {spread(wall)}")
     print(f"check ({forked.cores()} cores; validate's), cpu s (both processes) min / median / max: {spread(check_cpu)}")
