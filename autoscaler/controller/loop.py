@@ -136,8 +136,11 @@ class Observer(Protocol):
         """Read (and keep) the targets of a whole pass at once, before it is prepared chunk by chunk."""
         ...
 
-    async def probe(self, policies: list[CompiledPolicy]) -> dict[str, Prepared | Exception]:
-        """``prepare`` for probes: targets as last read where that is recent enough, signals afresh."""
+    async def probe(
+        self, policies: list[CompiledPolicy], *, at: float | None = None
+    ) -> dict[str, Prepared | Exception]:
+        """``prepare`` for probes: targets as last read where that is recent enough (judged at ``at``, the
+        round's start, when given), signals afresh."""
         ...
 
     async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
@@ -147,8 +150,9 @@ class Observer(Protocol):
         """Whether ``part`` (a probe's) was read on the target view still kept (no change or read since)."""
         ...
 
-    def unkept(self, policies: list[CompiledPolicy]) -> list[CompiledPolicy]:
-        """The policies whose target ``probe`` would read (no view kept, or one too old)."""
+    def unkept(self, policies: list[CompiledPolicy], *, periods: float = 2.0) -> list[CompiledPolicy]:
+        """The policies whose target ``probe`` would read (no view kept, or one too old); with ``periods``, those
+        whose view is older than that many of their policy's evaluation periods."""
         ...
 
 
@@ -270,6 +274,10 @@ class Controller:
     #: or screens a chunk (and never past ``yield_s`` after the oldest running one started): a crossing's
     #: evaluation does not queue its reads and its write behind the round's scrapes and screens in the event loop.
     yield_s: float = 0.5
+    #: A round reads again, in the background, the target views older than this many of their policy's periods
+    #: (probes screen on a view up to two periods old): the bulk read of views that age out together no
+    #: longer holds the round's start (it did for 1.2-8 s a time at load 5, 2026-12-01 18:40 UTC).
+    refresh_periods: float = 1.5
     states: dict[str, PolicyState] = field(default_factory=dict)
     _due: dict[str, float] = field(default_factory=dict)
     _pending: dict[str, str] = field(default_factory=dict)  # policy -> trigger
@@ -283,6 +291,8 @@ class Controller:
     #: Called after a pass that evaluated a policy for the first time (its state, kept view and metric
     #: children are built then and kept as long as the policy): ``Runtime`` settles the collector there.
     after_first: Callable[[], None] | None = None
+    #: Called after each probe round (``Runtime`` freezes what survived it out of the collector's traversals).
+    after_round: Callable[[], None] | None = None
     #: The pass ledger: per (ClusterQueue, resource), per target, the chips of serving replicas asked for and
     #: not admitted by Kueue yet, as last observed or as this controller just asked. Other policies on the
     #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once); policies on the
@@ -317,6 +327,8 @@ class Controller:
     _calm: asyncio.Event = field(default_factory=asyncio.Event)
     #: What the running probe round may still wait for escalations (``yield_s`` at its start).
     _yield_left: float = 0.0
+    #: The background read of aging target views a round started (``_refresh_ahead``), while it runs.
+    _refreshing: asyncio.Task[None] | None = None
     _by: _Index | None = None
     #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
     screens: int = 0
@@ -1034,7 +1046,8 @@ class Controller:
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
         finally:
-            for t in [*([probe_task] if probe_task is not None else []), *list(self._escalations)]:
+            refreshing = [self._refreshing] if self._refreshing is not None else []
+            for t in [*([probe_task] if probe_task is not None else []), *list(self._escalations), *refreshing]:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
@@ -1103,15 +1116,31 @@ class Controller:
         unkept = self.observer.unkept(probes)
         if len(unkept) > 1:
             # Views age out together (read together by a pass): read them in one bulk read, not chunk by chunk.
+            # Only views nobody read ahead of time (``_refresh_ahead``), or whose read failed, are read here.
             await self._read_targets(unkept)
+        self._refresh_ahead(probes)
+        # Every chunk judges its views' age at the round's start (``Observer.probe``'s ``at``).
+        at = self.clock.monotonic()
         slots = asyncio.Semaphore(self.probe_parallel)
         self._yield_left = self.yield_s
 
         async def chunk(part: list[CompiledPolicy]) -> None:
             async with slots:
-                await self._probe_chunk(part)
+                await self._probe_chunk(part, at)
 
         await asyncio.gather(*(chunk(part) for part in _chunks(probes, self.probe_chunk)))
+        if self.after_round is not None:
+            self.after_round()
+
+    def _refresh_ahead(self, probes: list[CompiledPolicy]) -> None:
+        """Start reading again, in the background, the target views older than ``refresh_periods`` of their
+        policy's periods (one bulk read at a time): they are read before probes stop using them, and the round
+        screens meanwhile on the views it keeps (still younger than two periods)."""
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        aging = self.observer.unkept(probes, periods=self.refresh_periods)
+        if len(aging) > 1:
+            self._refreshing = asyncio.create_task(self._read_targets(aging), name="refresh target views")
 
     async def _yield_to_escalations(self) -> None:
         """Wait while evaluations escalated by screens run, up to ``yield_s`` after the oldest of them started:
@@ -1130,7 +1159,7 @@ class Controller:
                 await self._calm.wait()
         self._yield_left -= loop.time() - t0
 
-    async def _probe_chunk(self, chunk: list[CompiledPolicy]) -> None:
+    async def _probe_chunk(self, chunk: list[CompiledPolicy], at: float | None = None) -> None:
         await self._yield_to_escalations()
         self.screens += len(chunk)
         stamps = {cp.name: self._runs.get(cp.name, 0) for cp in chunk}
@@ -1139,7 +1168,7 @@ class Controller:
             self._screened[cp.name] = started
         try:
             async with asyncio.timeout(self.pass_deadline_s):
-                found = await self.observer.probe(chunk)
+                found = await self.observer.probe(chunk, at=at)
         except TimeoutError:
             self.telemetry.errors.labels("deadline").inc()
             self._log.warning("deadline_exceeded", phase="probe", deadline_s=self.pass_deadline_s, policies=len(chunk))

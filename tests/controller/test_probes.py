@@ -216,16 +216,17 @@ async def test_every_policy_waits_one_round_between_two_screens(
     order: list[str] = []
     inner = r.observer.probe
 
-    async def probe(policies: Sequence[CompiledPolicy]) -> dict[str, Prepared | Exception]:
+    async def probe(policies: Sequence[CompiledPolicy], *, at: float | None = None) -> dict[str, Prepared | Exception]:
         order.extend(cp.name for cp in policies)
         clock.advance(0.1)  # screening takes time: a round's chunks start one after another
-        return await inner(policies)
+        return await inner(policies, at=at)
 
     r.observer.probe = probe  # type: ignore[method-assign]
     for queue in (6, 7, 5):
         tgi.queue = queue  # every signal moves every round, as real queues do (none needs a second replica)
         await r.controller.probe_round()
         clock.advance(1.0)
+    assert len(order) == 12
     assert order[0:4] == order[4:8] == order[8:12]
     await r.observer.aclose()
 
@@ -472,3 +473,101 @@ async def test_a_namespace_is_listed_in_pages_with_the_views_of_one_list(
     assert paged == whole
     assert len(whole) == n
     await r.observer.aclose()
+
+
+async def many_runtime(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path, n: int
+) -> tuple[Runtime, ManualClock]:
+    """``n`` policies in one namespace, each evaluated once (their target views kept), probed between periods."""
+    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
+                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
+    for i in range(n):
+        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
+    clock = ManualClock()
+    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
+    (tmp_path / "tgi.yaml").unlink()
+    (tmp_path / "many.yaml").write_text("---\n".join(docs))
+    r.store.reload()
+    tgi.queue = 5
+    assert await r.controller.run_once()
+    for name in r.store.policies:
+        r.controller._due[name] = clock.monotonic() + 1000  # not due: probes only screen
+    return r, clock
+
+
+async def test_a_round_judges_its_views_age_at_its_start_not_at_each_chunk(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """Views the round found young enough serve all its chunks: judged chunk by chunk, views read together
+    aged out together in the middle of a long round, and every later chunk listed the namespace again."""
+    r, clock = await many_runtime(kube, kube_client, tgi, tmp_path, 4)
+    r.controller.probe_chunk, r.controller.probe_parallel = 1, 1
+    r.controller.refresh_periods = 2.0  # nothing read ahead here: only what the chunks themselves read
+    inner = r.observer.probe
+    chunks: list[str] = []
+
+    async def probe(policies: Sequence[CompiledPolicy], *, at: float | None = None) -> dict[str, Prepared | Exception]:
+        chunks.extend(cp.name for cp in policies)
+        clock.advance(2.0)  # a slow round: each chunk 2 s after the last
+        return await inner(policies, at=at)
+
+    r.observer.probe = probe  # type: ignore[method-assign]
+    clock.advance(27.0)  # the views are 27 s old at the round's start (kept up to 2 × 15 s): 29, 31, 33 s later
+    kube.requests.clear()
+    await r.controller.probe_round()
+    await settle(r)
+    assert len(chunks) == 4
+    assert [q.path for q in kube.requests if q.method == "GET" and "/deployments" in q.path] == []
+    await r.observer.aclose()
+
+
+async def test_aging_views_are_read_again_in_the_background_while_the_round_screens(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """Views past ``refresh_periods`` (and still kept) are read again in a task of their own: the round does not
+    wait for it; once it is done the views are new; views past two periods are still read before screening."""
+    r, clock = await many_runtime(kube, kube_client, tgi, tmp_path, 4)
+    release = asyncio.Event()
+    started: list[int] = []
+    inner = r.observer.read_targets
+
+    async def slow_read(policies: Sequence[CompiledPolicy]) -> None:
+        started.append(len(policies))
+        await release.wait()  # the bulk read takes long (thousands of views, a loaded machine)
+        await inner(policies)
+
+    r.observer.read_targets = slow_read  # type: ignore[method-assign]
+    before = {n: v.read_at for n, v in r.observer.views.items()}
+    clock.advance(25.0)  # past 1.5 periods, not past 2
+    scrapes = tgi.scrapes
+    await r.controller.probe_round()  # returns while the read is held: the round did not wait for it
+    await settle(r)
+    assert started == [4]
+    assert tgi.scrapes == scrapes + 1  # screened meanwhile, on the kept views
+    assert {n: v.read_at for n, v in r.observer.views.items()} == before
+    refreshing = r.controller._refreshing
+    assert refreshing is not None
+    assert not refreshing.done()
+    await r.controller.probe_round()  # one background read at a time
+    await settle(r)
+    assert started == [4]
+    release.set()
+    await refreshing
+    assert all(v.read_at == clock.monotonic() for v in r.observer.views.values())
+    clock.advance(31.0)  # past two periods: the round reads them itself first
+    r.controller._refreshing = None
+    started.clear()
+    await r.controller.probe_round()
+    await settle(r)
+    assert started[:1] == [4]
+    await r.observer.aclose()
+
+
+async def test_each_probe_round_ends_with_after_round(rt: Runtime) -> None:
+    """``Runtime`` freezes what a round left behind there (``core.fast.freeze_survivors``)."""
+    calls: list[int] = []
+    rt.controller.after_round = lambda: calls.append(1)
+    await rt.controller.probe_round()
+    await rt.controller.probe_round()
+    await settle(rt)
+    assert calls == [1, 1]
