@@ -42,6 +42,8 @@ from autoscaler.sources.base import MetricSource
 from autoscaler.sources.pool import SourcePool
 
 PROG = "autoscaler run"
+#: Probe rounds between two counts of the frozen set (``Runtime._freeze_round``; a count walks the set).
+MEASURE_ROUNDS = 30
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -104,6 +106,9 @@ class Runtime:
     #: ``autoscaler run`` sets it; tests
     #: that build many runtimes in one process leave it off.
     settle_loaded: bool = False
+    #: Objects the last settle froze (``core.fast.freeze_survivors`` settles again past a quarter more).
+    _settled: int = field(default=0, init=False)
+    _rounds: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -174,6 +179,7 @@ class Runtime:
         if cfg.watch_scaling_policies:
             self.controller.after_pass = self.status.write
         self.controller.after_first = self._settle
+        self.controller.after_round = self._freeze_round
 
     def _leading(self) -> bool:
         # Read at each call: --once swaps the elector for AlwaysLeader.
@@ -242,7 +248,14 @@ class Runtime:
 
     def _settle(self) -> None:
         if self.settle_loaded:
-            fast.settle_long_lived()
+            self._settled = fast.settle_long_lived()
+
+    def _freeze_round(self) -> None:
+        """After each probe round: what survived it frozen too (``core.fast.freeze_survivors``), settled again
+        once the frozen set grew by a quarter since the last settle (measured every ``MEASURE_ROUNDS`` rounds)."""
+        if self.settle_loaded:
+            self._rounds += 1
+            self._settled = fast.freeze_survivors(self._settled, measure=self._rounds % MEASURE_ROUNDS == 0)
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
         """The loop never returns by itself: once it ended, liveness must fail (the kubelet restarts us)."""

@@ -8,6 +8,8 @@ stands for (``tests/core/test_fastpaths.py`` checks they agree; ``bench/fastpath
 - ``settle_long_lived``: what a long-running process holds after loading its policies (thousands of policy
   models and compiled policies) taken out of the cyclic collector's traversals (``gc.freeze``), after one full
   collection; the controller calls it after each load that changed the policy set;
+- ``freeze_survivors``: what survived a probe round frozen as well (constant time), with a settle once the
+  frozen set grew by a quarter since the last one;
 - ``memoized``: a bounded cache of a pure function of hashable arguments (policy expressions parsed once per
   text, however many validators and policies ask; the ``slo`` type's bisections, the prefill utilization at the
   objective (``sizing._utilization_at_objective``) and the Poisson occupancy of the slots
@@ -111,7 +113,7 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def settle_long_lived() -> None:
+def settle_long_lived() -> int:
     """One full collection, then every object the process holds now moved out of the collector's generations
     (``gc.freeze``): no later collection traverses them again.
 
@@ -123,10 +125,39 @@ def settle_long_lived() -> None:
     unfreezes everything and collects (so a reload that replaces the policies leaks nothing for longer than
     until it settles). The plain equivalent is not calling it: the same objects, traversed at every full
     collection. ``collector_paused`` unfreezes what was frozen (its freeze + unfreeze moves the whole permanent
-    generation to the oldest), so a caller settles again after a block that loads."""
+    generation to the oldest), so a caller settles again after a block that loads. Returns how many objects
+    it froze (``freeze_survivors`` measures growth against it)."""
     gc.unfreeze()
     gc.collect()
     gc.freeze()
+    return gc.get_freeze_count()
+
+
+#: The frozen set may grow by this share of what the last settle froze before ``freeze_survivors`` settles
+#: again: CPython's own rule for a full collection (the objects promoted since the last one above 25 % of the
+#: long-lived), applied to what survived the rounds instead of to every promotion.
+REGROW = 0.25
+
+
+def freeze_survivors(settled: int, *, measure: bool = True) -> int:
+    """After a probe round: what survived it taken out of the collector's traversals as well (``gc.freeze``, a
+    list splice), unless the frozen set has grown by more than ``REGROW`` of ``settled`` (what the last settle
+    froze), in which case ``settle_long_lived`` instead. Returns the frozen count of the last settle. Counting
+    the frozen set walks it (≈ 20 ms for 700,000 objects at load 5), so a caller freezing every second
+    measures only now and then (``measure``).
+
+    Why (bench/controller_reaction.py at N = 4,999, 2026-12-01 18:37-18:43 UTC, load 4-6, gc callbacks): after
+    the load's settle, every state, kept view, outcome and connection the rounds replace sits unfrozen in the
+    oldest generation, and each bulk read of 5,000 target views promotes a few hundred thousand more, so a full
+    collection ran every 2-3 s over all of them: 150 in 350 s, each 0.2-1.2 s of wall time with the event loop
+    held (and growing), 127 of them collecting nothing and all of them together about 5,000 objects. What
+    survives a round is freed by reference counting when it is replaced, frozen or not; only a garbage
+    *cycle* made by the rounds waits, until the frozen set has grown by a quarter (the bound the collector's own
+    rule puts on uncollected garbage), when one settle collects it. The plain equivalent is not calling it."""
+    gc.freeze()
+    if measure and gc.get_freeze_count() > settled * (1 + REGROW):
+        return settle_long_lived()
+    return settled
 
 
 def memoized(maxsize: int) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import autoscaler
 from autoscaler.core import behavior, expressions, sizing
-from autoscaler.core.fast import collector_paused, settle_long_lived
+from autoscaler.core.fast import REGROW, collector_paused, freeze_survivors, settle_long_lived
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -210,5 +210,35 @@ def test_settle_long_lived_freezes_what_is_held_and_frees_the_garbage_cycles_fir
         assert later() is not None, "frozen: a full collection does not free it"
         settle_long_lived()
         assert later() is None, "the next settle collects what was frozen before"
+    finally:
+        gc.unfreeze()
+
+
+def test_freeze_survivors_freezes_and_settles_once_the_frozen_set_grew_by_a_quarter() -> None:
+    """What survived a round is frozen (in no generation: no full collection traverses it); a garbage cycle
+    frozen with it waits, through any number of collections and of freezes that find little growth, for the
+    settle that a growth past ``REGROW`` of the last settle's count brings (or for the next explicit settle)."""
+    assert gc.get_freeze_count() == 0
+    try:
+        settled = settle_long_lived()
+        assert settled == gc.get_freeze_count() > 0
+        kept = _Node()
+        kept.other = _Node()
+        kept.other.other = kept  # a cycle made by a round, alive at its end
+        assert freeze_survivors(settled) == settled  # little growth: frozen, no settle
+        assert not any(o is kept for o in gc.get_objects()), "frozen: in no generation"
+        later = weakref.ref(kept)
+        del kept  # garbage now, frozen
+        gc.collect()
+        assert later() is not None, "frozen: a full collection does not free it"
+        assert freeze_survivors(settled) == settled
+        assert later() is not None, "no settle below the growth bound"
+        grown = [_Node() for _ in range(int(settled * REGROW) + 100)]  # the rounds' survivors pile up
+        assert freeze_survivors(settled, measure=False) == settled, "not measured: frozen only"
+        assert later() is not None
+        again = freeze_survivors(settled)
+        assert later() is None, "past the bound: the settle collected it"
+        assert again == gc.get_freeze_count() > settled
+        assert not any(o is grown[0] for o in gc.get_objects()), "what is alive stays frozen"
     finally:
         gc.unfreeze()
