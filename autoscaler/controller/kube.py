@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import aiohttp.helpers
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from yarl import URL
 
 from autoscaler.policyfile import files
 
@@ -366,15 +368,50 @@ class DeadlineRest:
 
 
 def with_deadlines(api: client.ApiClient, deadline_s: float = DEFAULT_DEADLINE_S) -> client.ApiClient:
-    """Give every call made through ``api`` a deadline (see ``DeadlineRest``); idempotent (a second call only
-    changes the deadline). Returns ``api``."""
+    """Give every call made through ``api`` a deadline (see ``DeadlineRest``), and read the environment's proxy
+    for the API server once (``environment_once``); idempotent (a second call only changes the deadline).
+    Returns ``api``."""
     rest: Any = api.rest_client
     if isinstance(rest, DeadlineRest):
         rest.deadline_s = deadline_s
     else:
+        environment_once(api)
         # Replacing the attribute (composition, not a subclass): tests and callers may hand over any ApiClient.
         setattr(api, "rest_client", DeadlineRest(rest, deadline_s))  # noqa: B010 (the stub types it narrowly)
     return api
+
+
+def environment_once(api: client.ApiClient) -> None:
+    """Resolve the proxy the environment gives for the API server (``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``)
+    once, here, and stop the client's session from consulting the environment on every request.
+
+    Why: ``kubernetes_asyncio`` opens its aiohttp session with ``trust_env=True``, and aiohttp (3.10+) then runs,
+    **per request**, two jobs on the default thread pool: reading ``~/.netrc`` (a file open and parse, for HTTP
+    basic auth) and parsing the proxy variables. Each is a hand-off to a thread and back, contending for the GIL
+    with the event loop: under load (2026-12-02 01:35 UTC, load 5, 5,000 policies, py-spy) these came to about
+    a tenth of the controller's samples, and an escalated evaluation makes four API calls before its write.
+    All requests of one ``ApiClient`` go to one host, so the answer is the same every time; client-go too
+    reads the proxy variables once per process (``http.ProxyFromEnvironment``), and reads no ``.netrc`` (the
+    API server authenticates by token or certificate, which the configuration carries). An explicit
+    ``configuration.proxy`` is kept as it is. A process whose proxy variables change after start keeps the
+    first answer, as client-go does."""
+    rest: Any = api.rest_client
+    session = getattr(rest, "pool_manager", None)
+    if not isinstance(session, aiohttp.ClientSession) or not session.trust_env:
+        return
+    if not getattr(rest, "proxy", None):
+        try:
+            proxy, auth = aiohttp.helpers.get_env_proxy_for_url(URL(api.configuration.host or ""))
+        except LookupError:  # none set, or NO_PROXY names the server
+            pass
+        else:
+            rest.proxy = str(proxy)
+            if auth is not None:
+                rest.proxy_headers = {**(getattr(rest, "proxy_headers", None) or {}),
+                                      "Proxy-Authorization": auth.encode()}
+    # aiohttp has no public setter; the attribute is what ``trust_env`` reads (tests/controller/test_kube.py
+    # fails should aiohttp rename it: it counts the environment look-ups of a request).
+    session._trust_env = False
 
 
 def deadline_of(api: client.ApiClient) -> float | None:

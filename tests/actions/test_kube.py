@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiohttp.helpers
 import pytest
 import yaml
 from kubernetes_asyncio import client
@@ -110,6 +111,75 @@ async def test_status_errors_become_typed(
 async def test_not_found_carries_the_server_message(kube_client: client.ApiClient) -> None:
     with pytest.raises(NotFound, match=r'^404 NotFound: deployments.apps "nope" not found$'):
         await call(client.AppsV1Api(kube_client).read_namespaced_deployment("nope", "llm"))
+
+
+async def test_a_request_reads_no_proxy_or_netrc_from_the_environment(
+    kube: Emulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``with_deadlines`` settles the environment once (``environment_once``): no request after it hands the
+    proxy variables or ``~/.netrc`` to a thread again (two thread hops per API call in aiohttp >= 3.10)."""
+    looked: list[str] = []
+    # aiohttp's client module calls these by the names it imported them under: patched there.
+    real_proxy, real_netrc = aiohttp.helpers.get_env_proxy_for_url, aiohttp.helpers.netrc_from_env
+
+    def proxy(url: object) -> object:
+        looked.append("proxy")
+        return real_proxy(url)  # type: ignore[arg-type]
+
+    def netrc() -> object:
+        looked.append("netrc")
+        return real_netrc()
+
+    monkeypatch.setattr("aiohttp.client.get_env_proxy_for_url", proxy)
+    monkeypatch.setattr("aiohttp.client.netrc_from_env", netrc)
+    kube.add(objects.deployment())
+    # The client as kubernetes_asyncio builds it looks the environment up on every request (what this guards).
+    raw = client.ApiClient(client.Configuration(host=kube.url))
+    try:
+        await client.AppsV1Api(raw).read_namespaced_deployment("tgi-gemma-deployment", "llm")
+    finally:
+        await raw.close()
+    assert looked, "the unwrapped client no longer looks the environment up: this test guards nothing"
+    looked.clear()
+    api = kubemod.with_deadlines(client.ApiClient(client.Configuration(host=kube.url)))
+    try:
+        for _ in range(3):
+            dep = await client.AppsV1Api(api).read_namespaced_deployment("tgi-gemma-deployment", "llm")
+    finally:
+        await api.close()
+    assert dep.spec.replicas == 1
+    assert looked == []
+
+
+@pytest.mark.parametrize(
+    ("env", "proxy", "auth"),
+    [
+        pytest.param({"HTTPS_PROXY": "http://user:pw@proxy.example:3128"}, "http://proxy.example:3128",
+                     "Basic dXNlcjpwdw==", id="https-proxy-with-credentials"),
+        pytest.param({"HTTPS_PROXY": "http://proxy.example:3128", "NO_PROXY": "api.example"}, None, None,
+                     id="no-proxy-names-the-server"),
+        pytest.param({}, None, None, id="none-set"),
+    ],
+)
+async def test_the_environment_proxy_is_kept_as_read_at_construction(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], proxy: str | None, auth: str | None
+) -> None:
+    """What a request would have found in the environment is found once and passed explicitly: requests still
+    go through the proxy the environment names for the API server (nothing is sent here)."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "https_proxy", "http_proxy", "no_proxy", "ALL_PROXY",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    api = client.ApiClient(client.Configuration(host="https://api.example:6443"))
+    try:
+        kubemod.environment_once(api)
+        rest: object = api.rest_client
+        assert getattr(rest, "proxy", None) == proxy
+        assert (getattr(rest, "proxy_headers", None) or {}).get("Proxy-Authorization") == auth
+        assert getattr(rest, "pool_manager").trust_env is False  # noqa: B009
+    finally:
+        await api.close()
 
 
 @pytest.mark.parametrize(
