@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 from pydantic.alias_generators import to_camel
 
 from autoscaler.core import fast
@@ -45,11 +45,18 @@ class SpecModel(BaseModel):
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True, allow_inf_nan=False
     )
 
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        _MODELS.append(cls)  # for number_keys
+
     @model_validator(mode="before")
     @classmethod
-    def _numbers_that_can_be_meant(cls, data: Any) -> Any:
+    def _numbers_that_can_be_meant(cls, data: Any, info: ValidationInfo) -> Any:
         # A model validator rather than a field validator on "*": pydantic forbids "before" validators on
         # the discriminator fields ("type") that "*" would include. FieldError points at the field's line.
+        if info.context is NUMBERS_SHOWN_FINE:
+            return data  # the caller has shown that no number in its input can fail this check
         if isinstance(data, dict):
             fields = _number_fields(cls)
             for key, value in data.items():  # a document names few of a model's fields: walk those
@@ -59,6 +66,31 @@ class SpecModel(BaseModel):
                 elif admits_bool is not None and not -MAX_NUMBER <= value <= MAX_NUMBER:
                     _check_number(value, key, admits_bool=admits_bool)  # out of range, or NaN
         return data
+
+
+#: The validation context (``model_validate(data, context=NUMBERS_SHOWN_FINE)``) under which the check above is
+#: skipped, for a caller that has walked its plain input and found that every value under a key in
+#: ``number_keys()`` is an int or float (not a bool) within ±``MAX_NUMBER``: then no model's check can refuse
+#: anything, whatever model the value lands in. Only that validation call skips it: models a validator or a
+#: default factory builds are validated without the context, so they are checked as always.
+NUMBERS_SHOWN_FINE: Any = types.MappingProxyType({"numbers": "shown fine by the caller"})
+
+
+def number_keys() -> frozenset[str]:
+    """Every input key (alias and name) that is a number field of some ``SpecModel`` defined so far: the keys
+    whose values ``_numbers_that_can_be_meant`` looks at, in whichever model."""
+    return _number_keys(len(_MODELS))
+
+
+#: Every subclass of ``SpecModel``, in the order they were defined (``SpecModel.__pydantic_init_subclass__``);
+#: only ever appended to, so its first ``n`` entries are always the same models.
+_MODELS: list[type[BaseModel]] = []
+
+
+@fast.memoized(maxsize=8)  # one entry per count of models: a new one only when a model class is defined
+def _number_keys(count: int) -> frozenset[str]:
+    """The number keys of the first ``count`` models of ``_MODELS``."""
+    return frozenset(key for cls in _MODELS[:count] for key in _number_fields(cls))
 
 
 #: Types whose only possible fault is the range (bool, str and the rest take ``_check_number``'s whole path).

@@ -48,7 +48,7 @@ from autoscaler import forked
 from autoscaler.core.fast import collector_paused
 from autoscaler.core.policies.disaggregated import DisaggregatedPolicyConfig
 from autoscaler.core.spec import API_VERSION, ScalingPolicy
-from autoscaler.core.specbase import FieldError
+from autoscaler.core.specbase import MAX_NUMBER, NUMBERS_SHOWN_FINE, FieldError, number_keys
 from autoscaler.policyfile import files, plainyaml
 
 #: Policy files are small (the examples are 2-4 KiB); a bigger file is a mistake (a log, a dump) and is not
@@ -350,10 +350,10 @@ def _valid_plain_policy(text: str, state: _FileState) -> _Loaded | None:
     report, so it needs no line or column but where its document starts; where its name and targets are
     written is found only if another policy clashes with it (``Claim.spots`` is None until then). Anything
     else answers ``None`` and the file is read the usual way, which reports every problem exactly as before."""
-    parsed = plainyaml.load(text, max_depth=MAX_DEPTH, max_nodes=MAX_NODES)
+    parsed = plainyaml.load(text, max_depth=MAX_DEPTH, max_nodes=MAX_NODES, watch=number_keys(), bound=MAX_NUMBER)
     if parsed is None:
         return None
-    data = parsed[0]
+    data = parsed.value
     kind, api = data.get("kind"), data.get("apiVersion")
     if not (isinstance(kind, str) or kind is None) or not (isinstance(api, str) or api is None):
         return None  # ``_document`` reads the header from the node's text: leave the rare odd header to it
@@ -361,17 +361,27 @@ def _valid_plain_policy(text: str, state: _FileState) -> _Loaded | None:
         return None
     if not (kind in (None, "ScalingPolicy") or (api or "").startswith(API_VERSION.split("/")[0] + "/")):
         return None
+    # Every number field's value plain and in range (the walk looked): the models' number check cannot refuse
+    # anything here, so it is skipped (specbase.NUMBERS_SHOWN_FINE); otherwise it runs as always.
+    context = NUMBERS_SHOWN_FINE if parsed.watched_plain else None
     try:
-        policy = ScalingPolicy.model_validate(data)
+        policy = ScalingPolicy.model_validate(data, context=context)
     except pydantic.ValidationError:
         return None
     line = _document_line(text)
     return _Loaded(policy, state.file, line, _claim(policy, state.file, line, None))
 
 
+#: What a line may start with and not be content: a space, a comment, or a line break (every one ``splitlines``
+#: splits at), and the empty text.
+_NOT_CONTENT = frozenset(" #\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029") | {""}
+
+
 def _document_line(text: str) -> int:
     """The line PyYAML's mark gives the one document of a text ``plainyaml`` took: its first line that is not
     blank or a comment (such a text has no ``---``, directive, tab or odd line break)."""
+    if text[:1] not in _NOT_CONTENT:
+        return 1  # the usual case, without splitting the whole text: its first line starts with content
     for number, line in enumerate(text.splitlines(), 1):
         content = line.lstrip(" ")
         if content and content[0] != "#":

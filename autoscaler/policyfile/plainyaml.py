@@ -31,6 +31,7 @@ read alike. Without ``yaml_rs`` installed, ``AVAILABLE`` is False and ``load`` a
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -131,9 +132,23 @@ class _Outside(Exception):
     """The walk met something outside what both parsers read alike."""
 
 
-def load(text: str, *, max_depth: int, max_nodes: int) -> tuple[dict[str, Any], int] | None:
-    """``(value, values counted)`` of a one-mapping ``text`` when ``yaml_rs`` reads it as PyYAML's safe loader
-    would, else ``None`` (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """What ``load`` read: the mapping, its values counted (keys included, as PyYAML's nodes), and whether every
+    value under a key in the caller's ``watch`` set is an int or a float (not a bool) within ±``bound``, or
+    null (``watched_plain``; True when nothing is watched)."""
+
+    value: dict[str, Any]
+    count: int
+    watched_plain: bool
+
+
+def load(
+    text: str, *, max_depth: int, max_nodes: int, watch: frozenset[str] = frozenset(), bound: float = 0.0
+) -> Plain | None:
+    """What a one-mapping ``text`` reads as when ``yaml_rs`` reads it as PyYAML's safe loader would, else
+    ``None`` (see the module docstring). ``watch`` and ``bound``: see ``Plain.watched_plain`` (the loader
+    watches the number fields of the policy models, to skip a check it has then shown cannot fail)."""
     if not AVAILABLE:
         return None
     view = _view(text)
@@ -147,49 +162,72 @@ def load(text: str, *, max_depth: int, max_nodes: int) -> tuple[dict[str, Any], 
         return None
     if type(data) is not dict:
         return None
-    walk = _Walk(max_depth)
+    walk = _Walk(max_depth, watch, bound)
     try:
         count = walk.mapping(data, 0)
     except (_Outside, RecursionError):
         return None
-    return (data, count) if count <= max_nodes else None
+    return Plain(data, count, walk.watched_plain) if count <= max_nodes else None
 
 
 class _Walk:
     """A module-level walk over an object rather than a recursive closure (a closure that calls itself is a
-    reference cycle per document, which only the paused cyclic collector would free)."""
+    reference cycle per document, which only the paused cyclic collector would free).
 
-    __slots__ = ("max_depth",)
+    Each value is judged in its parent's loop (one call per collection, not per value: most values are scalars):
+    deeper than ``max_depth`` (a scalar too: PyYAML's path reports any value deeper than the limit), a string
+    that PyYAML would read as something else, a key that is not such a string, or a type other than str, int,
+    float, bool, null, mapping and list raise ``_Outside``. The count is PyYAML's node count: one per value and
+    one per key."""
 
-    def __init__(self, max_depth: int) -> None:
-        self.max_depth = max_depth
+    __slots__ = ("bound", "max_depth", "watch", "watched_plain")
+
+    def __init__(self, max_depth: int, watch: frozenset[str], bound: float) -> None:
+        self.max_depth, self.watch, self.bound = max_depth, watch, bound
+        self.watched_plain = True
 
     def mapping(self, value: dict[Any, Any], depth: int) -> int:
-        count = 1
+        depth += 1  # the depth of its values
+        if depth > self.max_depth and value:
+            raise _Outside
+        count = 1 + 2 * len(value)  # itself, and each key and value (a collection adds what is inside it)
+        watch = self.watch
         for key, item in value.items():
             if type(key) is not str or (key[:1] in _FIRST and not _reads_as_string(key)):
                 raise _Outside
-            count += 1 + self.value(item, depth + 1)
+            kind = type(item)
+            if kind is str:
+                if item[:1] in _FIRST and not _reads_as_string(item):  # the first test saves a call for most
+                    raise _Outside
+            elif kind is dict:
+                count += self.mapping(item, depth) - 1
+            elif kind is list:
+                count += self.sequence(item, depth) - 1
+            elif not (kind is int or kind is float or kind is bool or item is None):
+                raise _Outside  # a date, bytes: anything else
+            if key in watch and item is not None and not (
+                (kind is int or kind is float) and -self.bound <= item <= self.bound
+            ):
+                self.watched_plain = False
         return count
 
-    def value(self, value: Any, depth: int) -> int:
-        if depth > self.max_depth:  # a scalar too: PyYAML's path reports any value deeper than the limit
+    def sequence(self, value: list[Any], depth: int) -> int:
+        depth += 1
+        if depth > self.max_depth and value:
             raise _Outside
-        kind = type(value)
-        if kind is str:
-            if value[:1] in _FIRST and not _reads_as_string(value):  # the first test saves a call for most
+        count = 1 + len(value)
+        for item in value:
+            kind = type(item)
+            if kind is str:
+                if item[:1] in _FIRST and not _reads_as_string(item):
+                    raise _Outside
+            elif kind is dict:
+                count += self.mapping(item, depth) - 1
+            elif kind is list:
+                count += self.sequence(item, depth) - 1
+            elif not (kind is int or kind is float or kind is bool or item is None):
                 raise _Outside
-            return 1
-        if kind is dict:
-            return self.mapping(value, depth)
-        if kind is list:
-            count = 1
-            for item in value:
-                count += self.value(item, depth + 1)
-            return count
-        if kind is int or kind is float or kind is bool or value is None:
-            return 1
-        raise _Outside  # a date, bytes: anything else
+        return count
 
 
 def _reads_as_string(value: str) -> bool:

@@ -9,12 +9,13 @@ import math
 import weakref
 from pathlib import Path
 
+import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import autoscaler
-from autoscaler.core import behavior, expressions, sizing
+from autoscaler.core import behavior, expressions, sizing, specbase
 from autoscaler.core.fast import REGROW, collector_paused, freeze_survivors, settle_long_lived
 from autoscaler.core.model import (
     Observation,
@@ -242,3 +243,48 @@ def test_freeze_survivors_freezes_and_settles_once_the_frozen_set_grew_by_a_quar
         assert not any(o is grown[0] for o in gc.get_objects()), "what is alive stays frozen"
     finally:
         gc.unfreeze()
+
+
+def _immutable(value: object) -> bool:
+    if isinstance(value, pydantic.BaseModel):
+        return bool(value.model_config.get("frozen")) and all(_immutable(v) for v in dict(value).values())
+    if isinstance(value, tuple | frozenset):
+        return all(_immutable(v) for v in value)
+    return value is None or isinstance(value, bool | int | float | str)
+
+
+def test_shared_defaults_equal_fresh_ones_and_hold_nothing_mutable() -> None:
+    """``fast.shared_default`` gives one value to every policy that takes the default: it must be what the model
+    builds afresh, and frozen all the way down (a dict or list in it could be changed under every policy)."""
+    import autoscaler.core.spec  # noqa: F401, PLC0415  (defines the models that use it)
+
+    shared = [
+        (cls, name, info.default_factory)
+        for cls in specbase._MODELS
+        for name, info in cls.model_fields.items()
+        if info.default_factory is not None and "shared_default" in info.default_factory.__qualname__
+    ]
+    assert len(shared) >= 5, shared  # Spec's metricSafety, scaleToZero, actuation; slo's forecast, scaleDown
+    for cls, name, factory in shared:
+        value = factory()  # type: ignore[call-arg]
+        assert factory() is value, (cls, name)  # type: ignore[call-arg]
+        assert value == type(value)(), (cls, name)
+        assert _immutable(value), (cls, name)
+
+
+def test_number_keys_cover_every_spec_model_including_later_ones() -> None:
+    """The loader skips the number check when no value under these keys can fail it: a model defined later (a
+    policy type from a plug-in) must add its number fields."""
+    import autoscaler.core.spec  # noqa: F401, PLC0415
+
+    keys = specbase.number_keys()
+    assert all(set(specbase._number_fields(cls)) <= keys for cls in specbase._MODELS)
+    assert {"maxReplicas", "capacityPerReplica", "averageValue", "replicas"} <= keys
+
+    class Later(specbase.SpecModel):
+        later_count: int = 0
+
+    try:
+        assert {"laterCount", "later_count"} <= specbase.number_keys()
+    finally:
+        specbase._MODELS.remove(Later)  # the last one: the first n entries stay the same models

@@ -60,6 +60,17 @@ CASES = [
                  "p.yaml:10:16: spec.maxReplicas: ", "not the boolean true", id="boolean-count"),
     pytest.param(edit("    capacityPerReplica: 10", "    capacityPerReplica: false"),
                  "p.yaml:17:25: spec.policy.capacityPerReplica: ", "not the boolean false", id="boolean-capacity"),
+    # read by the native parser (plain text), so refused only by the models' number check, which the loader
+    # skips when every number field holds a plain number in range: each must still be refused
+    pytest.param(edit("    capacityPerReplica: 10", "    capacityPerReplica: 10000000000000000000"),
+                 "p.yaml:17:25: spec.policy.capacityPerReplica: ", "out of range", id="absurd-integer-capacity"),
+    pytest.param(edit("    capacityPerReplica: 10", "    capacityPerReplica: '1e300'"),
+                 "p.yaml:17:25: spec.policy.capacityPerReplica: ", "out of range", id="absurd-quoted-capacity"),
+    pytest.param(edit("    capacityPerReplica: 10", "    capacityPerReplica: 'nan'"),
+                 "p.yaml:17:25: spec.policy.capacityPerReplica: ", "finite number", id="quoted-nan-capacity"),
+    pytest.param(BASE + "  metricSafety:\n    fallback: {failureThreshold: 2, replicas: true}\n",
+                 "p.yaml:19:47: spec.metricSafety.fallback.replicas: ", "not the boolean true",
+                 id="boolean-nested-replicas"),
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: 4\n  evaluationPeriodSeconds: 0.001"),
                  "p.yaml:11:28: spec.evaluationPeriodSeconds: ", "greater than or equal to 1",
                  id="period-below-one-second"),

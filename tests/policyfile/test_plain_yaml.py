@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not plainyaml.AVAILABLE, reason="yaml_rs is not 
 
 def native(text: str) -> Any:
     parsed = plainyaml.load(text, max_depth=loader.MAX_DEPTH, max_nodes=loader.MAX_NODES)
-    return None if parsed is None else parsed[0]
+    return None if parsed is None else parsed.value
 
 
 def pyyaml(text: str) -> Any:
@@ -129,6 +129,58 @@ def test_a_lone_carriage_return_breaks_lines_for_the_checks_too(text: str) -> No
     assert value is None or repr(value) == repr(pyyaml(text))
 
 
+def _nodes(node: yaml.Node) -> int:
+    """PyYAML's node count of a composed document: one per value and one per key."""
+    if isinstance(node, yaml.MappingNode):
+        return 1 + sum(_nodes(k) + _nodes(v) for k, v in node.value)
+    if isinstance(node, yaml.SequenceNode):
+        return 1 + sum(_nodes(child) for child in node.value)
+    return 1
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(PIECES), max_size=16), st.sampled_from(["", "a: ", "k:\n  ", "k: ["]))
+def test_the_native_count_is_pyyaml_s_node_count(parts: list[str], prefix: str) -> None:
+    """What ``load`` counts is what the usual path counts against ``MAX_NODES``."""
+    text = prefix + "".join(parts)
+    parsed = plainyaml.load(text, max_depth=loader.MAX_DEPTH, max_nodes=loader.MAX_NODES)
+    if parsed is not None:
+        composed = yaml.compose(text)
+        assert composed is not None
+        assert parsed.count == _nodes(composed)
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [("a: 1\n", 1), ("a: {b: {c: 1}}\n", 3), ("a: [[1]]\n", 3), ("a: [{b: [x]}]\n", 4), ("a: {}\n", 1),
+     ("a: {b: []}\n", 2)],
+)
+def test_values_deeper_than_the_limit_are_refused(text: str, depth: int) -> None:
+    """``depth``: how deep the deepest value is (the top mapping's values are 1 deep), as ``_check_graph``
+    measures; the usual path refuses a value deeper than ``max_depth``, so the native path steps aside."""
+    assert plainyaml.load(text, max_depth=depth, max_nodes=100) is not None
+    assert plainyaml.load(text, max_depth=depth - 1, max_nodes=100) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [
+        ("a: 1\nn: 2.5\nb: {n: -3}\nc: [{n: 1000000000000000}]\n", True),
+        ("n: ~\nflag: true\nname: x\n", True),  # null, and a bool or a string under a key not watched
+        ("a: {n: true}\n", False),
+        ("n: false\n", False),
+        ("n: '1e300'\n", False),  # a string: pydantic would read it as a number
+        ("a: [{n: 1000000000000001}]\n", False),  # out of range
+        ("n: -1000000000000001\n", False),
+        ("n: [1]\n", False),  # not a number at all: the check runs, the type check refuses it
+    ],
+)
+def test_watched_keys_are_plain_numbers_only_when_they_are(text: str, plain: bool) -> None:
+    parsed = plainyaml.load(text, max_depth=10, max_nodes=100, watch=frozenset({"n"}), bound=1e15)
+    assert parsed is not None
+    assert parsed.watched_plain is plain
+
+
 def test_deep_nesting_is_refused_not_crashed() -> None:
     assert native("a: " + "[" * 5000 + "]" * 5000) is None
     deep = "a:\n" + "".join(" " * (i + 1) + "b:\n" for i in range(600))
@@ -193,3 +245,18 @@ def test_a_comment_like_line_inside_a_quoted_scalar_is_read_by_the_checks(text: 
     assert "# y" in plainyaml._view(text)
     value = native(text)
     assert value is None or repr(value) == repr(pyyaml(text))
+
+
+def _first_content_line(text: str) -> int:
+    """``_document_line``'s plain definition: the first line that is not blank or a comment."""
+    for number, line in enumerate(text.splitlines(), 1):
+        content = line.lstrip(" ")
+        if content and content[0] != "#":
+            return number
+    return 1
+
+
+@FUZZ
+@given(st.text(" #\n\r\x0b\x0c\x1c\x85\u2028\ta:", max_size=12))
+def test_the_document_line_is_the_first_content_line(text: str) -> None:
+    assert loader._document_line(text) == _first_content_line(text)
