@@ -10,6 +10,7 @@ stands for (``tests/core/test_fastpaths.py`` checks they agree; ``bench/fastpath
   collection; the controller calls it after each load that changed the policy set;
 - ``freeze_survivors``: what survived a probe round frozen as well (constant time), with a settle once the
   frozen set grew by a quarter since the last one;
+- ``shared_default``: a frozen model's default built once and shared (``spec.Spec``'s defaults, ``slo``'s);
 - ``memoized``: a bounded cache of a pure function of hashable arguments (policy expressions parsed once per
   text, however many validators and policies ask; the ``slo`` type's bisections, the prefill utilization at the
   objective (``sizing._utilization_at_objective``) and the Poisson occupancy of the slots
@@ -171,6 +172,22 @@ def memoized(maxsize: int) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         return functools.update_wrapper(cast(Callable[_P, _R], cached), fn)
 
     return wrap
+
+
+def shared_default(make: Callable[[], _R]) -> Callable[[], _R]:
+    """A ``default_factory`` that calls ``make`` once, on first use, and gives that one value to every model that
+    takes the default: for a frozen model whose fields hold no mutable value (nothing can then change the one
+    value under another policy). Loading thousands of policies, each default of ``Spec`` built anew was a full
+    validation of an empty model per policy and default. The plain equivalent is ``make`` itself
+    (``tests/core/test_fastpaths.py`` checks the values are equal and hold nothing mutable)."""
+    made: list[_R] = []
+
+    def default() -> _R:
+        if not made:
+            made.append(make())
+        return made[0]
+
+    return default
 
 
 #: ``decide`` for one policy, or None where the fast path does not apply (the caller then calls ``decide``).

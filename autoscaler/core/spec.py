@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from autoscaler.core import catalog, expressions
+from autoscaler.core import catalog, expressions, fast
 from autoscaler.core.policies.disaggregated import DisaggregatedPolicyConfig
 from autoscaler.core.policies.hpa import HpaPolicyConfig
 from autoscaler.core.policies.kpa import KpaPolicyConfig
@@ -358,11 +358,11 @@ class Spec(SpecModel):
     source: SourceSpec | None = Field(default=None, description="Default source for the signals.")
     signals: list[SignalSpec] = Field(min_length=1)
     policy: PolicyConfig
-    metric_safety: MetricSafetySpec = Field(default_factory=MetricSafetySpec)
-    scale_to_zero: ScaleToZeroSpec = Field(default_factory=ScaleToZeroSpec)
+    metric_safety: MetricSafetySpec = Field(default_factory=fast.shared_default(MetricSafetySpec))
+    scale_to_zero: ScaleToZeroSpec = Field(default_factory=fast.shared_default(ScaleToZeroSpec))
     capacity: CapacitySpec | None = None
     preemptible: list[PreemptibleSpec] = Field(default_factory=list)
-    actuation: ActuationSpec = Field(default_factory=ActuationSpec)
+    actuation: ActuationSpec = Field(default_factory=fast.shared_default(ActuationSpec))
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
@@ -500,10 +500,12 @@ def _locate(model: BaseModel, value: str) -> tuple[str | int, ...]:
 
 
 def _check_no_cycles(signals: list[SignalSpec]) -> None:
+    if all(s.expr is None for s in signals):
+        return  # no composite signal (most policies): nothing refers to another, nothing can form a cycle
     index = {s.name: i for i, s in enumerate(signals)}
     deps = {s.name: s.expression_names() for s in signals}
     if not any(deps.values()):
-        return  # no signal refers to another (most policies): nothing can form a cycle
+        return  # no signal refers to another: nothing can form a cycle
     visiting: set[str] = set()
     done: set[str] = set()
     for name in deps:

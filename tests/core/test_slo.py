@@ -1178,3 +1178,12 @@ def test_the_recurrence_lead_adds_a_victims_eviction() -> None:
     drv.eviction_s = 45.0
     rec = _cycles(drv, cycles=4, high=2.6, high_s=5, low=0.96, low_s=195, count=4)
     assert "within the 165s lead" in rec.message, rec.message
+
+
+@given(st.fixed_dictionaries({}, optional={
+    name: st.sampled_from(["a", "b", "c"]) for name in slo.SloSignalsSpec.model_fields
+}))
+def test_signal_names_are_the_dump_s_strings_in_field_order(given_names: dict[str, str]) -> None:
+    """``names`` reads the fields directly (it runs in validation, per policy): what the dump lists, in order."""
+    signals = slo.SloSignalsSpec(**given_names)
+    assert signals.names() == [v for v in signals.model_dump().values() if isinstance(v, str)]

@@ -200,7 +200,9 @@ class SloSignalsSpec(SpecModel):
     )
 
     def names(self) -> list[str]:
-        return [v for v in self.model_dump().values() if isinstance(v, str)]
+        """The signal names given, in field order (what ``model_dump`` lists, without building the dump: this
+        runs in validation, for every policy of this type)."""
+        return [v for v in map(self.__dict__.get, type(self).model_fields) if isinstance(v, str)]
 
 
 class ForecastSpec(SpecModel):
@@ -247,8 +249,8 @@ class SloPolicyConfig(SpecModel):
     target_utilization: float = Field(
         default=0.8, gt=0, le=1, description="Utilization at the SLO to start from; the latency loop only lowers it."
     )
-    forecast: ForecastSpec = Field(default_factory=ForecastSpec)
-    scale_down: ScaleDownSpec = Field(default_factory=ScaleDownSpec)
+    forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
+    scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
 
     @model_validator(mode="after")
     def _usable(self) -> SloPolicyConfig:
