@@ -446,20 +446,30 @@ def lookback(horizon: float) -> float:
     return max(LOOKBACK_MIN_S, LOOKBACK_COLD_STARTS * horizon)
 
 
-def largest_rise(history: Sequence[tuple[float, float]], horizon: float) -> float:
+def largest_rise(history: Sequence[tuple[float, float]], horizon: float, *, from_level: float | None = None) -> float:
     """The largest increase of the load within ``horizon`` seconds anywhere in ``history`` (``(t, load)``,
-    oldest first; the result is ≥ 0).
+    oldest first; the result is ≥ 0); with ``from_level``, only increases that start from a load at least that.
 
     What the load did within one cold start before is what it may do again: a replica released now would
     be missing for that long. One pass from the newest sample back, with a monotonic deque of the running
     maximum of the following ``horizon`` seconds.
+
+    ``from_level`` (the ``slo`` type passes the load now): a rise is measured against the level it starts from.
+    A climb out of a trough below the load now has partly happened already (from the trough up to now), and
+    adding the whole of it to the load now counts that part twice; what the load did within a cold start from
+    where it is now, or higher, is what a replica released now is exposed to. The same holds for an occupancy
+    gauge filling from empty (servers that start with no sequences climb to their steady occupancy, arrival
+    rate × time in system, within the sequences' lifetime: Little's law): that climb starts from nothing, not
+    from the load now. At a load higher than any in the history the rise is 0: the hold window's peak and the
+    forecast still keep the level now.
     """
     best = 0.0
+    floor = -math.inf if from_level is None else from_level
     ahead: deque[tuple[float, float]] = deque()  # (t, v) after the current sample, values decreasing
     for t, v in reversed(history):
         while ahead and ahead[0][0] > t + horizon:
             ahead.popleft()
-        if ahead and ahead[0][1] - v > best:
+        if v >= floor and ahead and ahead[0][1] - v > best:
             best = ahead[0][1] - v
         while ahead and ahead[-1][1] <= v:
             ahead.pop()
@@ -566,6 +576,13 @@ def trend_and_burst(
     trend is fitted on; ``further`` is the same forecast extrapolated to ``now + reach`` (default ``horizon``)."""
     # The trend is fitted over two cold starts and extrapolated one ahead, from the fitted line's value now.
     # Only its lower confidence bound counts (slope − 2 standard errors): noise alone must not add replicas.
+    # Never further ahead than the history spans: the confidence bound covers the noise around a line within
+    # what was observed, not whether the load keeps to a line beyond it. A history shorter than the cold start
+    # (a fresh controller; servers filling from empty toward their steady occupancy, arrival rate × time in
+    # system by Little's law, which no line continues) would otherwise have a minute's climb extrapolated over
+    # a whole cold start. The history's span, not the fitted samples': ``trend_samples`` may leave out
+    # stretches of the history (samples with a queue on every replica), and a ramp observed throughout is
+    # evidence throughout.
     span = 2 * max(horizon, 30.0)
     window = [(t, v) for t, v in history if t > now - span]
     forecast, text = load, ""
@@ -581,12 +598,15 @@ def trend_and_burst(
             slope = sum((t - mt) * (v - mf) for t, v in fit) / var
             resid = sum((v - (mf + slope * (t - mt))) ** 2 for t, v in fit) / (n - 2)
             low = slope - 2.0 * math.sqrt(resid / var)
+            observed = now - history[0][0]
             if low > 0:
-                ahead = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * horizon)
+                ahead = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * min(horizon, observed))
                 if ahead > forecast:
                     forecast = ahead
-                    text = f" (trend ≥ +{low * 60:.2f}/min)"
-                further = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * (reach or horizon))
+                    text = f" (trend ≥ +{low * 60:.2f}/min" + (
+                        f", over the {observed:.0f}s observed)" if observed < horizon else ")"
+                    )
+                further = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * min(reach or horizon, observed))
     if len(window) >= 4:
         short = [v for t, v in window if t > now - BURST_SHORT_S]
         mean_long = mv

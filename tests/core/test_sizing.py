@@ -105,6 +105,39 @@ def test_the_largest_rise_is_within_one_cold_start() -> None:
     assert sizing.largest_rise([], 60.0) == 0.0
 
 
+def test_a_rise_is_measured_from_the_level_it_starts_at() -> None:
+    """With ``from_level`` only climbs that start at a load at least that count: a climb out of a lower trough has
+    partly happened already (up to the load now), and an occupancy gauge filling from empty starts from nothing."""
+    # Servers filling from empty (0 → 0.9), a dip to 0.3 and a climb to 0.5, then 0.6 rising to 1.0.
+    hist = [(0.0, 0.0), (30.0, 0.9), (100.0, 0.3), (130.0, 0.5), (200.0, 0.6), (240.0, 1.0)]
+    assert sizing.largest_rise(hist, 60.0) == pytest.approx(0.9)
+    assert sizing.largest_rise(hist, 60.0, from_level=0.6) == pytest.approx(0.4)  # 0.6 → 1.0 only
+    assert sizing.largest_rise(hist, 60.0, from_level=0.3) == pytest.approx(0.4)  # 0.3 → 0.5 is smaller
+    assert sizing.largest_rise(hist, 60.0, from_level=0.61) == 0.0  # nothing climbed from 0.61 or more
+    assert sizing.largest_rise(hist, 60.0, from_level=None) == sizing.largest_rise(hist, 60.0)
+
+
+def test_a_trend_is_not_extrapolated_beyond_the_span_of_the_history() -> None:
+    # A minute of a steady climb (1.0 → 1.1), a 240 s cold start: the line's lower bound is extrapolated 60 s, not
+    # 240 s (1.2, not 1.5), and so is ``further``; over a history longer than the horizon it reaches the horizon.
+    short = [(float(t), 1.0 + t / 600.0) for t in range(0, 61, 5)]
+    got = sizing.trend_and_burst(short, 60.0, 1.1, 240.0, 2.0, None, reach=480.0)
+    assert got.value == pytest.approx(1.2)
+    assert got.further == pytest.approx(1.2)
+    assert "over the 60s observed" in got.text
+    long = [(float(t), 1.0 + t / 600.0) for t in range(0, 481, 5)]
+    got = sizing.trend_and_burst(long, 480.0, 1.8, 240.0, 2.0, None, reach=300.0)
+    assert got.value == pytest.approx(1.8 + 240.0 / 600.0)
+    assert got.further == pytest.approx(1.8 + 300.0 / 600.0)
+    assert "observed" not in got.text
+    # The history's span counts, not the fitted samples': a ramp whose last six minutes had a queue on every
+    # replica (left out of the fit) was observed throughout, and is extrapolated over the whole horizon.
+    calm = [(t, v) for t, v in long if t <= 120.0]
+    got = sizing.trend_and_burst(long, 480.0, 1.8, 240.0, 2.0, None, trend_samples=calm)
+    assert "observed" not in got.text
+    assert got.value == pytest.approx(1.8 + 240.0 / 600.0)
+
+
 # --- the prefill queue per replica (M/G/1) -------------------------------------------------------------------
 
 def _cumulative(per_bucket: dict[float, float]) -> dict[float, float]:

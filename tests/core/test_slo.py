@@ -436,6 +436,27 @@ def test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise() -> No
     assert "hysteresis 0.2" in rec.message
 
 
+@pytest.mark.parametrize("from_level", [True, False], ids=["from-the-level-now", "from-any-level"])
+def test_a_climb_out_of_a_lower_trough_is_not_a_rise_from_the_load_now(from_level: bool) -> None:
+    """``scaleDown.riseFromLevel`` (default on): the largest rise counts only climbs that start at a load at least
+    the load now. Here the load climbed from 0.24 (10 sequences) to 1.44 (60; a replica-equivalent is 41.7) within
+    a cold start and stays there: that climb has happened, it is not a rise still to come from 1.44. From the level
+    now the rise is 0, and the band (peak 1.44 at ≤ 0.64 utilization) keeps 3 of 4; counting the climb from the
+    trough, 1.44 + 1.20 at ≤ 0.8 keeps all 4. (A rise that starts at the load now still counts:
+    ``test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise``.)"""
+    cfg = config(scaleDown={"riseFromLevel": from_level})
+    drv = Driver(cfg)
+    drv.steady(600, 4, waiting=0, running=10)
+    rec = drv.steady(300, 4, waiting=0, running=60)
+    if from_level:
+        assert (rec.replicas, rec.reason) == (3, Reason.SCALE_DOWN), rec.message
+        assert "largest rise within a cold start from a load at least this one" in rec.message
+        assert "(1.44 + 0.00)" in rec.message
+    else:
+        assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
+        assert "(1.44 + 1.20)" in rec.message
+
+
 def test_requests_waiting_on_every_replica_block_a_scale_down() -> None:
     # Added where a mutation run (docs/testing.md) showed the rule untested. 0.38 replica-equivalents of load
     # need 1 of 8, but a request waits on every replica: one such sample teaches no capacity yet, and nothing

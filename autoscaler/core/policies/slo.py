@@ -40,16 +40,17 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    objective. No probe near a load where a count was found short; a risk withdraws what was proven. Over the
    target with nothing starting, at least ``R + 1`` whatever the model says.
 4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
-   doubling the load), a burst flag (the last ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's),
-   and, when ``seasonality`` is set and a previous period was seen, the load of the same phase one period
-   ago at ``now + H``. The forecast is a floor: ``need = ceil(max(load, forecast) / c)``; it never lowers
-   what the current load needs.
+   doubling the load, never extrapolated further ahead than the history spans), a burst flag (the last
+   ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's), and, when ``seasonality`` is set and a previous
+   period was seen, the load of the same phase one period ago at ``now + H``. The forecast is a floor:
+   ``need = ceil(max(load, forecast) / c)``; it never lowers what the current load needs.
 5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
    them (no cascading over-scale during a cold start).
 6. **Scale down, cost-aware**: to ``max(ceil(max(peak, forecast) / (c·(1 − hysteresis))), ceil((load + rise) / c))``,
    where ``peak`` is the highest load of the last ``holdSeconds`` (default the cold start) and ``rise`` the
-   largest rise within one cold start seen lately: a replica released now and needed again within its cold
-   start costs more than keeping it. The two margins are not stacked: the band keeps the steady need, the
+   largest rise within one cold start seen lately, from a load at least the load now (``riseFromLevel``: a
+   climb out of a lower trough has partly happened already): a replica released now and needed again within
+   its cold start costs more than keeping it. The two margins are not stacked: the band keeps the steady need, the
    measured rise is its own margin. Past loads are recomputed with the capacity learned now
    (``LoadSample``), so a re-learned capacity is not a rise. Never below the count found needed when a count
    was short at a comparable load (``ShortCount``: the SLO missed, or a queue on every replica for as long
@@ -229,6 +230,12 @@ class ScaleDownSpec(SpecModel):
     )
     hold_seconds: float | None = Field(
         default=None, ge=0, description="The peak of this window must fit after a scale-down; default the cold start."
+    )
+    rise_from_level: bool = Field(
+        default=True,
+        description="The largest rise within a cold start counts only rises that start from a load at least the load "
+        "now: a climb out of a lower trough has partly happened already (from the trough up to now), and an "
+        "occupancy gauge filling from empty climbs from nothing. False: rises from any level (before 2026-12-02).",
     )
     recurrence: bool = Field(
         default=False,
@@ -657,7 +664,8 @@ class SloAlgorithm:
                     ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
         peak = max([v for t, v in series if t > now - hold] or [load])
         by_recurrence = cfg.scale_down.recurrence
-        rise = largest_rise(series, horizon)
+        # Measured against the level it starts from (``sizing.largest_rise``): rises from a load at least the load now.
+        rise = largest_rise(series, horizon, from_level=load if cfg.scale_down.rise_from_level else None)
         # Nothing is released before a whole hold window has been observed (after the rate windows filled).
         observed = max(0.0, now - (prev.since if prev.since is not None else now) - self._rate_window(ctx))
 
@@ -817,8 +825,9 @@ class SloAlgorithm:
             )
             if by_recurrence
             else f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast) at ≤ {down_u:.2f} utilization "
-            f"(hysteresis {cfg.scale_down.hysteresis:g}) and load + the largest rise within a cold start seen in "
-            f"{lookback(horizon):g}s ({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
+            f"(hysteresis {cfg.scale_down.hysteresis:g}) and load + the largest rise within a cold start "
+            + ("from a load at least this one " if cfg.scale_down.rise_from_level else "")
+            + f"seen in {lookback(horizon):g}s ({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
         )
