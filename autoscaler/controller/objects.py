@@ -10,7 +10,8 @@
 3. ``StatusWriter.write`` runs after each pass: per object, the status (``policyfile.crd.ScalingPolicyStatus``)
    from the policy's last evaluation, or the reason it was rejected; one merge patch of ``/status`` per object
    whose status changed, only while leading; a condition's ``lastTransitionTime`` moves only when its
-   status does.
+   status does. It runs after every probe chunk too, so only the objects whose inputs moved (a new
+   evaluation, generation, refusal or conflict) are built again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from kubernetes_asyncio import client
@@ -157,6 +158,29 @@ def _pool_targets_here(spec: dict[str, Any], ns: str) -> str:
     return ""
 
 
+class _Inputs(NamedTuple):
+    """What an object's status is built from (``StatusWriter.status``), besides the clock (times only) and the
+    held Workloads and last scale time, which move only with a new outcome."""
+
+    ref: ObjectRef
+    problem: str | None
+    rejection: str | None
+    policy: str | None
+    conflict: str | None
+    #: Compared by identity (``_same``): a new evaluation is a new ``Outcome``, even with equal fields.
+    outcome: Outcome | None
+    compiled: object | None
+
+
+def _same(before: _Inputs | None, now: _Inputs) -> bool:
+    """Whether an object's status inputs did not move: the values equal, the outcome and compiled policy the
+    very same objects."""
+    return (
+        before is not None and before.outcome is now.outcome and before.compiled is now.compiled
+        and before[:5] == now[:5]
+    )
+
+
 @dataclass
 class StatusWriter:
     """Writes each object's status after a pass (see the module docstring)."""
@@ -170,18 +194,44 @@ class StatusWriter:
     last_scale: dict[str, str] = field(default_factory=dict)  # source -> RFC 3339
     held: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # source -> uid -> (ns, name)
     patches: int = 0
+    #: Per object, what its status was last built from (``_Inputs``): an object whose inputs did not move has
+    #: the status last written, and is not built again.
+    built_from: dict[str, _Inputs] = field(default_factory=dict)
 
     async def write(self, _evaluated: list[str] | None = None) -> None:
-        """Patch every object whose status changed (counted in ``patches``)."""
+        """Patch every object whose status changed (counted in ``patches``).
+
+        Only the objects whose status inputs moved since the last write are built again (``_Inputs``: the
+        object's generation, why it was refused or rejected, its policy, that policy's ownership conflict,
+        compiled policy and last outcome, the last two by identity: every evaluation makes a new ``Outcome``).
+        This runs after every pass **and every probe chunk**; building all 5,000 statuses each time (a pydantic
+        model and its dump per object) cost ≈ 0.19 s of CPU per call with nothing to patch (2026-12-02 02:33
+        UTC, load 3.7), twenty calls per probe round, several times the round's own CPU."""
         if not self.leading():
             return
         now = self.wall()
         by_source = self._policies_by_source()
-        for source, ref in sorted(self.objects.refs.items()):
-            status = self.status(source, ref, by_source.get(source), now)
+        problems, store, outcomes = self.objects.problems, self.objects.store, self.outcomes
+        built_from = self.built_from
+        moved: dict[str, _Inputs] = {}  # the objects to build again: source -> what from
+        for source, ref in self.objects.refs.items():
+            policy = by_source.get(source)
+            conflict = store.conflicts.get(policy) if policy is not None else None
+            inputs = _Inputs(
+                ref, problems.get(source), store.rejections.get(source), policy,
+                None if conflict is None else conflict.message,
+                outcomes.get(policy) if policy is not None else None,
+                store.policies.get(policy) if policy is not None else None,
+            )
+            if source not in self.written or not _same(built_from.get(source), inputs):
+                moved[source] = inputs
+        for source in sorted(moved):
+            inputs, ref = moved[source], moved[source].ref
             previous = self.written.get(source)
+            status = self.status(source, ref, inputs.policy, now)
             status["conditions"] = _keep_transitions(status["conditions"], (previous or {}).get("conditions", []))
             if previous is not None and _without_times(previous) == _without_times(status):
+                self.built_from[source] = inputs
                 continue
             body = {"status": status}
             custom: Any = client.CustomObjectsApi(self.api)
@@ -190,9 +240,11 @@ class StatusWriter:
                 _content_type="application/merge-patch+json",
             ))
             self.written[source] = status
+            self.built_from[source] = inputs
             self.patches += 1
         for gone in set(self.written) - set(self.objects.refs):
             self.written.pop(gone, None)
+            self.built_from.pop(gone, None)
 
     def _policies_by_source(self) -> dict[str, str]:
         return {source: cp.name for source, cps in self.objects.store.good().items() if source in self.objects.refs

@@ -5,6 +5,7 @@ the status subresource) with the decision, signals, held Workloads and condition
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from autoscaler.controller.config import ControllerConfig
+from autoscaler.controller.objects import ObjectRef
 from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
 from tests.controller.policies import tgi_policy
@@ -99,6 +101,49 @@ async def test_status_is_written_only_when_it_changes(
     await rt.controller.run_once()
     assert rt.status.patches == 1
     assert status(kube)["reason"] in ("Steady", "WithinTolerance")
+
+
+async def test_a_write_builds_only_the_statuses_whose_inputs_moved(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """The writer runs after every pass and every probe chunk: an object whose inputs did not move (no new
+    evaluation of its policy, same generation, same refusal) keeps the status last written and is not built
+    again; one whose inputs moved is built and, when it changed, patched."""
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    refused = policy_object(tgi.url, minReplicas=5)  # invalid: min above max
+    refused["metadata"]["name"] = "refused"
+    kube.add(refused)
+    rt = make_runtime(kube_client, tmp_path, ManualClock())
+    built: list[str] = []
+    build = rt.status.status
+
+    def counted(source: str, ref: ObjectRef, policy: str | None, now: float) -> dict[str, Any]:
+        built.append(source)
+        return build(source, ref, policy, now)
+
+    rt.status.status = counted  # type: ignore[method-assign]
+    tgi.queue = 5  # steady at 1 replica
+    await rt.list_policy_objects()
+    rt.store.reload()
+    await rt.controller.run_once()
+    assert sorted(built) == ["ScalingPolicy llm/refused", "ScalingPolicy llm/tgi-gemma"]
+    assert rt.status.patches == 2
+    built.clear()
+    await rt.status.write()  # nothing evaluated, nothing changed
+    await rt.status.write(["tgi-gemma"])
+    assert built == []
+    await rt.controller.run_once()  # a new evaluation: a new outcome for tgi-gemma only
+    assert built == ["ScalingPolicy llm/tgi-gemma"]
+    assert rt.status.patches == 2  # built again, the same status: not patched
+    built.clear()
+    ref = rt.objects.refs["ScalingPolicy llm/refused"]
+    rt.objects.refs["ScalingPolicy llm/refused"] = dataclasses.replace(ref, generation=ref.generation + 1)
+    await rt.status.write()
+    assert built == ["ScalingPolicy llm/refused"]
+    assert status(kube, "refused")["observedGeneration"] == ref.generation + 1
+    assert status(kube, "refused")["reason"] == "InvalidPolicy"
 
 
 async def test_unknown_metrics_show_in_the_conditions(
