@@ -254,7 +254,8 @@ def serve_world(conn: Connection, background: int) -> None:
 
 
 async def measure_apart(conn: Connection, urls: tuple[str, str, str], background: int, trials: int,
-                        rng: random.Random, tmp: Path, warmup_s: float, breakdown: bool = False) -> list[float]:
+                        rng: random.Random, tmp: Path, warmup_s: float, breakdown: bool = False,
+                        chunking: tuple[int, int] | None = None) -> list[float]:
     """``measure`` against the child process's world (see ``serve_world``)."""
     kube_url, tgi_url, exporter = urls
     (tmp / "policies").mkdir(parents=True, exist_ok=True)
@@ -288,6 +289,8 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
                                            "logLevel": "error"})
     rt = Runtime(api=api, config=cfg, policies_dir=tmp / "policies", clock=clock, namespace="autoscaler",
                  source=SourcePool(factory), settle_loaded=True)
+    if chunking is not None:  # ``--probe-chunk``: the round's chunk size and chunks in flight, for experiments
+        rt.controller.probe_chunk, rt.controller.probe_parallel = chunking
     # Each probe round's process CPU and wall time (whatever else ran meanwhile counts too: periodic passes,
     # escalated evaluations): a round's wall time bounds the wait for a crossing to be screened.
     rounds: list[tuple[float, float, int]] = []
@@ -453,21 +456,23 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
 
 
 async def main_many(trials: int, background: int, conn: Connection, urls: tuple[str, str, str],
-                    warmup_s: float, breakdown: bool = False) -> dict[str, list[float]]:
+                    warmup_s: float, breakdown: bool = False,
+                    chunking: tuple[int, int] | None = None) -> dict[str, list[float]]:
     logs.configure("error")
     with tempfile.TemporaryDirectory() as d:
         values = await measure_apart(conn, urls, background, trials, random.Random(20261130), Path(d), warmup_s,
-                                     breakdown)
+                                     breakdown, chunking)
     return {f"direct, with {background} other policies": values}
 
 
-def run_many(trials: int, background: int, warmup_s: float, breakdown: bool = False) -> dict[str, list[float]]:
+def run_many(trials: int, background: int, warmup_s: float, breakdown: bool = False,
+             chunking: tuple[int, int] | None = None) -> dict[str, list[float]]:
     parent, child = mp.Pipe()
     proc = mp.get_context("fork").Process(target=serve_world, args=(child, background), daemon=True)
     proc.start()
     try:
         urls: Any = parent.recv()
-        return asyncio.run(main_many(trials, background, parent, urls, warmup_s, breakdown))
+        return asyncio.run(main_many(trials, background, parent, urls, warmup_s, breakdown, chunking))
     finally:
         proc.terminate()
         proc.join(10)
@@ -533,9 +538,13 @@ def main() -> int:
                         help="with --background: seconds before the first trial (loading, first evaluations)")
     parser.add_argument("--breakdown", action="store_true",
                         help="with --background: also split the process CPU per screen (parse, combine, screen, rest)")
+    parser.add_argument("--probe-chunk", type=int, nargs=2, default=None, metavar=("SIZE", "PARALLEL"),
+                        help="with --background: the probe round's chunk size and chunks in flight "
+                             "(default: the controller's, 250 and 2)")
     args = parser.parse_args()
     if args.background:
-        results = run_many(args.trials, args.background, args.warmup, args.breakdown)
+        chunking = None if args.probe_chunk is None else (args.probe_chunk[0], args.probe_chunk[1])
+        results = run_many(args.trials, args.background, args.warmup, args.breakdown, chunking)
     else:
         results = asyncio.run(main_async(args.trials))
     print(f"{'pipeline':45} {'n':>6} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
