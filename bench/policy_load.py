@@ -6,8 +6,8 @@ one policy per file (how a policy directory mounted from ConfigMaps looks) into 
 ``loader.collect`` (the policies' models kept) and ``loader.check`` (what ``autoscaler validate`` runs: the files
 split over a forked child on a machine with two cores) are then timed ``--repeat`` times in this process (CPU
 seconds of both processes, since the machine is shared, and wall seconds), printed as min / median / max. The
-whole command, interpreter start-up included, is measured with
-``python3 -m autoscaler.cli validate -q DIR`` timed as a whole process over 5 runs (``/usr/bin/time``, median) over a directory ``write`` filled.
+whole command, interpreter start-up included, is measured with ``python3 -m autoscaler.cli validate -q DIR`` over
+a directory ``write`` filled, timed as a whole process over several runs (``/usr/bin/time``; quote the median).
 
 Run: ``python -m bench.policy_load [--policies N] [--repeat N] [--profile]``.
 """
