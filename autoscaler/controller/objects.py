@@ -177,7 +177,8 @@ def _same(before: _Inputs | None, now: _Inputs) -> bool:
     very same objects."""
     return (
         before is not None and before.outcome is now.outcome and before.compiled is now.compiled
-        and before[:5] == now[:5]
+        and before.ref == now.ref and before.problem == now.problem and before.rejection == now.rejection
+        and before.policy == now.policy and before.conflict == now.conflict
     )
 
 
