@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.objects import ObjectRef
+from autoscaler.controller.reload import Conflict
 from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
 from tests.controller.policies import tgi_policy
@@ -144,6 +145,16 @@ async def test_a_write_builds_only_the_statuses_whose_inputs_moved(
     assert built == ["ScalingPolicy llm/refused"]
     assert status(kube, "refused")["observedGeneration"] == ref.generation + 1
     assert status(kube, "refused")["reason"] == "InvalidPolicy"
+    built.clear()
+    # An ownership conflict found by a reload, with no new evaluation: tgi-gemma's inputs moved, the other's not.
+    held = rt.store.policies["tgi-gemma"]
+    rt.store.conflicts["tgi-gemma"] = Conflict(held, "other.yaml", 1, "target already scaled by another policy")
+    await rt.status.write()
+    assert built == ["ScalingPolicy llm/tgi-gemma"]
+    built.clear()
+    rt.objects.problems["ScalingPolicy llm/tgi-gemma"] = "a problem of the object itself"
+    await rt.status.write()
+    assert built == ["ScalingPolicy llm/tgi-gemma"]
 
 
 async def test_unknown_metrics_show_in_the_conditions(
