@@ -424,6 +424,111 @@ def peaked_occupancy(
 
 
 # ---------------------------------------------------------------------------------------------------------
+# A wait for a slot, priced against the TTFT slack (M/M/n, Erlang C)
+
+
+#: Time constant (s) of the slot release rate averaged over its measurements (``estimate``: the prompt-token
+#: rate it is measured from is itself a 60 s window; a minute's average keeps one moment's gauge from moving it).
+RELEASE_TAU_S = 60.0
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """The probability that an arrival waits in an M/M/n queue with ``servers`` servers and ``offered`` load
+    (``λ/μ``, the mean number of busy servers): Erlang's C formula, through the stable recursion of Erlang's B
+    (``B(0) = 1``, ``B(k) = a·B(k−1) / (k + a·B(k−1))``; ``C = n·B / (n − a·(1 − B))``; L. Kleinrock,
+    "Queueing Systems", vol. 1, Wiley 1975, §3.5). 1 at or above saturation (``offered ≥ servers``)."""
+    if offered <= 0:
+        return 0.0
+    if servers <= 0 or offered >= servers:
+        return 1.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = offered * b / (k + offered * b)
+    return min(1.0, servers * b / (servers - offered * (1.0 - b)))
+
+
+def slot_wait_miss(
+    offered: float, servers: int, release_rate: float, slacks: Sequence[tuple[float, float]]
+) -> float:
+    """The share of requests whose wait for a slot exceeds what the objective leaves them, on one replica with
+    ``servers`` usable slots holding ``offered`` sequences on average, each slot freed at ``release_rate`` (per
+    slot per second: sequences finishing per running sequence per second, ``1 / time in a slot``).
+
+    M/M/n (Poisson arrivals: a random share of a Poisson stream behind random routing is Poisson; a slot's
+    holding time taken as exponential): ``P(wait > t) = C(n, a)·exp(−(n·μ − λ)·t) = C(n, a)·exp(−(n − a)·μ·t)``
+    (Kleinrock, as ``erlang_c``). A request meets the TTFT objective if its wait is within its slack, the
+    objective less its own prefill (``slacks``: ``(slack seconds, share of requests)``, one per prompt length);
+    one whose slack is negative misses whatever the count (no replica helps it). Every wait for a slot counted
+    as a miss is the case ``t = 0``, ``C(n, a)``."""
+    c = erlang_c(servers, offered)
+    miss = 0.0
+    for slack, share in slacks:
+        if slack < 0:
+            miss += share
+        elif c > 0:
+            miss += share * min(1.0, c * math.exp(-(servers - offered) * release_rate * slack))
+    return miss
+
+
+def occupancy_at_wait_objective(
+    servers: int, percentile: float, release_rate: float, slacks: tuple[tuple[float, float], ...]
+) -> float:
+    """The largest mean occupancy ``a`` (sequences) of ``servers`` slots at which at most ``1 − percentile`` of
+    requests wait for a slot longer than their slack (``slot_wait_miss``), beyond those whose own prefill alone
+    exceeds the objective. Bisection on ``a`` (the miss grows with ``a``); below ``servers``. Cached: successive
+    evaluations ask with the same learned numbers."""
+    return _occupancy_at_wait_objective(max(0, servers), percentile, max(0.0, release_rate), slacks)
+
+
+@fast.memoized(maxsize=512)
+def _occupancy_at_wait_objective(
+    servers: int, percentile: float, release_rate: float, slacks: tuple[tuple[float, float], ...]
+) -> float:
+    if servers <= 0:
+        return 0.0
+    budget = (1.0 - percentile) + math.fsum(share for slack, share in slacks if slack < 0)
+    low, high = 0.0, float(servers)
+    for _ in range(50):
+        mid = (low + high) / 2
+        if slot_wait_miss(mid, servers, release_rate, slacks) <= budget:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def ttft_slacks(lengths: Lengths, tokens_per_second: float, ttft_s: float) -> tuple[tuple[float, float], ...]:
+    """What the objective leaves each prompt length to wait for a slot: ``ttft_s − L / tokens_per_second`` (its
+    own prefill at the replica's prefill rate), with the share of requests of that length. Rounded to the
+    millisecond and to a thousandth of a share so that successive evaluations of the same buckets ask the cached
+    bisection the same question (an estimate off by at most a millisecond)."""
+    rate = max(tokens_per_second, EPSILON)
+    return tuple((round(ttft_s - length / rate, 3), round(share, 3)) for length, share in lengths.points)
+
+
+def slot_release_rate(arrivals: float | None, running: float | None) -> float | None:
+    """Sequences finishing per running sequence per second: in steady state as many finish as arrive, so
+    ``arrivals / running`` (Little's law: the time in a slot is ``running / arrivals``). None when either is
+    unknown or not positive (nothing is measured from an idle or unknown pool)."""
+    if arrivals is None or running is None or not (arrivals > 0 and running > 0):
+        return None
+    if not (math.isfinite(arrivals) and math.isfinite(running)):
+        return None
+    return arrivals / running
+
+
+def learn_release_rate(last: float | None, measured: float | None, *, dt: float) -> float | None:
+    """The slot release rate the wait model uses: an exponential average of the measurements with time constant
+    ``RELEASE_TAU_S``, starting at the first one; an unknown measurement keeps the last; None until measured
+    (then the slot model counts every wait as a miss: no capacity is taken away on data not seen)."""
+    if measured is None:
+        return last
+    if last is None:
+        return measured
+    return last + (1.0 - math.exp(-max(0.0, dt) / RELEASE_TAU_S)) * (measured - last)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Demand over the cold start
 
 
@@ -660,6 +765,7 @@ __all__ = [
     "PROBE_MAX_UTILIZATION",
     "RECOVER_TAU_S",
     "RELAX_FRACTION",
+    "RELEASE_TAU_S",
     "RISK_FRACTION",
     "SATURATED_EVALUATIONS",
     "SATURATED_WAITING_PER_REPLICA",
@@ -671,21 +777,27 @@ __all__ = [
     "WorkSample",
     "capacity_alpha",
     "ceil_count",
+    "erlang_c",
     "largest_rise",
     "learn_burstiness",
     "learn_capacity_scale",
     "learn_prefill_rate",
+    "learn_release_rate",
     "learn_utilization",
     "lengths_from_histogram",
     "lookback",
     "measured_prefill_rate",
+    "occupancy_at_wait_objective",
     "peaked_occupancy",
     "prefill_miss",
     "prefill_utilization_at_objective",
     "queued_on_every_replica",
     "recurrence",
     "seasonal",
+    "slot_release_rate",
+    "slot_wait_miss",
     "split_burstiness",
     "trend_and_burst",
+    "ttft_slacks",
     "work_burstiness",
 ]

@@ -12,6 +12,7 @@ import random
 import pytest
 
 from autoscaler.core import sizing
+from autoscaler.core.policies import slo
 
 
 def _learn(c: float = 0.8, proven: float = 0.0, **kw: object) -> sizing.Headroom:
@@ -406,3 +407,92 @@ def test_recurrence_counts_a_return_until_the_replacement_is_ready() -> None:
     assert got.falls == 1
     # Back at 30 s, ready at 50 s: the samples at 30 and 40 s miss 0.5 each for 10 s; the one at 50 s does not.
     assert got.missed == pytest.approx((0.5 * 10 * 2) / (2.0 * 10 + 0.5 * 20 + 1.5 * 30 + 0.5 * 20))
+
+
+# --- a wait for a slot, priced against the TTFT slack (M/M/n, Erlang C) -----------------------------------------
+
+
+def _erlang_c_by_its_sum(n: int, a: float) -> float:
+    """Erlang's C from its textbook sum, ``(aⁿ/n!)·n/(n − a) / (Σ_{k<n} aᵏ/k! + (aⁿ/n!)·n/(n − a))``: an
+    independent check of the recursion in ``sizing.erlang_c``."""
+    top = a**n / math.factorial(n) * n / (n - a)
+    return top / (math.fsum(a**k / math.factorial(k) for k in range(n)) + top)
+
+
+@pytest.mark.parametrize(
+    ("n", "a"), [(1, 0.5), (2, 1.5), (8, 6.0), (48, 33.0), (64, 55.0), (64, 63.9)]
+)
+def test_erlang_c_is_the_textbook_sum(n: int, a: float) -> None:
+    assert sizing.erlang_c(n, a) == pytest.approx(_erlang_c_by_its_sum(n, a), rel=1e-9)
+
+
+def test_erlang_c_edges() -> None:
+    assert sizing.erlang_c(8, 0.0) == 0.0
+    assert sizing.erlang_c(8, 8.0) == 1.0  # saturated: every arrival waits
+    assert sizing.erlang_c(8, 9.0) == 1.0
+    assert sizing.erlang_c(1, 0.3) == pytest.approx(0.3)  # M/M/1: P(wait) = ρ
+
+
+def test_a_wait_within_the_slack_is_not_a_miss() -> None:
+    """At no slack every wait is a miss (``C(n, a)``); each second of slack multiplies the tail by
+    ``exp(−(n − a)·μ)``; a request whose own prefill exceeds the objective misses whatever the wait."""
+    n, a, mu = 48, 36.0, 0.05
+    c = sizing.erlang_c(n, a)
+    assert sizing.slot_wait_miss(a, n, mu, ((0.0, 1.0),)) == pytest.approx(c)
+    assert sizing.slot_wait_miss(a, n, mu, ((1.5, 1.0),)) == pytest.approx(c * math.exp(-(n - a) * mu * 1.5))
+    assert sizing.slot_wait_miss(a, n, mu, ((-0.1, 0.25), (1.5, 0.75))) == pytest.approx(
+        0.25 + 0.75 * c * math.exp(-(n - a) * mu * 1.5)
+    )
+
+
+@pytest.mark.parametrize(("n", "mu", "slack"), [(48, 0.05, 1.8), (64, 0.2, 1.9), (36, 0.1, 1.0), (8, 0.5, 2.0)])
+def test_the_occupancy_at_the_wait_objective_holds_it_and_no_more(n: int, mu: float, slack: float) -> None:
+    """The bisection's answer keeps the priced miss within the budget, and a sequence more breaks it; it lies
+    between every-wait-a-miss (no slack) and the slots themselves; more slack or a faster release allows more."""
+    slacks = ((slack, 1.0),)
+    got = sizing.occupancy_at_wait_objective(n, 0.99, mu, slacks)
+    assert sizing.slot_wait_miss(got, n, mu, slacks) <= 0.01 + 1e-9
+    assert sizing.slot_wait_miss(min(n - 1e-6, got + 1.0), n, mu, slacks) > 0.01
+    counted = sizing.occupancy_at_wait_objective(n, 0.99, mu, ((0.0, 1.0),))
+    assert counted < got < n
+    assert sizing.occupancy_at_wait_objective(n, 0.99, mu, ((2 * slack, 1.0),)) > got
+    assert sizing.occupancy_at_wait_objective(n, 0.99, 2 * mu, slacks) > got
+
+
+@pytest.mark.parametrize("n", [8, 36, 48, 64])
+def test_with_no_slack_the_priced_wait_is_no_looser_than_the_poisson_rule(n: int) -> None:
+    """Every wait a miss (slack 0): Erlang's C counts the waiting requests a Poisson occupancy leaves out, so it
+    allows no more than the rule it replaces (``slo.occupancy_at_objective``), and within a sequence of it."""
+    poisson = slo.occupancy_at_objective(n, 0.99)
+    priced = sizing.occupancy_at_wait_objective(n, 0.99, 1.0, ((0.0, 1.0),))
+    assert poisson - 1.0 < priced <= poisson
+
+
+def test_prompts_longer_than_the_objective_do_not_spend_the_budget() -> None:
+    """A share of requests whose prefill alone exceeds the objective misses at any count: like the prefill queue's,
+    the budget is ``1 − percentile`` beyond them (else no occupancy would do)."""
+    slacks = ((1.5, 0.98), (-0.5, 0.02))
+    got = sizing.occupancy_at_wait_objective(48, 0.99, 0.05, slacks)
+    assert sizing.slot_wait_miss(got, 48, 0.05, slacks) <= 0.02 + 0.01 + 1e-9
+    assert sizing.slot_wait_miss(got + 1.0, 48, 0.05, slacks) > 0.03
+    assert got > 30
+
+
+def test_ttft_slacks_are_the_objective_less_each_prompts_prefill() -> None:
+    lengths = sizing.Lengths(((400.0, 0.75), (6000.0, 0.25)), 1800.0, 0.0, 1.0)
+    assert sizing.ttft_slacks(lengths, 4000.0, 2.0) == ((1.9, 0.75), (0.5, 0.25))
+
+
+def test_the_release_rate_is_arrivals_over_the_sequences_running() -> None:
+    """Little's law: 10 arrivals/s and 50 sequences running hold each slot 5 s on average, 0.2 per second each."""
+    assert sizing.slot_release_rate(10.0, 50.0) == pytest.approx(0.2)
+    for arrivals, running in ((None, 50.0), (10.0, None), (0.0, 50.0), (10.0, 0.0), (math.nan, 5.0)):
+        assert sizing.slot_release_rate(arrivals, running) is None
+
+
+def test_the_release_rate_is_averaged_and_unknown_keeps_the_last() -> None:
+    assert sizing.learn_release_rate(None, None, dt=5.0) is None
+    assert sizing.learn_release_rate(None, 0.2, dt=5.0) == 0.2
+    assert sizing.learn_release_rate(0.2, None, dt=5.0) == 0.2
+    step = sizing.learn_release_rate(0.2, 0.4, dt=sizing.RELEASE_TAU_S)
+    assert step == pytest.approx(0.2 + (1 - math.exp(-1)) * 0.2)

@@ -1208,3 +1208,84 @@ def test_signal_names_are_the_dump_s_strings_in_field_order(given_names: dict[st
     """``names`` reads the fields directly (it runs in validation, per policy): what the dump lists, in order."""
     signals = slo.SloSignalsSpec(**given_names)
     assert signals.names() == [v for v in signals.model_dump().values() if isinstance(v, str)]
+
+
+# --- slotWait: a wait for a slot priced against the TTFT slack -------------------------------------------------
+
+#: Gauges and the prompt-length histogram only (as the JetStream policy reads them): the arrivals are the
+#: histogram's rate.
+SLOT_WAIT = {"slotWait": True, "signals": {"waiting": "waiting", "running": "running", "promptLength": "plen"}}
+#: 110 sequences on 3 replicas of 48 slots, 10 arrivals/s of prompts ≤ 500 tokens (``SHORT_PROMPTS``): each holds
+#: its slot 11 s (Little), and a wait of up to ~1.9 s still meets the 2 s objective.
+BUSY = {"waiting": 0.0, "running": 110.0}
+
+
+def test_a_wait_within_the_slack_needs_fewer_replicas_than_a_wait_counted() -> None:
+    """Counted (every wait a miss, the Poisson rule): 110 / 41.7 sequences per replica-equivalent / 0.8 → 4.
+    Priced (M/M/n per replica, a slot freed every 11 s per sequence, ~1.9 s of slack): ~37 sequences per replica
+    keep the tail within 1 % → 3. The message carries the measured numbers."""
+    counted = Driver(config(signals={"waiting": "waiting", "running": "running"})).step(3, 3, **BUSY)
+    drv = Driver(config(**SLOT_WAIT))
+    drv.histograms = {"plen": SHORT_PROMPTS}
+    priced = drv.step(3, 3, **BUSY)
+    assert counted.replicas == 4, counted.message
+    assert priced.replicas == 3, priced.message
+    assert "slot wait priced (M/M/n per replica): a slot frees every 11.0s per sequence" in priced.message
+    assert "TTFT slack 1.94-1.98s" in priced.message
+    assert drv.learned.release_rate == pytest.approx(10.0 / 110.0)
+
+
+def test_a_slot_wait_not_measured_yet_counts_every_wait() -> None:
+    """Never less capacity on missing data: without the arrivals (no prompt-length buckets) the release rate is
+    not known, and the slot model is the Poisson rule's, to the replica."""
+    counted = Driver(config(signals={"waiting": "waiting", "running": "running"})).step(3, 3, **BUSY)
+    drv = Driver(config(**SLOT_WAIT))
+    rec = drv.step(3, 3, **BUSY)
+    assert rec.replicas == counted.replicas == 4, rec.message
+    assert "release rate or prompt lengths not measured yet, every wait a miss" in rec.message
+    assert drv.learned.release_rate is None
+
+
+def test_unknown_prompt_lengths_keep_the_last_release_rate_and_slacks() -> None:
+    drv = Driver(config(**SLOT_WAIT))
+    drv.histograms = {"plen": SHORT_PROMPTS}
+    first = drv.step(3, 3, **BUSY)
+    learned = drv.learned
+    again = drv.step(3, 3, **BUSY)  # no buckets this evaluation
+    assert drv.learned.slacks == learned.slacks
+    assert drv.learned.release_rate == learned.release_rate
+    assert again.replicas == first.replicas == 3, again.message
+    assert "(not measured now, the last)" in again.message
+
+
+@pytest.mark.parametrize(
+    ("cfg", "error"),
+    [
+        pytest.param({"slotWait": True}, "slotWait", id="needs-the-prompt-lengths"),
+        pytest.param(
+            {"slotWait": True, "signals": {"waiting": "waiting", "kvCacheUsage": "kv", "promptLength": "plen"}},
+            "signals.running or signals.slotsUsed", id="needs-the-sequences-running",
+        ),
+        pytest.param({"signals": {"waiting": "waiting", "promptLength": "plen"}}, "promptLength",
+                     id="prompt-lengths-alone-need-slot-wait"),
+    ],
+)
+def test_slot_wait_config(cfg: dict[str, Any], error: str) -> None:
+    with pytest.raises(ValidationError, match=error):
+        policy(config(**cfg))
+    # The prompt lengths without the token counters are enough for it.
+    policy(config(**SLOT_WAIT))
+
+
+def test_a_priced_wait_is_bounded_by_the_usable_slots_as_a_counted_one() -> None:
+    """However fast the slots free up, one replica-equivalent of the slot part is at most the usable slots: at
+    ``targetUtilization`` it plans at most that share of them (the rule the prefill queue's unit follows). The
+    version without this bound lost the TPU slow ramp on the grid (docs/slo.md, "Session 10")."""
+    algo = slo.SloAlgorithm(slo.SloPolicyConfig.model_validate(config(**SLOT_WAIT)))
+    wait = slo._Wait(1.0, ((1.9, 1.0),))
+    allowed = wait.occupancy(48, 0.99)
+    assert 0.8 * 48 < allowed < 48
+    assert algo.slot_unit(1.0, 1.0, wait) == pytest.approx(48)
+    slow = slo._Wait(0.01, ((1.9, 1.0),))
+    assert algo.slot_unit(1.0, 1.0, slow) == pytest.approx(slow.occupancy(48, 0.99) / 0.8)
+    assert algo.slot_unit(1.0) == pytest.approx(slo.occupancy_at_objective(48, 0.99) / 0.8)

@@ -21,7 +21,10 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    nothing). With ``promptTokensBurst`` (the prompt counter over a short window) the prompt work's burstiness
    ``b`` is measured (the Allan factor of its windows over a Poisson stream's, ``sizing.work_burstiness``; prior
    ``BURSTINESS_PRIOR``, never below 1), split over the ready replicas (``1 + (b − 1)/R``), and widens both
-   queues: the prefill's to a G/G/1 (Kingman) and the slots' occupancy (Hayward).
+   queues: the prefill's to a G/G/1 (Kingman) and the slots' occupancy (Hayward). With ``slotWait`` a wait for a
+   slot is priced, not counted: the slot unit is the mean occupancy at which at most ``1 − percentile`` of
+   requests wait longer than the objective leaves them after their own prefill (M/M/n per replica, Erlang C,
+   with the slot release rate measured by Little's law; ``sizing.occupancy_at_wait_objective``).
 2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
    every ready replica, checked replica by replica where the source gives each replica's count, ``R``
    unchanged for a minute) the served tokens/s per replica *is* their capacity:
@@ -101,17 +104,21 @@ from autoscaler.core.sizing import (
     learn_burstiness,
     learn_capacity_scale,
     learn_prefill_rate,
+    learn_release_rate,
     learn_utilization,
     lengths_from_histogram,
     lookback,
     measured_prefill_rate,
+    occupancy_at_wait_objective,
     peaked_occupancy,
     prefill_utilization_at_objective,
     queued_on_every_replica,
     recurrence,
     seasonal,
+    slot_release_rate,
     split_burstiness,
     trend_and_burst,
+    ttft_slacks,
     work_burstiness,
 )
 from autoscaler.core.sizing import ceil_count as _ceil
@@ -256,6 +263,17 @@ class SloPolicyConfig(SpecModel):
     target_utilization: float = Field(
         default=0.8, gt=0, le=1, description="Utilization at the SLO to start from; the latency loop only lowers it."
     )
+    slot_wait: bool = Field(
+        default=False,
+        description="Price a wait for a slot against the TTFT slack (the objective less the request's own prefill) "
+        "instead of counting every wait as a miss: per replica an M/M/n queue on the usable slots, P(wait > slack) = "
+        "C(n, a) * exp(-(n - a) * mu * slack) (Erlang C), kept within the SLO's budget (1 - percentile), with mu the "
+        "slot release rate measured from the servers (arrivals over sequences running, Little's law; arrivals from "
+        "promptTokens over the prompt lengths' mean, or the promptLength histogram's rate) and the slack from the "
+        "promptLength buckets at the prefill rate. Needs promptLength, replica.prior and running or slotsUsed; until "
+        "measured, every wait counts as a miss (the Poisson slot model). Opt-in: measured, not shipped "
+        "(docs/slo.md, Session 10).",
+    )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
 
@@ -282,8 +300,24 @@ class SloPolicyConfig(SpecModel):
                 "signals.promptTokensBurst measures bursts of prompt work: it needs promptTokens and promptLength",
                 "signals",
             )
-        if s.prompt_length is not None and s.prompt_tokens is None:
-            raise FieldError("signals.promptLength sizes the prefill queue: it needs promptTokens", "signals")
+        if s.prompt_length is not None and s.prompt_tokens is None and not self.slot_wait:
+            raise FieldError(
+                "signals.promptLength sizes the prefill queue: it needs promptTokens (or slotWait, which reads the "
+                "arrivals and the prompt lengths from it alone)",
+                "signals",
+            )
+        if self.slot_wait and (s.prompt_length is None or self.replica.prior is None):
+            raise FieldError(
+                "slotWait prices a wait for a slot against the TTFT slack: it needs signals.promptLength (the "
+                "arrivals and the prompt lengths) and replica.prior (the prefill rate)",
+                "slotWait",
+            )
+        if self.slot_wait and s.running is None and s.slots_used is None:
+            raise FieldError(
+                "slotWait measures the slot release rate from the sequences running: it needs signals.running or "
+                "signals.slotsUsed",
+                "slotWait",
+            )
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
             raise FieldError(
                 "signals.timePerOutputToken needs objective.timePerOutputTokenSeconds", "objective"
@@ -388,10 +422,38 @@ class SloState:
     #: The prompt work's burstiness (``sizing.work_burstiness``) the queue models use; None: not measured yet
     #: (``BURSTINESS_PRIOR``) or not configured (1, Poisson).
     burstiness: float | None = None
+    #: The slot release rate (sequences finishing per running sequence per second, ``slotWait``); None: not
+    #: measured yet (every wait for a slot counts as a miss).
+    release_rate: float | None = None
+    #: What the objective leaves each prompt length to wait for a slot (``sizing.ttft_slacks``: seconds, share),
+    #: kept while the prompt lengths are unknown; empty: not seen yet.
+    slacks: tuple[tuple[float, float], ...] = ()
     #: The time of the previous evaluation (the learning rates are per second, not per evaluation).
     last_t: float | None = None
     #: The first evaluation: nothing is released before a whole hold window has been observed.
     since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    """``slotWait``'s measured numbers: the slot release rate and the TTFT slacks (``SloAlgorithm._slot_wait``)."""
+
+    release_rate: float
+    slacks: tuple[tuple[float, float], ...]
+
+    @staticmethod
+    def of(release_rate: float | None, slacks: tuple[tuple[float, float], ...]) -> _Wait | None:
+        """None (every wait a miss) until both are known. The rate is taken to three significant figures, rounded
+        down (a slower release is the conservative side), so that successive evaluations ask the cached bisection
+        the same question."""
+        if release_rate is None or not release_rate > 0 or not slacks:
+            return None
+        step = 10.0 ** (math.floor(math.log10(release_rate)) - 2)
+        return _Wait(math.floor(release_rate / step) * step, slacks)
+
+    def occupancy(self, servers: int, percentile: float) -> float:
+        """``sizing.occupancy_at_wait_objective`` with these numbers (the slot model's ``occupancy`` callable)."""
+        return occupancy_at_wait_objective(servers, percentile, self.release_rate, self.slacks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +487,7 @@ class SloAlgorithm:
 
     def _read(
         self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0, prefill_scale: float = 1.0,
-        peakedness: float = 1.0,
+        peakedness: float = 1.0, wait: _Wait | None = None,
     ) -> _Reading:
         cfg, roles = self.config, self.config.signals
         ready = ctx.replicas.ready
@@ -488,7 +550,7 @@ class SloAlgorithm:
             )
         if running is not None or waiting is not None:
             conc = (running or 0.0) + (waiting or 0.0)
-            effective = self.slot_unit(slot_scale, peakedness)
+            effective = self.slot_unit(slot_scale, peakedness, wait)
             slots_stated = conc / slots
             load = max(load, conc / effective)
             served_load = max(served_load, (running or 0.0) / effective)
@@ -554,8 +616,9 @@ class SloAlgorithm:
         prefill_rate, measured = self._prefill_rate(ctx, prev.prefill_rate, dt)
         scale = self._prefill_scale(prefill_rate)
         peak_prev = self._peakedness(prev.burstiness, ready)
+        wait_prev = _Wait.of(prev.release_rate, prev.slacks)
         probe = self._read(
-            ctx, kappa, slot_scale, prev.prefill_unit, self._prefill_scale(prev.prefill_rate), peak_prev
+            ctx, kappa, slot_scale, prev.prefill_unit, self._prefill_scale(prev.prefill_rate), peak_prev, wait_prev
         )
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
@@ -594,10 +657,15 @@ class SloAlgorithm:
         prefill_unit, prefill_text = self._prefill_unit(ctx, kappa, prev.prefill_unit, prefill_rate, peak)
         if burst_text:
             prefill_text = f"{prefill_text}; {burst_text}" if prefill_text else burst_text
-        changed = (kappa, slot_scale, prefill_unit, prefill_rate, peak) != (
-            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate, peak_prev
+        # 1d. A wait for a slot priced against the TTFT slack (``slotWait``): the release rate and the slacks.
+        release_rate, slacks, wait_text = self._slot_wait(ctx, probe, prev, kappa, prefill_rate, dt)
+        wait = _Wait.of(release_rate, slacks)
+        if wait_text:
+            prefill_text = f"{prefill_text}; {wait_text}" if prefill_text else wait_text
+        changed = (kappa, slot_scale, prefill_unit, prefill_rate, peak, wait) != (
+            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate, peak_prev, wait_prev
         )
-        reading = self._read(ctx, kappa, slot_scale, prefill_unit, scale, peak) if changed else probe
+        reading = self._read(ctx, kappa, slot_scale, prefill_unit, scale, peak, wait) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
@@ -643,7 +711,7 @@ class SloAlgorithm:
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
         series = tuple(
-            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale, peak) / cfg.replica.slots, scale))
+            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale))
             for x in history
         )
         if fc.enabled and series:
@@ -719,6 +787,8 @@ class SloAlgorithm:
             prefill_rate=prefill_rate,
             work=work,
             burstiness=burstiness,
+            release_rate=release_rate,
+            slacks=slacks,
             last_t=now,
             since=prev.since if prev.since is not None else now,
         )
@@ -895,7 +965,7 @@ class SloAlgorithm:
             return base, "no replica above that to release"
         return base, f"{texts[-1]} ⇒ may go" + (f" (and the {len(texts) - 1} above it)" if len(texts) > 1 else "")
 
-    def slot_unit(self, slot_scale: float, peakedness: float = 1.0) -> float:
+    def slot_unit(self, slot_scale: float, peakedness: float = 1.0, wait: _Wait | None = None) -> float:
         """The sequences (running + waiting) that count as one replica-equivalent of the slot part of the load.
 
         Behind random routing (a ClusterIP Service) each replica receives its own random share of the
@@ -908,14 +978,62 @@ class SloAlgorithm:
         that mean over ``targetUtilization``: at the target utilization the slot part needs exactly that. Never
         more than the usable slots. Arrivals in bursts (``peakedness`` > 1: one replica's share of the measured
         burstiness, ``_peakedness``) spread the occupancy wider than Poisson: Hayward's approximation
-        (``sizing.peaked_occupancy``)."""
+        (``sizing.peaked_occupancy``).
+
+        With ``slotWait`` and its numbers measured (``wait``: the slot release rate and the TTFT slacks) a wait
+        is priced, not counted: the mean a replica may hold is the one at which at most ``1 − percentile`` of
+        requests wait for a slot longer than the objective leaves them after their own prefill (M/M/n, Erlang C:
+        ``sizing.occupancy_at_wait_objective``). At no slack that is the Poisson rule's within a fraction of a
+        sequence (Erlang C is the probability that all slots are taken); every second of slack adds
+        ``(n − a)·μ`` to the exponent."""
         cfg = self.config
         usable = cfg.replica.slots * slot_scale
-        allowed = peaked_occupancy(usable, peakedness, cfg.objective.percentile, occupancy_at_objective)
+        occupancy = occupancy_at_objective if wait is None else wait.occupancy
+        allowed = peaked_occupancy(usable, peakedness, cfg.objective.percentile, occupancy)
         # Never below the floor the utilization at the SLO has (a burstiness beyond what the slots can smooth
         # would otherwise ask for unbounded replicas; ``maxReplicas`` bounds it too).
         allowed = max(allowed, MIN_UTILIZATION * usable) if peakedness > 1.0 else allowed
+        # Never more than the usable slots, priced or counted: as for the prefill queue's unit (never more than a
+        # replica), at ``targetUtilization`` the slot part plans at most that share of them. Without this bound
+        # the priced wait planned up to its own occupancy (measured 2026-12-07, docs/slo.md "Session 10"): it
+        # saved the most on the TPU conversation rows and lost the TPU slow ramp (100 → 95.39 %), a Poisson
+        # ramp that the 0.8 had been covering while a host started.
         return min(usable, allowed / cfg.target_utilization)
+
+    def _slot_wait(
+        self, ctx: Context, reading: _Reading, prev: SloState, kappa: float, prefill_rate: float | None, dt: float
+    ) -> tuple[float | None, tuple[tuple[float, float], ...], str]:
+        """``slotWait``'s numbers: the slot release rate (learned, ``sizing.learn_release_rate``), the TTFT slacks
+        of the prompt lengths (the last ones while the lengths are unknown) and the text ("" when not configured).
+
+        The release rate is measured by Little's law: requests arriving per second (served prompt tokens over the
+        prompt lengths' mean with ``promptTokens``, else the prompt-length histogram's observation rate) over the
+        sequences running, both totals over the target. The slack of a prompt of ``L`` tokens is the objective
+        less its prefill at the learned prefill rate (``κ`` × the measured rate, or the prior's: the prior is the
+        conservative one, a slower prefill leaves less slack)."""
+        cfg = self.config
+        s, prior = cfg.signals, cfg.replica.prior
+        if not cfg.slot_wait or s.prompt_length is None or prior is None:
+            return None, (), ""
+        sig = ctx.signals[s.prompt_length]
+        lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
+        slacks = prev.slacks
+        arrivals: float | None = None
+        if lengths is not None:
+            rate = kappa * (prefill_rate if prefill_rate is not None else prior.prefill_tokens_per_second)
+            slacks = ttft_slacks(lengths, rate, cfg.objective.ttft_seconds)
+            prompt = _target_total(ctx, s.prompt_tokens) if s.prompt_tokens is not None else None
+            arrivals = prompt / lengths.mean if prompt is not None else lengths.rate
+        measured = slot_release_rate(arrivals, reading.running)
+        release = learn_release_rate(prev.release_rate, measured, dt=dt)
+        if release is None or not slacks:
+            return release, slacks, "slot wait: release rate or prompt lengths not measured yet, every wait a miss"
+        hold = 1.0 / release
+        return release, slacks, (
+            f"slot wait priced (M/M/n per replica): a slot frees every {hold:.1f}s per sequence "
+            + (f"(measured {1.0 / measured:.1f}s)" if measured is not None else "(not measured now, the last)")
+            + f", TTFT slack {min(x for x, _ in slacks):.2f}-{max(x for x, _ in slacks):.2f}s"
+        )
 
     def _prefill_rate(self, ctx: Context, last: float | None, dt: float) -> tuple[float | None, float | None]:
         """The prefill rate the queue model uses (None: the prior's, nothing measured yet) and this evaluation's
@@ -983,7 +1101,7 @@ class SloAlgorithm:
         before). With the role but no distribution this evaluation (no buckets, an empty window): the last one."""
         cfg = self.config
         name, prior = cfg.signals.prompt_length, cfg.replica.prior
-        if name is None or prior is None:
+        if name is None or prior is None or cfg.signals.prompt_tokens is None:
             return 1.0, ""
         sig = ctx.signals[name]
         lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
