@@ -31,13 +31,13 @@ import gc
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar, cast
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
     from autoscaler.core.engine import CompiledPolicy
-    from autoscaler.core.model import Decision, Observation, PolicyState, SignalValue
+    from autoscaler.core.model import Decision, Observation, PolicyState, Reason, SignalValue
 
 _T = TypeVar("_T", bound="DataclassInstance")
 _P = ParamSpec("_P")
@@ -350,3 +350,339 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
                                  state.algorithm)
 
     return fast
+
+
+class ScanInput(NamedTuple):
+    """A stretch of consecutive evaluations for ``HpaScan``, one numpy array element per evaluation."""
+
+    #: The evaluation times (float64), increasing.
+    now: Any
+    #: Per judged signal (the judge's order): the reading's value and its sample time (float64; NaN: none).
+    values: tuple[Any, ...]
+    stamps: tuple[Any, ...]
+    #: The replica count set on the target, its ready and its starting replicas (int64).
+    current: Any
+    ready: Any
+    starting: Any
+
+
+class Scanned(NamedTuple):
+    """``HpaScan.decide``'s result: each evaluation's decision, columnar (plain lists, one element an evaluation).
+    Every signal of every evaluation is known (``ok``, no reason): that is what the scan decides."""
+
+    current: list[int]
+    desired: list[int]
+    reasons: list[Reason]
+    messages: list[str]
+    #: Per judged signal: the value the decision holds and its age in seconds (``SignalValue.value``/``age_s``).
+    values: tuple[list[float], ...]
+    ages: tuple[list[float], ...]
+
+
+#: A recommendation history as ``PolicyState.recommendations`` holds it: ``(time, recommended count)``.
+History = tuple[tuple[float, int], ...]
+
+
+class HpaScan:
+    """``hpa_decider`` over a stretch of evaluations at once, for an ``hpa`` policy without a ``behavior`` block
+    (HPA's legacy stabilization), with numpy: the replay's bulk path.
+
+    Every evaluation ``hpa_decider`` decides depends on the ones before only through the recommendation history
+    (the legacy stage reads no scale event), and each recommendation only on that evaluation's readings and
+    replica status. So, where the replica status is known ahead (``recorded`` mode: the recorded count), a stretch
+    of evaluations is decided in bulk: the metrics' counts, ratios and tolerance tests as arrays, the
+    stabilization window's highest recommendation as a range maximum over the history (a sparse table), the
+    scale-up cap and bounds as arrays; only the messages are formatted one by one, from the same sentences
+    (``hpa._explain``'s, ``behavior._legacy``'s), each distinct number formatted once. Where the count is the
+    policy's own (``whatif``), ``scan_own`` steps from one scale event to the next: between two the count is
+    constant, so each stretch is decided in bulk up to the first evaluation whose desired count differs.
+
+    ``usable`` says whether ``hpa_decider`` would decide every evaluation of a stretch (it returns None for
+    none of them); the caller decides the stretch with ``decide`` per evaluation otherwise. The plain equivalent
+    is ``hpa_decider`` (or ``decide``) called once per evaluation with the state carried:
+    ``tests/replay/test_bulk.py`` compares the two, byte for byte, over random traces and policies.
+    """
+
+    def __init__(self, compiled: CompiledPolicy) -> None:
+        from autoscaler.core import behavior  # noqa: PLC0415 - see hpa_decider
+        from autoscaler.core.policies import hpa  # noqa: PLC0415
+
+        algorithm = compiled.algorithm
+        assert type(algorithm) is hpa.HpaAlgorithm
+        spec = compiled.policy.spec
+        self.plan = [(name, max_age) for name, max_age, _ in compiled.judge._plan]
+        order = {name: j for j, (name, _) in enumerate(self.plan)}
+        #: Per metric: (signal index in the plan, name, kind, target in milli-units, its text, per replica).
+        self.metrics = [
+            (order[m.signal], m.signal, m.kind, m.target, m.target_text, spec.signal(m.signal).scope == "perReplica")
+            for m in algorithm.metrics
+        ]
+        self.tol = algorithm.tolerances
+        self.min_replicas = spec.min_replicas
+        self.max_replicas = spec.max_replicas
+        self.floor = max(spec.min_replicas, 1)
+        self.window_s = behavior.DEFAULT_DOWNSCALE_WINDOW_S
+        self._fmt = hpa._fmt
+        self._n = hpa._n
+        self._milli = hpa.milli
+
+    # -- what the fast path decides ---------------------------------------------------------------------------
+
+    def usable(self, inp: ScanInput) -> bool:
+        """Whether ``hpa_decider`` decides every evaluation of ``inp`` (given its replica status)."""
+        import numpy as np  # noqa: PLC0415 - only the replay's bulk path needs numpy
+
+        from autoscaler.core.signals import FUTURE_SKEW_S  # noqa: PLC0415
+
+        now, current, ready, starting = inp.now, inp.current, inp.ready, inp.starting
+        with np.errstate(invalid="ignore", over="ignore"):
+            bounded = (current >= self.floor) & (current <= self.max_replicas) & (current >= self.min_replicas)
+            if not bool(np.all(bounded)):
+                return False
+            for (_, max_age), value, stamp in zip(self.plan, inp.values, inp.stamps, strict=True):
+                age = now - stamp
+                # Known, finite, not negative, within milli's exact range; fresh, and not from the future.
+                fine = (value >= 0.0) & (value * 1000.0 < 4e15) & (age >= -FUTURE_SKEW_S) & (age <= max_age)
+                if not bool(np.all(fine)):
+                    return False
+            for j, _name, kind, target, _text, per_replica in self.metrics:
+                if kind != "Pods":
+                    continue
+                if not bool(np.all(ready > 0)):
+                    return False
+                milli = self._milli_array(inp.values[j])
+                ratio = (milli if per_replica else milli // ready) / target
+                if bool(np.any((starting > 0) & (ratio > 1.0))):
+                    return False  # HPA's unready-pod adjustment: the plain path
+        return True
+
+    def _milli_array(self, values: Any) -> Any:
+        """``hpa.milli`` of every value (each 0 ≤ value, value × 1000 < 4e15), as int64."""
+        import numpy as np  # noqa: PLC0415
+
+        x = values * 1000.0
+        whole = np.floor(x)
+        frac = x - whole
+        out = np.ceil(x)
+        near = ~((frac == 0.0) | (frac > 1e-6))
+        if bool(near.any()):
+            out = np.where(near & (frac < 4e-7), whole, out)
+            for i in np.flatnonzero(near & ~(frac < 4e-7)).tolist():
+                out[i] = self._milli(float(values[i]))  # the decimal rounding: rare, done as hpa.milli does it
+        return out.astype(np.int64)
+
+    # -- deciding a stretch -----------------------------------------------------------------------------------
+
+    def decide(self, inp: ScanInput, history: History) -> tuple[Scanned, History]:
+        """Every evaluation of ``inp`` (each one ``usable``), starting from the recommendation history
+        ``history`` (``PolicyState.recommendations``); returns the decisions and the history after the last."""
+        numbers = self._numbers(inp, history)
+        return self._format(inp, numbers, len(inp.now)), numbers.history
+
+    def _numbers(self, inp: ScanInput, history: History) -> _Numbers:
+        import numpy as np  # noqa: PLC0415
+
+        from autoscaler.core import behavior  # noqa: PLC0415
+
+        now, current, ready, starting = inp.now, inp.current, inp.ready, inp.starting
+        n = len(now)
+        tol = self.tol
+        counts, millis, ratios, withins = [], [], [], []
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for j, _name, kind, target, _text, per_replica in self.metrics:
+                milli = self._milli_array(inp.values[j])
+                if kind == "Pods":
+                    ratio = (milli if per_replica else milli // ready) / target
+                    within = (tol.low <= ratio) & (ratio <= tol.high)
+                    count = np.where(within, current, np.ceil(ratio * ready))
+                elif kind == "Value":
+                    ratio = milli / target
+                    within = (tol.low <= ratio) & (ratio <= tol.high)
+                    count = np.where(within, current, np.ceil(ratio * ready))
+                else:
+                    counted = ready + starting
+                    ratio = np.where(counted > 0, milli / (target * counted), np.inf)
+                    within = (tol.low <= ratio) & (ratio <= tol.high)
+                    count = np.where(within, counted, np.ceil(milli / target))
+                counts.append(count.astype(np.int64))
+                millis.append(milli)
+                ratios.append(ratio)
+                withins.append(within)
+        stacked = np.stack(counts)
+        best = np.argmax(stacked, axis=0)  # the first metric with the highest count, as upstream
+        wanted = stacked[best, np.arange(n)]
+        all_within = np.logical_and.reduce(np.stack(withins), axis=0)
+
+        # The legacy stabilization: the highest recommendation stamped at or after now - 300 s, this one included.
+        # The history before the first evaluation ever is (now, current) (``hpa_decider``'s ``or``).
+        if not history:
+            history = ((float(now[0]), int(current[0])),)
+        times = np.concatenate((np.array([t for t, _ in history], dtype=np.float64), now))
+        recs = np.concatenate((np.array([c for _, c in history], dtype=np.int64), wanted))
+        h = len(history)
+        cutoff = now - self.window_s
+        low = np.searchsorted(times, cutoff, side="left")
+        high = np.arange(h, h + n)
+        stabilized = _range_max(recs, low, high)
+        kept_from = int(low[-1])
+        after = tuple(zip(times[kept_from:].tolist(), recs[kept_from:].tolist(), strict=True))
+        # behavior._legacy's cap, int(max(2.0 × current, 4.0)).
+        limit = np.maximum(behavior.SCALE_UP_LIMIT_FACTOR * current, behavior.SCALE_UP_LIMIT_MINIMUM).astype(np.int64)
+        return _Numbers(best, wanted, all_within, counts, millis, ratios, stabilized, limit, after)
+
+    def _format(self, inp: ScanInput, numbers: _Numbers, n: int) -> Scanned:
+        """The messages and reasons, one evaluation at a time, from the numbers (each distinct text once)."""
+        from autoscaler.core.model import Reason  # noqa: PLC0415
+
+        tol = self.tol
+        fmt, noun = self._fmt, self._n
+        formatted: dict[int, str] = {}
+        described: dict[float, str] = {}
+
+        def f(milli: int) -> str:
+            text = formatted.get(milli)
+            if text is None:
+                text = formatted[milli] = fmt(milli)
+            return text
+
+        def d(ratio: float) -> str:
+            text = described.get(ratio)
+            if text is None:
+                text = described[ratio] = tol.describe(ratio)
+            return text
+
+        current = inp.current.tolist()
+        ready = inp.ready.tolist()
+        starting = inp.starting.tolist()
+        best = numbers.best.tolist()
+        wanted = numbers.wanted.tolist()
+        all_within = numbers.all_within.tolist()
+        stabilized = numbers.stabilized.tolist()
+        limit = numbers.limit.tolist()
+        counts = [c.tolist() for c in numbers.counts]
+        millis = [m.tolist() for m in numbers.millis]
+        ratios = [r.tolist() for r in numbers.ratios]
+        metrics = self.metrics
+        several = len(metrics) > 1
+        highest_of = f" (highest of {len(metrics)} metrics; "
+        floor, max_replicas, window_s = self.floor, self.max_replicas, self.window_s
+        up, down = Reason.SCALE_UP, Reason.SCALE_DOWN
+        steady, within_tolerance = Reason.STEADY, Reason.WITHIN_TOLERANCE
+        stabilizing, rate_limited = Reason.STABILIZING, Reason.RATE_LIMITED
+        by_min, by_max = Reason.LIMITED_BY_MIN, Reason.LIMITED_BY_MAX
+        held: dict[int, str] = {}
+        reasons: list[Reason] = []
+        messages: list[str] = []
+        desired_out: list[int] = []
+        isfinite = math.isfinite
+        for k in range(n):
+            cur, rdy = current[k], ready[k]
+            b = best[k]
+            _, name, kind, _target, target_text, per_replica = metrics[b]
+            count, milli, ratio = counts[b][k], millis[b][k], ratios[b][k]
+            if kind == "Pods":
+                if per_replica:
+                    text = f"{name} {f(milli)} per ready replica over {rdy} ready"
+                else:
+                    text = f"{name} {f(milli)} over {noun(rdy, 'ready replica')} = {f(milli // rdy)} per replica"
+                message = f"{text} vs target {target_text} ({d(ratio)}): {cur} → {count}"
+            elif kind == "Value":
+                message = f"{name} {f(milli)} vs target value {target_text} ({d(ratio)}, {rdy} ready): {cur} → {count}"
+            else:
+                counted = rdy + starting[k]
+                message = (
+                    f"{name} {f(milli)} over {noun(counted, 'replica')} vs target {target_text} per replica "
+                    f"({d(ratio) if isfinite(ratio) else 'no replicas'}): {cur} → {count}"
+                )
+            if several:
+                others = ", ".join(f"{m[1]} → {counts[i][k]}" for i, m in enumerate(metrics) if i != b)
+                message = f"{message}{highest_of}{others})"
+            want = wanted[k]
+            if want > cur:
+                reason = up
+            elif want < cur:
+                reason = down
+            else:
+                reason = within_tolerance if all_within[k] else steady
+            # behavior._legacy, from its numbers.
+            top = stabilized[k]
+            note = ""
+            staged: Reason | None = None
+            if top != want:
+                staged = stabilizing
+                note = held.get(top) or held.setdefault(
+                    top,
+                    f"held at {top}, the highest recommendation of the last {window_s}s "
+                    "(downscale stabilization without behavior)",
+                )
+            desired = top
+            cap = limit[k]
+            extra = ""
+            if top < floor:
+                desired, staged, extra = floor, by_min, f"raised to minReplicas {floor}"
+            elif max_replicas > cap:
+                if top > cap:
+                    desired, staged = cap, rate_limited
+                    extra = f"scale-up limited to {cap}: at most max(2×{cur}, 4) per evaluation without behavior"
+            elif top > max_replicas:
+                desired, staged, extra = max_replicas, by_max, f"limited to maxReplicas {max_replicas}"
+            if extra:
+                note = f"{note}; {extra}" if note else extra
+            if staged is not None:
+                reason = staged
+                message = f"{message}; {note}"
+            elif desired == cur and (reason is up or reason is down):
+                reason = steady
+            reasons.append(reason)
+            messages.append(message)
+            desired_out.append(desired)
+        ages = []
+        for value, stamp in zip(inp.values, inp.stamps, strict=True):
+            age = inp.now - stamp
+            age[age < 0.0] = 0.0
+            ages.append(age.tolist())
+            del value
+        return Scanned(current, desired_out, reasons, messages, tuple(v.tolist() for v in inp.values), tuple(ages))
+
+
+class _Numbers(NamedTuple):
+    best: Any
+    wanted: Any
+    all_within: Any
+    counts: list[Any]
+    millis: list[Any]
+    ratios: list[Any]
+    stabilized: Any
+    limit: Any
+    history: History
+
+
+def _range_max(values: Any, low: Any, high: Any) -> Any:
+    """``max(values[low[i] : high[i] + 1])`` for every i (``low ≤ high``), with a sparse table: level ``j`` holds
+    the maximum of the ``2**j`` values from each position, and a range is two overlapping blocks of one level."""
+    import numpy as np  # noqa: PLC0415
+
+    length = high - low + 1
+    level = np.frexp(length)[1] - 1  # floor(log2(length)), exact for integers
+    top = int(level.max()) if len(level) else 0
+    table = [values]
+    for j in range(1, top + 1):
+        prev = table[-1]
+        half = 1 << (j - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    out = np.empty(len(low), dtype=values.dtype)
+    for j in range(top + 1):
+        at = level == j
+        if not bool(at.any()):
+            continue
+        lo, hi = low[at], high[at]
+        out[at] = np.maximum(table[j][lo], table[j][hi - (1 << j) + 1])
+    return out
+
+
+def hpa_scan(compiled: CompiledPolicy) -> HpaScan | None:
+    """The bulk form of ``hpa_decider`` (``HpaScan``), or None when the policy is not an ``hpa`` policy the fast
+    path decides or has a ``behavior`` block (its windows and rate policies read the scale events)."""
+    if hpa_decider(compiled) is None or compiled.rules is not None:
+        return None
+    return HpaScan(compiled)

@@ -207,7 +207,14 @@ def _replay(args: argparse.Namespace, policy_path: str, metrics: list[str], flap
         # Each evaluation goes to the writers as it is made; none is kept.
         with writer:
             add_line, add_count = writer.add, counts.add
-            if columns is None:
+            if replay.blocks is not None:
+                # The bulk path (engine._bulk): the same evaluations, decided and written a block at a time.
+                for block in replay.blocks:
+                    writer.add_block(block)
+                    counts.add_block(block)
+                    if columns is not None:
+                        columns.add_block(block)
+            elif columns is None:
                 for step in replay.steps:
                     add_line(step)
                     add_count(step)

@@ -21,13 +21,14 @@ Two modes:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from array import array
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from autoscaler.core import catalog, counters, signals
 from autoscaler.core.engine import CompiledPolicy, decide
-from autoscaler.core.fast import hpa_decider, quick_init
+from autoscaler.core.fast import HpaScan, ScanInput, Scanned, hpa_decider, hpa_scan, quick_init
 from autoscaler.core.model import (
     Observation,
     PolicyState,
@@ -346,6 +347,9 @@ class Stream:
     notes: list[str] = field(default_factory=list)
     #: The recorded replica count (None when the trace has none).
     recorded: Series | None = None
+    #: The same evaluations in blocks decided in bulk (``Block``), when the bulk path applies (``_bulk``); None
+    #: otherwise. A consumer iterates either ``steps`` or ``blocks``, not both.
+    blocks: Iterator[Block] | None = None
 
 
 def run(
@@ -370,10 +374,13 @@ def stream(
     options: Options,
     *,
     progress: Callable[[int], None] | None = None,
+    bulk: bool = True,
 ) -> Stream:
     """Check ``trace`` against ``compiled`` (raising ``TraceError`` at once, before any evaluation) and return the
     replay as a ``Stream`` whose steps are made one at a time. ``progress(k)`` is told the number of evaluations
-    done since its last call (for a progress bar; ``Stream.evaluations`` is the total)."""
+    done since its last call (for a progress bar; ``Stream.evaluations`` is the total). With ``bulk`` (the
+    default), ``Stream.blocks`` also offers the evaluations decided in bulk where that path applies (``_bulk``;
+    ``bulk=False`` is the plain path, for comparisons)."""
     spec = compiled.policy.spec
     prepared = prepare(compiled, trace, options.mode)
     inputs, notes = prepared.inputs, prepared.notes
@@ -419,7 +426,9 @@ def stream(
         notes.append("recorded ready replicas: at each evaluation the core sees the recorded count set on the target "
                      "and its ready replicas (the rest starting), as the controller reads them")
     steps = _steps(compiled, inputs, recorded, options, start, count, progress, ready)
-    return Stream(compiled.name, spec.target.ref().key, options.mode, period, count, start, steps, notes, recorded)
+    blocks = _bulk(compiled, inputs, recorded, options, start, count, progress, ready) if bulk else None
+    return Stream(compiled.name, spec.target.ref().key, options.mode, period, count, start, steps, notes, recorded,
+                  blocks)
 
 
 class _Cursor:
@@ -758,3 +767,139 @@ def _steps(
         progress(batch)
 
 
+
+
+# --- the bulk path ----------------------------------------------------------------------------------------------
+
+#: Evaluations decided at once by the bulk path: enough to make numpy's per-call cost small, few enough that a
+#: block's columns (a few dozen bytes an evaluation) stay small for any trace length.
+BLOCK = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Consecutive evaluations decided in bulk (``core.fast.HpaScan``), columnar: what a run of ``Step`` objects
+    would hold, every signal known (``ok``), one element per evaluation."""
+
+    times: list[float]
+    #: The replica status the core saw: the count set on the target, its ready and its starting replicas.
+    spec: list[int]
+    ready: list[int]
+    starting: list[int]
+    #: The recorded count (None: unknown throughout).
+    recorded: list[int] | None
+    decided: Scanned
+    #: The signals' names, in the decisions' order.
+    names: tuple[str, ...]
+
+
+def _bulk(
+    compiled: CompiledPolicy,
+    inputs: list[_Input],
+    recorded: Series | None,
+    options: Options,
+    start: float,
+    count: int,
+    progress: Callable[[int], None] | None,
+    ready: Series | None,
+) -> Iterator[Block] | None:
+    """The evaluations of ``_steps`` decided in bulk, ``BLOCK`` at a time, or None where the bulk path does not
+    apply: it needs an ``hpa`` policy that ``core.fast.hpa_scan`` decides (no ``behavior`` block), recorded mode
+    (the count at every evaluation known ahead), one plain series per signal, and every evaluation one that
+    ``hpa_decider`` decides (every signal known and fresh from the first evaluation on, the count within bounds:
+    checked here over the whole trace first, a block at a time). Otherwise ``_steps`` decides every evaluation.
+    Same decisions, messages and numbers as ``_steps`` (``tests/replay/test_bulk.py``)."""
+    scan = hpa_scan(compiled)
+    if (
+        scan is None
+        or options.mode != "recorded"
+        or any(i.pods is not None or i.buckets is not None for i in inputs)
+        or compiled.policy.spec.pools()
+    ):
+        return None
+    by_name = {i.name: i for i in inputs}
+    if any(name not in by_name for name, _ in scan.plan):
+        return None
+    series = [by_name[name].series for name, _ in scan.plan]
+    before_first = options.initial_replicas
+    if before_first is None and recorded is not None:
+        before_first = int(recorded.values[0])
+    if before_first is None:
+        return None
+    prepared = _Columns(compiled, series, recorded, ready, before_first, start)
+    for a in range(0, count, BLOCK):
+        if not scan.usable(prepared.input(a, min(count, a + BLOCK))):
+            return None
+    return _blocks(scan, prepared, count, progress, tuple(name for name, _ in scan.plan))
+
+
+def _blocks(
+    scan: HpaScan, prepared: _Columns, count: int, progress: Callable[[int], None] | None, names: tuple[str, ...]
+) -> Iterator[Block]:
+    history: tuple[tuple[float, int], ...] = ()
+    for a in range(0, count, BLOCK):
+        b = min(count, a + BLOCK)
+        inp = prepared.input(a, b)
+        try:
+            decided, history = scan.decide(inp, history)
+        except Exception as exc:  # as in _steps: a failure inside the core says when
+            raise EvaluationError(float(inp.now[0]), exc) from exc
+        yield Block(inp.now.tolist(), decided.current, inp.ready.tolist(), inp.starting.tolist(),
+                    decided.current, decided, names)
+        if progress is not None:
+            progress(b - a)
+
+
+class _Columns:
+    """The inputs of evaluations ``a`` to ``b`` as ``_steps`` builds them one at a time, as arrays: each signal's
+    latest sample at or before each evaluation (value and time), the recorded count (before its first sample, the
+    one given) and the recorded ready replicas (else every recorded replica ready)."""
+
+    def __init__(
+        self, compiled: CompiledPolicy, series: list[Series], recorded: Series | None, ready: Series | None,
+        before_first: int, start: float,
+    ) -> None:
+        import numpy as np  # noqa: PLC0415 - only the bulk path needs numpy
+
+        self.np = np
+        self.period = compiled.policy.spec.evaluation_period_seconds
+        self.start = start
+        self.series = [(_array(s.times), _array(s.values)) for s in series]
+        self.recorded = (_array(recorded.times), _array(recorded.values)) if recorded is not None else None
+        self.ready = (_array(ready.times), _array(ready.values)) if ready is not None and ready.times else None
+        self.before_first = before_first
+
+    def input(self, a: int, b: int) -> ScanInput:
+        np = self.np
+        # ``start + k × period`` as _steps computes it (k converted to a float, then multiplied, then added).
+        now = self.start + np.arange(a, b, dtype=np.int64).astype(np.float64) * self.period
+        values, stamps = [], []
+        for times, vals in self.series:
+            at = np.searchsorted(times, now, side="right") - 1
+            seen = at >= 0
+            values.append(np.where(seen, vals[at], np.nan))
+            stamps.append(np.where(seen, times[at], np.nan))
+        if self.recorded is not None:
+            times, vals = self.recorded
+            at = np.searchsorted(times, now, side="right") - 1
+            current = np.where(at >= 0, vals[at], float(self.before_first)).astype(np.int64)
+        else:
+            current = np.full(len(now), self.before_first, dtype=np.int64)
+        if self.ready is not None:
+            times, vals = self.ready
+            at = np.searchsorted(times, now, side="right") - 1
+            ready = np.where(at >= 0, vals[at].astype(np.int64), current)
+            starting = np.maximum(current - ready, 0)
+        else:
+            ready = current
+            starting = np.zeros(len(now), dtype=np.int64)
+        return ScanInput(now, tuple(values), tuple(stamps), current, ready, starting)
+
+
+def _array(values: Sequence[float]) -> Any:
+    """A read-only float64 array over ``values`` (an ``array('d')`` is shared, not copied)."""
+    import numpy as np  # noqa: PLC0415
+
+    if isinstance(values, array):
+        return np.frombuffer(values, dtype=np.float64) if len(values) else np.zeros(0)
+    return np.asarray(values, dtype=np.float64)

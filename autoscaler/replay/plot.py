@@ -28,7 +28,7 @@ from autoscaler.core.model import SignalState
 from autoscaler.replay.report import Info, rfc3339
 
 if TYPE_CHECKING:
-    from autoscaler.replay.engine import Replay, Step
+    from autoscaler.replay.engine import Block, Replay, Step
 
 #: The file the command writes.
 FILE_NAME = "replay.svg"
@@ -80,14 +80,7 @@ class Columns:
         d = step.decision
         signals = d.signals
         if self.names is None:
-            self.names = list(signals)
-            self.shown = self.names[:MAX_SIGNAL_PANELS]
-            self.signals = [Line() for _ in self.shown]
-            self._buffers = [[] for _ in range(len(self.shown) + 4)]
-            # Once per replay: each shown signal's name with its column's append, and the other series' appends.
-            self._shown_appends = [(name, buffers.append) for name, buffers in zip(self.shown, self._buffers,
-                                                                                   strict=False)]
-            self._other_appends = tuple(b.append for b in self._buffers[len(self.shown):])
+            self._begin(list(signals))
         nan = math.nan
         get = signals.get
         for name, append in self._shown_appends:
@@ -115,6 +108,48 @@ class Columns:
         self._k += 1
         if self._k - self._bin_start >= self.per_column:
             self._flush()
+
+    def _begin(self, names: list[str]) -> None:
+        self.names = names
+        self.shown = names[:MAX_SIGNAL_PANELS]
+        self.signals = [Line() for _ in self.shown]
+        self._buffers = [[] for _ in range(len(self.shown) + 4)]
+        # Once per replay: each shown signal's name with its column's append, and the other series' appends.
+        self._shown_appends = [(name, buffers.append) for name, buffers in zip(self.shown, self._buffers,
+                                                                               strict=False)]
+        self._other_appends = tuple(b.append for b in self._buffers[len(self.shown):])
+
+    def add_block(self, block: Block) -> None:
+        """``add`` for every evaluation of ``block`` (the bulk path), column by column rather than one at a time:
+        the same values in the same buffers, every signal known."""
+        decided = block.decided
+        n = len(block.times)
+        if not n:
+            return
+        if self.names is None:
+            self._begin(list(block.names))
+        assert self.names == list(block.names)
+        shown = [decided.values[block.names.index(name)] for name in self.shown]
+        desired, ready, recorded = decided.desired, block.ready, block.recorded
+        series = [*shown, desired, recorded if recorded is not None else [math.nan] * n, ready]
+        buffers = self._buffers
+        k = 0
+        while k < n:
+            take = min(self.per_column - (self._k - self._bin_start), n - k)
+            end = k + take
+            for buffer, values in zip(buffers, series, strict=False):
+                buffer.extend(values[k:end])
+            buffers[-1].extend([0.0] * take)  # no signal unknown
+            self._k += take
+            k = end
+            if self._k - self._bin_start >= self.per_column:
+                self._flush()
+        if recorded is not None:
+            self.any_recorded = True
+            self.highest = max(self.highest, *desired, *block.spec, *recorded)
+        else:
+            self.highest = max(self.highest, *desired, *block.spec)
+        self.last_time = block.times[-1]
 
     @property
     def added(self) -> int:

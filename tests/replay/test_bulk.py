@@ -1,0 +1,177 @@
+"""The replay's bulk path (``engine._bulk``, ``core.fast.HpaScan``) writes what the plain path writes, byte for byte.
+
+The plain path here is ``core.engine.decide`` at every evaluation: the fast path (``hpa_decider``) and the bulk path
+both switched off. The bulk path must give the same ``decisions.jsonl``, ``summary.json`` and ``replay.svg`` over
+random hpa policies (one to three metrics of every kind, perReplica and total signals, tolerances, bounds, periods)
+and random traces (values on and near the milli-unit and tolerance edges, samples off the evaluation grid, ages up
+to the signals' maximum, recorded counts that move, recorded ready replicas). Clean traces must take the bulk path
+(else the comparison would be vacuous); traces with gaps, stale, negative or missing readings must not, and are
+compared all the same.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from autoscaler.cli import main
+from autoscaler.core import fast
+from autoscaler.core.engine import compile_policy
+from autoscaler.replay import engine, traces
+
+START = 1_764_460_800
+
+#: Values a signal takes: on and near whole milli-units (``hpa.milli``'s rounding band), at tolerance edges of the
+#: targets below, small and large.
+SPECIAL = [0.0, 0.001, 0.0010000004, 0.0009999996, 0.0010000009, 0.1, 0.7, 0.77, 0.8, 0.88, 0.72, 1.0, 5.0, 5.5,
+           4.5, 1e-7, 123456.789, 2.675, 0.959]
+values = st.one_of(st.sampled_from(SPECIAL), st.floats(0.0, 2.0), st.floats(0.0, 200.0))
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict[str, Any]:
+    n_metrics = draw(st.integers(1, 3))
+    min_replicas = draw(st.integers(1, 4))
+    max_replicas = draw(st.integers(min_replicas, 30))
+    period = draw(st.sampled_from([15, 15, 30, 10]))
+    sigs, metrics, targets = [], [], []
+    for i in range(n_metrics):
+        kind = draw(st.sampled_from(["Pods", "External-Average", "External-Value"]))
+        scope = draw(st.sampled_from(["perReplica", "total"]))
+        target = draw(st.sampled_from([0.8, 0.7, 5, 1, 0.5, 10]))
+        targets.append(target)
+        sigs.append({"name": f"s{i}", "query": f"sum(s{i})", "scope": scope, "maxAgeSeconds": 60})
+        if kind == "Pods":
+            metrics.append(
+                {"signal": f"s{i}", "type": "Pods", "target": {"type": "AverageValue", "averageValue": target}}
+            )
+        elif kind == "External-Average":
+            metrics.append(
+                {"signal": f"s{i}", "type": "External", "target": {"type": "AverageValue", "averageValue": target}}
+            )
+        else:
+            metrics.append({"signal": f"s{i}", "type": "External", "target": {"type": "Value", "value": target}})
+    hpa: dict[str, Any] = {"type": "hpa", "metrics": metrics}
+    tolerance = draw(st.sampled_from([None, 0.1, 0.0, 0.25]))
+    if tolerance is not None:
+        hpa["tolerance"] = tolerance
+    doc = {
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "bulk"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "llm"},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "evaluationPeriodSeconds": period,
+            "signals": sigs,
+            "policy": hpa,
+        },
+    }
+    clean = draw(st.booleans())
+    rows = draw(st.integers(1, 120))
+    step = draw(st.sampled_from([period, period, 7, 20]))  # samples off the evaluation grid too
+    ready_column = draw(st.booleans())
+    count = draw(st.integers(min_replicas, max_replicas))
+    lines = ["timestamp," + ",".join(f"s{i}" for i in range(n_metrics)) + ",replicas"
+             + (",replicas_ready" if ready_column else "")]
+    for r in range(rows):
+        if draw(st.integers(0, 9)) == 0:
+            count = draw(st.integers(min_replicas, max_replicas) if clean else st.integers(0, max_replicas + 3))
+        cells = []
+        for i in range(n_metrics):
+            v = draw(values)
+            if draw(st.integers(0, 3)) == 0:
+                # On a tolerance edge (or the target itself), per replica or over the whole count.
+                factor = draw(st.sampled_from([0.9, 1.1, 0.75, 1.25, 1.0, 0.5]))
+                v = round(targets[i] * factor * draw(st.sampled_from([1, count])), 3)
+            if not clean and draw(st.integers(0, 15)) == 0:
+                cells.append(draw(st.sampled_from(["", "NaN", "-1", "+Inf"])))
+            else:
+                cells.append(repr(v))
+        line = f"{START + r * step}," + ",".join(cells) + f",{count}"
+        if ready_column:
+            line += f",{draw(st.integers(0, count) if not clean else st.integers(max(count - 2, 1), count))}"
+        lines.append(line)
+    return {"policy": doc, "csv": "\n".join(lines) + "\n", "clean": clean, "ready": ready_column}
+
+
+def _replay(tmp: Path, case: dict[str, Any], out: str) -> dict[str, Any]:
+    policy = tmp / "policy.yaml"
+    policy.write_text(yaml.safe_dump(case["policy"]))
+    trace = tmp / "trace.csv"
+    trace.write_text(case["csv"])
+    code = main(["replay", "--policy", str(policy), "--metrics", str(trace), "--out", str(tmp / out), "-q"])
+    written = {name: (tmp / out / name).read_bytes() for name in ("decisions.jsonl", "summary.json", "replay.svg")
+               if (tmp / out / name).exists()}
+    return {"code": code, **written}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], tmp_path_factory: pytest.TempPathFactory,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp = tmp_path_factory.mktemp("bulk")
+    taken: list[bool] = []
+    real = engine._bulk
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        blocks = real(*args, **kwargs)
+        taken.append(blocks is not None)
+        return blocks
+
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_bulk", spy)
+        bulk = _replay(tmp, case, "bulk")
+    with monkeypatch.context() as m:
+        # The plain path: ``decide`` at every evaluation, neither the fast path nor the bulk path.
+        m.setattr(engine, "hpa_decider", lambda compiled: None)
+        m.setattr(engine, "hpa_scan", lambda compiled: None)
+        plain = _replay(tmp, case, "plain")
+    assert bulk.keys() == plain.keys()
+    event("bulk path" if taken == [True] else "plain path")
+    if plain["code"] == 0:
+        assert taken == [True] or not case["clean"] or _unusable(case), "a clean trace must take the bulk path"
+    for name in plain:
+        assert bulk[name] == plain[name], name
+
+
+def _unusable(case: dict[str, Any]) -> bool:
+    """A clean trace the fast path may still decline somewhere: with recorded ready replicas, a scale-up with
+    starting ones (HPA's unready-pod adjustment), which the bulk path must decline too."""
+    return bool(case["ready"])
+
+
+def _load(case: dict[str, Any]) -> Any:
+    from autoscaler.core.spec import ScalingPolicy  # noqa: PLC0415
+
+    return ScalingPolicy.model_validate(case["policy"])
+
+
+def test_the_bench_week_takes_the_bulk_path(tmp_path: Path) -> None:
+    """The week of ``bench.replay_memory`` (recorded mode, hpa without behavior) is decided in bulk, in blocks."""
+    from bench.replay_speed import POLICY, write_week  # noqa: PLC0415
+
+    csv = tmp_path / "week.csv"
+    write_week(csv)
+    compiled = compile_policy(_load({"policy": POLICY}))
+    stream = engine.stream(compiled, traces.load([csv]), engine.Options())
+    assert stream.blocks is not None
+    assert sum(len(b.times) for b in stream.blocks) == stream.evaluations == 40_320
+
+
+def test_range_max_matches_slices() -> None:
+    import numpy as np  # noqa: PLC0415
+
+    values = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], dtype=np.int64)
+    low = np.array([0, 1, 2, 5, 0, 10, 3], dtype=np.int64)
+    high = np.array([0, 4, 9, 5, 10, 10, 7], dtype=np.int64)
+    got = fast._range_max(values, low, high).tolist()
+    assert got == [max(values[lo : hi + 1].tolist()) for lo, hi in zip(low.tolist(), high.tolist(), strict=True)]
+    assert not math.isnan(float(got[0]))
