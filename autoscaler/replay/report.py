@@ -301,6 +301,24 @@ def decision_record(step: Step, target: str) -> dict[str, Any]:
     }
 
 
+def _time_texts(times: list[float]) -> tuple[list[str], list[str]]:
+    """``rfc3339`` of each time in two parts, the date and the clock (the text between ``T`` and ``Z``), with
+    each distinct date and whole second formatted once."""
+    dates: list[str] = []
+    clocks: list[str] = []
+    date_of: dict[float, str] = {}
+    for t in times:
+        day, secs = divmod(t, 86400.0)
+        whole = int(secs)
+        date = date_of.get(day)
+        if date is None:
+            date = date_of[day] = _date(int(day))
+        dates.append(date)
+        frac = secs - whole
+        clocks.append(_clock(whole) if frac == 0 else f"{_clock(whole)}.{min(int(frac * 1000 + 0.5), 999):03d}")
+    return dates, clocks
+
+
 def _json_texts(values: list[float]) -> list[str]:
     """Each float as orjson writes it (one call for the whole list; a float's text holds no comma)."""
     return orjson.dumps(values).decode()[1:-1].split(",") if values else []
@@ -351,10 +369,13 @@ class DecisionWriter:
         (one ``orjson.dumps`` of each column), a message is escaped by orjson where it needs escaping."""
         d = block.decided
         n = len(block.times)
+        dates, clocks = _time_texts(block.times)
+        # Messages are written between quotes as they are, unless one needs escaping (none of hpa's sentences do).
+        escape = _ESCAPED.search("".join(d.messages)) is not None
         head = (
-            '{"time":"%s","unix_time":%s,"target":' + orjson.dumps(self.target).decode().replace("%", "%%")
-            + ',"current":%d,"desired":%d,"reason":"%s","message":%s,"replicas":{"spec":%d,"ready":%d,'
-            '"starting":%d},"recorded":%s,"signals":{'
+            '{"time":"%sT%sZ","unix_time":%s,"target":' + orjson.dumps(self.target).decode().replace("%", "%%")
+            + ',"current":%d,"desired":%d,"reason":"%s","message":' + ("%s" if escape else '"%s"')
+            + ',"replicas":{"spec":%d,"ready":%d,"starting":%d},"recorded":%s,"signals":{'
         )
         entries = ",".join(
             orjson.dumps(name).decode().replace("%", "%%") + ':{"value":%s,"state":"ok","age_s":%s}'
@@ -362,12 +383,13 @@ class DecisionWriter:
         )
         template = head + entries + "}}\n"
         columns: list[list[Any]] = [
-            [rfc3339(t) for t in block.times],
+            dates,
+            clocks,
             _json_texts(block.times),
             d.current,
             d.desired,
             [r._value_ for r in d.reasons],
-            [_json_string(m) for m in d.messages],
+            [_json_string(m) for m in d.messages] if escape else d.messages,
             block.spec,
             block.ready,
             block.starting,
