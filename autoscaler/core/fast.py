@@ -531,118 +531,110 @@ class HpaScan:
         return _Numbers(best, wanted, all_within, counts, millis, ratios, stabilized, limit, after)
 
     def _format(self, inp: ScanInput, numbers: _Numbers, n: int) -> Scanned:
-        """The messages and reasons, one evaluation at a time, from the numbers (each distinct text once)."""
+        """The reasons, counts and messages, from the numbers: the stage's choices as arrays, and each sentence
+        built from columns of texts in which each distinct number was formatted once (``_texts``)."""
+        import numpy as np  # noqa: PLC0415
+
         from autoscaler.core.model import Reason  # noqa: PLC0415
 
-        tol = self.tol
-        fmt, noun = self._fmt, self._n
-        formatted: dict[int, str] = {}
-        described: dict[float, str] = {}
-
-        def f(milli: int) -> str:
-            text = formatted.get(milli)
-            if text is None:
-                text = formatted[milli] = fmt(milli)
-            return text
-
-        def d(ratio: float) -> str:
-            text = described.get(ratio)
-            if text is None:
-                text = described[ratio] = tol.describe(ratio)
-            return text
-
-        current = inp.current.tolist()
-        ready = inp.ready.tolist()
-        starting = inp.starting.tolist()
-        best = numbers.best.tolist()
-        wanted = numbers.wanted.tolist()
-        all_within = numbers.all_within.tolist()
-        stabilized = numbers.stabilized.tolist()
-        limit = numbers.limit.tolist()
-        counts = [c.tolist() for c in numbers.counts]
-        millis = [m.tolist() for m in numbers.millis]
-        ratios = [r.tolist() for r in numbers.ratios]
-        metrics = self.metrics
-        several = len(metrics) > 1
-        highest_of = f" (highest of {len(metrics)} metrics; "
+        current, ready, starting = inp.current, inp.ready, inp.starting
+        best, wanted, top, cap = numbers.best, numbers.wanted, numbers.stabilized, numbers.limit
         floor, max_replicas, window_s = self.floor, self.max_replicas, self.window_s
-        up, down = Reason.SCALE_UP, Reason.SCALE_DOWN
-        steady, within_tolerance = Reason.STEADY, Reason.WITHIN_TOLERANCE
-        stabilizing, rate_limited = Reason.STABILIZING, Reason.RATE_LIMITED
-        by_min, by_max = Reason.LIMITED_BY_MIN, Reason.LIMITED_BY_MAX
-        held: dict[int, str] = {}
-        reasons: list[Reason] = []
-        messages: list[str] = []
-        desired_out: list[int] = []
-        isfinite = math.isfinite
-        for k in range(n):
-            cur, rdy = current[k], ready[k]
-            b = best[k]
-            _, name, kind, _target, target_text, per_replica = metrics[b]
-            count, milli, ratio = counts[b][k], millis[b][k], ratios[b][k]
-            if kind == "Pods":
-                if per_replica:
-                    text = f"{name} {f(milli)} per ready replica over {rdy} ready"
-                else:
-                    text = f"{name} {f(milli)} over {noun(rdy, 'ready replica')} = {f(milli // rdy)} per replica"
-                message = f"{text} vs target {target_text} ({d(ratio)}): {cur} → {count}"
+
+        # behavior._legacy: held at the window's highest; then raised to min, capped, or limited to max.
+        stabilizing = top != wanted
+        by_min = top < floor
+        capped = ~by_min & (max_replicas > cap) & (top > cap)
+        by_max = ~by_min & ~(max_replicas > cap) & (top > max_replicas)
+        desired = np.where(by_min, floor, np.where(capped, cap, np.where(by_max, max_replicas, top)))
+        # The reason: the stage's when it changed something, else the recommendation's (Steady when the stage
+        # brought a scale back to the current count).
+        codes = np.where(wanted > current, 0, np.where(wanted < current, 1, np.where(numbers.all_within, 2, 3)))
+        codes = np.where((codes <= 1) & (desired == current), 3, codes)
+        codes = np.where(stabilizing, 4, codes)
+        codes = np.where(capped, 5, np.where(by_min, 6, np.where(by_max, 7, codes)))
+        reason_of = np.array([Reason.SCALE_UP, Reason.SCALE_DOWN, Reason.WITHIN_TOLERANCE, Reason.STEADY,
+                              Reason.STABILIZING, Reason.RATE_LIMITED, Reason.LIMITED_BY_MIN, Reason.LIMITED_BY_MAX],
+                             dtype=object)
+
+        # The stage's note: "; held at …" and/or "; scale-up limited …", "; raised to …", "; limited to …".
+        held = _texts(top, lambda c: (
+            f"; held at {c}, the highest recommendation of the last {window_s}s (downscale stabilization without "
+            "behavior)"
+        ))
+        limited = _texts(current, lambda c: (
+            f"; scale-up limited to {int(max(2.0 * c, 4.0))}: at most max(2×{c}, 4) per evaluation without behavior"
+        ))
+        note = np.where(stabilizing, held, "")
+        note = np.where(capped, note + limited, note)
+        note = np.where(by_min, note + f"; raised to minReplicas {floor}", note)
+        note = np.where(by_max, note + f"; limited to maxReplicas {max_replicas}", note)
+
+        # The chosen metric's sentence, one group of evaluations per metric chosen.
+        messages = np.empty(n, dtype=object)
+        several = len(self.metrics) > 1
+        highest_of = f" (highest of {len(self.metrics)} metrics; "
+        arrows = [_texts(c, _arrow(m[1])) for c, m in zip(numbers.counts, self.metrics, strict=True)]
+        for b, (_, name, kind, _target, target_text, per_replica) in enumerate(self.metrics):
+            rows = np.flatnonzero(best == b)
+            if not len(rows):
+                continue
+            milli, ratio = numbers.millis[b][rows], numbers.ratios[b][rows]
+            cur, rdy = current[rows].tolist(), ready[rows].tolist()
+            count = numbers.counts[b][rows].tolist()
+            amount = _texts(milli, self._fmt).tolist()
+            described = _texts(ratio, self._described).tolist()
+            if kind == "Pods" and per_replica:
+                lines = [f"{name} {a} per ready replica over {r} ready vs target {target_text} ({d}): {c} → {k}"
+                         for a, r, d, c, k in zip(amount, rdy, described, cur, count, strict=True)]
+            elif kind == "Pods":
+                each = _texts(milli // ready[rows], self._fmt).tolist()
+                lines = [f"{name} {a} over {self._n(r, 'ready replica')} = {e} per replica vs target {target_text} "
+                         f"({d}): {c} → {k}"
+                         for a, r, e, d, c, k in zip(amount, rdy, each, described, cur, count, strict=True)]
             elif kind == "Value":
-                message = f"{name} {f(milli)} vs target value {target_text} ({d(ratio)}, {rdy} ready): {cur} → {count}"
+                lines = [f"{name} {a} vs target value {target_text} ({d}, {r} ready): {c} → {k}"
+                         for a, r, d, c, k in zip(amount, rdy, described, cur, count, strict=True)]
             else:
-                counted = rdy + starting[k]
-                message = (
-                    f"{name} {f(milli)} over {noun(counted, 'replica')} vs target {target_text} per replica "
-                    f"({d(ratio) if isfinite(ratio) else 'no replicas'}): {cur} → {count}"
-                )
+                counted = (ready[rows] + starting[rows]).tolist()
+                lines = [f"{name} {a} over {self._n(r, 'replica')} vs target {target_text} per replica ({d}): "
+                         f"{c} → {k}" for a, r, d, c, k in zip(amount, counted, described, cur, count, strict=True)]
+            text = np.empty(len(rows), dtype=object)
+            text[:] = lines
             if several:
-                others = ", ".join(f"{m[1]} → {counts[i][k]}" for i, m in enumerate(metrics) if i != b)
-                message = f"{message}{highest_of}{others})"
-            want = wanted[k]
-            if want > cur:
-                reason = up
-            elif want < cur:
-                reason = down
-            else:
-                reason = within_tolerance if all_within[k] else steady
-            # behavior._legacy, from its numbers.
-            top = stabilized[k]
-            note = ""
-            staged: Reason | None = None
-            if top != want:
-                staged = stabilizing
-                note = held.get(top) or held.setdefault(
-                    top,
-                    f"held at {top}, the highest recommendation of the last {window_s}s "
-                    "(downscale stabilization without behavior)",
-                )
-            desired = top
-            cap = limit[k]
-            extra = ""
-            if top < floor:
-                desired, staged, extra = floor, by_min, f"raised to minReplicas {floor}"
-            elif max_replicas > cap:
-                if top > cap:
-                    desired, staged = cap, rate_limited
-                    extra = f"scale-up limited to {cap}: at most max(2×{cur}, 4) per evaluation without behavior"
-            elif top > max_replicas:
-                desired, staged, extra = max_replicas, by_max, f"limited to maxReplicas {max_replicas}"
-            if extra:
-                note = f"{note}; {extra}" if note else extra
-            if staged is not None:
-                reason = staged
-                message = f"{message}; {note}"
-            elif desired == cur and (reason is up or reason is down):
-                reason = steady
-            reasons.append(reason)
-            messages.append(message)
-            desired_out.append(desired)
+                others = [arrow[rows] for i, arrow in enumerate(arrows) if i != b]
+                joined = others[0]
+                for more in others[1:]:
+                    joined = joined + ", " + more
+                text = text + highest_of + joined + ")"
+            messages[rows] = text
+        messages = messages + note
         ages = []
-        for value, stamp in zip(inp.values, inp.stamps, strict=True):
+        for stamp in inp.stamps:
             age = inp.now - stamp
             age[age < 0.0] = 0.0
             ages.append(age.tolist())
-            del value
-        return Scanned(current, desired_out, reasons, messages, tuple(v.tolist() for v in inp.values), tuple(ages))
+        return Scanned(current.tolist(), desired.tolist(), reason_of[codes].tolist(), messages.tolist(),
+                       tuple(v.tolist() for v in inp.values), tuple(ages))
+
+    def _described(self, ratio: float) -> str:
+        """``tol.describe``, or an AverageValue metric's words for an infinite ratio (no replicas to average)."""
+        return self.tol.describe(ratio) if math.isfinite(ratio) else "no replicas"
+
+
+def _arrow(name: str) -> Callable[[int], str]:
+    """A metric's part of "highest of N metrics; name → count, …"."""
+    return lambda count: f"{name} → {count}"
+
+
+def _texts(values: Any, text: Callable[[Any], str]) -> Any:
+    """``text`` of every value, as a numpy array of strings (objects), each distinct value formatted once."""
+    import numpy as np  # noqa: PLC0415
+
+    distinct, where = np.unique(values, return_inverse=True)
+    out = np.empty(len(distinct), dtype=object)
+    out[:] = [text(v) for v in distinct.tolist()]
+    return out[where]
 
 
 class _Numbers(NamedTuple):
