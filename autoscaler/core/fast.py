@@ -377,6 +377,9 @@ class Scanned(NamedTuple):
     #: Per judged signal: the value the decision holds and its age in seconds (``SignalValue.value``/``age_s``).
     values: tuple[list[float], ...]
     ages: tuple[list[float], ...]
+    #: Whether a message may hold a quote, a backslash or a control character (what JSON escapes): only a
+    #: metric's signal name could bring one (the sentences' words and numbers never do).
+    escapes: bool = True
 
 
 #: A recommendation history as ``PolicyState.recommendations`` holds it: ``(time, recommended count)``.
@@ -422,6 +425,7 @@ class HpaScan:
         self.max_replicas = spec.max_replicas
         self.floor = max(spec.min_replicas, 1)
         self.window_s = behavior.DEFAULT_DOWNSCALE_WINDOW_S
+        self.escapes = any(c in '"\\' or c < " " for _, name, *_ in self.metrics for c in name)
         self._fmt = hpa._fmt
         self._n = hpa._n
         self._milli = hpa.milli
@@ -615,7 +619,7 @@ class HpaScan:
             age[age < 0.0] = 0.0
             ages.append(age.tolist())
         return Scanned(current.tolist(), desired.tolist(), reason_of[codes].tolist(), messages.tolist(),
-                       tuple(v.tolist() for v in inp.values), tuple(ages))
+                       tuple(v.tolist() for v in inp.values), tuple(ages), self.escapes)
 
     def _described(self, ratio: float) -> str:
         """``tol.describe``, or an AverageValue metric's words for an infinite ratio (no replicas to average)."""

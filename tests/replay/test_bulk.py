@@ -79,6 +79,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     step = draw(st.sampled_from([period, period, 7, 20]))  # samples off the evaluation grid too
     ready_column = draw(st.booleans())
     count = draw(st.integers(min_replicas, max_replicas))
+    offset = draw(st.sampled_from([0, 0, 0, 0.25, 0.0006, 0.1237]))  # evaluation times with a fraction too
     lines = ["timestamp," + ",".join(f"s{i}" for i in range(n_metrics)) + ",replicas"
              + (",replicas_ready" if ready_column else "")]
     for r in range(rows):
@@ -95,7 +96,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
                 cells.append(draw(st.sampled_from(["", "NaN", "-1", "+Inf"])))
             else:
                 cells.append(repr(v))
-        line = f"{START + r * step}," + ",".join(cells) + f",{count}"
+        line = f"{START + offset + r * step}," + ",".join(cells) + f",{count}"
         if ready_column:
             line += f",{draw(st.integers(0, count) if not clean else st.integers(max(count - 2, 1), count))}"
         lines.append(line)
