@@ -8,12 +8,18 @@ Nothing is contacted: the policy file and the trace are read, every evaluation g
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autoscaler import forked
+
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from autoscaler.core.spec import ScalingPolicy
+    from autoscaler.replay import engine, plot, report
 
 PROG = "autoscaler replay"
 
@@ -143,6 +149,87 @@ def load_policy(path: str, name: str | None) -> ScalingPolicy:
     return found[0]
 
 
+#: A replay decided in bulk splits its evaluations over two processes from this many on (a few tenths of a second of
+#: work each; fewer are not worth the fork).
+SPLIT_FROM = 16_384
+
+
+def _exact_halves(replay: engine.Stream, args: argparse.Namespace) -> bool:
+    """Whether the halves' replica-seconds add to what one tally sums (``report.Tally.join``): whole numbers
+    under 2**53 throughout."""
+    period = replay.period_s
+    highest = max(max(replay.recorded.values, default=0.0) if replay.recorded is not None else 0.0,
+                  float(args.initial_replicas or 0))
+    return period.is_integer() and highest * period * replay.evaluations < 2.0**53
+
+
+def _in_bulk(
+    replay: engine.Stream, bulk: engine.Bulk, writer: report.DecisionWriter, counts: report.Tally,
+    columns: plot.Columns | None, out: Path, *, split: bool,
+) -> None:
+    """The evaluations decided in bulk, handed to the writers a block at a time. With ``split``, a long replay on
+    a machine with a free core is split in two at a pixel column's edge: a forked child decides and writes the
+    later half (``_later``, into a file of its own, appended after this process's half), this process the
+    first; the halves' tallies and columns are then joined. Same files as one process writes
+    (``tests/replay/test_bulk.py``); if the child gives no answer, this process decides the later half too."""
+
+    def feed(blocks: Iterator[engine.Block]) -> None:
+        for block in blocks:
+            writer.add_block(block)
+            counts.add_block(block)
+            if columns is not None:
+                columns.add_block(block)
+
+    count = bulk.count
+    if not split or count < SPLIT_FROM or forked.cores() < 2:
+        feed(bulk.blocks())
+        return
+    step = columns.per_column if columns is not None else 1
+    half = max(step, round(count / 2 / step) * step)
+    if half >= count:
+        feed(bulk.blocks())
+        return
+    later = out / ".decisions.later.jsonl"
+    with forked.Child(_later, replay, bulk, half, counts.flap_window_s, columns is not None, later) as child:
+        feed(bulk.blocks(0, half))
+        answer = child.result()
+    if answer is None:
+        later.unlink(missing_ok=True)
+        feed(bulk.blocks(half, None, bulk.warm(half)))
+        return
+    tally, drawn = answer[0]
+    writer.append(later)
+    later.unlink()
+    counts.join(tally)
+    if columns is not None:
+        columns.join(drawn)
+
+
+def _later(
+    replay: engine.Stream, bulk: engine.Bulk, half: int, flap_window_s: float, drawing: bool, path: Path
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """In the forked child: evaluations ``half`` on, decided from the policy's memory there (``Bulk.warm_at``),
+    written to ``path``, counted and reduced to columns; returns the tally's and the columns' parts."""
+    from autoscaler.replay import plot, report  # noqa: PLC0415 - imported already, in the parent
+
+    history, previous = bulk.warm_at(half)
+    counts = report.Tally(replay, flap_window_s=flap_window_s)
+    counts.resume(previous)
+    columns = plot.Columns(replay, evaluations=replay.evaluations, start=replay.start) if drawing else None
+    if columns is not None:
+        columns.start_at(half)
+    with report.DecisionWriter(path, replay.target) as writer:
+        for block in bulk.blocks(half, None, history):
+            writer.add_block(block)
+            counts.add_block(block)
+            if columns is not None:
+                columns.add_block(block)
+    if columns is not None:
+        columns.finish()
+        return counts.part(), columns.part()
+    return counts.part(), None
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler replay --help` then costs no policy models (pydantic) and no
     # decision core, and the command line builds only the parser of the command it runs.
@@ -175,6 +262,9 @@ def _replay(args: argparse.Namespace, policy_path: str, metrics: list[str], flap
     from autoscaler.core.engine import compile_policy  # noqa: PLC0415 - see run
     from autoscaler.replay import engine, plot, report, traces  # noqa: PLC0415 - see run
 
+    # The bulk path imports numpy: its OpenBLAS would start a thread per core at import (30-40 ms of CPU here),
+    # for matrix products replay never computes, and a forked child (``_in_bulk``) would not have them.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     policy = load_policy(policy_path, args.name)
     compiled = compile_policy(policy)
     trace = traces.load(metrics)
@@ -207,13 +297,10 @@ def _replay(args: argparse.Namespace, policy_path: str, metrics: list[str], flap
         # Each evaluation goes to the writers as it is made; none is kept.
         with writer:
             add_line, add_count = writer.add, counts.add
-            if replay.blocks is not None:
+            if replay.bulk is not None:
                 # The bulk path (engine._bulk): the same evaluations, decided and written a block at a time.
-                for block in replay.blocks:
-                    writer.add_block(block)
-                    counts.add_block(block)
-                    if columns is not None:
-                        columns.add_block(block)
+                split = not show and _exact_halves(replay, args)
+                _in_bulk(replay, replay.bulk, writer, counts, columns, out, split=split)
             elif columns is None:
                 for step in replay.steps:
                     add_line(step)

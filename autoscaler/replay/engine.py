@@ -350,6 +350,8 @@ class Stream:
     #: The same evaluations in blocks decided in bulk (``Block``), when the bulk path applies (``_bulk``); None
     #: otherwise. A consumer iterates either ``steps`` or ``blocks``, not both.
     blocks: Iterator[Block] | None = None
+    #: What decides ``blocks``, for a consumer that splits them (``replay.command``); None with ``blocks``.
+    bulk: Bulk | None = None
 
 
 def run(
@@ -426,9 +428,9 @@ def stream(
         notes.append("recorded ready replicas: at each evaluation the core sees the recorded count set on the target "
                      "and its ready replicas (the rest starting), as the controller reads them")
     steps = _steps(compiled, inputs, recorded, options, start, count, progress, ready)
-    blocks = _bulk(compiled, inputs, recorded, options, start, count, progress, ready) if bulk else None
+    in_bulk = _bulk(compiled, inputs, recorded, options, start, count, progress, ready) if bulk else None
     return Stream(compiled.name, spec.target.ref().key, options.mode, period, count, start, steps, notes, recorded,
-                  blocks)
+                  in_bulk.blocks() if in_bulk is not None else None, in_bulk)
 
 
 class _Cursor:
@@ -802,7 +804,7 @@ def _bulk(
     count: int,
     progress: Callable[[int], None] | None,
     ready: Series | None,
-) -> Iterator[Block] | None:
+) -> Bulk | None:
     """The evaluations of ``_steps`` decided in bulk, ``BLOCK`` at a time, or None where the bulk path does not
     apply: it needs an ``hpa`` policy that ``core.fast.hpa_scan`` decides (no ``behavior`` block), recorded mode
     (the count at every evaluation known ahead), one plain series per signal, and every evaluation one that
@@ -830,24 +832,57 @@ def _bulk(
     for a in range(0, count, BLOCK):
         if not scan.usable(prepared.input(a, min(count, a + BLOCK))):
             return None
-    return _blocks(scan, prepared, count, progress, tuple(name for name, _ in scan.plan))
+    return Bulk(scan, prepared, count, progress, tuple(name for name, _ in scan.plan))
 
 
-def _blocks(
-    scan: HpaScan, prepared: _Columns, count: int, progress: Callable[[int], None] | None, names: tuple[str, ...]
-) -> Iterator[Block]:
-    history: tuple[tuple[float, int], ...] = ()
-    for a in range(0, count, BLOCK):
-        b = min(count, a + BLOCK)
-        inp = prepared.input(a, b)
-        try:
-            decided, history = scan.decide(inp, history)
-        except Exception as exc:  # as in _steps: a failure inside the core says when
-            raise EvaluationError(float(inp.now[0]), exc) from exc
-        yield Block(inp.now.tolist(), decided.current, inp.ready.tolist(), inp.starting.tolist(),
-                    decided.current, decided, names)
-        if progress is not None:
-            progress(b - a)
+class Bulk:
+    """The evaluations decided in bulk: ``blocks(a, b)`` decides evaluations ``a`` to ``b`` a ``BLOCK`` at a time;
+    from ``a`` > 0 it starts from the recommendation history ``warm(a)`` gives (the policy's memory at ``a``), so
+    that two processes can each decide a half (``replay.command``)."""
+
+    def __init__(
+        self, scan: HpaScan, prepared: _Columns, count: int, progress: Callable[[int], None] | None,
+        names: tuple[str, ...],
+    ) -> None:
+        self.scan = scan
+        self.prepared = prepared
+        self.count = count
+        self.progress = progress
+        self.names = names
+
+    def blocks(self, a: int = 0, b: int | None = None, history: tuple[tuple[float, int], ...] = ()) -> Iterator[Block]:
+        """Evaluations ``a`` to ``b`` (default: to the end), ``history`` the state's recommendations before ``a``
+        (``()`` before the first evaluation)."""
+        end = self.count if b is None else b
+        for first in range(a, end, BLOCK):
+            last = min(end, first + BLOCK)
+            inp = self.prepared.input(first, last)
+            try:
+                decided, history = self.scan.decide(inp, history)
+            except Exception as exc:  # as in _steps: a failure inside the core says when
+                raise EvaluationError(float(inp.now[0]), exc) from exc
+            yield Block(inp.now.tolist(), decided.current, inp.ready.tolist(), inp.starting.tolist(),
+                        decided.current, decided, self.names)
+            if self.progress is not None:
+                self.progress(last - first)
+
+    def warm(self, a: int) -> tuple[tuple[float, int], ...]:
+        """The recommendation history before evaluation ``a`` (``a`` > 0) and the desired count of evaluation
+        ``a - 1``: what ``blocks(0, a)`` would leave and decide last, computed from the evaluations the
+        stabilization window of evaluation ``a - 1`` reaches back to (and a few more), each of whose
+        recommendations depends on its own readings and count only."""
+        return self.warm_at(a)[0]
+
+    def warm_at(self, a: int) -> tuple[tuple[tuple[float, int], ...], int]:
+        """``warm(a)`` and the desired count of evaluation ``a - 1``."""
+        assert a > 0
+        # The window of evaluation a - 1 starts at or after evaluation ``first`` (evaluations are period_s apart).
+        # Deciding from ``first`` as if the replay started there puts (its time, its count) first in the history,
+        # out of reach of that window and every later one; the evaluations decided here before a - 1 have too short
+        # a history, but only their recommendations are kept, and those need none.
+        first = max(0, a - 1 - (math.ceil(self.scan.window_s / self.prepared.period) + 2))
+        decided, history = self.scan.decide(self.prepared.input(first, a), ())
+        return history, decided.desired[-1]
 
 
 class _Columns:

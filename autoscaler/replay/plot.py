@@ -22,7 +22,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autoscaler.core.model import SignalState
 from autoscaler.replay.report import Info, rfc3339
@@ -150,6 +150,32 @@ class Columns:
         else:
             self.highest = max(self.highest, *desired, *block.spec)
         self.last_time = block.times[-1]
+
+    def start_at(self, k: int) -> None:
+        """Count the evaluations added from evaluation ``k`` on (at a column's start: ``k`` a multiple of
+        ``per_column``), for the columns of the evaluations from ``k`` (another process's, ``join``)."""
+        assert k % self.per_column == 0
+        self._k = self._bin_start = k
+
+    def part(self) -> dict[str, Any]:
+        """What ``join`` needs of these columns (finished), to send from another process."""
+        return {"signals": self.signals, "lines": [self.desired, self.recorded, self.ready], "unknown": self.unknown,
+                "any_recorded": self.any_recorded, "highest": self.highest, "last_time": self.last_time,
+                "k": self._k}
+
+    def join(self, later: dict[str, Any]) -> None:
+        """Append the columns of the evaluations after these (``part`` of columns ``start_at`` the evaluation
+        after this one's last, which ends a column): the same columns as one ``Columns`` of all."""
+        assert self._k == self._bin_start  # the last column here is complete
+        for line, more in zip([*self.signals, self.desired, self.recorded, self.ready],
+                              [*later["signals"], *later["lines"]], strict=True):
+            line.at.extend(more.at)
+            line.values.extend(more.values)
+        self.unknown.extend(later["unknown"])
+        self.any_recorded = self.any_recorded or later["any_recorded"]
+        self.highest = max(self.highest, later["highest"])
+        self.last_time = later["last_time"]
+        self._k = self._bin_start = later["k"]
 
     @property
     def added(self) -> int:

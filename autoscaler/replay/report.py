@@ -199,6 +199,47 @@ class Tally:
         if len(self.events) < TABLE_EVENTS:
             self.events.append(event)
 
+    def resume(self, previous: int) -> None:
+        """Count the evaluations that follow one whose desired count was ``previous`` (for ``join``)."""
+        self._previous = previous
+
+    def part(self) -> dict[str, Any]:
+        """What ``join`` needs of this tally (everything but ``info``), to send from another process."""
+        return {k: v for k, v in vars(self).items() if k != "info"}
+
+    def join(self, later: dict[str, Any]) -> None:
+        """Count after this tally's evaluations those of ``later`` (``part`` of a tally of the evaluations that
+        follow, started with ``_previous`` the desired count before its first): the same counts as one tally of
+        all. Its first scale event is a flap when it reverses this tally's last one within the window (the later
+        tally could not know); replica-seconds add exactly only as whole numbers (the caller checks)."""
+        if not later["evaluations"]:
+            return
+        events: list[ScaleEvent] = later["events"]
+        last = self._last_event
+        if events and last is not None:
+            first = events[0]
+            if last.up != first.up and first.time - last.time <= self.flap_window_s:
+                events[0] = ScaleEvent(first.time, first.before, first.after, first.reason, first.message, True)
+                self.flaps += 1
+                if later["_last_event"] is not None and later["_last_event"].time == first.time:
+                    later["_last_event"] = events[0]
+        if self.first is None:
+            self.first = later["first"]
+        self.last = later["last"]
+        self.evaluations += later["evaluations"]
+        self.events.extend(events[: TABLE_EVENTS - len(self.events)])
+        self.ups += later["ups"]
+        self.downs += later["downs"]
+        self.flaps += later["flaps"]
+        self._previous = later["_previous"]
+        self._last_event = later["_last_event"] or self._last_event
+        self._at_count.update(later["_at_count"])
+        self._by_reason.update(later["_by_reason"])
+        self._unknown += later["_unknown"]
+        self._desired_sum += later["_desired_sum"]
+        self._recorded_seconds += later["_recorded_seconds"]
+        self._recorded_known = self._recorded_known and later["_recorded_known"]
+
     @property
     def scale_events(self) -> int:
         return self.ups + self.downs
@@ -404,6 +445,12 @@ class DecisionWriter:
         text = "".join([template % row for row in zip(*columns, strict=True)])
         self._flush()
         self._out.write(text.encode())
+
+    def append(self, path: Path) -> None:
+        """The lines another writer wrote to ``path`` (the evaluations after this writer's), after this one's."""
+        self._flush()
+        with path.open("rb") as part:
+            shutil.copyfileobj(part, self._out, 1 << 20)
 
     def _flush(self) -> None:
         if self._lines:

@@ -20,10 +20,11 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from autoscaler import forked
 from autoscaler.cli import main
 from autoscaler.core import fast
 from autoscaler.core.engine import compile_policy
-from autoscaler.replay import engine, traces
+from autoscaler.replay import command, engine, traces
 
 START = 1_764_460_800
 
@@ -100,7 +101,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         if ready_column:
             line += f",{draw(st.integers(0, count) if not clean else st.integers(max(count - 2, 1), count))}"
         lines.append(line)
-    return {"policy": doc, "csv": "\n".join(lines) + "\n", "clean": clean, "ready": ready_column}
+    return {"policy": doc, "csv": "\n".join(lines) + "\n", "clean": clean, "ready": ready_column, "rows": rows}
 
 
 def _replay(tmp: Path, case: dict[str, Any], out: str) -> dict[str, Any]:
@@ -114,10 +115,18 @@ def _replay(tmp: Path, case: dict[str, Any], out: str) -> dict[str, Any]:
     return {"code": code, **written}
 
 
+def _child_fails(*args: Any) -> Any:
+    raise RuntimeError("the forked child gives no answer")
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=cases())
-def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], tmp_path_factory: pytest.TempPathFactory,
+@given(case=cases(), block=st.sampled_from([8192, 1, 7, 40]), split=st.sampled_from(["no", "yes", "child fails"]))
+def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: int, split: str,
+                                                  tmp_path_factory: pytest.TempPathFactory,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of every size (one evaluation, a few, all), in one process or split over two (``command._in_bulk``:
+    the later half decided by a forked child from the policy's memory there, or, when the child gives no
+    answer, by this process)."""
     tmp = tmp_path_factory.mktemp("bulk")
     taken: list[bool] = []
     real = engine._bulk
@@ -129,7 +138,15 @@ def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], tmp_path_
 
     with monkeypatch.context() as m:
         m.setattr(engine, "_bulk", spy)
+        m.setattr(engine, "BLOCK", block)
+        m.setattr(command, "SPLIT_FROM", 2 if split != "no" else 10**9)
+        m.setattr(forked, "cores", lambda: 2)
+        if split == "child fails":
+            m.setattr(command, "_later", _child_fails)
+        else:
+            assert forked.can_fork()
         bulk = _replay(tmp, case, "bulk")
+    assert not list((tmp / "bulk").glob(".decisions*")), "the child's part is removed"
     with monkeypatch.context() as m:
         # The plain path: ``decide`` at every evaluation, neither the fast path nor the bulk path.
         m.setattr(engine, "hpa_decider", lambda compiled: None)
@@ -137,6 +154,8 @@ def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], tmp_path_
         plain = _replay(tmp, case, "plain")
     assert bulk.keys() == plain.keys()
     event("bulk path" if taken == [True] else "plain path")
+    if taken == [True] and split != "no":
+        event("bulk path, split over two processes" if case["rows"] > 1 else "bulk path, one evaluation")
     if plain["code"] == 0:
         assert taken == [True] or not case["clean"] or _unusable(case), "a clean trace must take the bulk path"
     for name in plain:
@@ -176,3 +195,40 @@ def test_range_max_matches_slices() -> None:
     got = fast._range_max(values, low, high).tolist()
     assert got == [max(values[lo : hi + 1].tolist()) for lo, hi in zip(low.tolist(), high.tolist(), strict=True)]
     assert not math.isnan(float(got[0]))
+
+
+@pytest.mark.parametrize("period", [15, 10, 7, 300])
+def test_warm_at_is_what_the_blocks_before_leave(tmp_path: Path, period: int) -> None:
+    """``Bulk.warm_at(a)``, from the few evaluations before ``a``, equals what deciding every evaluation before
+    ``a`` leaves: the recommendation history and the last desired count, at every ``a``."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(period)
+    rows = ["timestamp,load,replicas"]
+    for r in range(160):
+        rows.append(f"{START + r * period},{rng.choice([0.1, 0.5, 2.0, 8.0, 30.0])},{rng.randint(2, 20)}")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    doc = {
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "warm"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 40,
+            "evaluationPeriodSeconds": period,
+            "signals": [{"name": "load", "query": "sum(load)", "scope": "total", "maxAgeSeconds": 600}],
+            "policy": {"type": "hpa", "metrics": [
+                {"signal": "load", "type": "External", "target": {"type": "AverageValue", "averageValue": 1}}
+            ]},
+        },
+    }
+    compiled = compile_policy(_load({"policy": doc}))
+    bulk = engine.stream(compiled, traces.load([trace]), engine.Options()).bulk
+    assert bulk is not None
+    for a in range(1, bulk.count):
+        *_, last = bulk.blocks(0, a)
+        decided, left = bulk.scan.decide(bulk.prepared.input(0, a), ())
+        assert decided.desired[-1] == last.decided.desired[-1]
+        assert bulk.warm_at(a) == (left, decided.desired[-1]), a
