@@ -18,6 +18,8 @@ stands for (``tests/core/test_fastpaths.py`` checks they agree; ``bench/fastpath
   class's number fields, ``specbase._number_fields``);
 - ``hpa_decider``: ``engine.decide`` fused for an ``hpa`` policy's usual evaluation (every signal known, no
   per-pod samples, no capacity), returning None for anything else so that the caller calls ``decide``.
+- ``hpa_scan``: ``hpa_decider`` over a stretch of evaluations at once (``HpaScan``, numpy), for an ``hpa`` policy
+  without ``behavior`` where the replica status is known ahead (replay's recorded mode); ``usable`` says where.
 
 Nothing else in the project disables the collector, freezes it, rewrites an ``__init__``, caches a parse or
 short-cuts ``decide``, and nothing else in ``core`` memoizes (``tests/core/test_fastpaths.py`` checks both).
