@@ -317,11 +317,13 @@ class PolicyObserver:
         batches: list[dict[tuple[str, str], SignalRequest]] = []
         placed: list[int] = []
         for g in plans:
-            keys = {r.key for r in g.plan.requests}
-            index = next((i for i, b in enumerate(batches) if not keys & b.keys()), len(batches))
+            requests = g.plan.requests
+            index = next((i for i, b in enumerate(batches) if all(r.key not in b for r in requests)), len(batches))
             if index == len(batches):
                 batches.append({})
-            batches[index].update({r.key: r for r in g.plan.requests})
+            batch = batches[index]
+            for r in requests:
+                batch[r.key] = r
             placed.append(index)
         readings = await asyncio.gather(*(self._read(list(b.values())) for b in batches))
         for g, index in zip(plans, placed, strict=True):
@@ -425,6 +427,8 @@ class PolicyObserver:
 
 def _unsourced(planned: Plan) -> dict[str, SignalReading]:
     """The readings known before any read: the signals without a source."""
+    if not planned.missing:
+        return {}
     return {name: SignalReading(None, None, error=NO_SOURCE) for name in planned.missing}
 
 

@@ -22,7 +22,7 @@ import random
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -301,6 +301,9 @@ class PodsSource:
         self.history = History()
         #: When the circuits and histories of endpoints gone for ``FORGET_S`` are next looked for.
         self._next_forget = -math.inf
+        #: The read plan of the last request object read for each (target, signal) (``_plan``): used while the
+        #: same object comes back, replaced when a new one does (never kept for a request no longer read).
+        self._planned: dict[tuple[str, str], _Plan] = {}
 
     @property
     def connections(self) -> int:
@@ -360,6 +363,13 @@ class PodsSource:
         else:
             fetched = await self._fetch_aiohttp(url, timeout_s)
             status, content_type, text = fetched.status, fetched.content_type, fetched.text
+        return self._scraped(url, status, content_type, text, wanted)
+
+    def _scraped(
+        self, url: str, status: int, content_type: str, text: str, wanted: frozenset[str] | None
+    ) -> Scrape:
+        """An answer judged and parsed: TransientError for a 5xx, PermanentError for another non-200 status or
+        a body that is no exposition."""
         received = self._clock()
         if status >= 500:
             raise TransientError(f"{url} answered HTTP {status}")
@@ -403,87 +413,206 @@ class PodsSource:
             else:
                 groups.setdefault(limit, []).append(url)
 
-        async def bounded(limit: float, urls: list[str]) -> None:
-            todo = iter(urls)
-
-            async def worker() -> None:
-                for url in todo:
-                    out[url] = await self._attempts(url, limit, wanted.get(url))
-
-            workers = [asyncio.ensure_future(worker()) for _ in range(min(WORKERS, len(urls)))]
-            try:
-                _, pending = await asyncio.wait(workers, timeout=limit)
-            except BaseException:  # cancelled from outside: nothing is left running behind
-                for w in workers:
-                    w.cancel()
-                raise
-            for w in pending:
-                w.cancel()
-            if pending:
-                await asyncio.wait(pending)  # let each close its connection
-            for url in urls:
-                if url not in out:
-                    err = f"{url}: no answer within the {limit:g}s deadline"
-                    self.circuit(url).failure(err)
-                    out[url] = Scrape(None, self._clock(), err)
-
-        await asyncio.gather(*(bounded(limit, urls) for limit, urls in groups.items()))
+        parts: list[Coroutine[None, None, None]] = []
+        for limit, urls in groups.items():
+            plain = [u for u in urls if scrapeclient.supports(u)]
+            if plain:
+                parts.append(self._batched(limit, plain, wanted, out))
+            if len(plain) < len(urls):
+                served = set(plain)
+                parts.append(self._workers(limit, [u for u in urls if u not in served], wanted, out))
+        await asyncio.gather(*parts)
         return out
+
+    async def _workers(
+        self, limit: float, urls: list[str], wanted: dict[str, frozenset[str] | None], out: dict[str, Scrape]
+    ) -> None:
+        """``_scrape_all`` for URLs aiohttp serves (https, credentials): at most ``WORKERS`` tasks take them in
+        turn, each with ``_attempts``. (No closure here refers to itself: a read's scrapes would then live in a
+        reference cycle until the collector ran, thousands of objects a round.)"""
+        todo = iter(urls)
+
+        async def worker() -> None:
+            for url in todo:
+                out[url] = await self._attempts(url, limit, wanted.get(url))
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(min(WORKERS, len(urls)))]
+        try:
+            _, pending = await asyncio.wait(workers, timeout=limit)
+        except BaseException:  # cancelled from outside: nothing is left running behind
+            for w in workers:
+                w.cancel()
+            raise
+        for w in pending:
+            w.cancel()
+        if pending:
+            await asyncio.wait(pending)  # let each close its connection
+        for url in urls:
+            if url not in out:
+                err = f"{url}: no answer within the {limit:g}s deadline"
+                self.circuit(url).failure(err)
+                out[url] = Scrape(None, self._clock(), err)
+
+    async def _batched(
+        self, limit: float, urls: list[str], wanted: dict[str, frozenset[str] | None], out: dict[str, Scrape]
+    ) -> None:
+        """``_scrape_all`` for plain-http URLs: one ``ScrapeClient.fetch_all`` call, each answer judged and
+        parsed as it lands (no task per URL). What ``_attempts`` does per URL holds: a transient failure is
+        tried once more after a jittered pause of at most 50 ms within the same deadline (in a task of its
+        own: failures are few), the circuit counts the outcome, and what has not answered when the limit's
+        one timer fires is cut and reads as unknown."""
+        again: set[asyncio.Task[None]] = set()
+        circuits = self._circuits
+
+        def answered(url: str, got: scrapeclient.Response | scrapeclient.ScrapeFailed) -> None:
+            self.fetches += 1
+            try:
+                if isinstance(got, scrapeclient.ScrapeFailed):
+                    raise TransientError(f"cannot reach {url}: {got}")
+                scrape = self._scraped(url, got.status, got.content_type, got.text, wanted.get(url))
+            except TransientError:
+                task = asyncio.ensure_future(self._second_try(url, limit, wanted.get(url), out))
+                again.add(task)
+                task.add_done_callback(again.discard)
+                return
+            except PermanentError as exc:
+                circuits[url].failure(str(exc))
+                out[url] = Scrape(None, self._clock(), str(exc))
+                return
+            circuits[url].success()
+            out[url] = scrape
+
+        try:
+            async with asyncio.timeout(limit):
+                await self._fast.fetch_all(urls, accept=ACCEPT, on_answer=answered)
+                while again:
+                    await asyncio.wait(set(again))
+        except TimeoutError:
+            pass  # the URLs left read as unknown (below)
+        finally:
+            for task in again:
+                task.cancel()
+            if again:
+                await asyncio.wait(set(again))  # let each close its connection
+        for url in urls:
+            if url not in out:
+                err = f"{url}: no answer within the {limit:g}s deadline"
+                self.circuit(url).failure(err)
+                out[url] = Scrape(None, self._clock(), err)
+
+    async def _second_try(self, url: str, limit: float, wanted: frozenset[str] | None, out: dict[str, Scrape]) -> None:
+        """``_attempts``' second try for a URL whose first (in ``_batched``) failed transiently."""
+        await asyncio.sleep(random.uniform(0.0, 0.05))
+        circuit = self.circuit(url)
+        try:
+            got = await self._fetch_once(url, limit, wanted)
+        except (TransientError, PermanentError) as exc:
+            circuit.failure(str(exc))
+            out[url] = Scrape(None, self._clock(), str(exc))
+            return
+        circuit.success()
+        out[url] = got
 
     async def scrape(self, url: str, *, timeout_s: float, deadline_s: float) -> Scrape:
         """One endpoint, within ``min(timeout_s, deadline_s)``, with one retry and its circuit; never raises."""
         return (await self._scrape_all({url: min(timeout_s, deadline_s)}, {url: None}))[url]
 
     async def read(self, requests: Sequence[SignalRequest], *, deadline_s: float) -> Readings:
-        plans: list[_Planned] = []
+        plans: list[_Plan] = []
         out: Readings = {}
         timeouts: dict[str, float] = {}
-        wanted: dict[str, set[str]] = {}
+        wanted: dict[str, frozenset[str]] = {}
+        planned = self._planned
         for req in requests:
-            spec = req.source
-            assert isinstance(spec, PodsSourceSpec)
-            label = describe(spec)
-            if req.signal.preset is None and req.signal.metric is None:
-                out[req.key] = SignalReading(
-                    None, None, label, "the pods source reads 'preset' or 'metric' signals, not PromQL"
-                )
+            hit = planned.get(req.key)
+            if hit is None or hit.request is not req:
+                if hit is None and len(planned) >= PLANS_KEPT:
+                    planned.clear()  # targets or signals gone since: start afresh rather than keep them
+                hit = planned[req.key] = _plan(req)
+            if hit.known is not None:
+                out[req.key] = hit.known
                 continue
-            workers = req.signal.preset is not None and presets.get(req.signal.preset).workers
-            if spec.endpoints:
-                endpoints = [(url, url) for url in spec.endpoints]
-            else:
-                built = [(p.name, _url(spec, p)) for p in req.endpoints(workers=workers)]
-                endpoints = [(name, url) for name, url in built if url is not None]
-                no_url = [name for name, url in built if url is None]
-                if no_url:  # summing over the pods we can reach would understate the load
-                    out[req.key] = SignalReading(
-                        None,
-                        None,
-                        label,
-                        f"{len(no_url)}/{len(built)} pods have no metrics URL ({', '.join(no_url[:3])}): "
-                        "set 'port' in the pods source",
-                    )
-                    continue
-            if not endpoints:
-                out[req.key] = SignalReading(None, None, label, "no pods to scrape (none ready, or no endpoints given)")
-                continue
-            names = _names(req)
-            for _, url in endpoints:
-                timeouts[url] = min(timeouts.get(url, spec.timeout_seconds), spec.timeout_seconds)
-                wanted.setdefault(url, set()).update(names)
-            plans.append(_Planned(req, endpoints))
+            for _, url in hit.endpoints:
+                if url in timeouts:
+                    timeouts[url] = min(timeouts[url], hit.timeout)
+                    wanted[url] = wanted[url] | hit.names
+                else:
+                    timeouts[url] = hit.timeout
+                    wanted[url] = hit.names
+            plans.append(hit)
         by_url = await self._scrape_all(
-            {u: min(t, deadline_s) for u, t in sorted(timeouts.items())},
-            {u: frozenset(names) for u, names in wanted.items()},
+            {u: min(t, deadline_s) for u, t in sorted(timeouts.items())}, dict(wanted)
         )
-        for planned in plans:
-            out[planned.request.key] = _reading(planned.request, planned.endpoints, by_url, self.history)
+        for hit in plans:
+            out[hit.request.key] = _reading(hit, by_url, self.history)
         now = self._clock()
         if now >= self._next_forget:
             self._next_forget = now + FORGET_EVERY_S
             self._forget_old()
             self.history.forget(now - FORGET_S)
         return out
+
+
+#: Read plans kept (``PodsSource._planned``, one per target and signal) before they are dropped all at once: a
+#: probe round reads the same request objects every round (``PolicyObserver.requests`` keeps them per policy and
+#: target view); a view read again brings a new request, whose plan replaces its predecessor's.
+PLANS_KEPT = 50_000
+
+
+class _Plan(NamedTuple):
+    """What a read does with one request, worked out once per request object (``_plan``): its endpoints as
+    (pod name, URL), the sample names to parse, its timeout, the reading's label and combine rule; or the
+    reading known before any scrape (``known``: no preset or metric, a pod without a URL, no pods)."""
+
+    request: SignalRequest
+    known: SignalReading | None
+    endpoints: list[tuple[str, str]]
+    names: frozenset[str]
+    timeout: float
+    label: str
+    how: presets.Aggregate
+    #: The preset's sample names and its denominator's (``_pod_value``), or the metric's name.
+    metrics: tuple[str, ...]
+    denominator: tuple[str, ...]
+
+
+def _plan(req: SignalRequest) -> _Plan:
+    spec = req.source
+    assert isinstance(spec, PodsSourceSpec)
+    label = describe(spec)
+    sig = req.signal
+
+    def known(reading: SignalReading) -> _Plan:
+        return _Plan(req, reading, [], frozenset(), 0.0, label, "sum", (), ())
+
+    if sig.preset is None and sig.metric is None:
+        return known(SignalReading(None, None, label, "the pods source reads 'preset' or 'metric' signals, not PromQL"))
+    preset = presets.get(sig.preset) if sig.preset is not None else None
+    if spec.endpoints:
+        endpoints = [(url, url) for url in spec.endpoints]
+    else:
+        built = [(p.name, _url(spec, p)) for p in req.endpoints(workers=preset is not None and preset.workers)]
+        endpoints = [(name, url) for name, url in built if url is not None]
+        no_url = [name for name, url in built if url is None]
+        if no_url:  # summing over the pods we can reach would understate the load
+            return known(SignalReading(
+                None,
+                None,
+                label,
+                f"{len(no_url)}/{len(built)} pods have no metrics URL ({', '.join(no_url[:3])}): "
+                "set 'port' in the pods source",
+            ))
+    if not endpoints:
+        return known(SignalReading(None, None, label, "no pods to scrape (none ready, or no endpoints given)"))
+    if preset is not None:
+        metrics, denominator = preset.metrics, preset.denominator
+    else:
+        metrics, denominator = (sig.metric or "",), ()
+    return _Plan(
+        req, None, endpoints, frozenset(_names(req)), spec.timeout_seconds,
+        f"{label} {len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}", aggregate_of(sig), metrics,
+        denominator,
+    )
 
 
 def _names(req: SignalRequest) -> tuple[str, ...]:
@@ -497,33 +626,29 @@ def _names(req: SignalRequest) -> tuple[str, ...]:
     return tuple(f"{n}_bucket" for n in names) if sig.quantile is not None else names
 
 
-def _pod_value(req: SignalRequest, samples: Exposition, how: presets.Aggregate) -> PodValue | None:
+def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
     """One pod's value of the signal (combined over its series) and the oldest explicit sample time."""
-    sig = req.signal
-    if sig.preset is not None:
-        preset = presets.get(sig.preset)
-        names, denominator = preset.metrics, preset.denominator
-    else:
-        assert sig.metric is not None
-        names, denominator = (sig.metric,), ()
+    want = plan.request.signal.labels
 
-    def pick(wanted: tuple[str, ...]) -> list[Sample]:
-        return [s for name in wanted for s in samples.get(name, ()) if all(
-            s.labels.get(k) == v for k, v in sig.labels.items())]
+    def pick(names: tuple[str, ...]) -> list[Sample]:
+        if not want:
+            return [s for name in names for s in samples.get(name, ())]
+        return [s for name in names for s in samples.get(name, ()) if all(
+            s.labels.get(k) == v for k, v in want.items())]
 
-    num = pick(names)
+    num = pick(plan.metrics)
     if not num:
         return None
     stamps = [s.timestamp for s in num if s.timestamp is not None]
-    if denominator:
-        den = pick(denominator)
+    if plan.denominator:
+        den = pick(plan.denominator)
         if not den:
             return None
         total = math.fsum(s.value for s in den)
         value = math.fsum(s.value for s in num) / total if total else math.nan
         stamps += [s.timestamp for s in den if s.timestamp is not None]
     else:
-        value = combine([s.value for s in num], how)
+        value = combine([s.value for s in num], plan.how)
     return PodValue(value, min(stamps) if stamps else None)
 
 
@@ -591,11 +716,8 @@ def _pod_rate(req: SignalRequest, url: str, scrape: Scrape, history: History) ->
     return PodRate(total, None)
 
 
-def _reading(
-    req: SignalRequest, endpoints: list[tuple[str, str]], by_url: dict[str, Scrape], history: History
-) -> SignalReading:
-    label = f"{describe(req.source)} {len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}"
-    how = aggregate_of(req.signal)
+def _reading(plan: _Plan, by_url: dict[str, Scrape], history: History) -> SignalReading:
+    req, endpoints, label, how = plan.request, plan.endpoints, plan.label, plan.how
     errors: list[str] = []
     lacking: list[str] = []
     per_pod: dict[str, float] = {}
@@ -620,7 +742,7 @@ def _reading(
             if rated.buckets is not None:
                 bucket_rates[pod] = rated.buckets
             continue
-        got = _pod_value(req, scrape.samples, how)
+        got = _pod_value(plan, scrape.samples)
         if got is None:
             lacking.append(pod)
             continue

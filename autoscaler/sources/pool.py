@@ -6,6 +6,7 @@ ticks. ``requests_for`` turns a policy into the requests of one tick.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -99,8 +100,13 @@ def unavailable(request: SignalRequest) -> str | None:
     preset = request.signal.preset
     if preset is None:
         return None
-    why = catalog.get(preset).why_unavailable(request.source.type)
-    return None if why is None else f"preset {preset} cannot be read from a {request.source.type} source: {why}"
+    return _unavailable(preset, request.source.type)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unavailable(preset: str, place: str) -> str | None:
+    why = catalog.get(preset).why_unavailable(place)
+    return None if why is None else f"preset {preset} cannot be read from a {place} source: {why}"
 
 
 class _Waiting(NamedTuple):
@@ -191,7 +197,8 @@ class SourcePool:
                 continue
             out.update(result)
         for r in requests:  # every request answered, whatever a backend did
-            out.setdefault(r.key, SignalReading(None, None, describe(r.source), "no reading returned"))
+            if r.key not in out:
+                out[r.key] = SignalReading(None, None, describe(r.source), "no reading returned")
         return out
 
     async def aclose(self) -> None:

@@ -11,7 +11,8 @@ import pytest
 from autoscaler.core.model import SignalState
 from autoscaler.core.signals import judge
 from autoscaler.core.sourcespec import PodsSourceSpec
-from autoscaler.sources.base import PodRef
+from autoscaler.sources import pods as pods_module
+from autoscaler.sources.base import PodRef, SignalRequest
 from autoscaler.sources.pods import PodsSource, parse
 from tests.sources.helpers import request
 from tests.sources.realprom import TextServer, free_port
@@ -352,3 +353,34 @@ async def test_circuits_of_endpoints_gone_for_long_are_forgotten(servers: list[T
         assert b.url not in source._circuits
     finally:
         await source.aclose()
+
+
+async def test_a_read_plan_is_kept_per_request_object_and_made_anew_for_another(
+    servers: list[TextServer], source: PodsSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe round reads the same request objects every round: each one's plan (endpoints, names, label,
+    combine rule) is worked out once. A new request for the same target and signal (its pods moved: the view
+    was read again) is planned afresh, never answered from the plan of the request it replaced."""
+    made: list[SignalRequest] = []
+    real = pods_module._plan
+
+    def counted(req: SignalRequest) -> Any:
+        made.append(req)
+        return real(req)
+
+    monkeypatch.setattr(pods_module, "_plan", counted)
+    old = serve(servers, fill(VLLM_OLD, waiting=2, kv=0.1))
+    new = serve(servers, fill(VLLM_OLD, waiting=9, kv=0.1))
+    first = request("Deployment/llm/vllm", PODS, {"preset": "vllm.waiting"}, pods=(PodRef("p-1", old.url),))
+    for _ in range(3):
+        assert (await source.read([first], deadline_s=2))[first.key].value == 2.0
+    assert made == [first]
+    moved = request("Deployment/llm/vllm", PODS, {"preset": "vllm.waiting"}, pods=(PodRef("p-2", new.url),))
+    assert moved.key == first.key
+    reading = (await source.read([moved], deadline_s=2))[moved.key]
+    assert reading.value == 9.0
+    assert reading.per_replica == {"p-2": 9.0}
+    assert made == [first, moved]
+    # The plan of the request it replaced is not kept (a view read again every 1.5 periods would otherwise
+    # leave one more plan per policy behind each time, grown into the collector's frozen set).
+    assert [p.request for p in source._planned.values()] == [moved]

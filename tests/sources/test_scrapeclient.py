@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import gzip
 import random
+import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiohttp import web
 
 from autoscaler.sources.base import URGENT
-from autoscaler.sources.scrapeclient import ScrapeClient, ScrapeFailed, _Slots, supports
+from autoscaler.sources.scrapeclient import Response, ScrapeClient, ScrapeFailed, _Slots, supports
 
 BODY = "# TYPE tgi_queue_size gauge\ntgi_queue_size 7\n"
 ACCEPT = "text/plain"
@@ -279,3 +280,185 @@ async def _one_schedule(rng: random.Random) -> None:
     assert granted == sorted(granted)  # first come, first served
     assert slots.free == n
     assert not holders
+
+
+async def fetch_all(client: ScrapeClient, urls: list[str]) -> dict[str, Response | ScrapeFailed]:
+    """``client.fetch_all`` with every answer collected; a URL answered twice fails the test."""
+    got: dict[str, Response | ScrapeFailed] = {}
+
+    def answered(url: str, answer: Response | ScrapeFailed) -> None:
+        assert url not in got, f"{url} answered twice"
+        got[url] = answer
+
+    await client.fetch_all(urls, accept=ACCEPT, on_answer=answered)
+    return got
+
+
+async def test_a_batch_answers_every_url_once_over_kept_connections() -> None:
+    """``fetch_all`` (a probe round's read): each URL answered once, its answer handed on as it lands, over at
+    most ``max_active`` connections kept and reused (each lane sends its next request on the connection the
+    last answer came back on)."""
+    server, url = await serve(lambda n: length_framed(BODY.encode()))
+    client = ScrapeClient(max_active=4)
+    urls = [f"{url}?pod={i}" for i in range(40)]
+    try:
+        got = await fetch_all(client, urls)
+        assert set(got) == set(urls)
+        assert all(isinstance(a, Response) and (a.status, a.text) == (200, BODY) for a in got.values())
+        assert (server.requests, server.connections, client.connects) == (40, 4, 4)
+        got = await fetch_all(client, urls)  # the next round: the same connections
+        assert len(got) == 40
+        assert (server.requests, server.connections) == (80, 4)
+        assert client._active.free == 4  # every lane gave its slot back
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_batches_keep_to_the_limit_on_requests_in_flight_together() -> None:
+    """Two batches at once (two probe chunks in flight) and a plain ``get`` share the client's limit: never
+    more requests in flight than ``max_active``, and every slot free again at the end."""
+    in_flight = 0
+    most = 0
+
+    async def slowish(_: web.Request) -> web.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return web.Response(text=BODY)
+
+    app = web.Application()
+    app.router.add_get("/metrics", slowish)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+    client = ScrapeClient(max_active=3)
+    try:
+        a, b, one = await asyncio.gather(
+            fetch_all(client, [f"{base}?a={i}" for i in range(15)]),
+            fetch_all(client, [f"{base}?b={i}" for i in range(15)]),
+            client.get(f"{base}?c", accept=ACCEPT),
+        )
+        assert len(a) == len(b) == 15
+        assert all(isinstance(x, Response) and x.text == BODY for x in [*a.values(), *b.values(), one])
+        assert 1 < most <= 3
+        assert client._active.free == 3
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+
+
+async def test_a_batch_replaces_kept_connections_the_server_closed() -> None:
+    # The server answers one request per connection and closes, without saying so (an idle timeout): every
+    # later request finds its kept connection closed, and is sent once more on a new one.
+    server, url = await serve(lambda n: length_framed(BODY.encode()), close_after=1)
+    client = ScrapeClient(max_active=2)
+    try:
+        got = await fetch_all(client, [f"{url}?pod={i}" for i in range(6)])
+        assert all(isinstance(a, Response) and a.text == BODY for a in got.values())
+        assert len(got) == 6
+        assert server.connections == 6
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_a_batch_hands_on_failures_as_scrape_failures() -> None:
+    down = f"http://127.0.0.1:{_free_port()}/metrics"
+    server, bad = await serve(lambda n: b"SSH-2.0-OpenSSH\r\n\r\n", close_after=1)
+    client = ScrapeClient()
+    try:
+        got = await fetch_all(client, [down, bad])
+        assert isinstance(got[down], ScrapeFailed)
+        assert "cannot connect" in str(got[down])
+        assert isinstance(got[bad], ScrapeFailed)
+        assert "not an HTTP response" in str(got[bad])
+        assert client._active.free == client.max_active
+    finally:
+        await client.aclose()
+        await server.stop()
+
+
+async def test_a_batch_cut_by_its_deadline_leaves_no_connection_to_reuse() -> None:
+    answered = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        if request.query.get("slow"):
+            await answered.wait()
+        return web.Response(text=BODY)
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/metrics"
+    client = ScrapeClient(max_active=1)
+    got: dict[str, Response | ScrapeFailed] = {}
+    try:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await client.fetch_all([f"{url}?fast=1", f"{url}?slow=1", f"{url}?fast=2"], accept=ACCEPT,
+                                       on_answer=got.__setitem__)
+        assert list(got) == [f"{url}?fast=1"]  # answered before the cut; the others never
+        assert client._active.free == 1
+        answered.set()
+        # The late answer to the cut request must not be read as the answer to the next one.
+        again = (await fetch_all(client, [url]))[url]
+        assert isinstance(again, Response)
+        assert again.text == BODY
+        assert client.connects == 2
+    finally:
+        answered.set()
+        await client.aclose()
+        await runner.cleanup()
+
+
+async def test_an_urgent_batch_does_not_queue_behind_the_requests_in_flight() -> None:
+    answered = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        await answered.wait()
+        return web.Response(text=BODY)
+
+    async def fast(_: web.Request) -> web.Response:
+        return web.Response(text=BODY)
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    app.router.add_get("/metrics", fast)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    client = ScrapeClient(max_active=1)
+    hanging = asyncio.create_task(client.get(f"{base}/slow", accept=ACCEPT))
+
+    async def urgent() -> dict[str, Response | ScrapeFailed]:
+        URGENT.set(True)  # this task's context only
+        return await fetch_all(client, [f"{base}/metrics", f"{base}/metrics?2"])
+
+    try:
+        await asyncio.sleep(0.05)  # the slow request holds the only slot
+        got = await asyncio.wait_for(asyncio.create_task(urgent()), 5)
+        assert len(got) == 2
+        plain = asyncio.create_task(fetch_all(client, [f"{base}/metrics"]))
+        await asyncio.sleep(0.2)
+        assert not plain.done()  # round traffic waits for the slot
+        answered.set()
+        assert len(await plain) == 1
+        await hanging
+        assert client._active.free == 1
+    finally:
+        answered.set()
+        await client.aclose()
+        await runner.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
