@@ -103,6 +103,8 @@ T = TypeVar("T")
 
 #: A policy due within this many seconds is evaluated now (see ``Controller.run``).
 DUE_SLACK_S = 1e-3
+#: The state of a policy never evaluated, for screens (frozen: one shared, not one built per screen).
+_NO_STATE = PolicyState()
 
 
 class Clock(Protocol):
@@ -144,6 +146,10 @@ class Observer(Protocol):
         ...
 
     async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
+        ...
+
+    def observed(self, policy: CompiledPolicy, prepared: Prepared) -> Observation | None:
+        """``observe(policy, prepared)`` without an ``await`` where it reads nothing more, else None."""
         ...
 
     def still_kept(self, name: str, part: Prepared) -> bool:
@@ -1213,7 +1219,7 @@ class Controller:
         """``decide`` on this (kept-view) observation with the policy's state: what it would do. Writes
         nothing, notes nothing in the ledger, commits no state (``_stand`` may, for a due policy)."""
         try:
-            obs = await self.observer.observe(cp, part)
+            obs = self.observer.observed(cp, part) or await self.observer.observe(cp, part)
             queue = _queue_key(cp)
             if queue is not None and obs.quota is not None:
                 pending = self._pending_on(queue, besides=cp.policy.spec.target.ref().key)
@@ -1230,8 +1236,8 @@ class Controller:
         if not screened(cp):
             return False
         try:
-            obs = await self.observer.observe(cp, part)
-            return quiet(cp, obs, self.clock.wall(), self.states.get(cp.name, PolicyState()))
+            obs = self.observer.observed(cp, part) or await self.observer.observe(cp, part)
+            return quiet(cp, obs, self.clock.wall(), self.states.get(cp.name) or _NO_STATE)
         except Exception:  # decide then (and reports what it finds)
             return False
 

@@ -213,6 +213,9 @@ class PolicyObserver:
     #: Each policy's source requests, planned for one compiled policy and one pod list (both by identity):
     #: a probe round plans thousands of policies a second on the very views it planned them on last round.
     _plans: dict[str, _Planned] = field(default_factory=dict)
+    #: Per compiled policy (by identity): its target's reference when ``observed`` builds its observation at
+    #: once (no capacity block, one target), else None.
+    _simple: dict[str, tuple[CompiledPolicy, TargetRef | None]] = field(default_factory=dict)
 
     async def prepare(
         self, policies: Sequence[CompiledPolicy], *, since: float | None = None
@@ -362,6 +365,24 @@ class PolicyObserver:
             workloads, quota = training.workloads, training.quota
         return Observation(target=spec.target.ref(), replicas=replicas, signals=signals, training=workloads,
                           quota=quota, members=await self._members(policy, replicas))
+
+    def observed(self, policy: CompiledPolicy, prepared: Prepared) -> Observation | None:
+        """``observe(policy, prepared)`` without an ``await`` where it reads nothing more (no ``capacity``
+        block, one target): the same observation, built at once; None for the others (``observe`` reads
+        their training picture and other targets). A probe round screens thousands of policies a second,
+        and nearly all of them are of the first kind."""
+        simple = self._simple.get(policy.name)
+        if simple is None or simple[0] is not policy:
+            spec = policy.policy.spec
+            if len(self._simple) > 2 * len(self.views) + 1024:
+                self._simple.clear()  # policies gone since: start afresh rather than keep them
+            ref = spec.target.ref() if spec.capacity is None and not spec.pools() else None
+            simple = self._simple[policy.name] = (policy, ref)
+        ref = simple[1]
+        if ref is None:
+            return None
+        return Observation(target=ref, replicas=prepared.replicas, signals=prepared.signals, training=(),
+                           quota=None, members={})
 
     async def _members(self, policy: CompiledPolicy, replicas: ReplicaStatus) -> dict[str, ReplicaStatus]:
         """Every target's replica status, for a policy with several targets (empty for the others). A target

@@ -571,3 +571,21 @@ async def test_each_probe_round_ends_with_after_round(rt: Runtime) -> None:
     await rt.controller.probe_round()
     await settle(rt)
     assert calls == [1, 1]
+
+
+async def test_a_screens_observation_built_at_once_is_the_one_observe_builds(rt: Runtime, tgi: TgiMetrics) -> None:
+    """``observed`` (a screen's observation without an ``await``) gives what ``observe`` gives on the same
+    probe, and nothing for a policy whose observation reads more (its training picture and quota)."""
+    plain = compile_policy(load_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}",
+                                                capacity=False), "a.yaml")[0].policy)
+    found = await rt.observer.probe([plain])
+    part = found[plain.name]
+    assert isinstance(part, Prepared)
+    at_once = rt.observer.observed(plain, part)
+    assert at_once is not None
+    assert at_once == await rt.observer.observe(plain, part)
+    assert rt.observer.observed(plain, part) == at_once  # kept per compiled policy: the same answer again
+    with_capacity = compile_policy(load_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}",
+                                                        capacity=True), "b.yaml")[0].policy)
+    assert with_capacity.policy.spec.capacity is not None
+    assert rt.observer.observed(with_capacity, part) is None
