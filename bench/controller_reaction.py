@@ -19,10 +19,12 @@ independent crossing; otherwise the scale-up rate limit of the previous trials w
 With ``--background N`` the direct pipeline is measured while the same controller holds N other policies,
 each scaling its own Deployment (namespace ``bg``) on its own pod endpoint (``/m/<i>`` of one more exporter,
 whose queue moves at every scrape but never needs a second replica), all probed every second like the
-measured one. There the API server and every exporter run in a **child process** (as the API server and
-the pods do in a cluster), so the controller's process is the controller alone; the child still shares
-this machine's 2 cores with it. The child flips the queue and stamps the scale write's arrival on the
-monotonic clock both processes share (``time.monotonic``).
+measured one. There the API server runs in one **child process** and every exporter in another (as the API
+server and the pods do in a cluster, on machines of their own), so the controller's process is the controller
+alone; the children still share this machine's 2 cores with it. The pods' child flips the queue and the API
+server's stamps the scale write's arrival, on the monotonic clock the processes share (``time.monotonic``).
+Until 2026-12-07 both ran in one child, on one event loop (``--one-child``): the API server's encoding of a
+bulk list of the 5,000 Deployments then held the pods' answers to the probe round.
 
 Run: ``python -m bench.controller_reaction [--trials N] [--background N]``.
 """
@@ -208,42 +210,51 @@ def background_policies(count: int, exporter: str) -> dict[str, str]:
     return {f"background-{k:03d}.yaml": "---\n".join(docs[k * 100:(k + 1) * 100]) for k in range((count + 99) // 100)}
 
 
-def serve_world(conn: Connection, background: int) -> None:
-    """Child process: the API server, the measured TGI server and the background exporter. Answers the
-    parent's commands: ``jump`` (queue 5 → 25; replies ``t0``, then ``arrived`` when the scale write reaches
-    the server), ``calm`` (queue back to 5), ``shrink`` (the Deployment back to 1 replica)."""
+def serve_world(conn: Connection, background: int, role: str = "both") -> None:
+    """Child process: the API server (``role`` "api"), the measured TGI server and the background exporter
+    ("pods"), or all three on one event loop ("both", the layout until 2026-12-07). Sends its URLs (None for
+    what it does not serve), then answers the parent's commands: ``arm`` (the next scale write of the measured
+    Deployment is stamped: ``arrived <trial>`` when it reaches the server), ``jump`` (queue 5 → 25; replies
+    ``t0``), ``calm`` (queue back to 5), ``shrink`` (the Deployment back to 1 replica)."""
 
     async def main() -> None:
         logs.configure("error")
-        kube = Emulator()
-        kube.add(objects.deployment(replicas=1))
-        for i in range(background):
-            kube.add(objects.deployment(f"app-{i:05d}", "bg", replicas=1))
-        await kube.start()
-        tgi = TgiMetrics()
-        await tgi.start()
-        tgi.queue = 5
-        _, exporter = await background_exporter()
-        conn.send((kube.url, tgi.url, exporter))
+        kube: Emulator | None = None
+        tgi: TgiMetrics | None = None
+        exporter: str | None = None
+        if role in ("api", "both"):
+            kube = Emulator()
+            kube.add(objects.deployment(replicas=1))
+            for i in range(background):
+                kube.add(objects.deployment(f"app-{i:05d}", "bg", replicas=1))
+            await kube.start()
+        if role in ("pods", "both"):
+            tgi = TgiMetrics()
+            await tgi.start()
+            tgi.queue = 5
+            _, exporter = await background_exporter()
+        conn.send((kube.url if kube else None, tgi.url if tgi else None, exporter))
 
-        jumps = 0
+        arms = 0
 
         def arrived(trial: int) -> None:
             conn.send((f"arrived {trial}", time.monotonic()))
 
         def command() -> None:
-            nonlocal jumps
+            nonlocal arms
             what = conn.recv()
-            if what == "jump":
-                jumps += 1
+            if what == "arm" and kube is not None:
+                arms += 1
                 # Named by its trial: a write that comes after its trial gave up must not count for the next.
-                kube.after("PATCH", SCALE, functools.partial(arrived, jumps))
+                kube.after("PATCH", SCALE, functools.partial(arrived, arms))
+                conn.send(("arm", time.monotonic()))
+            elif what == "jump" and tgi is not None:
                 conn.send(("t0", time.monotonic()))
                 tgi.queue = 25
-            elif what == "calm":
+            elif what == "calm" and tgi is not None:
                 tgi.queue = 5
                 conn.send(("calm", time.monotonic()))
-            elif what == "shrink":
+            elif what == "shrink" and kube is not None:
                 kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
                 conn.send(("shrink", time.monotonic()))
 
@@ -253,10 +264,12 @@ def serve_world(conn: Connection, background: int) -> None:
     asyncio.run(main())
 
 
-async def measure_apart(conn: Connection, urls: tuple[str, str, str], background: int, trials: int,
-                        rng: random.Random, tmp: Path, warmup_s: float, breakdown: bool = False,
+async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, str, str], background: int,
+                        trials: int, rng: random.Random, tmp: Path, warmup_s: float, breakdown: bool = False,
                         chunking: tuple[int, int] | None = None) -> list[float]:
-    """``measure`` against the child process's world (see ``serve_world``)."""
+    """``measure`` against the child processes' world (see ``serve_world``): ``conns`` are the API server's and
+    the pods' (one and the same with ``--one-child``)."""
+    api_conn, pods_conn = conns
     kube_url, tgi_url, exporter = urls
     (tmp / "policies").mkdir(parents=True, exist_ok=True)
     (tmp / "policies" / "tgi.yaml").write_text(
@@ -275,10 +288,11 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
 
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[tuple[str, float]] = asyncio.Queue()
-    loop.add_reader(conn.fileno(), lambda: inbox.put_nowait(conn.recv()))
+    for c in {api_conn, pods_conn}:
+        loop.add_reader(c.fileno(), functools.partial(lambda c: inbox.put_nowait(c.recv()), c))
 
     async def ask(what: str) -> float:
-        conn.send(what)
+        (api_conn if what in ("arm", "shrink") else pods_conn).send(what)
         while True:
             kind, at = await inbox.get()
             if kind == what or (what == "jump" and kind == "t0"):
@@ -383,6 +397,7 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
         for trial in range(1, trials + 1):
             await asyncio.sleep(rng.uniform(0.0, 1.0))  # a random phase against the probe rounds
             del escalated[:]
+            await ask("arm")
             t0 = await ask("jump")
             try:
                 async with asyncio.timeout(120):
@@ -448,34 +463,47 @@ async def measure_apart(conn: Connection, urls: tuple[str, str, str], background
                   f"({1e6 * statistics.median(r[0] / r[2] for r in full):.0f} us per screened policy)",
                   file=sys.stderr, flush=True)
     finally:
-        loop.remove_reader(conn.fileno())
+        for c in {api_conn, pods_conn}:
+            loop.remove_reader(c.fileno())
         stop.set()
         await task
         await api.close()
     return out
 
 
-async def main_many(trials: int, background: int, conn: Connection, urls: tuple[str, str, str],
+async def main_many(trials: int, background: int, conns: tuple[Connection, Connection], urls: tuple[str, str, str],
                     warmup_s: float, breakdown: bool = False,
                     chunking: tuple[int, int] | None = None) -> dict[str, list[float]]:
     logs.configure("error")
     with tempfile.TemporaryDirectory() as d:
-        values = await measure_apart(conn, urls, background, trials, random.Random(20261130), Path(d), warmup_s,
+        values = await measure_apart(conns, urls, background, trials, random.Random(20261130), Path(d), warmup_s,
                                      breakdown, chunking)
     return {f"direct, with {background} other policies": values}
 
 
 def run_many(trials: int, background: int, warmup_s: float, breakdown: bool = False,
-             chunking: tuple[int, int] | None = None) -> dict[str, list[float]]:
-    parent, child = mp.Pipe()
-    proc = mp.get_context("fork").Process(target=serve_world, args=(child, background), daemon=True)
-    proc.start()
+             chunking: tuple[int, int] | None = None, one_child: bool = False) -> dict[str, list[float]]:
+    """The API server and the pods in two child processes (in a cluster they are on other machines, and apart
+    from each other: on one event loop, the API server's encoding of each page of a bulk list of 5,000
+    Deployments held the pods' answers to the probe round, whose rounds then took 2.3 s wall for 0.7 s of
+    the controller's CPU, 2026-12-07 04:38 UTC), or, with ``one_child``, in one (the layout until then)."""
+    roles = ["both"] if one_child else ["api", "pods"]
+    pipes = [mp.Pipe() for _ in roles]
+    procs = [mp.get_context("fork").Process(target=serve_world, args=(child, background, role), daemon=True)
+             for (_, child), role in zip(pipes, roles, strict=True)]
+    for proc in procs:
+        proc.start()
     try:
-        urls: Any = parent.recv()
-        return asyncio.run(main_many(trials, background, parent, urls, warmup_s, breakdown, chunking))
+        got: list[Any] = [parent.recv() for parent, _ in pipes]
+        kube_url = next(g[0] for g in got if g[0] is not None)
+        tgi_url, exporter = next((g[1], g[2]) for g in got if g[1] is not None)
+        conns = (pipes[0][0], pipes[-1][0])  # the API server's, the pods'
+        return asyncio.run(main_many(trials, background, conns, (kube_url, tgi_url, exporter), warmup_s, breakdown,
+                                     chunking))
     finally:
-        proc.terminate()
-        proc.join(10)
+        for proc in procs:
+            proc.terminate()
+            proc.join(10)
 
 
 def hpa_model(write_latencies: list[float], rng: random.Random, draws: int = 10_000) -> list[float]:
@@ -541,10 +569,13 @@ def main() -> int:
     parser.add_argument("--probe-chunk", type=int, nargs=2, default=None, metavar=("SIZE", "PARALLEL"),
                         help="with --background: the probe round's chunk size and chunks in flight "
                              "(default: the controller's, 250 and 2)")
+    parser.add_argument("--one-child", action="store_true",
+                        help="with --background: the API server and the pods in one child process, on one event loop "
+                             "(the layout until 2026-12-07; its bulk target reads held the pods' answers)")
     args = parser.parse_args()
     if args.background:
         chunking = None if args.probe_chunk is None else (args.probe_chunk[0], args.probe_chunk[1])
-        results = run_many(args.trials, args.background, args.warmup, args.breakdown, chunking)
+        results = run_many(args.trials, args.background, args.warmup, args.breakdown, chunking, args.one_child)
     else:
         results = asyncio.run(main_async(args.trials))
     print(f"{'pipeline':45} {'n':>6} {'p50 s':>8} {'p99 s':>8} {'max s':>8}")
