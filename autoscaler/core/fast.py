@@ -530,11 +530,9 @@ class HpaScan:
         low = np.searchsorted(times, cutoff, side="left")
         high = np.arange(h, h + n)
         stabilized = _range_max(recs, low, high)
-        kept_from = int(low[-1])
-        after = tuple(zip(times[kept_from:].tolist(), recs[kept_from:].tolist(), strict=True))
         # behavior._legacy's cap, int(max(2.0 × current, 4.0)).
         limit = np.maximum(behavior.SCALE_UP_LIMIT_FACTOR * current, behavior.SCALE_UP_LIMIT_MINIMUM).astype(np.int64)
-        return _Numbers(best, wanted, all_within, counts, millis, ratios, stabilized, limit, after)
+        return _Numbers(best, wanted, all_within, counts, millis, ratios, stabilized, limit, times, recs, low, h)
 
     def _format(self, inp: ScanInput, numbers: _Numbers, n: int) -> Scanned:
         """The reasons, counts and messages, from the numbers: the stage's choices as arrays, and each sentence
@@ -544,15 +542,10 @@ class HpaScan:
         from autoscaler.core.model import Reason  # noqa: PLC0415
 
         current, ready, starting = inp.current, inp.ready, inp.starting
-        best, wanted, top, cap = numbers.best, numbers.wanted, numbers.stabilized, numbers.limit
+        best, wanted, top = numbers.best, numbers.wanted, numbers.stabilized
         floor, max_replicas, window_s = self.floor, self.max_replicas, self.window_s
 
-        # behavior._legacy: held at the window's highest; then raised to min, capped, or limited to max.
-        stabilizing = top != wanted
-        by_min = top < floor
-        capped = ~by_min & (max_replicas > cap) & (top > cap)
-        by_max = ~by_min & ~(max_replicas > cap) & (top > max_replicas)
-        desired = np.where(by_min, floor, np.where(capped, cap, np.where(by_max, max_replicas, top)))
+        stabilizing, by_min, capped, by_max, desired = self._stage(numbers, current)
         # The reason: the stage's when it changed something, else the recommendation's (Steady when the stage
         # brought a scale back to the current count).
         codes = np.where(wanted > current, 0, np.where(wanted < current, 1, np.where(numbers.all_within, 2, 3)))
@@ -623,9 +616,89 @@ class HpaScan:
         return Scanned(current.tolist(), desired.tolist(), reason_of[codes].tolist(), messages.tolist(),
                        tuple(v.tolist() for v in inp.values), tuple(ages), self.escapes)
 
+    def _stage(self, numbers: _Numbers, current: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """behavior._legacy as arrays: held at the window's highest (``stabilizing``), then raised to min,
+        capped, or limited to max; and the desired counts."""
+        import numpy as np  # noqa: PLC0415
+
+        wanted, top, cap = numbers.wanted, numbers.stabilized, numbers.limit
+        floor, max_replicas = self.floor, self.max_replicas
+        stabilizing = top != wanted
+        by_min = top < floor
+        capped = ~by_min & (max_replicas > cap) & (top > cap)
+        by_max = ~by_min & ~(max_replicas > cap) & (top > max_replicas)
+        desired = np.where(by_min, floor, np.where(capped, cap, np.where(by_max, max_replicas, top)))
+        return stabilizing, by_min, capped, by_max, desired
+
+    # -- whatif: the policy's own count ---------------------------------------------------------------------
+
+    def usable_own(self, inp: ScanInput, rescale: tuple[bool, ...], initial: int) -> bool:
+        """``usable`` where the count is the policy's own from ``initial`` on (``inp.current`` the recorded one):
+        whatever the counts, ``hpa_decider`` decides every evaluation. The counts stay within
+        ``[max(minReplicas, 1), maxReplicas]`` (the stage's bounds), the rescaled values stay finite and within
+        milli's range when the recorded ones are (checked against a count of 1), and nothing is starting."""
+        import numpy as np  # noqa: PLC0415
+
+        if not (self.floor <= initial <= self.max_replicas and initial >= self.min_replicas):
+            return False
+        ones = np.ones(len(inp.now), dtype=np.int64)
+        values = tuple(
+            v * np.maximum(inp.current, 1) if scaled else v for v, scaled in zip(inp.values, rescale, strict=True)
+        )
+        return self.usable(ScanInput(inp.now, values, inp.stamps, ones * self.floor, ones * self.floor, ones * 0))
+
+    def with_own(self, inp: ScanInput, rescale: tuple[bool, ...], current: Any) -> ScanInput:
+        """``inp`` (``current`` the recorded count) at the policy's own counts ``current``, every replica ready,
+        per-replica values rescaled as ``replay.engine._steps`` does: value × recorded ÷ max(ready, 1) where
+        the two counts differ (the load is conserved)."""
+        import numpy as np  # noqa: PLC0415
+
+        recorded = inp.current
+        differs = recorded != current
+        values = tuple(
+            np.where(differs, v * recorded / np.maximum(current, 1), v) if scaled else v
+            for v, scaled in zip(inp.values, rescale, strict=True)
+        )
+        return ScanInput(inp.now, values, inp.stamps, current, current, np.zeros(len(current), dtype=np.int64))
+
+    def own_counts(self, inp: ScanInput, rescale: tuple[bool, ...], count: int, history: History) -> Any:
+        """whatif: each evaluation's current count, the desired count of the one before (``count`` before the
+        first), by steps from one change to the next: between two the count is constant, so a stretch is decided
+        in bulk at that count up to the first evaluation whose desired count differs, and the scan goes on from
+        the one after it, at the new count, with the history after it."""
+        import numpy as np  # noqa: PLC0415
+
+        n = len(inp.now)
+        out = np.empty(n, dtype=np.int64)
+        s = 0
+        size = 32
+        while s < n:
+            while True:
+                e = min(n, s + size)
+                part = _slice(inp, s, e)
+                at = np.full(e - s, count, dtype=np.int64)
+                numbers = self._numbers(self.with_own(part, rescale, at), history)
+                desired = self._stage(numbers, at)[-1]
+                changed = np.flatnonzero(desired != count)
+                if len(changed) or e == n:
+                    break
+                size *= 4
+            k = int(changed[0]) if len(changed) else e - s - 1
+            out[s : s + k + 1] = count
+            history = numbers.history_after(k)
+            count = int(desired[k])
+            s += k + 1
+            size = max(32, 2 * (k + 1))
+        return out
+
     def _described(self, ratio: float) -> str:
         """``tol.describe``, or an AverageValue metric's words for an infinite ratio (no replicas to average)."""
         return self.tol.describe(ratio) if math.isfinite(ratio) else "no replicas"
+
+
+def _slice(inp: ScanInput, a: int, b: int) -> ScanInput:
+    return ScanInput(inp.now[a:b], tuple(v[a:b] for v in inp.values), tuple(t[a:b] for t in inp.stamps),
+                     inp.current[a:b], inp.ready[a:b], inp.starting[a:b])
 
 
 def _arrow(name: str) -> Callable[[int], str]:
@@ -652,7 +725,21 @@ class _Numbers(NamedTuple):
     ratios: list[Any]
     stabilized: Any
     limit: Any
-    history: History
+    #: The history's entries (those given, then one per evaluation), and where each evaluation's window starts.
+    entry_times: Any
+    entry_counts: Any
+    low: Any
+    given: int
+
+    def history_after(self, k: int) -> History:
+        """``PolicyState.recommendations`` after evaluation ``k`` (of those these numbers are of)."""
+        start, end = int(self.low[k]), self.given + k + 1
+        return tuple(zip(self.entry_times[start:end].tolist(), self.entry_counts[start:end].tolist(), strict=True))
+
+    @property
+    def history(self) -> History:
+        """``PolicyState.recommendations`` after the last evaluation."""
+        return self.history_after(len(self.low) - 1)
 
 
 def _range_max(values: Any, low: Any, high: Any) -> Any:

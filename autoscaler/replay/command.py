@@ -181,7 +181,7 @@ def _in_bulk(
                 columns.add_block(block)
 
     count = bulk.count
-    if not split or count < SPLIT_FROM or forked.cores() < 2:
+    if not split or not bulk.splits or count < SPLIT_FROM or forked.cores() < 2:
         feed(bulk.blocks())
         return
     step = columns.per_column if columns is not None else 1

@@ -806,15 +806,18 @@ def _bulk(
     ready: Series | None,
 ) -> Bulk | None:
     """The evaluations of ``_steps`` decided in bulk, ``BLOCK`` at a time, or None where the bulk path does not
-    apply: it needs an ``hpa`` policy that ``core.fast.hpa_scan`` decides (no ``behavior`` block), recorded mode
-    (the count at every evaluation known ahead), one plain series per signal, and every evaluation one that
+    apply: it needs an ``hpa`` policy that ``core.fast.hpa_scan`` decides (no ``behavior`` block), one plain
+    series per signal, and every evaluation one that
     ``hpa_decider`` decides (every signal known and fresh from the first evaluation on, the count within bounds:
-    checked here over the whole trace first, a block at a time). Otherwise ``_steps`` decides every evaluation.
+    checked here over the whole trace first, a block at a time). In whatif mode (without an actuation delay) the
+    counts are the policy's own, found as the blocks are decided (``HpaScan.own_counts``), and the checks hold
+    whatever they are (``HpaScan.usable_own``). Otherwise ``_steps`` decides every evaluation.
     Same decisions, messages and numbers as ``_steps`` (``tests/replay/test_bulk.py``)."""
     scan = hpa_scan(compiled)
+    whatif = options.mode == "whatif"
     if (
         scan is None
-        or options.mode != "recorded"
+        or (whatif and options.actuation_delay_s > 0)
         or any(i.pods is not None or i.buckets is not None for i in inputs)
         or compiled.policy.spec.pools()
     ):
@@ -823,16 +826,32 @@ def _bulk(
     if any(name not in by_name for name, _ in scan.plan):
         return None
     series = [by_name[name].series for name, _ in scan.plan]
+    if recorded is not None and not all(v >= 0 and v.is_integer() for v in recorded.values):
+        return None  # not a count (the per-evaluation path says so)
     before_first = options.initial_replicas
     if before_first is None and recorded is not None:
         before_first = int(recorded.values[0])
     if before_first is None:
         return None
-    prepared = _Columns(compiled, series, recorded, ready, before_first, start)
+    prepared = _Columns(compiled, series, recorded, ready if not whatif else None, before_first, start)
+    own = None
+    if whatif:
+        # As _steps: from --initial-replicas, else the first recorded count (minReplicas needs no recorded count,
+        # and then there is none to rescale by: the per-evaluation path).
+        rescale = tuple(by_name[name].per_replica for name, _ in scan.plan)
+        own = _Own(rescale, before_first)
     for a in range(0, count, BLOCK):
-        if not scan.usable(prepared.input(a, min(count, a + BLOCK))):
+        inp = prepared.input(a, min(count, a + BLOCK))
+        if not (scan.usable(inp) if own is None else scan.usable_own(inp, own.rescale, own.initial)):
             return None
-    return Bulk(scan, prepared, count, progress, tuple(name for name, _ in scan.plan))
+    return Bulk(scan, prepared, count, progress, tuple(name for name, _ in scan.plan), own)
+
+
+class _Own(NamedTuple):
+    """whatif mode: which signals are rescaled by recorded ÷ own ready replicas, and the count to start from."""
+
+    rescale: tuple[bool, ...]
+    initial: int
 
 
 class Bulk:
@@ -842,27 +861,43 @@ class Bulk:
 
     def __init__(
         self, scan: HpaScan, prepared: _Columns, count: int, progress: Callable[[int], None] | None,
-        names: tuple[str, ...],
+        names: tuple[str, ...], own: _Own | None = None,
     ) -> None:
         self.scan = scan
         self.prepared = prepared
         self.count = count
         self.progress = progress
         self.names = names
+        #: whatif mode (the policy's own count, decided as it goes: ``HpaScan.own_counts``); None: recorded.
+        self.own = own
+
+    @property
+    def splits(self) -> bool:
+        """Whether ``blocks(a, …)`` can start anywhere (``warm``): recorded mode, where no count depends on a
+        decision."""
+        return self.own is None
 
     def blocks(self, a: int = 0, b: int | None = None, history: tuple[tuple[float, int], ...] = ()) -> Iterator[Block]:
         """Evaluations ``a`` to ``b`` (default: to the end), ``history`` the state's recommendations before ``a``
         (``()`` before the first evaluation)."""
         end = self.count if b is None else b
+        own = self.own
+        assert own is None or a == 0
+        count = own.initial if own is not None else 0
         for first in range(a, end, BLOCK):
             last = min(end, first + BLOCK)
             inp = self.prepared.input(first, last)
+            recorded = inp.current.tolist()
             try:
+                if own is not None:
+                    counts = self.scan.own_counts(inp, own.rescale, count, history)
+                    inp = self.scan.with_own(inp, own.rescale, counts)
                 decided, history = self.scan.decide(inp, history)
             except Exception as exc:  # as in _steps: a failure inside the core says when
                 raise EvaluationError(float(inp.now[0]), exc) from exc
+            count = decided.desired[-1]
             yield Block(inp.now.tolist(), decided.current, inp.ready.tolist(), inp.starting.tolist(),
-                        decided.current, decided, self.names)
+                        recorded, decided, self.names)
             if self.progress is not None:
                 self.progress(last - first)
 
@@ -876,6 +911,7 @@ class Bulk:
     def warm_at(self, a: int) -> tuple[tuple[tuple[float, int], ...], int]:
         """``warm(a)`` and the desired count of evaluation ``a - 1``."""
         assert a > 0
+        assert self.splits
         # The window of evaluation a - 1 starts at or after evaluation ``first`` (evaluations are period_s apart).
         # Deciding from ``first`` as if the replay started there puts (its time, its count) first in the history,
         # out of reach of that window and every later one; the evaluations decided here before a - 1 have too short

@@ -101,7 +101,9 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         if ready_column:
             line += f",{draw(st.integers(0, count) if not clean else st.integers(max(count - 2, 1), count))}"
         lines.append(line)
-    return {"policy": doc, "csv": "\n".join(lines) + "\n", "clean": clean, "ready": ready_column, "rows": rows}
+    mode = draw(st.sampled_from(["recorded", "whatif"]))
+    return {"policy": doc, "csv": "\n".join(lines) + "\n", "clean": clean, "ready": ready_column, "rows": rows,
+            "mode": mode}
 
 
 def _replay(tmp: Path, case: dict[str, Any], out: str) -> dict[str, Any]:
@@ -109,7 +111,8 @@ def _replay(tmp: Path, case: dict[str, Any], out: str) -> dict[str, Any]:
     policy.write_text(yaml.safe_dump(case["policy"]))
     trace = tmp / "trace.csv"
     trace.write_text(case["csv"])
-    code = main(["replay", "--policy", str(policy), "--metrics", str(trace), "--out", str(tmp / out), "-q"])
+    code = main(["replay", "--policy", str(policy), "--metrics", str(trace), "--out", str(tmp / out), "-q",
+                 "--mode", case.get("mode", "recorded")])
     written = {name: (tmp / out / name).read_bytes() for name in ("decisions.jsonl", "summary.json", "replay.svg")
                if (tmp / out / name).exists()}
     return {"code": code, **written}
@@ -119,7 +122,7 @@ def _child_fails(*args: Any) -> Any:
     raise RuntimeError("the forked child gives no answer")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases(), block=st.sampled_from([8192, 1, 7, 40]), split=st.sampled_from(["no", "yes", "child fails"]))
 def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: int, split: str,
                                                   tmp_path_factory: pytest.TempPathFactory,
@@ -153,7 +156,7 @@ def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: in
         m.setattr(engine, "hpa_scan", lambda compiled: None)
         plain = _replay(tmp, case, "plain")
     assert bulk.keys() == plain.keys()
-    event("bulk path" if taken == [True] else "plain path")
+    event(f"{case['mode']}, " + ("bulk path" if taken == [True] else "plain path"))
     if taken == [True] and split != "no":
         event("bulk path, split over two processes" if case["rows"] > 1 else "bulk path, one evaluation")
     if plain["code"] == 0:
@@ -163,9 +166,9 @@ def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: in
 
 
 def _unusable(case: dict[str, Any]) -> bool:
-    """A clean trace the fast path may still decline somewhere: with recorded ready replicas, a scale-up with
-    starting ones (HPA's unready-pod adjustment), which the bulk path must decline too."""
-    return bool(case["ready"])
+    """A clean trace the fast path may still decline somewhere: in recorded mode with recorded ready replicas, a
+    scale-up with starting ones (HPA's unready-pod adjustment), which the bulk path must decline too."""
+    return bool(case["ready"]) and case["mode"] == "recorded"
 
 
 def _load(case: dict[str, Any]) -> Any:
@@ -232,3 +235,55 @@ def test_warm_at_is_what_the_blocks_before_leave(tmp_path: Path, period: int) ->
         decided, left = bulk.scan.decide(bulk.prepared.input(0, a), ())
         assert decided.desired[-1] == last.decided.desired[-1]
         assert bulk.warm_at(a) == (left, decided.desired[-1]), a
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_own_counts_are_the_decisions_one_at_a_time(tmp_path: Path, seed: int) -> None:
+    """whatif: ``HpaScan.own_counts`` (from one change to the next, in stretches) gives each evaluation the count
+    deciding the evaluations one at a time gives it (the previous desired count), on loads that swing widely
+    enough to scale up against the legacy cap, hold in the window and scale down."""
+    import random  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    rows = ["timestamp,load,kv,replicas"]
+    for r in range(700):
+        load = rng.choice([0.1, 0.5, 2.0, 8.0, 30.0, 90.0]) if r % rng.randint(1, 40) == 0 else 1.0
+        rows.append(f"{START + r * 15},{load},{rng.choice([0.2, 0.7, 0.95, 1.6])},{rng.randint(2, 20)}")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    doc = {
+        "apiVersion": "autoscaler.dev/v1alpha1",
+        "kind": "ScalingPolicy",
+        "metadata": {"name": "own"},
+        "spec": {
+            "target": {"kind": "Deployment", "name": "llm"},
+            "minReplicas": 1,
+            "maxReplicas": 60,
+            "signals": [
+                {"name": "load", "query": "sum(load)", "scope": "total"},
+                {"name": "kv", "query": "avg(kv)", "scope": "perReplica"},
+            ],
+            "policy": {"type": "hpa", "metrics": [
+                {"signal": "load", "type": "External", "target": {"type": "AverageValue", "averageValue": 1}},
+                {"signal": "kv", "type": "Pods", "target": {"type": "AverageValue", "averageValue": 0.8}},
+            ]},
+        },
+    }
+    compiled = compile_policy(_load({"policy": doc}))
+    bulk = engine.stream(compiled, traces.load([trace]), engine.Options(mode="whatif")).bulk
+    assert bulk is not None
+    assert bulk.own is not None
+    raw = bulk.prepared.input(0, bulk.count)
+    counts = bulk.scan.own_counts(raw, bulk.own.rescale, bulk.own.initial, ())
+    expected: list[int] = []
+    count = bulk.own.initial
+    history: fast.History = ()
+    for k in range(bulk.count):
+        one = bulk.scan.with_own(fast._slice(raw, k, k + 1), bulk.own.rescale, np.array([count]))
+        decided, history = bulk.scan.decide(one, history)
+        expected.append(count)
+        count = decided.desired[0]
+    assert counts.tolist() == expected
+    assert len(set(expected)) > 5, "the counts move"
