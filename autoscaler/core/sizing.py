@@ -544,6 +544,9 @@ class Forecast:
     burst_at: float | None
     #: The same forecast extrapolated to ``now + reach`` (never below ``value``).
     further: float
+    #: What the forecast grows from: the fitted line's value now when a trend was fitted, never below the load now
+    #: (a sample below the line is a dip, not a lower level to grow from); else the load now.
+    level: float = 0.0
 
 
 def lookback(horizon: float) -> float:
@@ -665,6 +668,11 @@ def recurrence(
     return Recurrence(threshold, age, len(counted), within, share, idle)
 
 
+def trend_span(horizon: float) -> float:
+    """The window the trend is fitted over and the burst compared with: two cold starts (30 s at least)."""
+    return 2 * max(horizon, 30.0)
+
+
 def trend_and_burst(
     history: Sequence[tuple[float, float]],
     now: float,
@@ -688,10 +696,10 @@ def trend_and_burst(
     # a whole cold start. The history's span, not the fitted samples': ``trend_samples`` may leave out
     # stretches of the history (samples with a queue on every replica), and a ramp observed throughout is
     # evidence throughout.
-    span = 2 * max(horizon, 30.0)
+    span = trend_span(horizon)
     window = [(t, v) for t, v in history if t > now - span]
     forecast, text = load, ""
-    further = load
+    further = level = load
     mv = sum(v for _, v in window) / len(window) if window else load
     fit = [(t, v) for t, v in (history if trend_samples is None else trend_samples) if t > now - span]
     if len(fit) >= 4:
@@ -704,6 +712,7 @@ def trend_and_burst(
             resid = sum((v - (mf + slope * (t - mt))) ** 2 for t, v in fit) / (n - 2)
             low = slope - 2.0 * math.sqrt(resid / var)
             observed = now - history[0][0]
+            level = max(load, mf + slope * (now - mt))
             if low > 0:
                 ahead = min(2.0 * max(load, mf), mf + slope * (now - mt) + low * min(horizon, observed))
                 if ahead > forecast:
@@ -720,7 +729,7 @@ def trend_and_burst(
             burst_at = now
             forecast = max(forecast, *short)
             text += f" (burst: {sum(short) / len(short):.2f} ≥ {burst_ratio:g}× the {mean_long:.2f} average)"
-    return Forecast(forecast, text, burst_at, max(forecast, further))
+    return Forecast(forecast, text, burst_at, max(forecast, further), level)
 
 
 def seasonal(
@@ -798,6 +807,7 @@ __all__ = [
     "slot_wait_miss",
     "split_burstiness",
     "trend_and_burst",
+    "trend_span",
     "ttft_slacks",
     "work_burstiness",
 ]

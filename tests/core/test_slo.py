@@ -1289,3 +1289,170 @@ def test_a_priced_wait_is_bounded_by_the_usable_slots_as_a_counted_one() -> None
     slow = slo._Wait(0.01, ((1.9, 1.0),))
     assert algo.slot_unit(1.0, 1.0, slow) == pytest.approx(slow.occupancy(48, 0.99) / 0.8)
     assert algo.slot_unit(1.0) == pytest.approx(slo.occupancy_at_objective(48, 0.99) / 0.8)
+
+
+# --- forecast.arrivals: the trend and the burst measured on the arrivals, not on an occupancy gauge -------------
+
+#: Gauges and the prompt-length histogram only (as the JetStream policy reads them): the arrivals are the
+#: histogram's observation rate.
+ARRIVALS = {"forecast": {"arrivals": True}, "signals": {"waiting": "waiting", "running": "running",
+                                                        "promptLength": "plen"}}
+#: The gauge path, for the controls: the same gauges, no arrival signal.
+GAUGES = {"signals": {"waiting": "waiting", "running": "running"}}
+
+
+def _arrive(drv: Driver, per_s: float | None) -> None:
+    """The prompt-length histogram for the next step, ``per_s`` observations a second (None: not read)."""
+    if per_s is not None:
+        drv.histograms = {"plen": {200.0: 0.2 * per_s, 500.0: per_s, math.inf: per_s}}
+
+
+def _fill(
+    drv: Driver, seconds: float, arrivals: float | None, top: float = 30.0, fill_s: float = 60.0
+) -> Recommendation:
+    """One replica's servers filling from empty: the sequences running climb 0 → ``top`` over ``fill_s`` while the
+    arrivals hold steady (by Little's law the occupancy rises to arrival rate × time in system, then stays)."""
+    rec = None
+    for i in range(int(seconds / STEP)):
+        _arrive(drv, arrivals)
+        rec = drv.step(1, 1, waiting=0, running=min(top, top * (i * STEP + STEP) / fill_s))
+    assert rec is not None
+    return rec
+
+
+def test_servers_filling_from_empty_are_not_a_trend_on_the_arrivals() -> None:
+    """30 sequences of one replica (0.72 replica-equivalents at 41.7 per) need 1 at 0.8. On the gauge the minute's
+    climb from 0 is a trend (forecast ≈ 1.38 over the 55 s observed: a second replica); on the arrivals, steady at
+    5/s, it is none."""
+    gauge = _fill(Driver(config(**GAUGES)), 60, None)
+    assert (gauge.replicas, gauge.reason) == (2, Reason.SCALE_UP), gauge.message
+    assert "trend ≥ +" in gauge.message
+    drv = Driver(config(**ARRIVALS))
+    rec = _fill(drv, 60, 5.0)
+    assert (rec.replicas, rec.reason) == (1, Reason.STEADY), rec.message
+    assert "forecast 0.72 over the 120s cold start (on arrivals 5/s: ×1.00)" in rec.message
+    assert all(x.arrivals == pytest.approx(5.0) for x in drv.learned.history)
+
+
+def test_arrivals_unknown_fall_back_to_the_gauges_trend() -> None:
+    """Never less capacity on missing data: with the arrival signal configured but not read (no histogram this
+    evaluation), the forecast is the load's own trend, as without the signal."""
+    drv = Driver(config(**ARRIVALS))
+    _fill(drv, 55, 5.0)
+    rec = drv.step(1, 1, waiting=0, running=30)  # the fill's last step, its histogram not read
+    assert (rec.replicas, rec.reason) == (2, Reason.SCALE_UP), rec.message
+    assert "on arrivals" not in rec.message
+    assert "trend ≥ +" in rec.message
+
+
+def test_a_ramp_in_the_arrivals_is_forecast_over_the_cold_start() -> None:
+    """Arrivals climbing +50 %/min with the occupancy in proportion (6 s in the system): the forecast is the load
+    now times the arrivals' forecast over the arrivals now; it sizes ahead of the load."""
+    drv = Driver(config(**ARRIVALS))
+    rec = None
+    for i in range(48):
+        per_s = 8.0 * (1.0 + 0.5 * i * STEP / 60)
+        _arrive(drv, per_s)
+        rec = drv.step(8, 8, waiting=0, running=6.0 * per_s)
+    assert rec is not None
+    assert "on arrivals" in rec.message, rec.message
+    assert "trend ≥ +" in rec.message, rec.message
+    load = float(rec.message.split("load ")[1].split()[0])
+    forecast = float(rec.message.split("forecast ")[1].split()[0])
+    ratio = float(rec.message.split(": ×")[1].split()[0])
+    assert load < forecast <= 2 * load
+    assert forecast == pytest.approx(load * ratio, abs=0.01)
+    assert rec.replicas is not None
+    assert rec.replicas >= math.ceil(forecast / 0.8) > math.ceil(load / 0.8)
+
+
+def test_falling_arrivals_never_remove_what_the_load_needs() -> None:
+    """Arrivals halving while 100 sequences still run on 3 replicas (2.40 replica-equivalents): the forecast is
+    the load now, not the lower load the arrivals will bring; the count the load needs stays."""
+    drv = Driver(config(**ARRIVALS))
+    rec = None
+    for i in range(48):
+        _arrive(drv, 10.0 - 5.0 * i / 47)
+        rec = drv.step(3, 3, waiting=0, running=100)
+    assert rec is not None
+    assert "forecast 2.40" in rec.message, rec.message
+    assert (rec.replicas, rec.reason) == (3, Reason.STEADY), rec.message
+
+
+def test_a_burst_in_the_arrivals_holds_its_peak_over_the_arrivals_now() -> None:
+    """Steady 2/s for 5 min, then 8/s for a few seconds, then 5/s: a burst on the arrivals; the forecast is the
+    load now times the short window's highest arrivals over the arrivals now (8 / 5)."""
+    drv = Driver(config(**ARRIVALS))
+    for _ in range(60):
+        _arrive(drv, 2.0)
+        drv.step(2, 2, waiting=0, running=20)
+    for _ in range(2):
+        _arrive(drv, 8.0)
+        drv.step(2, 2, waiting=0, running=20)
+    _arrive(drv, 5.0)
+    rec = drv.step(2, 2, waiting=0, running=20)
+    assert "burst" in rec.message, rec.message
+    assert "×1.60" in rec.message, rec.message
+
+
+def test_prompt_lengths_alone_are_the_arrivals_for_the_forecast() -> None:
+    policy(config(**ARRIVALS))
+    with pytest.raises(ValidationError, match=r"forecast\.arrivals"):
+        policy(config(signals={"waiting": "waiting", "promptLength": "plen"}))
+
+
+def test_the_arrivals_first_window_is_not_history() -> None:
+    """A fresh controller's histogram rate fills its window from nothing (a ramp of the arrivals that did not
+    happen): the arrivals are history only once that window has filled; before it the forecast has no arrival
+    trend (nor a gauge one: the signal is read)."""
+    signals = [
+        {"name": "plen", "preset": "jetstream.prompt_length", "quantile": {"q": 0.99, "windowSeconds": 60}}
+        if s["name"] == "plen" else s
+        for s in SIGNALS
+    ]
+    drv = Driver(config(**ARRIVALS))
+    drv.pol = policy(config(**ARRIVALS), signals=signals)
+    drv.judge = SignalJudge(drv.pol.spec)
+    rec = None
+    for i in range(24):  # 120 s; the rate reaches its level after 60 s
+        _arrive(drv, 5.0 * min(1.0, (i * STEP + STEP) / 60))
+        rec = drv.step(1, 1, waiting=0, running=30)
+    assert rec is not None
+    assert "trend" not in rec.message, rec.message
+    assert all((x.arrivals is None) == (x.t < T0 + 60) for x in drv.learned.history)
+    assert any(x.arrivals is None for x in drv.learned.history)
+
+
+def test_an_arrival_counter_is_read_for_the_forecast_only() -> None:
+    """``signals.arrivals`` (a counter's rate, e.g. JetStream's prompt tokens): the trend is measured on it, and
+    it counts in no load (the load is the gauges'). Without ``forecast.arrivals`` the role is refused."""
+    cfg = config(forecast={"arrivals": True}, signals={"waiting": "waiting", "running": "running",
+                                                       "arrivals": "prompt"})
+    drv = Driver(cfg)
+    rec = None
+    for i in range(int(60 / STEP)):
+        rec = drv.step(1, 1, waiting=0, running=min(30.0, 30.0 * (i * STEP + STEP) / 60), prompt=90_000.0)
+    assert rec is not None
+    assert (rec.replicas, rec.reason) == (1, Reason.STEADY), rec.message
+    assert "load 0.72 replica-equivalents (slots 0.72" in rec.message
+    assert "on arrivals 9e+04/s: ×1.00" in rec.message
+    with pytest.raises(ValidationError, match=r"forecast\.arrivals only"):
+        policy(config(signals={"waiting": "waiting", "arrivals": "prompt"}))
+
+
+def test_a_dip_in_the_arrivals_is_no_growth_to_come() -> None:
+    """Arrivals climbing slowly (10 → 12.35/s over 4 min), the last sample a dip to 9/s: measured from the dip,
+    the fitted line's value would read as growth still to come (×1.42); over their level (the fitted line's value
+    now, never below the arrivals now) the dip forecasts no more growth than the same climb without it."""
+
+    def last(dip: bool) -> float:
+        drv = Driver(config(**ARRIVALS))
+        for i in range(47):
+            _arrive(drv, 10.0 + 0.05 * i)
+            drv.step(3, 3, waiting=0, running=80)
+        _arrive(drv, 9.0 if dip else 10.0 + 0.05 * 47)
+        rec = drv.step(3, 3, waiting=0, running=80)
+        assert "trend ≥ +" in rec.message, rec.message
+        return float(rec.message.split(": ×")[1].split()[0])
+
+    assert 1.0 < last(dip=True) <= last(dip=False)

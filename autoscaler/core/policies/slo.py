@@ -46,7 +46,12 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    doubling the load, never extrapolated further ahead than the history spans), a burst flag (the last
    ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's), and, when ``seasonality`` is set and a previous
    period was seen, the load of the same phase one period ago at ``now + H``. The forecast is a floor:
-   ``need = ceil(max(load, forecast) / c)``; it never lowers what the current load needs.
+   ``need = ceil(max(load, forecast) / c)``; it never lowers what the current load needs. With
+   ``forecast.arrivals`` the trend and the burst are measured on the arrivals (``signals.arrivals``, else
+   ``promptTokens``, else the ``promptLength`` histogram's observation rate) whenever they are read: the forecast
+   is the load now times the arrivals' forecast over their level (Little's law: at a given time in system the
+   occupancy is proportional to the arrival rate), so servers filling from empty are not a trend; with no
+   arrival signal, or one unknown or zero now, the load's own trend and burst.
 5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
    them (no cascading over-scale during a cold start).
 6. **Scale down, cost-aware**: to ``max(ceil(max(peak, forecast) / (c·(1 − hysteresis))), ceil((load + rise) / c))``,
@@ -199,6 +204,14 @@ class SloSignalsSpec(SpecModel):
         "conservative prior.",
     )
 
+    arrivals: str | None = Field(
+        default=None,
+        description="Arrivals per second, total over the target (a counter's rate: prompt tokens, e.g. preset "
+        "jetstream.prompt_tokens, or requests), for forecast.arrivals only: the forecast's trend and burst are "
+        "measured on it. It counts in no load. Default: promptTokens, else the promptLength histogram's observation "
+        "rate (unknown in a window without requests).",
+    )
+
     prefill_seconds: str | None = Field(
         default=None,
         description="Prefill seconds per second, total over the target (a counter's rate of a prefill-time "
@@ -224,6 +237,16 @@ class ForecastSpec(SpecModel):
         default=None, gt=0, description="e.g. 86400: the load one period ago at now + cold start is a floor."
     )
     seasonality_buckets: int = Field(default=96, ge=2, le=10080, description="Phases kept per period.")
+    arrivals: bool = Field(
+        default=False,
+        description="Measure the trend and the burst on the arrivals rather than on the load, whenever an arrival "
+        "signal is read: promptTokens' rate, or without token counters the promptLength histogram's observation "
+        "rate (requests/s). The load's forecast is then the load now times the arrivals' forecast over the arrivals "
+        "now (Little's law: at a given time in system, occupancy is proportional to the arrival rate), so servers "
+        "filling from empty (an occupancy gauge climbing while demand does not) are not a trend. Without an arrival "
+        "signal, or with it unknown or zero now, the load's own trend and burst, as before. The arrivals' first "
+        "window is not history (its rate ramps from nothing).",
+    )
 
 
 class ScaleDownSpec(SpecModel):
@@ -300,10 +323,11 @@ class SloPolicyConfig(SpecModel):
                 "signals.promptTokensBurst measures bursts of prompt work: it needs promptTokens and promptLength",
                 "signals",
             )
-        if s.prompt_length is not None and s.prompt_tokens is None and not self.slot_wait:
+        alone = self.slot_wait or self.forecast.arrivals
+        if s.prompt_length is not None and s.prompt_tokens is None and not alone:
             raise FieldError(
-                "signals.promptLength sizes the prefill queue: it needs promptTokens (or slotWait, which reads the "
-                "arrivals and the prompt lengths from it alone)",
+                "signals.promptLength sizes the prefill queue: it needs promptTokens (or slotWait or "
+                "forecast.arrivals, which read the arrivals from it alone)",
                 "signals",
             )
         if self.slot_wait and (s.prompt_length is None or self.replica.prior is None):
@@ -318,6 +342,8 @@ class SloPolicyConfig(SpecModel):
                 "signals.slotsUsed",
                 "slotWait",
             )
+        if s.arrivals is not None and not self.forecast.arrivals:
+            raise FieldError("signals.arrivals is read by forecast.arrivals only: set it or drop the role", "signals")
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
             raise FieldError(
                 "signals.timePerOutputToken needs objective.timePerOutputTokenSeconds", "objective"
@@ -366,6 +392,9 @@ class LoadSample:
     kv: float | None
     #: Generated-token work in replicas of the prior, where it counts (``SloAlgorithm._generation_counts``).
     generated: float = 0.0
+    #: The arrivals (``forecast.arrivals``: prompt tokens/s, or requests/s from the prompt-length histogram);
+    #: None: not read, unknown, or within the arrival signal's first window.
+    arrivals: float | None = None
 
     def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0) -> float:
         """The load with capacity scale ``kappa``, ``slot_unit`` (the slots one replica-equivalent counts,
@@ -693,11 +722,16 @@ class SloAlgorithm:
         # Until the counters' rate windows have filled, a fresh controller's rates ramp from nothing: that
         # would read as a rise and a trend. Those first samples are not history.
         warm = prev.since is not None and now - prev.since >= self._rate_window(ctx)
+        # 4a. The arrivals (``forecast.arrivals``), None when not read or unknown; history only once their
+        # signal's window has filled, for the same reason.
+        arrivals, arrivals_window = self._arrivals(ctx)
+        arrivals_warm = prev.since is not None and now - prev.since >= arrivals_window
         if not reading.unknown and warm:
             history = (
                 *history,
                 LoadSample(
-                    now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas, reading.generated_prior
+                    now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas, reading.generated_prior,
+                    arrivals if arrivals_warm else None,
                 ),
             )
             if not queued:
@@ -716,12 +750,29 @@ class SloAlgorithm:
         )
         if fc.enabled and series:
             calm_set = set(calm)
-            trend = trend_and_burst(
-                series, now, load, horizon, fc.burst_ratio, burst_at,
-                trend_samples=[(t, v) for t, v in series if t in calm_set] if not queued else [],
-                reach=reach,
-            )
-            forecast, ftext, burst_at, further = trend.value, trend.text, trend.burst_at, trend.further
+            if arrivals is not None and arrivals > 0:
+                # On the arrivals: the load now times their forecast over them now. At a given time in system
+                # the occupancy is proportional to the arrival rate (Little's law); a gauge filling from empty
+                # climbs while the arrivals do not. Never below the load now (the forecast is ≥ the arrivals now).
+                arrived = [(x.t, a) for x in history if (a := x.arrivals) is not None]
+                trend = trend_and_burst(
+                    arrived, now, arrivals, horizon, fc.burst_ratio, burst_at,
+                    trend_samples=[(t, v) for t, v in arrived if t in calm_set] if not queued else [],
+                    reach=reach,
+                )
+                # Over their level (the fitted line's value now, never below the arrivals now: a dip below the
+                # line is no growth to come); at most doubling the load, as the load's own trend.
+                grow, grow_further = (min(2.0, max(1.0, v / trend.level)) for v in (trend.value, trend.further))
+                forecast, burst_at = load * grow, trend.burst_at
+                further = max(forecast, load * grow_further)
+                ftext = f" (on arrivals {arrivals:.3g}/s: ×{grow:.2f}{trend.text})"
+            else:
+                trend = trend_and_burst(
+                    series, now, load, horizon, fc.burst_ratio, burst_at,
+                    trend_samples=[(t, v) for t, v in series if t in calm_set] if not queued else [],
+                    reach=reach,
+                )
+                forecast, ftext, burst_at, further = trend.value, trend.text, trend.burst_at, trend.further
             if fc.seasonality_period_seconds is not None:
                 season, season_load = seasonal(
                     prev.seasonal, fc.seasonality_period_seconds, fc.seasonality_buckets, now, horizon,
@@ -1034,6 +1085,29 @@ class SloAlgorithm:
             + (f"(measured {1.0 / measured:.1f}s)" if measured is not None else "(not measured now, the last)")
             + f", TTFT slack {min(x for x, _ in slacks):.2f}-{max(x for x, _ in slacks):.2f}s"
         )
+
+    def _arrivals(self, ctx: Context) -> tuple[float | None, float]:
+        """``forecast.arrivals``: the arrivals now, total over the target (None: not configured, no arrival signal
+        read, or unknown now), and their signal's window. ``signals.arrivals`` when given; else prompt tokens/s
+        where the policy reads the token counters; else requests/s, the prompt-length histogram's observation rate."""
+        cfg = self.config
+        s = cfg.signals
+        if not cfg.forecast.arrivals:
+            return None, 0.0
+        counter = s.arrivals or s.prompt_tokens
+        if counter is not None:
+            rate = ctx.spec.signal(counter).rate
+            return _target_total(ctx, counter), rate.window_seconds if rate is not None else 0.0
+        if s.prompt_length is not None:
+            sig = ctx.signals[s.prompt_length]
+            quantile = ctx.spec.signal(s.prompt_length).quantile
+            window = quantile.window_seconds if quantile is not None else 0.0
+            if not sig.ok or sig.histogram is None:
+                return None, window
+            # No observation in the window is no arrival (the histogram was read): zero, not unknown.
+            lengths = lengths_from_histogram(sig.histogram)
+            return (lengths.rate if lengths is not None else 0.0), window
+        return None, 0.0
 
     def _prefill_rate(self, ctx: Context, last: float | None, dt: float) -> tuple[float | None, float | None]:
         """The prefill rate the queue model uses (None: the prior's, nothing measured yet) and this evaluation's
