@@ -190,16 +190,18 @@ def _in_bulk(
         feed(bulk.blocks())
         return
     later = out / ".decisions.later.jsonl"
-    with forked.Child(_later, replay, bulk, half, counts.flap_window_s, columns is not None, later) as child:
-        feed(bulk.blocks(0, half))
-        answer = child.result()
+    try:
+        with forked.Child(_later, replay, bulk, half, counts.flap_window_s, columns is not None, later) as child:
+            feed(bulk.blocks(0, half))
+            answer = child.result()
+        if answer is not None:
+            writer.append(later)
+    finally:
+        later.unlink(missing_ok=True)  # whatever happened here: --out holds only the command's files
     if answer is None:
-        later.unlink(missing_ok=True)
         feed(bulk.blocks(half, None, bulk.warm(half)))
         return
     tally, drawn = answer[0]
-    writer.append(later)
-    later.unlink()
     counts.join(tally)
     if columns is not None:
         columns.join(drawn)

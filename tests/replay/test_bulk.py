@@ -287,3 +287,29 @@ def test_own_counts_are_the_decisions_one_at_a_time(tmp_path: Path, seed: int) -
         count = decided.desired[0]
     assert counts.tolist() == expected
     assert len(set(expected)) > 5, "the counts move"
+
+
+def test_a_failure_in_the_first_half_leaves_no_part_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The later half's file (written by the child) is removed when this process fails while the child runs."""
+    import os  # noqa: PLC0415
+
+    from autoscaler.replay import report  # noqa: PLC0415
+    from bench.replay_speed import POLICY, write_week  # noqa: PLC0415
+
+    write_week(tmp_path / "week.csv")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(POLICY))
+    parent = os.getpid()
+    real = report.Tally.add_block
+
+    def fails_here(self: report.Tally, block: engine.Block) -> None:
+        if os.getpid() == parent and block.times[0] > START + 86400:
+            raise OSError(28, "No space left on device")  # after the child has started writing
+        real(self, block)
+
+    monkeypatch.setattr(report.Tally, "add_block", fails_here)
+    monkeypatch.setattr(engine, "BLOCK", 1024)
+    monkeypatch.setattr(forked, "cores", lambda: 2)
+    code = main(["replay", "--policy", str(tmp_path / "policy.yaml"), "--metrics", str(tmp_path / "week.csv"),
+                 "--out", str(tmp_path / "out"), "-q"])
+    assert code == 1
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["decisions.jsonl"]
