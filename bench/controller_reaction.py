@@ -307,13 +307,15 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
         rt.controller.probe_chunk, rt.controller.probe_parallel = chunking
     # Each probe round's process CPU and wall time (whatever else ran meanwhile counts too: periodic passes,
     # escalated evaluations): a round's wall time bounds the wait for a crossing to be screened.
-    rounds: list[tuple[float, float, int]] = []
+    # The last field: how many screens stood as their policy's periodic evaluation in the round.
+    rounds: list[tuple[float, float, int, int]] = []
     inner = rt.controller.probe_round
 
     async def timed_round() -> None:
-        c0, w0, s0 = time.process_time(), time.monotonic(), rt.controller.screens
+        c0, w0, s0, st0 = time.process_time(), time.monotonic(), rt.controller.screens, paths["stood"]
         await inner()
-        rounds.append((time.process_time() - c0, time.monotonic() - w0, rt.controller.screens - s0))
+        rounds.append((time.process_time() - c0, time.monotonic() - w0, rt.controller.screens - s0,
+                       paths["stood"] - st0))
 
     rt.controller.probe_round = timed_round  # type: ignore[method-assign]
     # How each screen ended and how each periodic evaluation was made: a quiet screen (no decide), a screen that
@@ -345,14 +347,14 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
     controller._escalate = noted
     # The probe rounds' bulk reads of target views grown too old (every view read together ages out together):
     # when each started and how long it took (a trial that overlaps one says so).
-    bulk: list[tuple[float, float]] = []
+    bulk: list[tuple[float, float, int]] = []  # (start, duration, views read)
     read_targets = controller._read_targets
 
     async def timed_read(policies: Any) -> None:
         w = loop.time()
         await read_targets(policies)
         if len(policies) > 1:
-            bulk.append((w, loop.time() - w))
+            bulk.append((w, loop.time() - w, len(policies)))
 
     controller._read_targets = timed_read
     # Where a round's CPU goes (``--breakdown``): the exposition parse, the per-target combine (``_reading``), and
@@ -442,7 +444,8 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
               file=sys.stderr, flush=True)
         if bulk:
             print(f"bulk reads of target views: {len(bulk)}, median {statistics.median(b[1] for b in bulk):.2f} s, "
-                  f"max {max(b[1] for b in bulk):.2f} s", file=sys.stderr, flush=True)
+                  f"max {max(b[1] for b in bulk):.2f} s; views read: {', '.join(str(b[2]) for b in bulk)}",
+                  file=sys.stderr, flush=True)
         if parts:
             print(f"of the {len(parts)} reactions found by a screen, medians: to the screen's start "
                   f"{statistics.median(p[0] for p in parts):+.2f} s (max {max(p[0] for p in parts):+.2f}), screen to "
@@ -461,6 +464,14 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
                   f"{statistics.median(r[1] for r in full):.2f} s, max {max(r[1] for r in full):.2f} s; median "
                   f"process CPU {statistics.median(r[0] for r in full):.2f} s "
                   f"({1e6 * statistics.median(r[0] / r[2] for r in full):.0f} us per screened policy)",
+                  file=sys.stderr, flush=True)
+            # How the periodic stands spread over the rounds (policies due together stand together) and what
+            # the rounds carrying the most of them cost.
+            stands = sorted(float(r[3]) for r in full)
+            cpus = sorted(r[0] for r in full)
+            print(f"stands per round: median {statistics.median(stands):.0f}, p90 {pct(stands, 90):.0f}, "
+                  f"max {stands[-1]:.0f}; round process CPU p90 {pct(cpus, 90):.2f} s, max {cpus[-1]:.2f} s; "
+                  f"round wall p90 {pct(sorted(r[1] for r in full), 90):.2f} s",
                   file=sys.stderr, flush=True)
     finally:
         for c in {api_conn, pods_conn}:
