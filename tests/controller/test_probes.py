@@ -624,6 +624,34 @@ async def test_aging_views_are_read_again_in_the_background_while_the_round_scre
     await r.observer.aclose()
 
 
+async def test_a_background_read_takes_along_the_views_past_half_its_age(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """Views read in separate groups would stay separate (a list of the whole namespace each): the background
+    read of the views past ``refresh_periods`` also reads those past half that age, not the younger ones."""
+    r, clock = await many_runtime(kube, kube_client, tgi, tmp_path, 4)
+    read: list[list[str]] = []
+    inner = r.observer.read_targets
+
+    async def recorded(policies: Sequence[CompiledPolicy]) -> None:
+        read.append(sorted(cp.name for cp in policies))
+        await inner(policies)
+
+    r.observer.read_targets = recorded  # type: ignore[method-assign]
+    now = clock.monotonic()
+    views = r.observer.views
+    names = sorted(views)
+    # p0, p1: past 1.5 periods (22.5 s); p2: past 0.75 periods (11.25 s), not 1.5; p3: younger.
+    for name, age in zip(names, (25.0, 23.0, 15.0, 5.0), strict=True):
+        views[name] = views[name]._replace(read_at=now - age)
+    r.controller._refresh_ahead([r.store.policies[n] for n in names])
+    assert r.controller._refreshing is not None
+    await r.controller._refreshing
+    assert read == [names[:3]]  # with the coalescing broken: names[:2], and p2 later in a list of its own
+    assert views[names[3]].read_at == now - 5.0
+    await r.observer.aclose()
+
+
 async def test_each_probe_round_ends_with_after_round(rt: Runtime) -> None:
     """``Runtime`` freezes what a round left behind there (``core.fast.freeze_survivors``)."""
     calls: list[int] = []
