@@ -41,7 +41,7 @@ from autoscaler.core.model import (
 from autoscaler.core.policies import disaggregated
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.policies.hpa import BehaviorSpec
-from autoscaler.core.signals import SignalJudge
+from autoscaler.core.signals import NO_OBSERVATIONS, SignalJudge
 from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
 
 
@@ -304,9 +304,18 @@ _DEFAULT_RULES = behavior.effective_rules(BehaviorSpec())
 def _count_failures(
     previous: tuple[tuple[str, int], ...], triggers: tuple[str, ...], signals: dict[str, SignalValue]
 ) -> tuple[tuple[str, int], ...]:
-    """Each trigger's run of unknown evaluations, this one included (usable triggers are left out: count 0)."""
+    """Each trigger's run of unknown evaluations, this one included (usable triggers are left out: count 0).
+
+    A histogram whose every ready pod reported fresh buckets holding no request in the window (``no
+    observations``: no latency to take a quantile of, at night, between bursts) is not a failure: the pipeline
+    answered, and KEDA's fallback is for a trigger in error. It stays unknown (never read as idle), and it
+    resets the count as a usable reading does."""
     before = dict(previous)
-    return tuple((name, before.get(name, 0) + 1) for name in triggers if not signals[name].ok)
+    return tuple(
+        (name, before.get(name, 0) + 1)
+        for name in triggers
+        if not signals[name].ok and not signals[name].reason.startswith(NO_OBSERVATIONS)
+    )
 
 
 def _falling(fallback: FallbackSpec | None, failures: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:

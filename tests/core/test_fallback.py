@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from autoscaler.core.model import PolicyState, Reason, SignalReading
+from autoscaler.core.model import PolicyState, Reason, ReplicaStatus, SignalReading
+from autoscaler.core.signals import PodRule, combine_pods
 from tests.core.test_safety import HPA, KPA, NOW, QUEUE, compiled, fresh, observe, run
 
 DOWN_TWO_PER_MINUTE = {"scaleDown": {"stabilizationWindowSeconds": 60,
@@ -189,3 +190,42 @@ def test_usable_triggers_asking_exactly_the_fallback_count_leave_the_fallback_in
         decision, state = run(cp, observe(8, waiting=None, running=fresh(3.75, NOW + 15 * i)), state, NOW + 15 * i)
     assert (decision.desired, decision.reason) == (3, Reason.FALLBACK)
     assert "ask for more" not in decision.message, decision.message
+
+
+def _no_request_in_the_window(now: float) -> SignalReading:
+    """A latency histogram as the one per-pod rule reads it when both ready pods report fresh buckets that hold no
+    request in the window: at night, or between bursts."""
+    zero = {0.5: 0.0, 2.0: 0.0, math.inf: 0.0}
+    raw = SignalReading(
+        None, now - 1.0, "test",
+        per_replica={"pod-0": 0.0, "pod-1": 0.0}, pod_times={"pod-0": now - 1.0, "pod-1": now - 2.0},
+        buckets={"pod-0": zero, "pod-1": zero},
+    )
+    rule = PodRule(max_age_s=60.0, how="sum", min_fraction=None, workers=False, quantile=0.99)
+    return combine_pods(rule, raw, ReplicaStatus(2, 2, 0), now)
+
+
+def test_a_histogram_with_no_request_in_its_window_is_unknown_but_never_falls_back() -> None:
+    # KEDA's fallback is for a trigger in error; here every pod answered, fresh, and saw no request, so there is
+    # no latency to take a quantile of. Before, a TTFT or queue-time quantile counted as a failure and a quiet
+    # target was raised to the fallback count after failureThreshold evaluations (found on the yardstick's TPU
+    # code rows, docs/slo.md "Session 11").
+    cp = compiled(HPA, metricSafety={"fallback": {"failureThreshold": 1, "replicas": 9}})
+    state = PolicyState()
+    for i in range(6):
+        now = NOW + 15 * i
+        decision, state = run(cp, observe(2, waiting=_no_request_in_the_window(now)), state, now)
+        assert decision.reason is Reason.METRICS_UNKNOWN, i  # still unknown: never read as idle
+        assert decision.desired == 2, i
+        assert "no observations" in decision.message
+    assert state.signal_failures == ()
+    # The same trigger in error falls back after the threshold, and an empty window resets its count as a usable
+    # reading does.
+    got = []
+    for i, reading in enumerate([None, _no_request_in_the_window(NOW), None, None]):
+        now = NOW + 100 + 15 * i
+        decision, state = run(cp, observe(2, waiting=reading), state, now)
+        got.append(decision.desired)
+    # The 4th: waiting failed twice in a row, past failureThreshold 1; 2 -> 9 paced by HPA's behavior to 4.
+    assert got == [2, 2, 2, 4]
+    assert "fallback" in decision.message
