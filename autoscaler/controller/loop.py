@@ -34,9 +34,7 @@ between two screens. A screen asks the core first whether the reading could chan
 (``core.screen.quiet``) and decides only when it could. A due policy's clean screen that would change nothing
 **is** its periodic evaluation (``_stand``: one ``decide`` on one read, committed); the periodic pass leaves a
 screened policy to the probes for one period past its due time, then takes over, deciding on the last screen
-(``_reusable``) and reading afresh to act. After its first evaluation (at once, as ever), a policy's periodic due
-times lie on its own grid, phased over its period by a hash of its name (``periodic_due``): policies first
-evaluated together do not stand together every period after.
+(``_reusable``) and reading afresh to act.
 Rounds start every ``fastPollSeconds`` (a round that runs longer delays the next, it is not repeated).
 A periodic pass over many policies is evaluated in chunks of ``pass_chunk`` (policies sharing a ClusterQueue
 stay in one chunk: its ledger is filled from their bulk read before any of them decides), so the event
@@ -59,7 +57,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import logging
 import math
 import time
@@ -1088,7 +1085,7 @@ class Controller:
     ) -> Outcome:
         self._child(self.telemetry.triggers, why if why in ("period", "watch", "reload") else "other").inc()
         outcome = await self.evaluate(cp, why, prepared=prepared)
-        self._due[cp.name] = periodic_due(cp.name, self.clock.monotonic(), cp.policy.spec.evaluation_period_seconds)
+        self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
         return outcome
 
     async def _probe_forever(self) -> None:
@@ -1266,7 +1263,7 @@ class Controller:
             return False
         self._runs[name] = stamp + 1
         self.states[name] = screen.state
-        self._due[name] = periodic_due(name, self.clock.monotonic(), cp.policy.spec.evaluation_period_seconds)
+        self._due[name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
         self._kept.pop(name, None)  # used: the evaluation count moved on
         self.outcomes[name] = Outcome(name, tuple(screen.decisions), committed=True, observation=screen.obs)
         self._child(self.telemetry.triggers, "period").inc()
@@ -1294,21 +1291,6 @@ class Controller:
         if outcome.committed:
             # The probe acted: the next periodic evaluation is a full period away.
             self._due[cp.name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
-
-
-def periodic_due(name: str, now: float, period: float) -> float:
-    """A policy's next periodic due time after an evaluation at ``now``: the last point of the policy's own grid
-    (``phase + k * period``) at or before ``now + period``, so never later than ``now + period`` (as before)
-    and never at or before ``now``. The phase is a stable fraction of the period from a hash of the policy's name
-    (not random: runs and tests repeat). Policies first evaluated in one pass were due together again every period
-    ever after, and about 2,500 of 5,000 stood as their periodic evaluations in each of two rounds (+0.2 s of CPU
-    each, 2026-12-07, notes/reaction3); on their grids each round carries about its share. The first evaluation
-    of a new policy is not delayed by it (a policy never evaluated is due at once, ``Controller.due_now``)."""
-    # blake2b, not crc32: crc32 is linear, and names that differ in a counter (p-1, p-2, ...) bunched in a few
-    # parts of the period (220 of 2,500 in one fifteenth).
-    phase = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big") / 2**64 * period
-    due = now + period - (now + period - phase) % period
-    return due if due > now else now + period  # a float's remainder may round up to the period
 
 
 def _chunks(

@@ -16,7 +16,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from autoscaler.controller import targets
-from autoscaler.controller.loop import Controller, Stamped, _chunks, periodic_due
+from autoscaler.controller.loop import Controller, Stamped, _chunks
 from autoscaler.controller.observer import Prepared, WatchSpec
 from autoscaler.controller.runtime import Runtime
 from autoscaler.core import engine
@@ -231,65 +231,6 @@ async def test_every_policy_waits_one_round_between_two_screens(
     await r.observer.aclose()
 
 
-def test_periodic_due_times_are_spread_over_the_period_by_name() -> None:
-    """Each policy's due times lie on its own grid: within a period of the evaluation, the same for the same name
-    and time (no randomness), one period apart from one evaluation on its grid to the next, and the phases of
-    many policies spread evenly over the period (no round carries many more stands than its share)."""
-    period, now = 15.0, 1000.0
-    assert periodic_due("p1", now, period) == periodic_due("p1", now, period)
-    names = [f"policy-{i}" for i in range(2500)]
-    dues = [periodic_due(n, now, period) for n in names]
-    assert all(now < d <= now + period for d in dues)
-    # An evaluation at its due time, or a round later, is next due one period after the grid point.
-    for n, d in zip(names[:50], dues[:50], strict=True):
-        assert periodic_due(n, d, period) == pytest.approx(d + period)
-        assert periodic_due(n, d + 0.7, period) == pytest.approx(d + period)
-    # 15 one-second rounds per period: each holds about 1/15 of the due times (167), none more than 1.3 times it.
-    bins = [0] * 15
-    for d in dues:
-        bins[min(int(d - now), 14)] += 1
-    assert max(bins) < 1.3 * len(names) / 15
-    assert min(bins) > 0.7 * len(names) / 15
-
-
-async def test_policies_due_together_stand_and_then_fall_due_spread_over_the_period(
-    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
-) -> None:
-    """Policies first evaluated in one pass were due together, stood together (in one or two rounds) and were
-    due together again a period later, forever: after standing (or a periodic evaluation), each is due on its own
-    grid, so a period later they fall due over many rounds."""
-    n = 12
-    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
-                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
-    for i in range(n):
-        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
-    clock = ManualClock()
-    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
-    (tmp_path / "tgi.yaml").unlink()
-    (tmp_path / "many.yaml").write_text("---\n".join(docs))
-    r.store.reload()
-    tgi.queue = 5
-    c = r.controller
-    assert await c.run_once()
-    now = clock.monotonic()
-    names = list(r.store.policies)
-    for name in names:
-        c._due[name] = now  # all due at once, as after one first pass
-    await c.probe_round()
-    await settle(r)
-    assert all(c.outcomes[name].committed for name in names)  # every one stood
-    dues = [c._due[name] for name in names]
-    assert all(now < d <= now + 15 for d in dues)
-    assert len({round(d, 3) for d in dues}) == n  # no two due together (with the phase broken: one time for all)
-    assert max(dues) - min(dues) > 15 / 2  # spread over the period
-    # A periodic pass's evaluation puts the policy on its grid too.
-    first = r.store.policies[names[0]]
-    clock.advance(3.3)
-    await c._run_one(first, "period")
-    assert c._due[names[0]] == periodic_due(names[0], clock.monotonic(), 15)
-    await r.observer.aclose()
-
-
 def counting_decide(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count ``decide`` calls (by policy name): ``CompiledPolicy.decide`` calls ``engine.decide``."""
     calls: list[str] = []
@@ -332,9 +273,7 @@ async def test_a_due_policys_screen_stands_as_its_periodic_evaluation(
     assert c.states["tgi-gemma"].last_decision_time == clock.wall()  # committed: decided at the screen
     assert c.outcomes["tgi-gemma"].committed
     assert c.outcomes["tgi-gemma"].acted == ()
-    # The next due time is on the policy's own grid, within a period (``periodic_due``).
-    assert c._due["tgi-gemma"] == periodic_due("tgi-gemma", clock.monotonic(), 15)
-    assert clock.monotonic() < c._due["tgi-gemma"] <= clock.monotonic() + 15
+    assert c._due["tgi-gemma"] == clock.monotonic() + 15
     assert c.due_now(clock.monotonic(), probing=True) == []  # the pass has nothing left to evaluate
 
 
