@@ -30,7 +30,9 @@ SHIPPED = (
 
 def render(source: str, replace: dict[str, str]) -> str:
     lines = (ROOT / source).read_text().splitlines()
-    body = lines[next(i for i, ln in enumerate(lines) if ln.startswith("apiVersion:")):]  # the header speaks of llm-mixed
+    # The source's comment header speaks of llm-mixed: start the copy at its first object.
+    first_object = next(i for i, ln in enumerate(lines) if ln.startswith("apiVersion:"))
+    body = lines[first_object:]
     out = [replace.get(ln, ln) for ln in body]
     missing = [k for k in replace if k not in body]
     if missing:

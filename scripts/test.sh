@@ -20,7 +20,7 @@ fi
 echo "== installing the package and its test dependencies into .venv"
 python -m pip install -q --disable-pip-version-check -e '.[test]'
 
-echo "== ruff";          python -m ruff check autoscaler tests bench
+echo "== ruff";          python -m ruff check autoscaler tests bench scripts
 echo "== mypy --strict"; python -m mypy
 echo "== import-linter"; lint-imports
 echo "== schema drift";  python -m autoscaler.policyfile.schema --check policies/schema.json
