@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from autoscaler.core import arbitration, behavior, policies, topology
 from autoscaler.core.model import (
+    NO_OBSERVATIONS,
     Ahead,
     Decision,
     DeferredScale,
@@ -41,7 +42,7 @@ from autoscaler.core.model import (
 from autoscaler.core.policies import disaggregated
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.policies.hpa import BehaviorSpec
-from autoscaler.core.signals import NO_OBSERVATIONS, SignalJudge
+from autoscaler.core.signals import SignalJudge
 from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
 
 

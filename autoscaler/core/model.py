@@ -58,6 +58,11 @@ class SignalReading:
     buckets: Mapping[str, Mapping[float, float]] | None = None
 
 
+#: The reason a histogram signal is unknown when its every reporting pod gave fresh buckets holding no request in
+#: the window (``signals.judge``): the pipeline answered, there is no latency to take a quantile of.
+NO_OBSERVATIONS = "no observations: "
+
+
 class SignalState(enum.StrEnum):
     OK = "ok"
     UNKNOWN = "unknown"

@@ -20,14 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autoscaler.core import catalog, counters, expressions
-from autoscaler.core.model import ReplicaStatus, SignalReading, SignalState, SignalValue
+from autoscaler.core.model import NO_OBSERVATIONS, ReplicaStatus, SignalReading, SignalState, SignalValue
 from autoscaler.core.spec import SignalSpec, Spec
 
 #: Samples stamped slightly in the future (clock skew between hosts) still count as fresh.
 FUTURE_SKEW_S = 5.0
 #: Reasons the core gives itself (not a source's error): shown as they are, without "source error:".
 PARTIAL = "partial: "
-NO_OBSERVATIONS = "no observations: "
 _OWN_REASONS = (PARTIAL, NO_OBSERVATIONS)
 
 

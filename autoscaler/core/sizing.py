@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from autoscaler.core import fast
+from autoscaler.core import counters, fast
 
 #: A latency quantile at or above this fraction of its objective puts the SLO at risk. Design constant:
 #: the loop must act before the target is crossed, since the quantile is measured over a trailing window.
@@ -220,6 +220,53 @@ def learn_utilization(
         proven = min(proven, load / ready * (1.0 - h))
     c = min(max(target, PROBE_MAX_UTILIZATION), max(MIN_UTILIZATION, c))
     return Headroom(c, proven)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a latency window is evidence of (``latencyEvidence``)
+
+#: One-sided confidence with which a window's observations must support a latency quantile before it counts as
+#: measured: the conventional 95 % of a one-sided test (estimate; no trace was looked at to choose it).
+QUANTILE_CONFIDENCE = 0.95
+
+
+@fast.memoized(maxsize=1024)
+def supported_rank(n: int, q: float, confidence: float = QUANTILE_CONFIDENCE) -> int:
+    """The largest rank ``k`` (1-based, 0 when none) of ``n`` observations whose order statistic ``X_(k)`` is at
+    most the true ``q`` quantile with probability at least ``confidence``: ``P(X_(k) ≤ ξ_q) = P(Binomial(n, q)
+    ≥ k)`` whatever the distribution (the distribution-free confidence bound of a quantile by order statistics;
+    source: David and Nagaraja, *Order Statistics*, 3rd ed., §7.1). The tail is summed in log space from the top."""
+    if n <= 0 or not 0 < q < 1:
+        return 0
+    lq, lp = math.log(q), math.log1p(-q)
+    lgn = math.lgamma(n + 1)
+    tail = 0.0
+    for k in range(n, 0, -1):
+        tail += math.exp(lgn - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * lq + (n - k) * lp)
+        if tail >= confidence:
+            return k
+    return 0
+
+
+def supported_quantile(
+    histogram: Mapping[float, float], q: float, window_s: float, confidence: float = QUANTILE_CONFIDENCE
+) -> float | None:
+    """The ``q`` quantile that a window's observations support at ``confidence``: the lower confidence bound
+    ``X_(k)`` (``supported_rank``) read from cumulative ``histogram`` buckets (upper bound -> observations per
+    second at or below it, ``+Inf`` included) as ``histogram_quantile`` reads a rank, the counts being the rates
+    times ``window_s``. With many observations it is the point estimate's within a few ranks; with few, a
+    ``p99`` is no longer the largest one: one slow request among twenty is what a 1 % tail gives by chance
+    (``P = 1 − 0.99²⁰ ≈ 18 %``), two are not. None without observations, or when even the smallest of them is
+    not supported (then nothing is measured)."""
+    total = histogram.get(math.inf, 0.0)
+    n = round(total * window_s)
+    if not total > 0 or n <= 0 or window_s <= 0:
+        return None
+    k = supported_rank(n, q, confidence)
+    if k <= 0:
+        return None
+    value = counters.histogram_quantile(k / n, histogram)
+    return None if math.isnan(value) else value
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -772,6 +819,7 @@ __all__ = [
     "MIN_UTILIZATION",
     "PREFILL_RATE_TAU_S",
     "PROBE_MAX_UTILIZATION",
+    "QUANTILE_CONFIDENCE",
     "RECOVER_TAU_S",
     "RELAX_FRACTION",
     "RELEASE_TAU_S",
@@ -806,6 +854,8 @@ __all__ = [
     "slot_release_rate",
     "slot_wait_miss",
     "split_burstiness",
+    "supported_quantile",
+    "supported_rank",
     "trend_and_burst",
     "trend_span",
     "ttft_slacks",

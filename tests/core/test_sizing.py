@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from autoscaler.core import sizing
+from autoscaler.core import counters, sizing
 from autoscaler.core.policies import slo
 
 
@@ -496,3 +496,49 @@ def test_the_release_rate_is_averaged_and_unknown_keeps_the_last() -> None:
     assert sizing.learn_release_rate(0.2, None, dt=5.0) == 0.2
     step = sizing.learn_release_rate(0.2, 0.4, dt=sizing.RELEASE_TAU_S)
     assert step == pytest.approx(0.2 + (1 - math.exp(-1)) * 0.2)
+
+
+# --- what a latency window is evidence of (latencyEvidence) --------------------------------------------------
+
+
+def _binomial_at_least(n: int, p: float, k: int) -> float:
+    return math.fsum(math.comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+@pytest.mark.parametrize(("n", "q"), [(1, 0.99), (5, 0.99), (20, 0.99), (100, 0.99), (600, 0.99), (50, 0.9), (7, 0.5)])
+def test_the_supported_rank_is_the_order_statistics_confidence_bound(n: int, q: float) -> None:
+    """``X_(k) ≤ ξ_q`` with probability ``P(Binomial(n, q) ≥ k)``: the rank is the largest with at least 95 %."""
+    k = sizing.supported_rank(n, q)
+    assert 0 <= k <= n
+    if k > 0:
+        assert _binomial_at_least(n, q, k) >= sizing.QUANTILE_CONFIDENCE
+    if k < n:
+        assert _binomial_at_least(n, q, k + 1) < sizing.QUANTILE_CONFIDENCE
+
+
+def test_a_p99_of_twenty_requests_is_their_second_largest_and_of_five_their_largest() -> None:
+    """One slow request among twenty is what a 1 % tail gives by chance (1 − 0.99²⁰ ≈ 18 %); among five it is not
+    (1 − 0.99⁵ ≈ 4.9 % < 5 %)."""
+    assert sizing.supported_rank(20, 0.99) == 19
+    assert sizing.supported_rank(5, 0.99) == 5
+    assert sizing.supported_rank(0, 0.99) == 0
+
+
+def test_the_supported_quantile_needs_more_than_one_slow_request_in_twenty() -> None:
+    """20 requests in a 60 s window (rates per second): one in (1 s, 4 s] reads a p99 of 3.4 s as a point estimate,
+    1 s as supported; two there, 2.5 s either way above the objective."""
+    one = {1.0: 19 / 60, 4.0: 20 / 60, math.inf: 20 / 60}
+    two = {1.0: 18 / 60, 4.0: 20 / 60, math.inf: 20 / 60}
+    assert counters.histogram_quantile(0.99, one) == pytest.approx(3.4)
+    assert sizing.supported_quantile(one, 0.99, 60.0) == pytest.approx(1.0)
+    assert sizing.supported_quantile(two, 0.99, 60.0) == pytest.approx(2.5)
+    assert sizing.supported_quantile({1.0: 0.0, math.inf: 0.0}, 0.99, 60.0) is None
+
+
+def test_many_observations_support_nearly_the_point_estimate() -> None:
+    """6,000 requests, 1 % of them in (2 s, 4 s]: the point estimate is 2 s, the supported value a little below."""
+    buckets = {1.0: 80.0, 2.0: 99.0, 4.0: 100.0, math.inf: 100.0}
+    point = counters.histogram_quantile(0.99, buckets)
+    supported = sizing.supported_quantile(buckets, 0.99, 60.0)
+    assert supported is not None
+    assert point - 0.05 < supported <= point

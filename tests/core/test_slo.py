@@ -19,8 +19,10 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from autoscaler.core import counters
 from autoscaler.core.engine import compile_policy, decide
 from autoscaler.core.model import (
+    NO_OBSERVATIONS,
     Observation,
     PolicyState,
     Reason,
@@ -51,6 +53,7 @@ SIGNALS: list[dict[str, Any]] = [
     {"name": "plen", "query": "l"},
     {"name": "prefill", "query": "f"},
     {"name": "burst", "preset": "tgi.prompt_tokens", "rate": {"windowSeconds": 10}},
+    {"name": "ttfth", "preset": "jetstream.ttft", "quantile": {"q": 0.99, "windowSeconds": 60}},
 ]
 #: Prior: 5,000 prompt tokens/s, 600 generated tokens/s at a full batch of 48 slots; cold start 120 s.
 BASE: dict[str, Any] = {
@@ -109,6 +112,8 @@ class Driver:
         self.eviction_s: float | None = None
         #: Histogram buckets for the next step (``step``), by signal.
         self.histograms: Mapping[str, Mapping[float, float]] = {}
+        #: A source's error for the next step (``step``), by signal (e.g. a histogram window with no request).
+        self.errors: Mapping[str, str] = {}
 
     def step(self, spec: int, ready: int, starting: int = 0, /, **values: float | None) -> Recommendation:
         readings = {k: SignalReading(math.nan if v is None else v, self.now - 1) for k, v in values.items()}
@@ -116,6 +121,9 @@ class Driver:
         for k, buckets in self.histograms.items():
             readings[k] = SignalReading(values.get(k) or 1.0, self.now - 1, buckets={"pod-0": buckets})
         self.histograms = {}
+        for k, error in self.errors.items():
+            readings[k] = SignalReading(None, self.now - 1, "", error)
+        self.errors = {}
         signals = self.judge.judge_all(readings, self.now)
         ctx = Context(
             self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec, self.per_replica,
@@ -1456,3 +1464,70 @@ def test_a_dip_in_the_arrivals_is_no_growth_to_come() -> None:
         return float(rec.message.split(": ×")[1].split()[0])
 
     assert 1.0 < last(dip=True) <= last(dip=False)
+
+
+# --- latencyEvidence: what a latency window is evidence of ---------------------------------------------------
+
+#: The TTFT histogram (60 s window, p99) as the loop's signal, with the waiting gauge.
+EVIDENCE = {"signals": {"waiting": "waiting", "running": "running", "ttft": "ttfth"}, "latencyEvidence": True}
+NO_EVIDENCE = {"signals": EVIDENCE["signals"]}
+#: 20 requests in the window (rates per second over 60 s): one took 1-4 s, the rest ≤ 1 s; or two did.
+ONE_SLOW = {1.0: 19 / 60, 4.0: 20 / 60, math.inf: 20 / 60}
+TWO_SLOW = {1.0: 18 / 60, 4.0: 20 / 60, math.inf: 20 / 60}
+
+
+def _with_ttft(cfg: Mapping[str, Any], buckets: Mapping[float, float], **values: float) -> Recommendation:
+    """One evaluation with the TTFT window's buckets; the source's value is their point p99, as a pods source
+    (``signals.combine_pods``) gives it."""
+    drv = Driver(config(**cfg))
+    drv.histograms = {"ttfth": buckets}
+    point = counters.histogram_quantile(0.99, buckets)
+    return drv.step(2, 2, **{"waiting": 0.0, "running": 30.0, "ttfth": point, **values})
+
+
+def test_one_slow_request_in_twenty_is_no_missed_slo_with_latency_evidence() -> None:
+    """Its point p99 (3.4 s) misses the objective; what twenty requests support (the second largest, ≤ 1 s) does
+    not: no replica added for it. Without latencyEvidence the point estimate adds one."""
+    plain = _with_ttft(NO_EVIDENCE, ONE_SLOW)
+    assert (plain.replicas, plain.reason) == (3, Reason.SCALE_UP), plain.message
+    assert "TTFT p99 3.4s vs 2s" in plain.message
+    assert "SLO missed with 2 ready" in plain.message
+    weighed = _with_ttft(EVIDENCE, ONE_SLOW)
+    assert weighed.replicas == 2, weighed.message
+    assert "SLO missed" not in weighed.message
+    assert "TTFT p99 1s vs 2s (supported by its 20 requests at 95%; point estimate 3.4s)" in weighed.message
+
+
+def test_two_slow_requests_in_twenty_are_a_missed_slo_either_way() -> None:
+    for cfg in (EVIDENCE, NO_EVIDENCE):
+        rec = _with_ttft(cfg, TWO_SLOW)
+        assert (rec.replicas, rec.reason) == (3, Reason.SCALE_UP), rec.message
+        assert "SLO missed with 2 ready: at least 3" in rec.message
+
+
+def _idle_window(cfg: Mapping[str, Any], waiting: float) -> Recommendation:
+    """A long-observed target at 4 replicas serving 10 sequences, no request observed in the TTFT window."""
+    drv = Driver(config(**cfg))
+    drv.now -= 1000
+    drv.state = slo.SloState(since=drv.now - 1000)
+    drv.errors = {"ttfth": f"{NO_OBSERVATIONS}no request observed in the window by the 4 reporting pods"}
+    return drv.step(4, 4, waiting=waiting, running=10.0)
+
+
+def test_a_window_with_no_request_and_none_waiting_is_quiet_not_unknown() -> None:
+    """Nothing is late: with latencyEvidence the model decides (scale-down); without it, no scale-down while the
+    quantile is unknown."""
+    quiet = _idle_window(EVIDENCE, 0.0)
+    assert quiet.reason is Reason.SCALE_DOWN, quiet.message
+    assert "TTFT: no request observed in its window and none waiting (quiet)" in quiet.message
+    assert not quiet.unknown_signals
+    plain = _idle_window(NO_EVIDENCE, 0.0)
+    assert (plain.replicas, plain.reason) == (4, Reason.METRICS_UNKNOWN), plain.message
+    assert "no scale-down while ttfth is unknown" in plain.message
+
+
+def test_a_window_with_no_request_while_requests_wait_stays_unknown() -> None:
+    """Requests waiting and no first token in the window: a stall, not quiet; nothing is released."""
+    rec = _idle_window(EVIDENCE, 3.0)
+    assert (rec.replicas, rec.reason) == (4, Reason.METRICS_UNKNOWN), rec.message
+    assert "no scale-down while ttfth is unknown" in rec.message

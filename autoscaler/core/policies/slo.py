@@ -92,7 +92,7 @@ from pydantic import Field, model_validator
 
 from autoscaler.core import fast
 from autoscaler.core.headroom import latency_headroom
-from autoscaler.core.model import Ahead, Reason
+from autoscaler.core.model import NO_OBSERVATIONS, Ahead, Reason
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.sizing import (
     BURST_SHORT_S,
@@ -100,6 +100,7 @@ from autoscaler.core.sizing import (
     BURSTINESS_SPAN_S,
     CAPACITY_SCALE_BOUNDS,
     MIN_UTILIZATION,
+    QUANTILE_CONFIDENCE,
     RISK_FRACTION,
     SATURATED_EVALUATIONS,
     SETTLE_S,
@@ -122,6 +123,7 @@ from autoscaler.core.sizing import (
     seasonal,
     slot_release_rate,
     split_burstiness,
+    supported_quantile,
     trend_and_burst,
     ttft_slacks,
     work_burstiness,
@@ -296,6 +298,18 @@ class SloPolicyConfig(SpecModel):
         "promptLength buckets at the prefill rate. Needs promptLength, replica.prior and running or slotsUsed; until "
         "measured, every wait counts as a miss (the Poisson slot model). Opt-in: measured, not shipped "
         "(docs/slo.md, Session 10).",
+    )
+    latency_evidence: bool = Field(
+        default=False,
+        description="The latency loop acts on what a quantile's window is evidence of. (1) A measured quantile is "
+        "the lower one-sided 95 % confidence bound of that quantile given the window's observations (the order "
+        "statistic X_(k) with P(Binomial(n, q) >= k) >= 0.95, read from the histogram's buckets), not the point "
+        "estimate: with many observations the same within a few ranks; with few, a p99 is not the largest one "
+        "(one slow request among twenty is what a 1 % tail gives by chance, two are not). Sources that return the "
+        "quantile whole (PromQL) give no buckets: their value as before. (2) A window in which no request was "
+        "observed (no observations) while none is waiting is quiet, not unknown: no request is late, the loop "
+        "abstains and the model decides, as without a latency signal. Needs signals.waiting for (2). Opt-in "
+        "(docs/slo.md, Session 12).",
     )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
@@ -595,6 +609,7 @@ class SloAlgorithm:
 
         obj = cfg.objective
         ratios: list[tuple[float, str]] = []
+        quiet: list[str] = []
         latency_unknown = False
         pct = f"p{obj.percentile * 100:g}"
         for name, target, label in (
@@ -604,12 +619,15 @@ class SloAlgorithm:
         ):
             if name is None or target is None:
                 continue
-            sig = ctx.signals[name]
-            if not sig.ok or sig.value is None:
+            value, text = self._latency(ctx, name, waiting)
+            if value is None and text:
+                quiet.append(f"{label}: {text}")
+                continue
+            if value is None:
                 latency_unknown = True
                 unknown.append(name)
                 continue
-            ratios.append((sig.value / target, f"{label} {pct} {sig.value:.3g}s vs {target:g}s"))
+            ratios.append((value / target, f"{label} {pct} {value:.3g}s vs {target:g}s{text}"))
         worst = max(ratios) if ratios else None
         known_demand = [v for v in (prompt, gen, running, waiting) if v is not None]
         demand_zero = bool(known_demand) and all(v == 0 for v in known_demand)
@@ -625,7 +643,7 @@ class SloAlgorithm:
             waiting=waiting,
             running=running,
             latency_ratio=worst[0] if worst else None,
-            latency_text="; ".join(t for _, t in ratios),
+            latency_text="; ".join([*(t for _, t in ratios), *quiet]),
             unknown=tuple(unknown),
             latency_unknown=latency_unknown,
             demand_zero=demand_zero,
@@ -967,6 +985,36 @@ class SloAlgorithm:
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
+
+    def _latency(self, ctx: Context, name: str, waiting: float | None) -> tuple[float | None, str]:
+        """A latency quantile signal as the loop takes it: ``(value, text)``. ``(None, "")``: unknown; ``(None,
+        text)``: quiet (``latencyEvidence``: no request observed in the window, or too few to support any value of
+        the quantile, while none is waiting: nothing is late, the loop abstains); else the value, with
+        ``latencyEvidence`` the lower confidence bound of the quantile its observations support
+        (``sizing.supported_quantile``) where the source gives the buckets, and a text saying so."""
+        sig = ctx.signals[name]
+        if not self.config.latency_evidence:
+            return (sig.value, "") if sig.ok and sig.value is not None else (None, "")
+        none_waiting = waiting is not None and waiting == 0
+        if not sig.ok or sig.value is None:
+            if none_waiting and sig.reason.startswith(NO_OBSERVATIONS):
+                return None, "no request observed in its window and none waiting (quiet)"
+            return None, ""
+        quantile = ctx.spec.signal(name).quantile
+        if sig.histogram is None or quantile is None:
+            return sig.value, ""
+        window = quantile.window_seconds
+        n = round(sig.histogram.get(math.inf, 0.0) * window)
+        supported = supported_quantile(sig.histogram, quantile.q, window)
+        if supported is None:
+            if none_waiting:
+                return None, f"{n} requests in its window support no p{quantile.q * 100:g}, none waiting (quiet)"
+            return None, ""
+        if supported >= sig.value - 1e-12:
+            return sig.value, ""
+        return supported, (
+            f" (supported by its {n} requests at {QUANTILE_CONFIDENCE:.0%}; point estimate {sig.value:.3g}s)"
+        )
 
     def _release_lead(self, ctx: Context, horizon: float) -> float:
         """How long a released replica takes to be back once it is needed again: the cold start (admission to
