@@ -83,9 +83,10 @@ def with_token_signals(policy: ScalingPolicy) -> ScalingPolicy:
         {"name": "prompt", "preset": "jetstream.prompt_tokens", "rate": {"windowSeconds": 60}, "maxAgeSeconds": 30},
         {"name": "generated", "preset": "jetstream.generation_tokens", "rate": {"windowSeconds": 60},
          "maxAgeSeconds": 30},
-        {"name": "ttft", "preset": "jetstream.ttft", "quantile": {"q": 0.99, "windowSeconds": 60},
-         "maxAgeSeconds": 30},
     ]
+    if not any(s["name"] == "ttft" for s in doc["spec"]["signals"]):  # the shipped one reads it since 2026-12-07
+        doc["spec"]["signals"].append({"name": "ttft", "preset": "jetstream.ttft",
+                                       "quantile": {"q": 0.99, "windowSeconds": 60}, "maxAgeSeconds": 30})
     doc["spec"]["policy"]["signals"].update(promptTokens="prompt", generationTokens="generated", ttft="ttft")
     return ScalingPolicy.model_validate(doc)
 
