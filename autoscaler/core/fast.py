@@ -382,6 +382,9 @@ class Scanned(NamedTuple):
     #: Whether a message may hold a quote, a backslash or a control character (what JSON escapes): only a
     #: metric's signal name could bring one (the sentences' words and numbers never do).
     escapes: bool = True
+    #: Per judged signal: whether every age is a whole number of seconds (``decisions.jsonl`` rounds the others to
+    #: milliseconds; a whole one is its own rounding). Empty: not known, each is looked at.
+    whole_ages: tuple[bool, ...] = ()
 
 
 #: A recommendation history as ``PolicyState.recommendations`` holds it: ``(time, recommended count)``.
@@ -608,13 +611,14 @@ class HpaScan:
                 text = text + highest_of + joined + ")"
             messages[rows] = text
         messages = messages + note
-        ages = []
+        ages, whole = [], []
         for stamp in inp.stamps:
             age = inp.now - stamp
             age[age < 0.0] = 0.0
             ages.append(age.tolist())
+            whole.append(bool(np.all(age == np.floor(age))))
         return Scanned(current.tolist(), desired.tolist(), reason_of[codes].tolist(), messages.tolist(),
-                       tuple(v.tolist() for v in inp.values), tuple(ages), self.escapes)
+                       tuple(v.tolist() for v in inp.values), tuple(ages), self.escapes, tuple(whole))
 
     def _stage(self, numbers: _Numbers, current: Any) -> tuple[Any, Any, Any, Any, Any]:
         """behavior._legacy as arrays: held at the window's highest (``stabilizing``), then raised to min,

@@ -97,7 +97,8 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
                 cells.append(draw(st.sampled_from(["", "NaN", "-1", "+Inf"])))
             else:
                 cells.append(repr(v))
-        line = f"{START + offset + r * step}," + ",".join(cells) + f",{count}"
+        jitter = draw(st.sampled_from([0, 0, 0, 0, 0.5, 0.0004, 0.1237]))  # ages with a fraction of a second
+        line = f"{START + offset + r * step + jitter}," + ",".join(cells) + f",{count}"
         if ready_column:
             line += f",{draw(st.integers(0, count) if not clean else st.integers(max(count - 2, 1), count))}"
         lines.append(line)
