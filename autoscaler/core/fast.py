@@ -439,31 +439,31 @@ class HpaScan:
 
     def usable(self, inp: ScanInput) -> bool:
         """Whether ``hpa_decider`` decides every evaluation of ``inp`` (given its replica status)."""
+        return bool(self.usable_at(inp).all())
+
+    def usable_at(self, inp: ScanInput) -> Any:
+        """Whether ``hpa_decider`` decides each evaluation of ``inp`` (given its replica status), a bool array:
+        the count within bounds; every reading known, finite, not negative, within milli's exact range, fresh and
+        not from the future; a Pods metric with a ready replica and no scale-up while replicas start."""
         import numpy as np  # noqa: PLC0415 - only the replay's bulk path needs numpy
 
         from autoscaler.core.signals import FUTURE_SKEW_S  # noqa: PLC0415
 
         now, current, ready, starting = inp.now, inp.current, inp.ready, inp.starting
-        with np.errstate(invalid="ignore", over="ignore"):
-            bounded = (current >= self.floor) & (current <= self.max_replicas) & (current >= self.min_replicas)
-            if not bool(np.all(bounded)):
-                return False
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            ok = (current >= self.floor) & (current <= self.max_replicas) & (current >= self.min_replicas)
             for (_, max_age), value, stamp in zip(self.plan, inp.values, inp.stamps, strict=True):
                 age = now - stamp
                 # Known, finite, not negative, within milli's exact range; fresh, and not from the future.
-                fine = (value >= 0.0) & (value * 1000.0 < 4e15) & (age >= -FUTURE_SKEW_S) & (age <= max_age)
-                if not bool(np.all(fine)):
-                    return False
+                ok &= (value >= 0.0) & (value * 1000.0 < 4e15) & (age >= -FUTURE_SKEW_S) & (age <= max_age)
             for j, _name, kind, target, _text, per_replica in self.metrics:
                 if kind != "Pods":
                     continue
-                if not bool(np.all(ready > 0)):
-                    return False
-                milli = self._milli_array(inp.values[j])
-                ratio = (milli if per_replica else milli // ready) / target
-                if bool(np.any((starting > 0) & (ratio > 1.0))):
-                    return False  # HPA's unready-pod adjustment: the plain path
-        return True
+                ok &= ready > 0
+                milli = self._milli_array(np.where(ok, inp.values[j], 0.0))
+                ratio = (milli if per_replica else milli // np.maximum(ready, 1)) / target
+                ok &= ~((starting > 0) & (ratio > 1.0))  # HPA's unready-pod adjustment: the plain path
+        return ok
 
     def _milli_array(self, values: Any) -> Any:
         """``hpa.milli`` of every value (each 0 ≤ value, value × 1000 < 4e15), as int64."""
@@ -638,18 +638,25 @@ class HpaScan:
 
     def usable_own(self, inp: ScanInput, rescale: tuple[bool, ...], initial: int) -> bool:
         """``usable`` where the count is the policy's own from ``initial`` on (``inp.current`` the recorded one):
-        whatever the counts, ``hpa_decider`` decides every evaluation. The counts stay within
-        ``[max(minReplicas, 1), maxReplicas]`` (the stage's bounds), the rescaled values stay finite and within
-        milli's range when the recorded ones are (checked against a count of 1), and nothing is starting."""
+        whatever the counts, ``hpa_decider`` decides every evaluation."""
+        return self.bounded(initial) and bool(self.usable_own_at(inp, rescale).all())
+
+    def bounded(self, count: int) -> bool:
+        """Whether a count is within ``[max(minReplicas, 1), maxReplicas]`` (the stage's bounds)."""
+        return self.floor <= count <= self.max_replicas and count >= self.min_replicas
+
+    def usable_own_at(self, inp: ScanInput, rescale: tuple[bool, ...]) -> Any:
+        """``usable_at`` where the count is the policy's own (``inp.current`` the recorded one), whatever it is
+        after a first one within bounds: the counts stay within ``[max(minReplicas, 1), maxReplicas]`` (the
+        stage's bounds; a held evaluation keeps its count), the rescaled values stay finite and within milli's
+        range when the recorded ones are (checked against a count of 1), and nothing is starting."""
         import numpy as np  # noqa: PLC0415
 
-        if not (self.floor <= initial <= self.max_replicas and initial >= self.min_replicas):
-            return False
         ones = np.ones(len(inp.now), dtype=np.int64)
         values = tuple(
             v * np.maximum(inp.current, 1) if scaled else v for v, scaled in zip(inp.values, rescale, strict=True)
         )
-        return self.usable(ScanInput(inp.now, values, inp.stamps, ones * self.floor, ones * self.floor, ones * 0))
+        return self.usable_at(ScanInput(inp.now, values, inp.stamps, ones * self.floor, ones * self.floor, ones * 0))
 
     def with_own(self, inp: ScanInput, rescale: tuple[bool, ...], current: Any) -> ScanInput:
         """``inp`` (``current`` the recorded count) at the policy's own counts ``current``, every replica ready,

@@ -167,39 +167,28 @@ def _in_bulk(
     replay: engine.Stream, bulk: engine.Bulk, writer: report.DecisionWriter, counts: report.Tally,
     columns: plot.Columns | None, out: Path, *, split: bool,
 ) -> None:
-    """The evaluations decided in bulk, handed to the writers a block at a time. With ``split``, a long replay on
-    a machine with a free core is split in two at a pixel column's edge: a forked child decides and writes the
-    later half (``_later``, into a file of its own, appended after this process's half), this process the
-    first; the halves' tallies and columns are then joined. Same files as one process writes
+    """The evaluations of the bulk path handed to the writers in order: the stretches decided in bulk a block at a
+    time, the evaluations decided one at a time (``Bulk.evaluations``) one by one. With ``split``, a long replay on
+    a machine with a free core is split in two at a pixel column's edge (``_halves``): a forked child decides and
+    writes the later half (``_later``, into a file of its own, appended after this process's half), this process
+    the first; the halves' tallies and columns are then joined. Same files as one process writes
     (``tests/replay/test_bulk.py``); if the child gives no answer, this process decides the later half too."""
-
-    def feed(blocks: Iterator[engine.Block]) -> None:
-        for block in blocks:
-            writer.add_block(block)
-            counts.add_block(block)
-            if columns is not None:
-                columns.add_block(block)
-
     count = bulk.count
-    if not split or not bulk.splits or count < SPLIT_FROM or forked.cores() < 2:
-        feed(bulk.blocks())
-        return
-    step = columns.per_column if columns is not None else 1
-    half = max(step, round(count / 2 / step) * step)
-    if half >= count:
-        feed(bulk.blocks())
+    half = _halves(bulk, columns) if split and bulk.splits and count >= SPLIT_FROM and forked.cores() >= 2 else None
+    if half is None:
+        _feed(bulk.evaluations(), writer, counts, columns)
         return
     later = out / ".decisions.later.jsonl"
     try:
         with forked.Child(_later, replay, bulk, half, counts.flap_window_s, columns is not None, later) as child:
-            feed(bulk.blocks(0, half))
+            _feed(bulk.evaluations(0, half), writer, counts, columns)
             answer = child.result()
         if answer is not None:
             writer.append(later)
     finally:
         later.unlink(missing_ok=True)  # whatever happened here: --out holds only the command's files
     if answer is None:
-        feed(bulk.blocks(half, None, bulk.warm(half)))
+        _feed(bulk.evaluations(half, None, bulk.memory_at(half)[0]), writer, counts, columns)
         return
     tally, drawn = answer[0]
     counts.join(tally)
@@ -207,25 +196,52 @@ def _in_bulk(
         columns.join(drawn)
 
 
+def _halves(bulk: engine.Bulk, columns: plot.Columns | None) -> int | None:
+    """Where to split: the pixel column's edge nearest the middle from which the policy's memory is known
+    (``Bulk.warmable``: the evaluations before it within the window were decided in bulk), within a quarter of
+    the evaluations of the middle; None when there is none."""
+    count = bulk.count
+    step = columns.per_column if columns is not None else 1
+    middle = max(step, round(count / 2 / step) * step)
+    for shift in range(0, count // 4 + 1, step):
+        for half in (middle - shift, middle + shift):
+            if 0 < half < count and bulk.warmable(half):
+                return half
+    return None
+
+
+def _feed(items: Iterator[engine.Block | engine.Step], writer: report.DecisionWriter, counts: report.Tally,
+          columns: plot.Columns | None) -> None:
+    from autoscaler.replay.engine import Block  # noqa: PLC0415 - imported already
+
+    for item in items:
+        if isinstance(item, Block):
+            writer.add_block(item)
+            counts.add_block(item)
+            if columns is not None:
+                columns.add_block(item)
+        else:
+            writer.add(item)
+            counts.add(item)
+            if columns is not None:
+                columns.add(item)
+
+
 def _later(
     replay: engine.Stream, bulk: engine.Bulk, half: int, flap_window_s: float, drawing: bool, path: Path
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """In the forked child: evaluations ``half`` on, decided from the policy's memory there (``Bulk.warm_at``),
+    """In the forked child: evaluations ``half`` on, decided from the policy's memory there (``Bulk.memory_at``),
     written to ``path``, counted and reduced to columns; returns the tally's and the columns' parts."""
     from autoscaler.replay import plot, report  # noqa: PLC0415 - imported already, in the parent
 
-    history, previous = bulk.warm_at(half)
+    memory, previous = bulk.memory_at(half)
     counts = report.Tally(replay, flap_window_s=flap_window_s)
     counts.resume(previous)
     columns = plot.Columns(replay, evaluations=replay.evaluations, start=replay.start) if drawing else None
     if columns is not None:
         columns.start_at(half)
     with report.DecisionWriter(path, replay.target) as writer:
-        for block in bulk.blocks(half, None, history):
-            writer.add_block(block)
-            counts.add_block(block)
-            if columns is not None:
-                columns.add_block(block)
+        _feed(bulk.evaluations(half, None, memory), writer, counts, columns)
     if columns is not None:
         columns.finish()
         return counts.part(), columns.part()

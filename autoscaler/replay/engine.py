@@ -20,9 +20,11 @@ Two modes:
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, cast
 
@@ -347,9 +349,9 @@ class Stream:
     notes: list[str] = field(default_factory=list)
     #: The recorded replica count (None when the trace has none).
     recorded: Series | None = None
-    #: The same evaluations in blocks decided in bulk (``Block``), when the bulk path applies (``_bulk``); None
-    #: otherwise. A consumer iterates either ``steps`` or ``blocks``, not both.
-    blocks: Iterator[Block] | None = None
+    #: The same evaluations, the stretches decided in bulk as ``Block`` items and the rest as ``Step`` items, when
+    #: the bulk path applies (``_bulk``); None otherwise. A consumer iterates either ``steps`` or ``blocks``.
+    blocks: Iterator[Block | Step] | None = None
     #: What decides ``blocks``, for a consumer that splits them (``replay.command``); None with ``blocks``.
     bulk: Bulk | None = None
 
@@ -430,7 +432,7 @@ def stream(
     steps = _steps(compiled, inputs, recorded, options, start, count, progress, ready)
     in_bulk = _bulk(compiled, inputs, recorded, options, start, count, progress, ready) if bulk else None
     return Stream(compiled.name, spec.target.ref().key, options.mode, period, count, start, steps, notes, recorded,
-                  in_bulk.blocks() if in_bulk is not None else None, in_bulk)
+                  in_bulk.evaluations() if in_bulk is not None else None, in_bulk)
 
 
 class _Cursor:
@@ -446,6 +448,13 @@ class _Cursor:
         self.origin = origin
         self.at = -1  # the index of the latest sample at or before the last ``now``; -1 before the first
         self.reading: SignalReading | None = None
+
+    def seek(self, now: float) -> None:
+        """Stand where ``advance(now)`` from the start would (a bisection), with that sample's reading: to resume
+        a replay at a later evaluation."""
+        at = bisect.bisect_right(self.stamps, now) - 1
+        self.at = at
+        self.reading = SignalReading(self.values[at], self.stamps[at], source=self.origin) if at >= 0 else None
 
     def advance(self, now: float) -> int:
         stamps = self.stamps
@@ -639,14 +648,23 @@ def _steps(
     count: int,
     progress: Callable[[int], None] | None,
     ready: Series | None = None,
+    *,
+    first: int = 0,
+    memory: Memory | None = None,
+    memo: list[PolicyState] | None = None,
 ) -> Iterator[Step]:
-    """The evaluations at ``start + k × period``, ``k < count``, each made when the consumer asks for it."""
+    """The evaluations at ``start + k × period``, ``first ≤ k < count``, each made when the consumer asks for it.
+
+    From ``first`` > 0 (the bulk path resuming one evaluation at a time: ``Bulk.evaluations``), ``memory`` is
+    what the policy remembers before evaluation ``first`` (its state, and in whatif mode the count it set, with
+    no actuation delay); in recorded mode its scale history is the recorded one. ``memo[0]`` is kept the state
+    after the last evaluation made."""
     spec = compiled.policy.spec
     period = spec.evaluation_period_seconds
     target = spec.target.ref()
     first_recorded = int(recorded.values[0]) if recorded is not None else options.initial_replicas
     assert first_recorded is not None or options.mode == "whatif"
-    state = PolicyState()
+    state = PolicyState() if memory is None else memory.state
     # ``decide`` fused for an hpa policy's usual evaluation (None where it does not apply: then ``decide``).
     fast = hpa_decider(compiled)
     # whatif: starts from --initial-replicas, else the first recorded count, else minReplicas.
@@ -656,6 +674,9 @@ def _steps(
         initial = first_recorded
     else:
         initial = spec.min_replicas
+    if memory is not None:
+        assert options.actuation_delay_s == 0 or options.mode == "recorded"  # nothing starting to remember
+        initial = memory.replicas
     fleet = Fleet(initial, options.actuation_delay_s)
     # A policy with several targets: one what-if fleet per other target, from the same count (whatif only).
     others = {t.ref().key: Fleet(initial, options.actuation_delay_s)
@@ -674,14 +695,27 @@ def _steps(
     rescaled = [j for j, inp in enumerate(inputs) if inp.per_replica] if whatif else []
     prev_recorded: int | None = None
     batch = 0
-    # recorded mode: the real scale history (recorded changes within EVENT_HORIZON_S).
-    ups: tuple[tuple[float, int], ...] = ()
-    downs: tuple[tuple[float, int], ...] = ()
-    last: float | None = None
+    # recorded mode: the real scale history (recorded changes within EVENT_HORIZON_S; the state's own).
+    ups: tuple[tuple[float, int], ...] = state.scale_up_events
+    downs: tuple[tuple[float, int], ...] = state.scale_down_events
+    last: float | None = state.last_scale_time
     status: ReplicaStatus | None = None
     complete = False
+    if first > 0:
+        # Resuming: every cursor where the evaluation before left it, and that evaluation's recorded count.
+        before = start + (first - 1) * period
+        for cursor in cursors:
+            assert isinstance(cursor, _Cursor)  # the bulk path resumes plain series only
+            cursor.seek(before)
+        if ready_cursor is not None:
+            ready_cursor.seek(before)
+        if rec_cursor is not None:
+            rec_cursor.seek(before)
+            prev_recorded = before_first if rec_cursor.at < 0 else int(rec_cursor.values[rec_cursor.at] or 0)
+        else:
+            prev_recorded = before_first
 
-    for k in range(count):
+    for k in range(first, count):
         now = start + k * period
         if rec_cursor is not None:
             i = rec_cursor.advance(now)
@@ -759,6 +793,8 @@ def _steps(
         else:
             state = new_state
             fleet.apply(decision.desired, now)
+        if memo is not None:
+            memo[0] = state
         yield step
         if progress is not None:
             batch += 1
@@ -805,13 +841,15 @@ def _bulk(
     progress: Callable[[int], None] | None,
     ready: Series | None,
 ) -> Bulk | None:
-    """The evaluations of ``_steps`` decided in bulk, ``BLOCK`` at a time, or None where the bulk path does not
-    apply: it needs an ``hpa`` policy that ``core.fast.hpa_scan`` decides (no ``behavior`` block), one plain
-    series per signal, and every evaluation one that
-    ``hpa_decider`` decides (every signal known and fresh from the first evaluation on, the count within bounds:
-    checked here over the whole trace first, a block at a time). In whatif mode (without an actuation delay) the
-    counts are the policy's own, found as the blocks are decided (``HpaScan.own_counts``), and the checks hold
-    whatever they are (``HpaScan.usable_own``). Otherwise ``_steps`` decides every evaluation.
+    """The evaluations of ``_steps``, the stretches the fast path decides in bulk (``BLOCK`` at a time) and the rest
+    one at a time, or None where the bulk path does not apply: it needs an ``hpa`` policy that ``core.fast.hpa_scan``
+    decides (no ``behavior`` block) and one plain series per signal. Which evaluations ``hpa_decider`` decides
+    (every signal known and fresh, the count within bounds, no scale-up while replicas start) is found here over
+    the whole trace first, a block at a time; the others (a gap in a recording, a stale reading, a count out of
+    bounds) are decided one at a time by ``_steps`` from the policy's memory there, and the next stretch in bulk
+    from what they leave (``Bulk.evaluations``). In whatif mode (without an actuation delay) the counts are the
+    policy's own, found as the blocks are decided (``HpaScan.own_counts``), and the checks hold whatever they are
+    (``HpaScan.usable_own_at``). None too when no stretch of ``MIN_RUN`` evaluations is left to decide in bulk.
     Same decisions, messages and numbers as ``_steps`` (``tests/replay/test_bulk.py``)."""
     scan = hpa_scan(compiled)
     whatif = options.mode == "whatif"
@@ -840,11 +878,108 @@ def _bulk(
         # and then there is none to rescale by: the per-evaluation path).
         rescale = tuple(by_name[name].per_replica for name, _ in scan.plan)
         own = _Own(rescale, before_first)
+    plain: list[tuple[int, int]] = []
+    changes = _Changes(start, prepared.period)
     for a in range(0, count, BLOCK):
         inp = prepared.input(a, min(count, a + BLOCK))
-        if not (scan.usable(inp) if own is None else scan.usable_own(inp, own.rescale, own.initial)):
-            return None
-    return Bulk(scan, prepared, count, progress, tuple(name for name, _ in scan.plan), own)
+        if own is None:
+            usable = scan.usable_at(inp)
+            changes.add(a, inp.current)
+        else:
+            usable = scan.usable_own_at(inp, own.rescale)
+            if a == 0 and not scan.bounded(own.initial):
+                usable[0] = False  # the first count out of bounds: decide() brings it within
+        _add_runs(plain, ~usable, a)
+    plain = _merged(plain, count, MIN_RUN)
+    if sum(b - a for a, b in plain) == count:
+        return None
+    steps = functools.partial(_steps, compiled, inputs, recorded, options, start)
+    return Bulk(scan, prepared, count, progress, tuple(name for name, _ in scan.plan), own, plain, changes,
+                steps, ready)
+
+
+#: A stretch of evaluations between two decided one at a time is decided in bulk only from this length on: a block
+#: costs a few hundred microseconds of numpy calls whatever its length, deciding one evaluation ≈ 20 µs. Any length
+#: gives the same decisions (``tests/replay/test_bulk.py`` sets it to 1).
+MIN_RUN = 64
+
+
+def _add_runs(runs: list[tuple[int, int]], declined: Any, offset: int) -> None:
+    """Append to ``runs`` the stretches ``[a, b)`` where ``declined`` (a bool array of the evaluations from
+    ``offset``) holds, joining one that continues the last run."""
+    import numpy as np  # noqa: PLC0415
+
+    if not bool(declined.any()):
+        return
+    edges = np.flatnonzero(np.diff(np.concatenate(([False], declined, [False])).astype(np.int8)))
+    for a, b in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+        if runs and runs[-1][1] == offset + a:
+            runs[-1] = (runs[-1][0], offset + b)
+        else:
+            runs.append((offset + a, offset + b))
+
+
+def _merged(runs: list[tuple[int, int]], count: int, shortest: int) -> list[tuple[int, int]]:
+    """``runs`` of evaluations decided one at a time, with each stretch between two of them (or before the first,
+    or after the last) shorter than ``shortest`` joined to them."""
+    out: list[tuple[int, int]] = []
+    for a, b in runs:
+        if out and a - out[-1][1] < shortest:
+            out[-1] = (out[-1][0], b)
+        elif not out and 0 < a < shortest:
+            out.append((0, b))
+        else:
+            out.append((a, b))
+    if out and 0 < count - out[-1][1] < shortest:
+        out[-1] = (out[-1][0], count)
+    return out
+
+
+class _Changes:
+    """recorded mode: the evaluations at which the recorded count changed (``_steps``'s scale history), to give the
+    history the per-evaluation path keeps at any evaluation (``history``)."""
+
+    def __init__(self, start: float, period: float) -> None:
+        self.start = start
+        self.period = period
+        self.at: list[int] = []
+        self.moves: list[int] = []  # after - before
+        self._last: int | None = None
+
+    def add(self, a: int, current: Any) -> None:
+        """The recorded counts of evaluations ``a``… (``a`` the evaluation after the last added)."""
+        import numpy as np  # noqa: PLC0415
+
+        if not len(current):
+            return
+        before = np.concatenate(([current[0] if self._last is None else self._last], current[:-1]))
+        where = np.flatnonzero(current != before)
+        self.at.extend((where + a).tolist())
+        self.moves.extend((current[where] - before[where]).tolist())
+        self._last = int(current[-1])
+
+    def history(self, k: int) -> tuple[tuple[tuple[float, int], ...], tuple[tuple[float, int], ...], float | None]:
+        """The scale-up and scale-down events and the last scale time ``_steps`` holds before evaluation ``k``: it
+        drops the events older than ``EVENT_HORIZON_S`` before the newest at each change, so the changes within
+        that horizon of the last one before ``k``."""
+        n = bisect.bisect_left(self.at, k)  # the changes at evaluations before k
+        if n == 0:
+            return (), (), None
+        start, period = self.start, self.period
+        last = start + self.at[n - 1] * period
+        horizon = last - EVENT_HORIZON_S
+        i = n
+        while i > 0 and start + self.at[i - 1] * period > horizon:
+            i -= 1
+        ups: list[tuple[float, int]] = []
+        downs: list[tuple[float, int]] = []
+        for j in range(i, n):
+            t, move = start + self.at[j] * period, self.moves[j]
+            if move > 0:
+                ups.append((t, move))
+            else:
+                downs.append((t, -move))
+        return tuple(ups), tuple(downs), last
 
 
 class _Own(NamedTuple):
@@ -854,14 +989,25 @@ class _Own(NamedTuple):
     initial: int
 
 
+class Memory(NamedTuple):
+    """What the policy remembers before an evaluation: its state, and in whatif mode the count it set last (the
+    current count then)."""
+
+    state: PolicyState
+    replicas: int
+
+
 class Bulk:
-    """The evaluations decided in bulk: ``blocks(a, b)`` decides evaluations ``a`` to ``b`` a ``BLOCK`` at a time;
-    from ``a`` > 0 it starts from the recommendation history ``warm(a)`` gives (the policy's memory at ``a``), so
-    that two processes can each decide a half (``replay.command``)."""
+    """The evaluations, the stretches the fast path decides in bulk and the rest one at a time
+    (``evaluations(a, b, memory)``: ``Block`` and ``Step`` items, in order). From ``a`` > 0 it starts from the
+    policy's memory there (``memory_at(a)``, where the evaluations the window reaches back to are decided in bulk:
+    ``warmable``), so that two processes can each decide a half (``replay.command``)."""
 
     def __init__(
         self, scan: HpaScan, prepared: _Columns, count: int, progress: Callable[[int], None] | None,
-        names: tuple[str, ...], own: _Own | None = None,
+        names: tuple[str, ...], own: _Own | None = None, plain: list[tuple[int, int]] | None = None,
+        changes: _Changes | None = None, steps: Callable[..., Iterator[Step]] | None = None,
+        ready: Series | None = None,
     ) -> None:
         self.scan = scan
         self.prepared = prepared
@@ -870,22 +1016,67 @@ class Bulk:
         self.names = names
         #: whatif mode (the policy's own count, decided as it goes: ``HpaScan.own_counts``); None: recorded.
         self.own = own
+        #: The stretches ``[a, b)`` decided one at a time, in order (the rest is decided in bulk).
+        self.plain = plain or []
+        self._ends = [b for _, b in self.plain]
+        self.changes = changes or _Changes(prepared.start, prepared.period)
+        #: ``_steps`` with the replay's arguments bound: (count, progress, ready, first=, memory=, memo=).
+        self._steps = steps
+        self._ready = ready
 
     @property
     def splits(self) -> bool:
-        """Whether ``blocks(a, …)`` can start anywhere (``warm``): recorded mode, where no count depends on a
+        """Whether ``evaluations(a, …)`` can start anywhere ``warmable``: recorded mode, where no count depends on a
         decision."""
         return self.own is None
 
-    def blocks(self, a: int = 0, b: int | None = None, history: tuple[tuple[float, int], ...] = ()) -> Iterator[Block]:
-        """Evaluations ``a`` to ``b`` (default: to the end), ``history`` the state's recommendations before ``a``
-        (``()`` before the first evaluation)."""
+    @property
+    def declined(self) -> int:
+        """How many evaluations are decided one at a time."""
+        return sum(b - a for a, b in self.plain)
+
+    def evaluations(self, a: int = 0, b: int | None = None, memory: Memory | None = None) -> Iterator[Block | Step]:
+        """Evaluations ``a`` to ``b`` (default: to the end) in order, from ``memory`` (what the policy remembers
+        before ``a``; default: nothing, before the first evaluation): each stretch decided in bulk as ``Block``
+        items, each evaluation decided one at a time as a ``Step``."""
         end = self.count if b is None else b
+        if memory is None:
+            assert a == 0
+            memory = Memory(PolicyState(), self.own.initial if self.own is not None else 0)
+        runs = self.plain
+        i = bisect.bisect_right(self._ends, a)  # the first run ending after a
+        k = a
+        while k < end:
+            if i < len(runs) and runs[i][0] <= k:
+                stop = min(runs[i][1], end)
+                i += 1
+                memory = yield from self._one_at_a_time(k, stop, memory)
+            else:
+                stop = min(runs[i][0], end) if i < len(runs) else end
+                memory = yield from self._in_blocks(k, stop, memory)
+            k = stop
+
+    def _one_at_a_time(self, a: int, b: int, memory: Memory) -> Generator[Step, None, Memory]:
+        assert self._steps is not None
+        memo = [memory.state]
+        desired = memory.replicas
+        for step in self._steps(b, self.progress, self._ready, first=a, memory=memory, memo=memo):
+            desired = step.decision.desired
+            yield step
+        return Memory(memo[0], desired)
+
+    def _in_blocks(self, a: int, b: int, memory: Memory) -> Generator[Block, None, Memory]:
+        """Evaluations ``a`` to ``b``, every one usable, a ``BLOCK`` at a time; returns the policy's memory after
+        them as ``hpa_decider`` would leave it (``PolicyState``): the recommendation history, no failure, and the
+        scale history (recorded mode: the recorded one; whatif: its own decisions within the engine's horizon)."""
         own = self.own
-        assert own is None or a == 0
-        count = own.initial if own is not None else 0
-        for first in range(a, end, BLOCK):
-            last = min(end, first + BLOCK)
+        before = memory.state
+        history = before.recommendations
+        count = memory.replicas
+        ups, downs, last_scale = list(before.scale_up_events), list(before.scale_down_events), before.last_scale_time
+        now = 0.0
+        for first in range(a, b, BLOCK):
+            last = min(b, first + BLOCK)
             inp = self.prepared.input(first, last)
             recorded = inp.current.tolist()
             try:
@@ -896,29 +1087,77 @@ class Bulk:
             except Exception as exc:  # as in _steps: a failure inside the core says when
                 raise EvaluationError(float(inp.now[0]), exc) from exc
             count = decided.desired[-1]
-            yield Block(inp.now.tolist(), decided.current, inp.ready.tolist(), inp.starting.tolist(),
-                        recorded, decided, self.names)
+            times = inp.now.tolist()
+            now = times[-1]
+            if own is not None:
+                # The policy's own scale events (``hpa_decider``'s), only those within the horizon kept.
+                for t, was, wants in zip(times, decided.current, decided.desired, strict=True):
+                    if wants > was:
+                        ups.append((t, wants - was))
+                        last_scale = t
+                    elif wants < was:
+                        downs.append((t, was - wants))
+                        last_scale = t
+                horizon = now - EVENT_HORIZON_S
+                ups = [e for e in ups if e[0] > horizon]
+                downs = [e for e in downs if e[0] > horizon]
+            yield Block(times, decided.current, inp.ready.tolist(), inp.starting.tolist(), recorded, decided,
+                        self.names)
             if self.progress is not None:
                 self.progress(last - first)
+        if own is None:
+            scale_ups, scale_downs, last_scale = self.changes.history(b)
+        else:
+            scale_ups, scale_downs = tuple(ups), tuple(downs)
+        state = PolicyState(history, scale_ups, scale_downs, (), now, last_scale, before.idle_since, before.algorithm)
+        return Memory(state, count)
+
+    def blocks(self, a: int = 0, b: int | None = None, history: tuple[tuple[float, int], ...] = ()) -> Iterator[Block]:
+        """Evaluations ``a`` to ``b`` (default: to the end), every one decided in bulk (none declined), ``history``
+        the state's recommendations before ``a`` (``()`` before the first evaluation)."""
+        end = self.count if b is None else b
+        assert self.own is None or a == 0
+        state = PolicyState(recommendations=history)
+        return self._in_blocks(a, end, Memory(state, self.own.initial if self.own is not None else 0))
+
+    def warmable(self, a: int) -> bool:
+        """Whether ``memory_at(a)`` applies: the evaluations the window of evaluation ``a - 1`` reaches back to
+        (``_warm_from``) are all decided in bulk."""
+        lo = self._warm_from(a)
+        i = bisect.bisect_right(self._ends, lo)
+        return not (i < len(self.plain) and self.plain[i][0] < a)
+
+    def _warm_from(self, a: int) -> int:
+        # The window of evaluation a - 1 starts at or after evaluation ``first`` (evaluations are period_s apart).
+        return max(0, a - 1 - (math.ceil(self.scan.window_s / self.prepared.period) + 2))
 
     def warm(self, a: int) -> tuple[tuple[float, int], ...]:
-        """The recommendation history before evaluation ``a`` (``a`` > 0) and the desired count of evaluation
-        ``a - 1``: what ``blocks(0, a)`` would leave and decide last, computed from the evaluations the
-        stabilization window of evaluation ``a - 1`` reaches back to (and a few more), each of whose
-        recommendations depends on its own readings and count only."""
+        """The recommendation history before evaluation ``a`` (``a`` > 0, ``warmable``)."""
         return self.warm_at(a)[0]
 
     def warm_at(self, a: int) -> tuple[tuple[tuple[float, int], ...], int]:
-        """``warm(a)`` and the desired count of evaluation ``a - 1``."""
+        """The recommendation history before evaluation ``a`` (``a`` > 0, ``warmable``) and the desired count of
+        evaluation ``a - 1``: what deciding every evaluation before ``a`` would leave and decide last, computed from
+        the evaluations the stabilization window of evaluation ``a - 1`` reaches back to (and a few more), each of
+        whose recommendations depends on its own readings and count only."""
         assert a > 0
         assert self.splits
-        # The window of evaluation a - 1 starts at or after evaluation ``first`` (evaluations are period_s apart).
+        assert self.warmable(a)
         # Deciding from ``first`` as if the replay started there puts (its time, its count) first in the history,
         # out of reach of that window and every later one; the evaluations decided here before a - 1 have too short
         # a history, but only their recommendations are kept, and those need none.
-        first = max(0, a - 1 - (math.ceil(self.scan.window_s / self.prepared.period) + 2))
+        first = self._warm_from(a)
         decided, history = self.scan.decide(self.prepared.input(first, a), ())
         return history, decided.desired[-1]
+
+    def memory_at(self, a: int) -> tuple[Memory, int]:
+        """The policy's memory before evaluation ``a`` (``a`` > 0, ``warmable``, recorded mode), as deciding every
+        evaluation before it leaves it (``hpa_decider`` decided ``a - 1``: no failure counted), and the desired
+        count of evaluation ``a - 1``."""
+        history, previous = self.warm_at(a)
+        ups, downs, last = self.changes.history(a)
+        now = self.prepared.start + (a - 1) * self.prepared.period
+        return Memory(PolicyState(history, ups, downs, (), now, last), previous), previous
 
 
 class _Columns:

@@ -83,7 +83,12 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     offset = draw(st.sampled_from([0, 0, 0, 0.25, 0.0006, 0.1237]))  # evaluation times with a fraction too
     lines = ["timestamp," + ",".join(f"s{i}" for i in range(n_metrics)) + ",replicas"
              + (",replicas_ready" if ready_column else "")]
+    at = 0.0
     for r in range(rows):
+        if r and not clean and draw(st.integers(0, 12)) == 0:
+            at += step * draw(st.integers(2, 12))  # a gap in the recording: stale, then missing readings
+        else:
+            at += step if r else 0
         if draw(st.integers(0, 9)) == 0:
             count = draw(st.integers(min_replicas, max_replicas) if clean else st.integers(0, max_replicas + 3))
         cells = []
@@ -98,7 +103,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
             else:
                 cells.append(repr(v))
         jitter = draw(st.sampled_from([0, 0, 0, 0, 0.5, 0.0004, 0.1237]))  # ages with a fraction of a second
-        line = f"{START + offset + r * step + jitter}," + ",".join(cells) + f",{count}"
+        line = f"{START + offset + at + jitter}," + ",".join(cells) + f",{count}"
         if ready_column:
             line += f",{draw(st.integers(0, count) if not clean else st.integers(max(count - 2, 1), count))}"
         lines.append(line)
@@ -124,25 +129,31 @@ def _child_fails(*args: Any) -> Any:
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(case=cases(), block=st.sampled_from([8192, 1, 7, 40]), split=st.sampled_from(["no", "yes", "child fails"]))
-def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: int, split: str,
+@given(case=cases(), block=st.sampled_from([8192, 1, 7, 40]), split=st.sampled_from(["no", "yes", "child fails"]),
+       shortest=st.sampled_from([1, 1, 3, 64]))
+def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: int, split: str, shortest: int,
                                                   tmp_path_factory: pytest.TempPathFactory,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of every size (one evaluation, a few, all), in one process or split over two (``command._in_bulk``:
     the later half decided by a forked child from the policy's memory there, or, when the child gives no
-    answer, by this process)."""
+    answer, by this process); traces with gaps, stale, negative and non-finite readings and counts out of bounds
+    decided in bulk between the evaluations decided one at a time (stretches in bulk from ``shortest`` on)."""
     tmp = tmp_path_factory.mktemp("bulk")
     taken: list[bool] = []
+    declined: list[int] = []
     real = engine._bulk
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         blocks = real(*args, **kwargs)
         taken.append(blocks is not None)
+        if blocks is not None:
+            declined.append(blocks.declined)
         return blocks
 
     with monkeypatch.context() as m:
         m.setattr(engine, "_bulk", spy)
         m.setattr(engine, "BLOCK", block)
+        m.setattr(engine, "MIN_RUN", shortest)
         m.setattr(command, "SPLIT_FROM", 2 if split != "no" else 10**9)
         m.setattr(forked, "cores", lambda: 2)
         if split == "child fails":
@@ -157,7 +168,8 @@ def test_the_bulk_path_writes_what_decide_writes(case: dict[str, Any], block: in
         m.setattr(engine, "hpa_scan", lambda compiled: None)
         plain = _replay(tmp, case, "plain")
     assert bulk.keys() == plain.keys()
-    event(f"{case['mode']}, " + ("bulk path" if taken == [True] else "plain path"))
+    event(f"{case['mode']}, " + ("plain path" if taken != [True] else "bulk path with evaluations declined"
+                                 if declined[0] else "bulk path"))
     if taken == [True] and split != "no":
         event("bulk path, split over two processes" if case["rows"] > 1 else "bulk path, one evaluation")
     if plain["code"] == 0:
@@ -187,7 +199,9 @@ def test_the_bench_week_takes_the_bulk_path(tmp_path: Path) -> None:
     compiled = compile_policy(_load({"policy": POLICY}))
     stream = engine.stream(compiled, traces.load([csv]), engine.Options())
     assert stream.blocks is not None
-    assert sum(len(b.times) for b in stream.blocks) == stream.evaluations == 40_320
+    blocks = list(stream.blocks)
+    assert all(isinstance(b, engine.Block) for b in blocks)
+    assert sum(len(b.times) for b in blocks if isinstance(b, engine.Block)) == stream.evaluations == 40_320
 
 
 def test_range_max_matches_slices() -> None:
@@ -314,3 +328,128 @@ def test_a_failure_in_the_first_half_leaves_no_part_file(tmp_path: Path, monkeyp
                  "--out", str(tmp_path / "out"), "-q"])
     assert code == 1
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["decisions.jsonl"]
+
+
+def _gappy(tmp_path: Path, seed: int, *, bounds: tuple[int, int] = (2, 30)) -> Path:
+    """A recorded trace as real ones are: mostly plain, with gaps (stale, then missing readings), NaN, negative
+    and empty cells, and counts that move, now and then out of ``bounds``, with recorded ready replicas."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    rows = ["timestamp,load,kv,replicas,replicas_ready"]
+    at, count = 0, 5
+    for _ in range(600):
+        at += 15 if rng.random() > 0.03 else 15 * rng.randint(2, 30)
+        if rng.random() < 0.08:
+            count = rng.randint(bounds[0] - 1, bounds[1] + 2) if rng.random() < 0.2 else rng.randint(*bounds)
+        load = rng.choice([0.1, 0.5, 2.0, 8.0, 30.0]) if rng.random() < 0.1 else 3.0
+        cells = [repr(load), repr(rng.choice([0.2, 0.7, 0.95, 1.6]))]
+        if rng.random() < 0.02:
+            cells[rng.randint(0, 1)] = rng.choice(["", "NaN", "-1"])
+        ready = count if rng.random() > 0.05 else max(0, count - rng.randint(1, 3))
+        rows.append(f"{START + at},{','.join(cells)},{count},{ready}")
+    trace = tmp_path / f"gappy-{seed}.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    return trace
+
+
+GAPPY_POLICY = {
+    "apiVersion": "autoscaler.dev/v1alpha1",
+    "kind": "ScalingPolicy",
+    "metadata": {"name": "gappy"},
+    "spec": {
+        "target": {"kind": "Deployment", "name": "llm"},
+        "minReplicas": 2,
+        "maxReplicas": 30,
+        "signals": [
+            {"name": "load", "query": "sum(load)", "scope": "total", "maxAgeSeconds": 60},
+            {"name": "kv", "query": "avg(kv)", "scope": "perReplica", "maxAgeSeconds": 60},
+        ],
+        "metricSafety": {"fallback": {"failureThreshold": 2, "behavior": "currentReplicasIfHigher", "replicas": 6}},
+        "policy": {"type": "hpa", "metrics": [
+            {"signal": "load", "type": "External", "target": {"type": "AverageValue", "averageValue": 1}},
+            {"signal": "kv", "type": "Pods", "target": {"type": "AverageValue", "averageValue": 0.8}},
+        ]},
+    },
+}
+
+
+@pytest.mark.parametrize("mode", ["recorded", "whatif"])
+@pytest.mark.parametrize("seed", range(5))
+def test_resuming_carries_the_policys_memory_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int,
+                                                     mode: engine.Mode) -> None:
+    """Where the bulk path hands over to the evaluations decided one at a time and back (``Bulk.evaluations``),
+    and where a split's later half starts (``Bulk.memory_at``), the policy's memory is the state ``decide`` at
+    every evaluation has there, field by field (recommendations, scale events, failure counts, times), and in
+    whatif mode the count it set."""
+    compiled = compile_policy(_load({"policy": GAPPY_POLICY}))
+    trace = traces.load([_gappy(tmp_path, seed)])
+    options = engine.Options(mode=mode)
+    monkeypatch.setattr(engine, "MIN_RUN", 1)
+    monkeypatch.setattr(engine, "BLOCK", 16)
+    with monkeypatch.context() as m:
+        # The plain path: decide at every evaluation, its state after each.
+        m.setattr(engine, "hpa_decider", lambda compiled: None)
+        stream = engine.stream(compiled, trace, options, bulk=False)
+        inputs = engine.prepare(compiled, trace, mode).inputs
+        memo: list[Any] = [None]
+        states, desired = [], []
+        for step in engine._steps(compiled, inputs, stream.recorded, options, stream.start, stream.evaluations, None,
+                                  trace.ready if mode == "recorded" else None, memo=memo):
+            states.append(memo[0])
+            desired.append(step.decision.desired)
+    bulk = engine.stream(compiled, trace, options).bulk
+    assert bulk is not None
+    assert 0 < bulk.declined < bulk.count / 2, "evaluations decided both ways"
+    handed: list[tuple[int, engine.Memory]] = []
+    for name in ("_in_blocks", "_one_at_a_time"):
+        real = getattr(engine.Bulk, name)
+
+        def spy(self: engine.Bulk, a: int, b: int, memory: engine.Memory, real: Any = real) -> Any:
+            after = yield from real(self, a, b, memory)
+            handed.append((b, after))
+            return after
+
+        monkeypatch.setattr(engine.Bulk, name, spy)
+    made = list(bulk.evaluations())
+    assert len(handed) > 10, "many hand-overs"
+    assert {type(item) for item in made} == {engine.Block, engine.Step}
+    for b, memory in handed:
+        assert memory.state == states[b - 1], b
+        if mode == "whatif":
+            assert memory.replicas == desired[b - 1], b
+    if mode == "recorded":
+        warm = [a for a in range(1, bulk.count) if bulk.warmable(a)]
+        assert len(warm) > 100
+        for a in warm:
+            assert bulk.memory_at(a) == (engine.Memory(states[a - 1], desired[a - 1]), desired[a - 1]), a
+
+
+@pytest.mark.parametrize("shortest", [1, 8])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_gappy_trace_split_in_two_writes_what_decide_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              seed: int, shortest: int) -> None:
+    """A recorded trace with gaps, split over two processes: each half decides its stretches in bulk and its
+    declined evaluations one at a time (the later half from ``Bulk.memory_at``), the same files as ``decide``."""
+    case = {"policy": GAPPY_POLICY, "csv": _gappy(tmp_path, seed).read_text()}
+    monkeypatch.setattr(engine, "MIN_RUN", shortest)
+    monkeypatch.setattr(engine, "BLOCK", 64)
+    compiled = compile_policy(_load(case))
+    bulk = engine.stream(compiled, traces.load([tmp_path / f"gappy-{seed}.csv"]), engine.Options()).bulk
+    assert bulk is not None
+    half = command._halves(bulk, None)
+    assert half is not None
+    assert any(a >= half for a, _ in bulk.plain), "the later half declines evaluations too"
+    assert any(a < half for a, _ in bulk.plain), "the first half declines evaluations too"
+    with monkeypatch.context() as m:
+        m.setattr(command, "SPLIT_FROM", 2)
+        m.setattr(forked, "cores", lambda: 2)
+        split = _replay(tmp_path, case, "split")
+    with monkeypatch.context() as m:
+        m.setattr(engine, "hpa_decider", lambda compiled: None)
+        m.setattr(engine, "hpa_scan", lambda compiled: None)
+        plain = _replay(tmp_path, case, "plain")
+    assert split["code"] == plain["code"] == 0
+    assert not list((tmp_path / "split").glob(".decisions*"))
+    for name in plain:
+        assert split[name] == plain[name], name
