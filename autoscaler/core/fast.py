@@ -567,12 +567,16 @@ class HpaScan:
         limited = _texts(current, lambda c: (
             f"; scale-up limited to {int(max(2.0 * c, 4.0))}: at most max(2×{c}, 4) per evaluation without behavior"
         ))
+        # Only the evaluations a note applies to get a new text (most have none).
         note = np.where(stabilizing, held, "")
-        note = np.where(capped, note + limited, note)
-        note = np.where(by_min, note + f"; raised to minReplicas {floor}", note)
-        note = np.where(by_max, note + f"; limited to maxReplicas {max_replicas}", note)
+        for applies, more in ((capped, limited), (by_min, f"; raised to minReplicas {floor}"),
+                              (by_max, f"; limited to maxReplicas {max_replicas}")):
+            at = np.flatnonzero(applies)
+            if len(at):
+                note[at] = note[at] + (more[at] if isinstance(more, np.ndarray) else more)
 
-        # The chosen metric's sentence, one group of evaluations per metric chosen.
+        # The chosen metric's sentence, one group of evaluations per metric chosen; what follows it (the other
+        # metrics' counts, the stage's note) joined in the same pass.
         messages = np.empty(n, dtype=object)
         several = len(self.metrics) > 1
         highest_of = f" (highest of {len(self.metrics)} metrics; "
@@ -586,31 +590,30 @@ class HpaScan:
             count = numbers.counts[b][rows].tolist()
             amount = _texts(milli, self._fmt).tolist()
             described = _texts(ratio, self._described).tolist()
+            notes = note[rows].tolist()
+            if several:
+                others = [arrow[rows].tolist() for i, arrow in enumerate(arrows) if i != b]
+                tails = [f"{highest_of}{', '.join(parts[:-1])}){parts[-1]}"
+                         for parts in zip(*others, notes, strict=True)]
+            else:
+                tails = notes
             if kind == "Pods" and per_replica:
-                lines = [f"{name} {a} per ready replica over {r} ready vs target {target_text} ({d}): {c} → {k}"
-                         for a, r, d, c, k in zip(amount, rdy, described, cur, count, strict=True)]
+                lines = [f"{name} {a} per ready replica over {r} ready vs target {target_text} ({d}): {c} → {k}{t}"
+                         for a, r, d, c, k, t in zip(amount, rdy, described, cur, count, tails, strict=True)]
             elif kind == "Pods":
                 each = _texts(milli // ready[rows], self._fmt).tolist()
                 lines = [f"{name} {a} over {self._n(r, 'ready replica')} = {e} per replica vs target {target_text} "
-                         f"({d}): {c} → {k}"
-                         for a, r, e, d, c, k in zip(amount, rdy, each, described, cur, count, strict=True)]
+                         f"({d}): {c} → {k}{t}"
+                         for a, r, e, d, c, k, t in zip(amount, rdy, each, described, cur, count, tails, strict=True)]
             elif kind == "Value":
-                lines = [f"{name} {a} vs target value {target_text} ({d}, {r} ready): {c} → {k}"
-                         for a, r, d, c, k in zip(amount, rdy, described, cur, count, strict=True)]
+                lines = [f"{name} {a} vs target value {target_text} ({d}, {r} ready): {c} → {k}{t}"
+                         for a, r, d, c, k, t in zip(amount, rdy, described, cur, count, tails, strict=True)]
             else:
                 counted = (ready[rows] + starting[rows]).tolist()
                 lines = [f"{name} {a} over {self._n(r, 'replica')} vs target {target_text} per replica ({d}): "
-                         f"{c} → {k}" for a, r, d, c, k in zip(amount, counted, described, cur, count, strict=True)]
-            text = np.empty(len(rows), dtype=object)
-            text[:] = lines
-            if several:
-                others = [arrow[rows] for i, arrow in enumerate(arrows) if i != b]
-                joined = others[0]
-                for more in others[1:]:
-                    joined = joined + ", " + more
-                text = text + highest_of + joined + ")"
-            messages[rows] = text
-        messages = messages + note
+                         f"{c} → {k}{t}"
+                         for a, r, d, c, k, t in zip(amount, counted, described, cur, count, tails, strict=True)]
+            messages[rows] = lines
         ages, whole = [], []
         for stamp in inp.stamps:
             age = inp.now - stamp
