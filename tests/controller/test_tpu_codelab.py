@@ -54,36 +54,65 @@ FINETUNES = {f"ft-{i}": 60.0 * (9 - i) for i in range(1, 9)}
 
 @dataclass
 class VllmMetrics(MetricsServer):
-    """A stand-in for a pool's vLLM servers: ``/metrics`` with the V1 gauges the presets read."""
+    """A stand-in for a pool's vLLM servers: ``/metrics`` with the V1 gauges, counters and histograms the presets
+    read. The prompt-token counter grows at ``prompt_rate`` tokens/s (the generated-token one at a thousandth of it:
+    a prefill pool's first tokens); while requests run, wait or arrive, each scrape observes one more request at
+    ``ttft`` / ``tpot`` seconds in the latency histograms, so the quantiles are known (an idle server observes
+    nothing, and an empty window has no quantile)."""
 
     running: float = 0.0
     waiting: float = 0.0
     kv: float = 0.2
+    prompt_rate: float = 0.0
+    ttft: float = 0.1
+    tpot: float = 0.005
+    observed: int = 0
+    prompt_total: float = 0.0
+    last: float | None = None
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        labels = '{model_name="Qwen/Qwen3.5-397B-A17B-FP8",engine="0"}'
+        labels = 'model_name="Qwen/Qwen3.5-397B-A17B-FP8",engine="0"'
+        now = time.monotonic()
+        self.prompt_total += self.prompt_rate * (now - (self.last if self.last is not None else now))
+        self.last = now
+        if self.running or self.waiting or self.prompt_rate:
+            self.observed += 1
         text = "".join(
-            f"# TYPE vllm:{name} gauge\nvllm:{name}{labels} {value}\n"
-            for name, value in (("num_requests_running", self.running), ("num_requests_waiting", self.waiting),
-                                ("kv_cache_usage_perc", self.kv))
+            f"# TYPE vllm:{name} {kind}\nvllm:{name}{suffix}{{{labels}}} {value}\n"
+            for name, kind, suffix, value in (
+                ("num_requests_running", "gauge", "", self.running),
+                ("num_requests_waiting", "gauge", "", self.waiting),
+                ("kv_cache_usage_perc", "gauge", "", self.kv),
+                ("prompt_tokens", "counter", "_total", self.prompt_total),
+                ("generation_tokens", "counter", "_total", self.prompt_total / 1000),
+            )
         )
+        for name, value in (("time_to_first_token_seconds", self.ttft), ("inter_token_latency_seconds", self.tpot)):
+            text += f"# TYPE vllm:{name} histogram\n"
+            for le in (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0):
+                text += f'vllm:{name}_bucket{{{labels},le="{le}"}} {self.observed if value <= le else 0}\n'
+            text += f'vllm:{name}_bucket{{{labels},le="+Inf"}} {self.observed}\n'
+            text += f"vllm:{name}_sum{{{labels}}} {self.observed * value}\n"
+            text += f"vllm:{name}_count{{{labels}}} {self.observed}\n"
         return web.Response(text=text, content_type="text/plain")
 
 
 def shipped_policies(prefill_url: str, decode_url: str) -> list[dict[str, Any]]:
     """The shipped example, as a user would adapt it to a test cluster: metrics from the stand-in servers,
-    1 s periods, no minimum run time after a resume, the decode group's cold start as this world's."""
+    1 s periods and 2 s rate and quantile windows, no minimum run time after a resume, the groups' cold start as
+    this world's (TAS_TIMING: 2 s, not 432 s) and a hold of as long."""
     docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
     for doc, url in zip(docs, (prefill_url, decode_url), strict=True):
         spec = doc["spec"]
         spec["source"] = {"type": "pods", "endpoints": [url]}
         spec["evaluationPeriodSeconds"] = 1
         spec["capacity"]["minRunSeconds"] = 0
-    decode = docs[1]["spec"]["policy"]
-    decode["replica"]["coldStartSeconds"] = 2  # this world's model load (TAS_TIMING.ready_s), not 300 s
-    decode["scaleDown"] = {"holdSeconds": 2}
-    if docs[0]["spec"]["policy"].get("behavior") is None:
-        docs[0]["spec"]["policy"]["behavior"] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
+        for sig in spec["signals"]:
+            for key in ("rate", "quantile"):
+                if key in sig:
+                    sig[key]["windowSeconds"] = 2
+        spec["policy"]["replica"]["coldStartSeconds"] = 2
+        spec["policy"]["scaleDown"] = {"holdSeconds": 2}
     return docs
 
 
@@ -204,10 +233,11 @@ async def test_serving_grows_in_whole_slices_from_the_cheapest_training_then_giv
 
     w.kube.after("PATCH", f"/apis/kueue.x-k8s.io/*/namespaces/{NS}/workloads/*", check, times=10_000)
     w.start()
-    # Load rises: prefill has 20 prompts waiting (queue type, 8 per group); decode runs 150 sequences with 20
-    # waiting (slo type, 64 slots per group).
-    w.prefill.waiting = 20
-    w.decode.running, w.decode.waiting, w.decode.kv = 150, 20, 0.6
+    # Load rises: prefill serves 100,000 prompt tokens/s (60,000 per group at utilization 0.7: 3 groups), decode
+    # runs 400 sequences (256 slots per group at 0.7: 3 groups), nothing waiting (a queue on every group held for a
+    # while would teach the slo type fewer usable slots: the stand-in's numbers do not follow the group count).
+    w.prefill.prompt_rate = 100_000
+    w.decode.running, w.decode.kv = 400, 0.6
     await until(lambda: w.groups(PREFILL) > 1 and w.groups(DECODE) > 1
                 and w.tas.ready_groups(PREFILL) == w.groups(PREFILL)
                 and w.tas.ready_groups(DECODE) == w.groups(DECODE))
@@ -231,7 +261,7 @@ async def test_serving_grows_in_whole_slices_from_the_cheapest_training_then_giv
     assert w.tas.violations == []
 
     # Load falls: both pools go back to one group, and every stopped fine-tune resumes and is readmitted.
-    w.prefill.waiting = 0
+    w.prefill.prompt_rate = 0
     w.decode.running, w.decode.waiting, w.decode.kv = 5, 0, 0.05
     await until(lambda: w.groups(PREFILL) == 1 and w.groups(DECODE) == 1
                 and all(active and admitted for active, admitted in w.training().values()), timeout=150.0)

@@ -148,7 +148,9 @@ def test_a_slice_shape_the_blocks_cannot_hold_is_a_clear_error(tmp_path: object,
 def test_the_policy_sees_the_blocks_and_stops_exactly_the_slices_it_needs() -> None:
     """The simulator hands the arbitration the slice inventory (``QuotaStatus.slices``, the groups' and the
     Workloads' shapes), as the controller reads it: growing decode on full blocks stops one 2x2x2
-    Workload per group added, by our arbitration, and Kueue has nothing left to preempt."""
+    Workload per group added, by our arbitration, and Kueue has nothing left to preempt. The example's decode
+    policy alone (prefill held at its two groups), on the conversation trace ×20: the decode pool sized on its own
+    slots (256 per group) outgrows two groups only at about twice the bench's rate."""
     from pathlib import Path  # noqa: PLC0415
 
     from autoscaler.core.engine import compile_policy  # noqa: PLC0415
@@ -158,8 +160,10 @@ def test_the_policy_sees_the_blocks_and_stops_exactly_the_slices_it_needs() -> N
 
     cl = cluster_mod.load(CODELAB)
     pols = list(load_file(Path(__file__).resolve().parents[2] / "policies" / "lws-prefill-decode.yaml"))
-    parts = [PolicyController(compile_policy(p), cl.pipeline_for(p.metadata.name), "default") for p in pols]
-    sim = Simulation(cluster=cl, trace=_trace(120.0), controller=disagg.CombinedController("ex", "policy", parts),
+    decode = [p for p in pols if p.metadata.name == "qwen-decode"]
+    parts = [PolicyController(compile_policy(p), cl.pipeline_for(p.metadata.name), "default") for p in decode]
+    sim = Simulation(cluster=cl, trace=_trace(120.0, rate=20.0),
+                     controller=disagg.CombinedController("ex", "policy", parts),
                      initial_by_pool={"prefill": 2, "decode": 2}, slo_ttft_s=2.0)
     quota = sim.quota_status()
     assert quota.slices is not None
