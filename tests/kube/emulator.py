@@ -23,7 +23,10 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
 7. ``watch``: JSON lines ``ADDED``/``MODIFIED``/``DELETED`` (and ``BOOKMARK`` when asked and allowed); without
    a resourceVersion the stream starts with the current objects as ``ADDED``; a resourceVersion older than the
    compaction point gets an ``ERROR`` event carrying ``410 Expired`` "too old resource version", as the watch
-   cache does. Tests can close every stream (``drop_watches``) to force a reconnect.
+   cache does. Tests can close every stream (``drop_watches``) to force a reconnect. As the watch cache, a
+   stream that allowed bookmarks gets one every ``bookmark_every_s`` (60 s, k8s.io/apiserver
+   ``storage/cacher/cacher.go`` ``defaultBookmarkFrequency``; None: only ``bookmark()``) and one right
+   before its ``timeoutSeconds`` ends it; ``timeoutSeconds`` is the stream's whole life, not a silence.
 8. ``?dryRun=All`` writes are answered but not stored; ``DELETE`` honours ``preconditions`` (409).
 9. RBAC: ``enforce_rbac(manifests)`` authorizes every request as Kubernetes' RBAC authorizer does, from the
    Roles, ClusterRoles and their bindings in ``manifests`` (by namespace, verb, resource/subresource, API group
@@ -58,6 +61,7 @@ import contextlib
 import copy
 import fnmatch
 import json
+import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -678,6 +682,8 @@ class Emulator:
         self._history: list[tuple[int, str, ResourceType, JsonObj]] = []
         self._watchers: list[_Watcher] = []
         self._watchers_changed = asyncio.Event()
+        #: Seconds between two bookmarks on a watch stream that allows them (None: only ``bookmark()`` sends).
+        self.bookmark_every_s: float | None = 60.0
         self._uid_seq = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -729,11 +735,15 @@ class Emulator:
         """Send a ``BOOKMARK`` with the current resourceVersion to watchers that allowed bookmarks."""
         for watcher in self._watchers:
             if watcher.bookmarks:
-                obj = {
-                    "kind": watcher.rt.kind, "apiVersion": watcher.rt.api_version(watcher.version),
-                    "metadata": {"resourceVersion": str(self._rv)},
-                }
-                watcher.queue.put_nowait({"type": "BOOKMARK", "object": obj})
+                watcher.queue.put_nowait(self._bookmark(watcher))
+
+    def _bookmark(self, watcher: _Watcher) -> JsonObj:
+        """A bookmark at the current resourceVersion: every event up to it is queued before it."""
+        obj = {
+            "kind": watcher.rt.kind, "apiVersion": watcher.rt.api_version(watcher.version),
+            "metadata": {"resourceVersion": str(self._rv)},
+        }
+        return {"type": "BOOKMARK", "object": obj}
 
     @property
     def watch_count(self) -> int:
@@ -1233,15 +1243,24 @@ class Emulator:
                     initial.append({"type": event, "object": _convert(rt, obj, target.version)})
         for event_obj in initial:
             watcher.queue.put_nowait(event_obj)
-        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        loop = asyncio.get_running_loop()
+        end = loop.time() + float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else math.inf
+        every = self.bookmark_every_s if watcher.bookmarks else None
+        next_bookmark = loop.time() + every if every is not None else math.inf
         self._watchers.append(watcher)
         self._watchers_changed.set()
         try:
             while True:
+                wait = min(end, next_bookmark) - loop.time()
                 try:
-                    item = await asyncio.wait_for(watcher.queue.get(), timeout)
+                    item = await asyncio.wait_for(watcher.queue.get(), None if math.isinf(wait) else max(0.0, wait))
                 except TimeoutError:
-                    break
+                    if loop.time() >= end:
+                        if watcher.bookmarks:  # the watch cache's bookmark right before the deadline
+                            await response.write((json.dumps(self._bookmark(watcher)) + "\n").encode())
+                        break
+                    item = self._bookmark(watcher)
+                    next_bookmark = loop.time() + (every or math.inf)
                 if item is None:
                     break
                 await response.write((json.dumps(item) + "\n").encode())

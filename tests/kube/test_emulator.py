@@ -275,6 +275,34 @@ async def test_bookmarks_carry_the_resource_version(kube: Emulator, kube_client:
     await w.close()
 
 
+@pytest.mark.looptime
+async def test_a_watch_gets_a_bookmark_a_minute_and_one_before_its_deadline_which_ends_it(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """As the watch cache: a bookmark every minute (``defaultBookmarkFrequency``) and one right before the
+    deadline; ``timeoutSeconds`` is the stream's whole life, events or not (not a silence that events reset)."""
+    kube.add(objects.deployment())
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+
+    async def scale_at(*times: float) -> None:
+        for n, at in enumerate(times, start=2):
+            await asyncio.sleep(t0 + at - loop.time())
+            kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": n})
+
+    scaler = asyncio.create_task(scale_at(40, 100))
+    w = watch.Watch()
+    seen = []
+    async for event in w.stream(
+        client.AppsV1Api(kube_client).list_namespaced_deployment, "llm", resource_version=str(kube.resource_version),
+        allow_watch_bookmarks=True, timeout_seconds=150,
+    ):
+        seen.append((event["type"], round(loop.time() - t0)))
+    await scaler
+    await w.close()
+    assert seen == [("MODIFIED", 40), ("BOOKMARK", 60), ("MODIFIED", 100), ("BOOKMARK", 120), ("BOOKMARK", 150)]
+
+
 async def test_rbac_denial_has_the_real_message(kube: Emulator, kube_client: client.ApiClient) -> None:
     kube.add(objects.deployment())
     kube.deny("patch", "deployments/scale", namespace="llm")
