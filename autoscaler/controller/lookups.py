@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -66,7 +66,9 @@ class FixedTargets:
     async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
         return self._view()
 
-    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+    async def observe_many(
+        self, policies: Sequence[CompiledPolicy], *, known: Mapping[str, dict[str, Any]] | None = None
+    ) -> dict[str, TargetView | Exception]:
         out: dict[str, TargetView | Exception] = {}
         for cp in policies:
             try:

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -46,6 +47,7 @@ from autoscaler.core.model import (
     QuotaStatus,
     ReplicaStatus,
     SignalReading,
+    TargetKind,
     TargetRef,
     TrainingWorkload,
 )
@@ -59,8 +61,12 @@ class TargetReader(Protocol):
         """The target's replica status and pods; pods are () when not known."""
         ...
 
-    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
-        """``observe`` for many policies (by policy name), batched; a failure is that policy's value."""
+    async def observe_many(
+        self, policies: Sequence[CompiledPolicy], *, known: Mapping[str, dict[str, Any]] | None = None
+    ) -> dict[str, TargetView | Exception]:
+        """``observe`` for many policies (by policy name), batched; a failure is that policy's value. ``known``:
+        target objects (by policy name) a live watch delivered, used instead of reading them (their pods are
+        still read)."""
         ...
 
     async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
@@ -122,6 +128,17 @@ class KeptView(NamedTuple):
     #: When it was read (``PolicyObserver.now``'s clock).
     read_at: float
     view: TargetView
+
+
+class _Change(NamedTuple):
+    """A watched change of a policy's target (``PolicyObserver.changed``), until a read after it replaces it."""
+
+    #: Its place among changes and reads (``PolicyObserver._seq``): a read started before it is not kept.
+    seq: int
+    #: When it arrived (``PolicyObserver.now``'s clock).
+    at: float
+    #: The target as the event carried it (None: deleted, or not carried).
+    obj: dict[str, Any] | None
 
 
 class _Planned(NamedTuple):
@@ -189,8 +206,13 @@ class SharedTraining:
         return result
 
 
-#: Probes screen on a target view up to this many of its policy's evaluation periods old (then it is read again).
+#: Probes screen on a target view up to this many of its policy's evaluation periods old (then it is read again),
+#: unless the target's watch vouches for it (``PolicyObserver.vouched``).
 KEPT_PERIODS = 2.0
+
+
+def _no_watches() -> Mapping[tuple[TargetKind, str], float]:
+    return {}
 
 
 @dataclass
@@ -210,6 +232,14 @@ class PolicyObserver:
     #: Each policy's last target view and when it was read (``now``): what probes screen on.
     views: dict[str, KeptView] = field(default_factory=dict)
     now: Callable[[], float] = time.monotonic
+    #: The live target watches, by (target kind, namespace): from when each stands for the views read since
+    #: (``Watcher.vouches``; ``Runtime`` supplies them). A view read at or after that is current as long as the
+    #: watch stays live and no event about its target came (``changed``): it is not read again for its age.
+    vouched: Callable[[], Mapping[tuple[TargetKind, str], float]] = _no_watches
+    #: Watched changes of targets not yet followed by a read, by policy (``changed``).
+    _changed: dict[str, _Change] = field(default_factory=dict)
+    #: Changes seen so far: a read notes it at its start, and keeps what it read only if no change came since.
+    _seq: int = 0
     #: Each policy's source requests, planned for one compiled policy and one pod list (both by identity):
     #: a probe round plans thousands of policies a second on the very views it planned them on last round.
     _plans: dict[str, _Planned] = field(default_factory=dict)
@@ -255,9 +285,10 @@ class PolicyObserver:
         now = self.now() if at is None else at
         views: dict[str, TargetView | Exception] = {}
         stale: list[CompiledPolicy] = []
+        live = self.vouched()
         for cp in policies:
             kept = self.views.get(cp.name)
-            if kept is not None and now - kept.read_at <= KEPT_PERIODS * cp.policy.spec.evaluation_period_seconds:
+            if kept is not None and _current(cp, kept, now, KEPT_PERIODS, live):
                 views[cp.name] = kept.view
             else:
                 stale.append(cp)
@@ -273,10 +304,10 @@ class PolicyObserver:
         periods (those a round reads again ahead of time, in the background)."""
         now = self.now()
         views = self.views
+        live = self.vouched()
         return [
             cp for cp in policies
-            if (kept := views.get(cp.name)) is None
-            or now - kept.read_at > periods * cp.policy.spec.evaluation_period_seconds
+            if (kept := views.get(cp.name)) is None or not _current(cp, kept, now, periods, live)
         ]
 
     def still_kept(self, name: str, part: Prepared) -> bool:
@@ -286,18 +317,55 @@ class PolicyObserver:
         return kept is not None and kept.view.replicas is part.replicas
 
     def forget(self, names: Iterable[str]) -> None:
-        """Drop these policies' kept target views (their target changed: the next probe reads it again)."""
+        """Drop these policies' kept target views (their target changed or went: the next probe reads it again)."""
+        self.changed(names, None)
+
+    def changed(self, names: Iterable[str], obj: dict[str, Any] | None) -> None:
+        """A watch event: these policies' target is now ``obj`` (None: deleted). Their kept views are replaced at
+        the next read, which takes the target from ``obj`` (while its watch is still live) and lists only its pods
+        (a target's pods are not watched: a change of the target, its counts or its template, is when they move).
+        A read that started before this event keeps nothing (it may have seen the target before the change)."""
+        self._seq += 1
+        change = _Change(self._seq, self.now(), obj)
         for name in names:
             self.views.pop(name, None)
+            self._changed[name] = change
+
+    def _keep(self, name: str, started: int, read_at: float, view: TargetView) -> None:
+        """Keep a view read from ``read_at`` (change count ``started`` then), unless a change came since."""
+        change = self._changed.get(name)
+        if change is not None:
+            if change.seq > started:
+                return  # the target changed while it was read: what was read may be from before
+            del self._changed[name]
+        self.views[name] = KeptView(read_at, view)
+
+    def _known(self, policies: Sequence[CompiledPolicy]) -> dict[str, dict[str, Any]]:
+        """The targets watch events delivered, for the policies whose watch is live and was already live then."""
+        if not self._changed:
+            return {}
+        live = self.vouched()
+        known: dict[str, dict[str, Any]] = {}
+        for cp in policies:
+            change = self._changed.get(cp.name)
+            if change is None or change.obj is None:
+                continue
+            t = cp.policy.spec.target
+            since = live.get((t.kind, t.namespace))
+            if since is not None and change.at >= since:
+                known[cp.name] = change.obj
+        return known
 
     async def _read_views(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
-        now = self.now()
-        views = await self.targets.observe_many(policies)
+        now, started = self.now(), self._seq
+        known = self._known(policies)
+        views = await (self.targets.observe_many(policies, known=known) if known
+                       else self.targets.observe_many(policies))
         for name, view in views.items():
             if isinstance(view, Exception):
                 self.views.pop(name, None)
             else:
-                self.views[name] = KeptView(now, view)
+                self._keep(name, started, now, view)
         return views
 
     async def _gather(
@@ -354,9 +422,9 @@ class PolicyObserver:
         if prepared is not None:
             replicas, signals = prepared.replicas, prepared.signals
         else:
-            now = self.now()
+            now, started = self.now(), self._seq
             view = await self.targets.observe(policy)
-            self.views[policy.name] = KeptView(now, view)
+            self._keep(policy.name, started, now, view)
             replicas, signals = view.replicas, await self.read_signals(policy, view.pods)
         workloads: tuple[TrainingWorkload, ...] = ()
         quota: QuotaStatus | None = None
@@ -446,6 +514,20 @@ class PolicyObserver:
         await self.source.aclose()
 
 
+def _current(
+    cp: CompiledPolicy, kept: KeptView, now: float, periods: float, live: Mapping[tuple[TargetKind, str], float]
+) -> bool:
+    """Whether a probe takes ``kept`` as its target now: younger than ``periods`` of its policy's periods, or read
+    since its live watch began (``PolicyObserver.vouched``). A watch that is broken, silent or relisting vouches
+    for nothing: the view then ages as if unwatched, and past its age it is read again (unknown if that fails)."""
+    spec = cp.policy.spec
+    if now - kept.read_at <= periods * spec.evaluation_period_seconds:
+        return True
+    target = spec.target
+    since = live.get((target.kind, target.namespace))
+    return since is not None and kept.read_at >= since
+
+
 def _unsourced(planned: Plan) -> dict[str, SignalReading]:
     """The readings known before any read: the signals without a source."""
     if not planned.missing:
@@ -472,6 +554,10 @@ class WatchSpec:
 
 #: A version the server may not serve -> the one to try instead.
 FALLBACK_VERSIONS = {"v1beta2": "v1beta1"}
+#: A watch silent for longer (no event, no bookmark) no longer stands for what was read (``Watcher.vouches``):
+#: the API server's bookmark period (one minute, k8s.io/apiserver storage/cacher/cacher.go
+#: ``defaultBookmarkFrequency``) plus the 15 s its ``DefaultEventFreshDuration`` adds to it for the same reason.
+WATCH_SILENCE_S = 75.0
 
 WatchCallback = Callable[[WatchSpec, str, dict[str, Any]], None]
 
@@ -488,6 +574,22 @@ class Watcher:
     Failures back off exponentially with full jitter (``kube.Backoff``, 0.8 s doubling to 30 s, reset once
     a stream works): a watch RBAC forbids costs a request every ~15 s on average, not every second. A
     ``410 Gone`` relists at once (it is the protocol, not a failure); a server-ended stream resumes at once.
+
+    ``vouches(now)`` says whether the watch stands for the objects read since it began (``live_from``): then a
+    change of any of them reaches ``on_event`` (the stream is lossless from its resourceVersion), and an object
+    read at or after ``live_from`` with no event since is as it was read. The rule, in order:
+
+    1. ``live_from`` is set when a list completes (the first, or a relist), to that moment: what was read before
+       may differ from the list without an event (events are compared with what this watcher last delivered,
+       ``fingerprint``), so only reads that start at or after it count;
+    2. a relist (after a ``410 Gone`` or a version fallback) clears it until the list completes;
+    3. any failure of the stream breaks the watch until a ``BOOKMARK`` arrives on a stream opened since: a
+       bookmark carries the resourceVersion up to which every event was sent, so the events missed meanwhile
+       (resumed from the last resourceVersion) have been delivered by then;
+    4. the server must have been heard (an event, a bookmark, a list, a stream it ended) within
+       ``WATCH_SILENCE_S``: the API server sends every watch that allows them a bookmark every minute
+       (``defaultBookmarkFrequency``, k8s.io/apiserver ``storage/cacher/cacher.go``), so a stream silent for
+       longer is taken as hung (the client itself notices only after ``timeoutSeconds`` + the deadline).
     """
 
     def __init__(
@@ -500,6 +602,7 @@ class Watcher:
         on_ok: Callable[[], None] | None = None,
         timeout_s: int = 300,
         backoff: Backoff | None = None,
+        now: Callable[[], float] | None = None,
     ) -> None:
         self._api: Any = client.CustomObjectsApi(api_client)
         self.spec = spec
@@ -513,6 +616,19 @@ class Watcher:
         self.tried = asyncio.Event()
         self.relists = 0
         self.failures = 0
+        #: The clock of ``live_from`` and ``vouches`` (the readers' clock; default: the running loop's).
+        self.now = now or (lambda: asyncio.get_running_loop().time())
+        #: When the current unbroken run of list and stream began (None: no list since the last ``410``).
+        self.live_from: float | None = None
+        #: When the server was last heard; whether a failure happened since the last bookmark.
+        self.heard_at = -math.inf
+        self.broken = False
+
+    def vouches(self, now: float) -> float | None:
+        """``live_from`` when the watch stands for what was read since then (see the class docstring), else None."""
+        if self.live_from is None or self.broken or now - self.heard_at > WATCH_SILENCE_S:
+            return None
+        return self.live_from
 
     async def run(self) -> None:
         s = self.spec
@@ -521,11 +637,14 @@ class Watcher:
         while True:
             try:
                 if rv is None:
+                    self.live_from = None
                     listing = await self._list(s.group, version, s.plural)
                     self.relists += 1
                     rv = listing.get("metadata", {}).get("resourceVersion")
                     for obj in listing.get("items", []):
                         self._deliver("SYNC", obj)
+                    self.live_from = self.heard_at = self.now()
+                    self.broken = False  # what failed before this list, the list replaced
                     self.synced.set()
                     self._ok()
                 w = watch.Watch()
@@ -539,7 +658,11 @@ class Watcher:
                         rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                         if event.get("type") != "BOOKMARK":
                             self._deliver(str(event.get("type")), obj)
+                        else:
+                            self.broken = False  # every event up to its resourceVersion was delivered
+                        self.heard_at = self.now()
                 # The server ended the stream (timeout, restart): resume from the last resourceVersion.
+                self.heard_at = self.now()
                 self._ok()
             except ApiException as exc:
                 if exc.status == 410:
@@ -571,6 +694,7 @@ class Watcher:
 
     async def _failed(self, what: str) -> None:
         self.failures += 1
+        self.broken = True
         self.tried.set()
         if self._on_error:
             self._on_error(f"watch {self.spec.path}: {what}")

@@ -35,7 +35,7 @@ from autoscaler.controller.reload import PolicyStore, ReloadResult
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core import fast
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import ScaleDecision, TargetRef, TrainingDecision
+from autoscaler.core.model import ScaleDecision, TargetKind, TargetRef, TrainingDecision
 from autoscaler.core.topology import Shape
 from autoscaler.policyfile import crd
 from autoscaler.sources.base import MetricSource
@@ -147,6 +147,7 @@ class Runtime:
             default_source=cfg.default_source,
             deadline_s=cfg.signal_deadline_seconds,
             now=self.clock.monotonic,
+            vouched=self._live_watches,
         )
         self.elector: LeaderElector | None = None
         leader: Leadership
@@ -372,9 +373,23 @@ class Runtime:
                 self.api, spec, self._on_watch_event,
                 on_error=functools.partial(self._on_watch_error, spec.path),
                 on_ok=functools.partial(self.telemetry.watch_ok, spec.path),
-                backoff=kube.Backoff(rng=self.rng),
+                backoff=kube.Backoff(rng=self.rng), now=self.clock.monotonic,
             )
             self.watchers[spec] = (w, asyncio.create_task(w.run(), name=f"watch {spec.path}"))
+
+    def _live_watches(self) -> dict[tuple[TargetKind, str], float]:
+        """The target watches that vouch for the views read since they began (``Watcher.vouches``), by (kind,
+        namespace): the observer's ``vouched``."""
+        now = self.clock.monotonic()
+        out: dict[tuple[TargetKind, str], float] = {}
+        for spec, (w, _) in self.watchers.items():
+            kind = kinds.by_resource(spec.group, spec.plural)
+            if kind is None or kind.version != spec.version or not spec.namespace:
+                continue
+            since = w.vouches(now)
+            if since is not None:
+                out[(kind.kind, spec.namespace)] = since
+        return out
 
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
@@ -391,7 +406,9 @@ class Runtime:
             names = self.controller.policies_for_training(spec.namespace)
         elif (kind := kinds.by_resource(spec.group, spec.plural)) is not None:
             names = self.controller.policies_for_target(TargetRef(kind.kind, name, spec.namespace).key)
-            self.observer.forget(names)  # probes must not screen on the view from before this change
+            # Probes must not screen on the view from before this change: the next read takes the target from
+            # this event (its pods are listed then) and what it reads is kept from then on while the watch is live.
+            self.observer.changed(names, None if type_ == "DELETED" else obj)
         else:
             names = []
         if names:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -422,15 +422,21 @@ class KubeTargets:
         """Replica status and serving pods of one policy's target: one read, one list of pods."""
         return await self.target(policy).observe()
 
-    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+    async def observe_many(
+        self, policies: Sequence[CompiledPolicy], *, known: Mapping[str, JsonObj] | None = None
+    ) -> dict[str, TargetView | Exception]:
         """``observe`` for many policies at once, batched per namespace (see the module docstring); a failed
-        read fails only the policies whose targets it was for. Keys are policy names."""
+        read fails only the policies whose targets it was for. Keys are policy names. ``known``: target objects
+        by policy name (a live watch's events), not read again; only their pods are listed."""
         readers = {cp.name: self.target(cp) for cp in policies}
-        objects = await self._read_objects(list(readers.values()))
+        given = known or {}
+        objects: dict[str, JsonObj | Exception] = await self._read_objects(
+            [r for name, r in readers.items() if name not in given]
+        )
         out: dict[str, TargetView | Exception] = {}
         wanted: list[tuple[str, ScaleTarget, JsonObj]] = []
         for name, reader in readers.items():
-            obj = objects[reader.ref.key]
+            obj = given[name] if name in given else objects[reader.ref.key]
             if isinstance(obj, Exception):
                 out[name] = obj
             else:
@@ -469,6 +475,8 @@ class KubeTargets:
                 for r in members
             }
 
+        if not groups:
+            return {}
         tasks = []
         for (namespace, kind), members in groups.items():
             size = self._listed.get((namespace, kind))

@@ -11,7 +11,7 @@ must never scale down.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,9 @@ class Targets:
     async def observe(self, policy: CompiledPolicy) -> TargetView:
         return self.view
 
-    async def observe_many(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
+    async def observe_many(
+        self, policies: Sequence[CompiledPolicy], *, known: Mapping[str, dict[str, Any]] | None = None
+    ) -> dict[str, TargetView | Exception]:
         return {cp.name: self.view for cp in policies}
 
     async def observe_ref(self, policy: CompiledPolicy, ref: TargetRef) -> TargetView:
