@@ -415,30 +415,31 @@ class PolicyObserver:
 
     async def observe(self, policy: CompiledPolicy, prepared: Prepared | Exception | None = None) -> Observation:
         """The policy's observation; ``prepared`` (from ``prepare``) supplies its target and signals (an
-        exception there is this policy's failed read)."""
-        spec = policy.policy.spec
+        exception there is this policy's failed read). Built by ``observed`` where nothing more is read."""
         if isinstance(prepared, Exception):
             raise prepared
-        if prepared is not None:
-            replicas, signals = prepared.replicas, prepared.signals
-        else:
+        if prepared is None:
             now, started = self.now(), self._seq
             view = await self.targets.observe(policy)
             self._keep(policy.name, started, now, view)
-            replicas, signals = view.replicas, await self.read_signals(policy, view.pods)
+            prepared = Prepared(view.replicas, view.pods, await self.read_signals(policy, view.pods))
+        at_once = self.observed(policy, prepared)
+        if at_once is not None:
+            return at_once
+        spec = policy.policy.spec
         workloads: tuple[TrainingWorkload, ...] = ()
         quota: QuotaStatus | None = None
         if spec.capacity is not None:
             training = await self.training.training(policy)
             workloads, quota = training.workloads, training.quota
-        return Observation(target=spec.target.ref(), replicas=replicas, signals=signals, training=workloads,
-                          quota=quota, members=await self._members(policy, replicas))
+        return _observation(spec.target.ref(), prepared, workloads, quota,
+                            await self._members(policy, prepared.replicas))
 
     def observed(self, policy: CompiledPolicy, prepared: Prepared) -> Observation | None:
         """``observe(policy, prepared)`` without an ``await`` where it reads nothing more (no ``capacity``
-        block, one target): the same observation, built at once; None for the others (``observe`` reads
-        their training picture and other targets). A probe round screens thousands of policies a second,
-        and nearly all of them are of the first kind."""
+        block, one target): the same observation, built at once (``observe`` itself builds it here); None for
+        the others (``observe`` reads their training picture and other targets). A probe round screens
+        thousands of policies a second, and nearly all of them are of the first kind."""
         simple = self._simple.get(policy.name)
         if simple is None or simple[0] is not policy:
             spec = policy.policy.spec
@@ -449,8 +450,7 @@ class PolicyObserver:
         ref = simple[1]
         if ref is None:
             return None
-        return Observation(target=ref, replicas=prepared.replicas, signals=prepared.signals, training=(),
-                           quota=None, members={})
+        return _observation(ref, prepared, (), None, {})
 
     async def _members(self, policy: CompiledPolicy, replicas: ReplicaStatus) -> dict[str, ReplicaStatus]:
         """Every target's replica status, for a policy with several targets (empty for the others). A target
@@ -512,6 +512,15 @@ class PolicyObserver:
 
     async def aclose(self) -> None:
         await self.source.aclose()
+
+
+def _observation(
+    ref: TargetRef, prepared: Prepared, training: tuple[TrainingWorkload, ...], quota: QuotaStatus | None,
+    members: dict[str, ReplicaStatus],
+) -> Observation:
+    """The core's input for one policy: the one place ``observe`` and ``observed`` build it."""
+    return Observation(target=ref, replicas=prepared.replicas, signals=prepared.signals, training=training,
+                       quota=quota, members=members)
 
 
 def _current(
