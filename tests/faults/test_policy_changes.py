@@ -29,7 +29,9 @@ async def test_a_policy_edited_mid_pass_finishes_on_the_old_version_then_uses_th
     def edit() -> None:
         (world.policies / "svc-0.yaml").write_text(policy_text(0, per_replica=5))
 
-    world.kube.after("GET", "/apis/apps/v1/namespaces/ns-0/deployments/svc-0", edit)
+    # On the pass's read of svc-0's target: its pods (the Deployment itself may come from the target watch,
+    # which the pass then does not read again: controller/observer.py, "changed").
+    world.kube.after("GET", "/api/v1/namespaces/ns-0/pods", edit)
     async with world.running(rt):
         await asyncio.sleep(2.5)
         assert rt.store.policies["svc-0"].policy.spec.policy.capacity_per_replica == 5  # type: ignore[union-attr]
