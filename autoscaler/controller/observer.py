@@ -141,6 +141,17 @@ class _Change(NamedTuple):
     obj: dict[str, Any] | None
 
 
+class _Age(NamedTuple):
+    """What judging a policy's kept view needs, kept per compiled policy (by identity): a probe round judges
+    thousands a second, and the spec's attribute chain cost more than the judgement (6.5 µs a view at load 6,
+    2026-12-07 07:29 UTC, against 0.8 µs for the age alone)."""
+
+    policy: CompiledPolicy
+    period_s: float
+    #: Its target's watch in ``PolicyObserver.vouched`` (``watch_key``).
+    watch: str
+
+
 class _Planned(NamedTuple):
     """A policy's source requests, planned for one compiled policy and one pod list (both by identity)."""
 
@@ -211,7 +222,12 @@ class SharedTraining:
 KEPT_PERIODS = 2.0
 
 
-def _no_watches() -> Mapping[tuple[TargetKind, str], float]:
+def watch_key(kind: TargetKind, namespace: str) -> str:
+    """The key of a target watch in ``PolicyObserver.vouched``: one string (its hash is kept, a tuple's is not)."""
+    return f"{kind.value}/{namespace}"
+
+
+def _no_watches() -> Mapping[str, float]:
     return {}
 
 
@@ -232,10 +248,12 @@ class PolicyObserver:
     #: Each policy's last target view and when it was read (``now``): what probes screen on.
     views: dict[str, KeptView] = field(default_factory=dict)
     now: Callable[[], float] = time.monotonic
-    #: The live target watches, by (target kind, namespace): from when each stands for the views read since
-    #: (``Watcher.vouches``; ``Runtime`` supplies them). A view read at or after that is current as long as the
-    #: watch stays live and no event about its target came (``changed``): it is not read again for its age.
-    vouched: Callable[[], Mapping[tuple[TargetKind, str], float]] = _no_watches
+    #: The live target watches, by ``watch_key`` (kind, namespace): from when each stands for the views read
+    #: since (``Watcher.vouches``; ``Runtime`` supplies them). A view read at or after that is current as long as
+    #: the watch stays live and no event about its target came (``changed``): it is not read again for its age.
+    vouched: Callable[[], Mapping[str, float]] = _no_watches
+    #: Per policy, for one compiled policy (by identity): its period and its watch's key (``_current``).
+    _ages: dict[str, _Age] = field(default_factory=dict)
     #: Watched changes of targets not yet followed by a read, by policy (``changed``).
     _changed: dict[str, _Change] = field(default_factory=dict)
     #: Changes seen so far: a read notes it at its start, and keeps what it read only if no change came since.
@@ -288,7 +306,7 @@ class PolicyObserver:
         live = self.vouched()
         for cp in policies:
             kept = self.views.get(cp.name)
-            if kept is not None and _current(cp, kept, now, KEPT_PERIODS, live):
+            if kept is not None and self._current(cp, kept, now, KEPT_PERIODS, live):
                 views[cp.name] = kept.view
             else:
                 stale.append(cp)
@@ -307,7 +325,7 @@ class PolicyObserver:
         live = self.vouched()
         return [
             cp for cp in policies
-            if (kept := views.get(cp.name)) is None or not _current(cp, kept, now, periods, live)
+            if (kept := views.get(cp.name)) is None or not self._current(cp, kept, now, periods, live)
         ]
 
     def still_kept(self, name: str, part: Prepared) -> bool:
@@ -315,6 +333,31 @@ class PolicyObserver:
         change dropped it and no read replaced it since (each read makes a new ``ReplicaStatus``)."""
         kept = self.views.get(name)
         return kept is not None and kept.view.replicas is part.replicas
+
+    def _current(
+        self, cp: CompiledPolicy, kept: KeptView, now: float, periods: float, live: Mapping[str, float]
+    ) -> bool:
+        """Whether a probe takes ``kept`` as its target now: younger than ``periods`` of its policy's periods, or
+        read since its live watch began (``vouched``). A watch that is broken, silent or relisting vouches for
+        nothing: the view then ages as if unwatched, and past its age it is read again (unknown if that fails)."""
+        age = self._ages.get(cp.name)
+        if age is None or age.policy is not cp:
+            age = self._age(cp)
+        if now - kept.read_at <= periods * age.period_s:
+            return True
+        since = live.get(age.watch)
+        return since is not None and kept.read_at >= since
+
+    def _age(self, cp: CompiledPolicy) -> _Age:
+        age = self._ages.get(cp.name)
+        if age is not None and age.policy is cp:
+            return age
+        if len(self._ages) > 2 * (len(self.views) + len(self._changed)) + 1024:
+            self._ages.clear()  # policies gone since: start afresh rather than keep them
+        spec = cp.policy.spec
+        age = self._ages[cp.name] = _Age(cp, spec.evaluation_period_seconds,
+                                         watch_key(spec.target.kind, spec.target.namespace))
+        return age
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop these policies' kept target views (their target changed or went: the next probe reads it again)."""
@@ -350,8 +393,7 @@ class PolicyObserver:
             change = self._changed.get(cp.name)
             if change is None or change.obj is None:
                 continue
-            t = cp.policy.spec.target
-            since = live.get((t.kind, t.namespace))
+            since = live.get(self._age(cp).watch)
             if since is not None and change.at >= since:
                 known[cp.name] = change.obj
         return known
@@ -521,20 +563,6 @@ def _observation(
     """The core's input for one policy: the one place ``observe`` and ``observed`` build it."""
     return Observation(target=ref, replicas=prepared.replicas, signals=prepared.signals, training=training,
                        quota=quota, members=members)
-
-
-def _current(
-    cp: CompiledPolicy, kept: KeptView, now: float, periods: float, live: Mapping[tuple[TargetKind, str], float]
-) -> bool:
-    """Whether a probe takes ``kept`` as its target now: younger than ``periods`` of its policy's periods, or read
-    since its live watch began (``PolicyObserver.vouched``). A watch that is broken, silent or relisting vouches
-    for nothing: the view then ages as if unwatched, and past its age it is read again (unknown if that fails)."""
-    spec = cp.policy.spec
-    if now - kept.read_at <= periods * spec.evaluation_period_seconds:
-        return True
-    target = spec.target
-    since = live.get((target.kind, target.namespace))
-    return since is not None and kept.read_at >= since
 
 
 def _unsourced(planned: Plan) -> dict[str, SignalReading]:

@@ -30,12 +30,12 @@ from autoscaler.controller.inventory import DeclaredBlocks
 from autoscaler.controller.leader import AlwaysLeader, LeaderElector
 from autoscaler.controller.loop import Clock, Controller, Leadership, LoopClock
 from autoscaler.controller.objects import PolicyObjects, StatusWriter
-from autoscaler.controller.observer import PolicyObserver, SharedTraining, Watcher, WatchSpec
+from autoscaler.controller.observer import PolicyObserver, SharedTraining, Watcher, WatchSpec, watch_key
 from autoscaler.controller.reload import PolicyStore, ReloadResult
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core import fast
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import ScaleDecision, TargetKind, TargetRef, TrainingDecision
+from autoscaler.core.model import ScaleDecision, TargetRef, TrainingDecision
 from autoscaler.core.topology import Shape
 from autoscaler.policyfile import crd
 from autoscaler.sources.base import MetricSource
@@ -377,18 +377,18 @@ class Runtime:
             )
             self.watchers[spec] = (w, asyncio.create_task(w.run(), name=f"watch {spec.path}"))
 
-    def _live_watches(self) -> dict[tuple[TargetKind, str], float]:
-        """The target watches that vouch for the views read since they began (``Watcher.vouches``), by (kind,
-        namespace): the observer's ``vouched``."""
+    def _live_watches(self) -> dict[str, float]:
+        """The target watches that vouch for the views read since they began (``Watcher.vouches``), by
+        ``observer.watch_key`` (kind, namespace): the observer's ``vouched``."""
         now = self.clock.monotonic()
-        out: dict[tuple[TargetKind, str], float] = {}
+        out: dict[str, float] = {}
         for spec, (w, _) in self.watchers.items():
             kind = kinds.by_resource(spec.group, spec.plural)
             if kind is None or kind.version != spec.version or not spec.namespace:
                 continue
             since = w.vouches(now)
             if since is not None:
-                out[(kind.kind, spec.namespace)] = since
+                out[watch_key(kind.kind, spec.namespace)] = since
         return out
 
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
