@@ -444,6 +444,89 @@ def test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise() -> No
     assert "hysteresis 0.2" in rec.message
 
 
+#: ``scaleDown.releaseShortCounts`` / ``releaseRise``: the memories go after ``MIN_RECURRENCE_FALLS`` cold starts
+#: of evidence (6 × 120 s).
+EVIDENCE_S = slo.MIN_RECURRENCE_FALLS * 120
+
+
+def _after_a_rise(release: bool) -> Driver:
+    """4 replicas at 0.96 replica-equivalents, then a rise of 2.4 within a cold start (as in
+    ``test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise``), back at 0.96 since."""
+    drv = Driver(config(scaleDown={"releaseRise": release}))
+    drv.steady(600, 4, waiting=0, running=40)
+    for _ in range(24):
+        drv.step(4, 4, waiting=0, running=140)
+    return drv
+
+
+@pytest.mark.parametrize("release", [True, False], ids=["release-on-evidence", "kept-15-cold-starts"])
+def test_the_largest_rise_is_released_after_six_cold_starts_of_evidence(release: bool) -> None:
+    """``scaleDown.releaseRise``: a rise that has not come back in 6 cold starts with the SLO held on known
+    signals is released (rule of three: the 95 % upper bound of its chance per cold start is 3/6); without it the
+    rise is kept its 1800 s lookback whatever follows."""
+    drv = _after_a_rise(release)
+    rec = drv.steady(EVIDENCE_S - 60, 4, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
+    rec = drv.steady(120, 4, waiting=0, running=40)
+    if release:
+        # 0.96 at ≤ 0.64 (the band) ⇒ 2.
+        assert (rec.replicas, rec.reason) == (2, Reason.SCALE_DOWN), rec.message
+        assert "less what 6 cold starts of evidence with the SLO held released" in rec.message
+    else:
+        assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
+
+
+def test_missing_data_releases_nothing() -> None:
+    """An evaluation with a signal unknown is no evidence: the clock stops (and nothing is released on it); the
+    evidence before and after the gap adds up."""
+    drv = _after_a_rise(True)
+    drv.steady(EVIDENCE_S / 2, 4, waiting=0, running=40)
+    held = drv.learned.evidence
+    drv.steady(EVIDENCE_S, 4, waiting=0, running=None)
+    assert drv.learned.evidence == held
+    rec = drv.steady(EVIDENCE_S / 2 - 60, 4, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
+    rec = drv.steady(120, 4, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (2, Reason.SCALE_DOWN), rec.message
+
+
+def test_an_slo_miss_restarts_the_evidence() -> None:
+    """An SLO miss is a recurrence: the evidence restarts, and the rise before it is kept 6 cold starts more."""
+    drv = Driver(config(scaleDown={"releaseRise": True}, signals={**BASE["signals"], "ttft": "ttft"}))
+    drv.steady(600, 4, waiting=0, running=40, ttft=0.5)
+    for _ in range(24):
+        drv.step(4, 4, waiting=0, running=140, ttft=0.5)
+    drv.steady(EVIDENCE_S / 2, 4, waiting=0, running=40, ttft=0.5)
+    drv.step(4, 4, waiting=0, running=40, ttft=2.5)
+    rec = drv.steady(EVIDENCE_S - 60, 4, waiting=0, running=40, ttft=0.5)
+    assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
+    assert "(0.96 + 2.40)" in rec.message
+    rec = drv.steady(120, 4, waiting=0, running=40, ttft=0.5)
+    assert rec.reason is Reason.SCALE_DOWN, rec.message
+    assert "(0.96 + 0.00)" in rec.message
+
+
+@pytest.mark.parametrize("release", [True, False], ids=["release-on-evidence", "kept"])
+def test_a_short_count_found_at_a_near_zero_load_is_released_on_evidence(release: bool) -> None:
+    """A count found short at a served load near 0 (a burst the gauges average away) applies at every load, and
+    at a higher ready count it is never seen enough at that count: without ``releaseShortCounts`` it holds for
+    good. With it, 6 cold starts of evidence release it."""
+    drv = Driver(config(scaleDown={"releaseShortCounts": release}))
+    drv.steady(600, 4, waiting=0, running=40)
+    found = drv.learned.evidence
+    drv.state = replace(drv.learned, short=(slo.ShortCount(drv.now - STEP, 2, 0.0, 3, found),))
+    rec = drv.steady(EVIDENCE_S - 60, 3, waiting=0, running=40)
+    assert rec.replicas == 3, rec.message
+    assert "not below 3" in rec.message
+    rec = drv.steady(120, 3, waiting=0, running=40)
+    if release:
+        assert (rec.replicas, rec.reason) == (2, Reason.SCALE_DOWN), rec.message
+        assert drv.learned.short == ()
+    else:
+        assert (rec.replicas, rec.reason) == (3, Reason.STEADY), rec.message
+        assert [x.enough for x in drv.learned.short] == [3]
+
+
 @pytest.mark.parametrize("from_level", [True, False], ids=["from-the-level-now", "from-any-level"])
 def test_a_climb_out_of_a_lower_trough_is_not_a_rise_from_the_load_now(from_level: bool) -> None:
     """``scaleDown.riseFromLevel`` (default on): the largest rise counts only climbs that start at a load at least

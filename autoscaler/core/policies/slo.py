@@ -64,6 +64,12 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    was short at a comparable load (``ShortCount``: the SLO missed, or a queue on every replica for as long
    as saturation takes); the loop that found it may relax, the count it found is remembered. The band
    between the scale-up count and this one is the hysteresis; at a steady load the count is a fixed point.
+   With ``scaleDown.releaseShortCounts`` the short counts, and with ``scaleDown.releaseRise`` (opt-in) the
+   largest rise, are released once ``MIN_RECURRENCE_FALLS`` cold starts of evidence have followed them and the
+   last recurrence: an evidence clock counts the seconds of evaluations that held the SLO on known signals (no
+   miss, no queue held on every replica); an unknown signal stops it (missing data releases nothing), a miss or
+   a held queue restarts it. With no recurrence in ``n`` lead-long stretches the 95 % upper bound of its chance
+   per stretch is ``3/n`` (the rule of three), below one half from 6 on, the bar ``scaleDown.recurrence`` uses.
    With ``scaleDown.recurrence`` (opt-in) demand's measured recurrence against the lead decides where it has
    the evidence (``sizing.recurrence``, ``_recurrence_keep``): the band keeps ``max(load, forecast)`` at
    ``c·(1 − hysteresis)``, and the k-th replica above it is kept while, in the history, a release as late into
@@ -269,6 +275,24 @@ class ScaleDownSpec(SpecModel):
         "now: a climb out of a lower trough has partly happened already (from the trough up to now), and an "
         "occupancy gauge filling from empty climbs from nothing. False: rises from any level (before 2026-12-02).",
     )
+    release_short_counts: bool = Field(
+        default=False,
+        description="Release a count found short once 6 cold starts of evidence have followed it: every "
+        "evaluation's signals known, the SLO not missed and no queue held on every replica (a latency window with no "
+        "request and none waiting counts as held). A signal unknown stops the evidence (missing data releases "
+        "nothing); a miss or a held queue restarts it (and finds a short count anew). With no recurrence in n "
+        "lead-long stretches the 95 % upper bound of the chance of one per stretch is 3/n (the rule of three), "
+        "below one half from 6 on. False: a short count is kept until that ready count is seen enough at that load "
+        "(one found at a served load near 0 applies at every load, and at a higher count for good). Measured and "
+        "shipped in the JetStream policy (docs/slo.md, Session 13).",
+    )
+    release_rise: bool = Field(
+        default=False,
+        description="Opt-in. Release the largest rise within a cold start on the same evidence as releaseShortCounts "
+        "(6 cold starts of it after the rise, dated by its end, and after the last recurrence), rather than keeping it "
+        "for its 15-cold-start lookback whatever follows. Measured, not shipped: on a compressed daily swing the rise "
+        "released was the best estimate of the next day's (docs/slo.md, Session 13).",
+    )
     recurrence: bool = Field(
         default=False,
         description="Opt-in. Release a replica by demand's measured recurrence against its lead (cold start, plus a "
@@ -388,6 +412,8 @@ class ShortCount:
     #: The count that served load needed at the utilization learned then (at least ``ready + 1``). The loop
     #: that lowered ``c`` to find it may later recover; the count it found is what is remembered, not ``c``.
     enough: int
+    #: The evidence clock when found (``SloState.evidence``, ``scaleDown.releaseShortCounts`` / ``releaseRise``).
+    evidence: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,6 +435,8 @@ class LoadSample:
     #: The arrivals (``forecast.arrivals``: prompt tokens/s, or requests/s from the prompt-length histogram);
     #: None: not read, unknown, or within the arrival signal's first window.
     arrivals: float | None = None
+    #: The evidence clock then (``SloState.evidence``, ``scaleDown.releaseShortCounts`` / ``releaseRise``).
+    evidence: float = 0.0
 
     def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0) -> float:
         """The load with capacity scale ``kappa``, ``slot_unit`` (the slots one replica-equivalent counts,
@@ -475,6 +503,12 @@ class SloState:
     last_t: float | None = None
     #: The first evaluation: nothing is released before a whole hold window has been observed.
     since: float | None = None
+    #: ``scaleDown.releaseShortCounts`` / ``releaseRise``: the evidence clock (seconds of evaluations that held
+    #: the SLO on known signals), its value at the last recurrence (an SLO miss or a held queue), and the value
+    #: at or before which the memories formed are released (None: none yet).
+    evidence: float = 0.0
+    recurred: float = 0.0
+    released: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -749,7 +783,7 @@ class SloAlgorithm:
                 *history,
                 LoadSample(
                     now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas, reading.generated_prior,
-                    arrivals if arrivals_warm else None,
+                    arrivals if arrivals_warm else None, prev.evidence,
                 ),
             )
             if not queued:
@@ -801,8 +835,6 @@ class SloAlgorithm:
                     ftext += f"; seasonal {season_load:.2f} one period ago at +{horizon:g}s"
         peak = max([v for t, v in series if t > now - hold] or [load])
         by_recurrence = cfg.scale_down.recurrence
-        # Measured against the level it starts from (``sizing.largest_rise``): rises from a load at least the load now.
-        rise = largest_rise(series, horizon, from_level=load if cfg.scale_down.rise_from_level else None)
         # Nothing is released before a whole hold window has been observed (after the rate windows filled).
         observed = max(0.0, now - (prev.since if prev.since is not None else now) - self._rate_window(ctx))
 
@@ -818,11 +850,38 @@ class SloAlgorithm:
             if insufficient:
                 # What the served load needs at the utilization the loop has now (the queue's backlog is not
                 # served load: a burst's backlog must not be remembered as a standing need).
-                found = ShortCount(now, ready, served, max(ready + 1, _ceil(load / c)))
+                found = ShortCount(now, ready, served, max(ready + 1, _ceil(load / c)), prev.evidence)
                 short = (*(x for x in short if x.ready != ready), found)[-MAX_SHORT:]
             elif not queued:
                 # The count is enough now at this load: what was short at a lower load is disproved.
                 short = tuple(x for x in short if not (x.ready == ready and x.served <= served))
+        # The burst memories released on evidence (``scaleDown.releaseShortCounts`` / ``releaseRise``). The
+        # evidence clock counts the seconds of evaluations that held the SLO on known signals (no miss, no held
+        # queue); an evaluation with a signal unknown adds nothing (missing data releases nothing), a miss or a
+        # held queue is a recurrence and restarts the count. A memory (a load sample a rise starts from, a count
+        # found short) is released once as many lead-long stretches as the rule of three needs
+        # (``MIN_RECURRENCE_FALLS`` cold starts) of evidence have followed both it and the last recurrence.
+        evidence, recurred, released = prev.evidence, prev.recurred, prev.released
+        sd = cfg.scale_down
+        if sd.release_short_counts or sd.release_rise:
+            if not reading.unknown:
+                if sustained or (ratio is not None and ratio > 1.0):
+                    recurred = evidence
+                else:
+                    evidence += dt
+            cut = evidence - MIN_RECURRENCE_FALLS * horizon
+            if recurred <= cut and (released is None or cut > released):
+                released = cut
+            if released is not None and sd.release_short_counts:
+                short = tuple(x for x in short if x.evidence > released)
+        # Measured against the level it starts from (``sizing.largest_rise``): rises from a load at least the load
+        # now; with memories released, the rises that may end after them (that start within a cold start before).
+        rise = largest_rise(
+            series
+            if released is None or not sd.release_rise
+            else [tv for x, tv in zip(history, series, strict=True) if x.evidence > released - horizon],
+            horizon, from_level=load if cfg.scale_down.rise_from_level else None,
+        )
 
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
@@ -860,6 +919,9 @@ class SloAlgorithm:
             slacks=slacks,
             last_t=now,
             since=prev.since if prev.since is not None else now,
+            evidence=evidence,
+            recurred=recurred,
+            released=released,
         )
 
         prior = cfg.replica.prior
@@ -966,7 +1028,13 @@ class SloAlgorithm:
             else f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast) at ≤ {down_u:.2f} utilization "
             f"(hysteresis {cfg.scale_down.hysteresis:g}) and load + the largest rise within a cold start "
             + ("from a load at least this one " if cfg.scale_down.rise_from_level else "")
-            + f"seen in {lookback(horizon):g}s ({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
+            + f"seen in {lookback(horizon):g}s "
+            + (
+                f"(less what {MIN_RECURRENCE_FALLS} cold starts of evidence with the SLO held released) "
+                if released is not None and sd.release_rise
+                else ""
+            )
+            + f"({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
         )
