@@ -37,7 +37,7 @@ workdir=${WORKDIR:-$(mktemp -d -t mutate.XXXXXX)}
 mkdir -p "$workdir"
 src=$PWD
 # Copy only what the tests need; the copy's pyproject gets the mutmut section (the checkout's stays clean).
-tar -C "$src" --exclude='__pycache__' --exclude='.venv' -cf - autoscaler tests pyproject.toml policies \
+tar -C "$src" --exclude='__pycache__' --exclude='.venv' -cf - autoscaler tests bench pyproject.toml policies \
   | tar -C "$workdir" -xf -
 {
   echo
@@ -53,6 +53,8 @@ tar -C "$src" --exclude='__pycache__' --exclude='.venv' -cf - autoscaler tests p
   echo 'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=900"]'
   # The checkout is not a git repository in the copy: compare nothing, mutate everything in MODULE.
   echo 'use_git_change_detection = false'
+  # Some tests import the benchmarks' trace writers (bench/): copy them beside the mutated tree.
+  echo 'also_copy = ["bench"]'
 } >>"$workdir/pyproject.toml"
 
 echo "== mutating $module in $workdir with tests: $*" >&2
