@@ -1051,6 +1051,12 @@ class Bulk:
                 stop = min(runs[i][1], end)
                 i += 1
                 memory = yield from self._one_at_a_time(k, stop, memory)
+            elif self.own is not None and not self.scan.bounded(memory.replicas):
+                # whatif: the evaluations decided one at a time left the policy's own count out of bounds (a
+                # target at zero replicas stays there: HPA's "scaling disabled"), which the blocks do not decide.
+                # One more evaluation one at a time, until a count within bounds lets the blocks go on.
+                stop = k + 1
+                memory = yield from self._one_at_a_time(k, stop, memory)
             else:
                 stop = min(runs[i][0], end) if i < len(runs) else end
                 memory = yield from self._in_blocks(k, stop, memory)

@@ -79,7 +79,8 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
     rows = draw(st.integers(1, 120))
     step = draw(st.sampled_from([period, period, 7, 20]))  # samples off the evaluation grid too
     ready_column = draw(st.booleans())
-    count = draw(st.integers(min_replicas, max_replicas))
+    # A recording may start out of the policy's bounds too (a count set by hand before the policy took over).
+    count = draw(st.integers(min_replicas, max_replicas) if clean else st.integers(0, max_replicas + 3))
     offset = draw(st.sampled_from([0, 0, 0, 0.25, 0.0006, 0.1237]))  # evaluation times with a fraction too
     lines = ["timestamp," + ",".join(f"s{i}" for i in range(n_metrics)) + ",replicas"
              + (",replicas_ready" if ready_column else "")]
@@ -453,3 +454,40 @@ def test_a_gappy_trace_split_in_two_writes_what_decide_writes(tmp_path: Path, mo
     assert not list((tmp_path / "split").glob(".decisions*"))
     for name in plain:
         assert split[name] == plain[name], name
+
+
+@pytest.mark.parametrize("first_count", [0, 14])
+def test_whatif_from_a_count_out_of_bounds_decides_what_decide_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                        first_count: int) -> None:
+    """whatif from a recorded count out of the policy's bounds: above maxReplicas ``decide`` brings it within and
+    the blocks go on; at 0 (a target scaled to zero by hand) ``decide`` keeps it there (HPA's "scaling disabled"),
+    every evaluation after, which the blocks must not decide from the count they would otherwise start at."""
+    policy = {
+        "apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "bulk"},
+        "spec": {"target": {"kind": "Deployment", "name": "llm"}, "minReplicas": 1, "maxReplicas": 10,
+                 "evaluationPeriodSeconds": 15,
+                 "signals": [{"name": "s0", "query": "sum(s0)", "scope": "perReplica", "maxAgeSeconds": 60}],
+                 "policy": {"type": "hpa", "metrics": [
+                     {"signal": "s0", "type": "Pods", "target": {"type": "AverageValue", "averageValue": 0.8}}]}},
+    }
+    rows = [f"{START + 15 * k},{0.5 + (k % 40) / 20},{first_count}" for k in range(400)]
+    case = {"policy": policy, "csv": "timestamp,s0,replicas\n" + "\n".join(rows) + "\n", "mode": "whatif"}
+    taken: list[bool] = []
+    real = engine._bulk
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        blocks = real(*args, **kwargs)
+        taken.append(blocks is not None)
+        return blocks
+
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_bulk", spy)
+        bulk = _replay(tmp_path, case, "bulk")
+    with monkeypatch.context() as m:
+        m.setattr(engine, "hpa_decider", lambda compiled: None)
+        m.setattr(engine, "hpa_scan", lambda compiled: None)
+        plain = _replay(tmp_path, case, "plain")
+    assert taken == [True], "the bulk path is taken (the first evaluation decided one at a time)"
+    assert plain["code"] == 0
+    for name in plain:
+        assert bulk[name] == plain[name], name
