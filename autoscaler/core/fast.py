@@ -639,11 +639,6 @@ class HpaScan:
 
     # -- whatif: the policy's own count ---------------------------------------------------------------------
 
-    def usable_own(self, inp: ScanInput, rescale: tuple[bool, ...], initial: int) -> bool:
-        """``usable`` where the count is the policy's own from ``initial`` on (``inp.current`` the recorded one):
-        whatever the counts, ``hpa_decider`` decides every evaluation."""
-        return self.bounded(initial) and bool(self.usable_own_at(inp, rescale).all())
-
     def bounded(self, count: int) -> bool:
         """Whether a count is within ``[max(minReplicas, 1), maxReplicas]`` (the stage's bounds)."""
         return self.floor <= count <= self.max_replicas and count >= self.min_replicas

@@ -886,9 +886,8 @@ def _bulk(
             usable = scan.usable_at(inp)
             changes.add(a, inp.current)
         else:
+            # A count out of bounds (the first one included) is decided one at a time: ``Bulk.evaluations``.
             usable = scan.usable_own_at(inp, own.rescale)
-            if a == 0 and not scan.bounded(own.initial):
-                usable[0] = False  # the first count out of bounds: decide() brings it within
         _add_runs(plain, ~usable, a)
     plain = _merged(plain, count, MIN_RUN)
     if sum(b - a for a, b in plain) == count:
