@@ -299,12 +299,11 @@ class Controller:
     after_first: Callable[[], None] | None = None
     #: Called after each probe round (``Runtime`` freezes what survived it out of the collector's traversals).
     after_round: Callable[[], None] | None = None
-    #: The pass ledger: per (ClusterQueue, resource), per target, the chips of serving replicas asked for and
-    #: not admitted by Kueue yet, as last observed or as this controller just asked. Other policies on the
-    #: same ClusterQueue see them as ``QuotaStatus.pending`` (chips in flight are spent once); policies on the
-    #: other ClusterQueues of its cohort see them taken from what the cohort lends (``arbitration.lent``).
-    _in_flight: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
-    #: Beside it, per target, the replicas asked for and waiting (for the slice inventory: ``QuotaStatus.asked``).
+    #: The pass ledger: per (ClusterQueue, resource), per target, the serving replicas asked for and those not
+    #: admitted by Kueue yet (with their chips), as last observed or as this controller just asked. Other
+    #: policies on the same ClusterQueue decide on it through ``arbitration.in_pass`` (chips and places in
+    #: flight are spent once); policies on the other ClusterQueues of its cohort see its chips taken from what
+    #: the cohort lends (``arbitration.lent``).
     _asked: dict[tuple[str, str], dict[str, AskedReplicas]] = field(default_factory=dict)
     #: Policies sharing a ClusterQueue, or ClusterQueues of one cohort, evaluate one at a time: each decides on
     #: what the previous one did (``_group``).
@@ -609,15 +608,13 @@ class Controller:
         )
 
     # the pass ledger ----------------------------------------------------------------------------------
-    def note_in_flight(self, cp: CompiledPolicy, gated: int, spec: int | None = None) -> None:
+    def note_in_flight(self, cp: CompiledPolicy, gated: int, spec: int) -> None:
         """Record ``gated`` replicas of ``cp``'s target as asked for and not admitted yet (of ``spec``)."""
         queue, capacity = _queue_key(cp), cp.policy.spec.capacity
         if queue is None or capacity is None:
             return
         key = cp.policy.spec.target.ref().key
-        self._in_flight.setdefault(queue, {})[key] = gated * capacity.per_replica
-        if spec is not None:
-            self._asked.setdefault(queue, {})[key] = AskedReplicas(spec, gated)
+        self._asked.setdefault(queue, {})[key] = AskedReplicas(spec, gated, capacity.per_replica)
 
     def _note_prepared(self, prepared: dict[str, Stamped]) -> None:
         """A pass's bulk read of the targets fills the ledger before anyone decides (after a restart too)."""
@@ -635,9 +632,7 @@ class Controller:
             return obs
         self.note_in_flight(cp, obs.replicas.gated, obs.replicas.spec)
         me = cp.policy.spec.target.ref().key
-        pending = self._pending_on(queue, besides=me)
-        asked = {k: v for k, v in self._asked.get(queue, {}).items() if k != me and k in self._in_flight.get(queue, {})}
-        quota = self._lent(queue, dataclasses.replace(obs.quota, pending=pending, asked=asked))
+        quota = self._lent(queue, arbitration.in_pass(obs.quota, mine={me}, ledger=self._ledger(queue)))
         return dataclasses.replace(obs, quota=quota)
 
     def _learn(self, queue: _Queue, obs: Observation) -> None:
@@ -654,15 +649,19 @@ class Controller:
         others.pop(queue.cluster_queue, None)
         return arbitration.lent(quota, others)
 
-    def _pending_on(self, queue: tuple[str, str], *, besides: str | None = None) -> float:
-        """Serving chips asked for and not admitted on ``queue``, over the targets of current policies."""
+    def _ledger(self, queue: tuple[str, str]) -> dict[str, AskedReplicas]:
+        """The pass ledger of ``queue``, over the targets of current policies."""
         live = {
             other.policy.spec.target.ref().key for other in self.store.policies.values() if _queue_key(other) == queue
         }
-        ledger = self._in_flight.get(queue, {})
+        ledger = self._asked.get(queue, {})
         for key in [k for k in ledger if k not in live]:
             ledger.pop(key)  # its policy is gone: nobody will update it again
-        return sum(v for k, v in ledger.items() if k != besides)
+        return ledger
+
+    def _pending_on(self, queue: tuple[str, str]) -> float:
+        """Serving chips asked for and not admitted on ``queue``, over the targets of current policies."""
+        return float(sum(a.gated * a.per_replica for a in self._ledger(queue).values()))
 
     async def _evaluate(
         self, cp: CompiledPolicy, trigger: str, *, probe: bool, prepared: Prepared | Exception | None = None,
@@ -1228,8 +1227,8 @@ class Controller:
             obs = self.observer.observed(cp, part) or await self.observer.observe(cp, part)
             queue = _queue_key(cp)
             if queue is not None and obs.quota is not None:
-                pending = self._pending_on(queue, besides=cp.policy.spec.target.ref().key)
-                quota = self._lent(queue, dataclasses.replace(obs.quota, pending=pending))
+                me = cp.policy.spec.target.ref().key
+                quota = self._lent(queue, arbitration.in_pass(obs.quota, mine={me}, ledger=self._ledger(queue)))
                 obs = dataclasses.replace(obs, quota=quota)
             decisions, state = cp.decide(obs, self.states.get(cp.name, PolicyState()), self.clock.wall())
         except Exception:  # the evaluation (periodic, or this one's) reports it; a screen only selects

@@ -13,8 +13,8 @@ cohort lends is shared by every policy on its members (``lent``):
   admitted yet are taken from it first) − reservation;
 - ``freeing``: Workloads deactivated but not yet evicted (their chips come back once, and only once);
 - ``pending``: serving replicas asked for and not admitted yet: this target's gated replicas plus the
-  other targets' on the ClusterQueue (``QuotaStatus.pending``, the controller's pass ledger). They take
-  the room as it frees, before anything else;
+  other targets' on the ClusterQueue (``QuotaStatus.pending``, from the pass ledger through ``in_pass``, in
+  the controller and the simulator alike). They take the room as it frees, before anything else;
 - ``claiming``: training Workloads active but not admitted (queued, or reactivated and not yet admitted):
   Kueue admits them into free room, so a reactivation never counts that room again.
 
@@ -70,13 +70,14 @@ import dataclasses
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from autoscaler.core import topology
 from autoscaler.core.model import (
     Ahead,
+    AskedReplicas,
     Decision,
     DemandHistory,
     DemandJump,
@@ -210,6 +211,22 @@ def kueue_borrowable(own: QueueQuota, others: Sequence[QueueQuota], *, in_cohort
     if own.reclaims:
         available = max(available, own.nominal - used)
     return available - own.nominal + own.reserved
+
+
+def in_pass(quota: QuotaStatus, *, mine: Collection[str], ledger: Mapping[str, AskedReplicas]) -> QuotaStatus:
+    """``quota`` as one policy decides on it within a pass: what every *other* serving target on the
+    ClusterQueue asked for and Kueue has not admitted yet (the pass ledger, ``ledger``: per target key, its
+    count, its replicas waiting and their chips) is spoken for. Their chips are ``pending`` (taken from the free
+    room first, as Kueue admits them first) and their counts ``asked`` (with a slice inventory their groups take
+    free places first, among them the places a victim stopped earlier in the pass is freeing). ``mine``: the
+    deciding policy's own targets, whose waiting replicas the budget counts itself (``budget``'s
+    ``own_pending``). The controller fills the ledger from its bulk read of the targets and from each write it
+    makes; the simulator from its pools. Both decide on this view, so two policies in one pass never count the
+    same free chips, place or stopped victim twice: a policy that stopped a Workload and asked for a group for
+    its place has that place taken, in the next policy's view, by the group it asked for."""
+    others = {k: a for k, a in ledger.items() if k not in mine}
+    pending = float(sum(a.gated * a.per_replica for a in others.values()))
+    return dataclasses.replace(quota, pending=pending, asked=others)
 
 
 def lent(quota: QuotaStatus, pending: Mapping[str, float]) -> QuotaStatus:

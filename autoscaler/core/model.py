@@ -197,10 +197,14 @@ class SliceCapacity:
 
 @dataclass(frozen=True, slots=True)
 class AskedReplicas:
-    """What one serving target asked for, as the controller last saw or wrote it."""
+    """What one serving target asked for, as the controller last saw or wrote it (an entry of the pass ledger:
+    ``arbitration.in_pass``)."""
 
     spec: int
+    #: Its replicas (groups) asked for and not admitted by Kueue yet.
     gated: int
+    #: Chips one of its replicas counts against the ClusterQueue's quota (its policy's ``perReplica``).
+    per_replica: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

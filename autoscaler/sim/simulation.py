@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
+    AskedReplicas,
     Observation,
     PodStatus,
     PolicyState,
@@ -267,6 +268,10 @@ class Simulation:
         self.resumed_by_us: dict[str, float] = {}
         #: Called when a requested checkpoint completes (a controller re-evaluates then).
         self.on_checkpoint: list[Callable[[float], object]] = []
+        #: The pass ledger's targets: each pool a policy with a ``capacity`` block drives, by target key, with
+        #: the chips one of its groups counts (``join_ledger``). Every policy decides on the others' groups asked
+        #: for and not admitted yet (``quota_status``), as the controller's policies do in one pass.
+        self._ledger: dict[str, tuple[ServingPool, float]] = {}
         self.serving_chips = 0
         self.training_chips = 0
         self._last_account = 0.0
@@ -566,12 +571,29 @@ class Simulation:
         return ReplicaStatus(spec=len(live), ready=len(ready), starting=len(live) - len(ready) - gated, pods=pods,
                              gated=gated, slice=self._shape_of.get((pool or self.pool).name))
 
-    def quota_status(self) -> QuotaStatus:
+    def join_ledger(self, target_key: str, pool: ServingPool, per_replica: float) -> None:
+        """``pool`` (the target ``target_key`` names) is driven by a policy with a ``capacity`` block: the other
+        policies see its groups asked for and not admitted yet (the controller's pass ledger)."""
+        self._ledger[target_key] = (pool, per_replica)
+
+    def quota_status(self, mine: Collection[str] = ()) -> QuotaStatus:
+        """The ClusterQueue as the policy driving the targets ``mine`` decides on it: the other ledger targets'
+        groups asked for and not admitted yet are spoken for (``arbitration.in_pass``, the one rule the
+        controller's policies decide on). Their counts are read from the pools at this instant: what the
+        controller's ledger holds once its bulk read or its own scale write noted them."""
         q = self.cluster.spec.quota
         # With a topology the blocks' chips stand for the ClusterQueue's placeholder number (the inventory
         # declared in the controller's config, issue 14): 999999 would hide every shortage.
-        return QuotaStatus(q.cluster_queue, q.resource, float(self.quota),
-                           float(self.serving_chips + self.training_chips), slices=self._slice_capacity())
+        quota = QuotaStatus(q.cluster_queue, q.resource, float(self.quota),
+                            float(self.serving_chips + self.training_chips), slices=self._slice_capacity())
+        if not self._ledger:
+            return quota
+        ledger = {
+            key: AskedReplicas(len(live), sum(1 for r in live if r.state is ReplicaState.PENDING), per_replica)
+            for key, (pool, per_replica) in self._ledger.items()
+            for live in (pool.live(),)
+        }
+        return arbitration.in_pass(quota, mine=mine, ledger=ledger)
 
     def _slice_capacity(self) -> SliceCapacity | None:
         """The blocks and what holds them, as the controller reads them (``controller.inventory``): training
@@ -862,6 +884,10 @@ class PolicyController:
                 f"the simulated replica exports the equivalent gauge under the requested name"
             )
 
+        capacity = self.compiled.policy.spec.capacity
+        if capacity is not None and own is not None:
+            sim.join_ledger(target.key, pool, capacity.per_replica)
+
         def scrape(now: float) -> float:
             gauges = {r.name: pool.gauges(r, now) for r in pool.ready()}
             self.pipeline.scrape(now, gauges)
@@ -873,7 +899,7 @@ class PolicyController:
                 replicas=sim.replica_status(now, pool),
                 signals=self.pipeline.visible(now),
                 training=sim.training_workloads(now, self._selected),
-                quota=sim.quota_status(),
+                quota=sim.quota_status(mine={target.key}),
             )
             self._decide_and_apply(sim, obs, now, lambda _key: pool)
             return now + self.period
@@ -923,6 +949,9 @@ class PolicyController:
         for b in self.bindings:
             by_target.setdefault(spec.signal_target(spec.signal(b.signal)).ref().key, []).append(b)
         pipes = {key: pipeline.MetricPipeline(self.pipe_spec, bs) for key, bs in by_target.items()}
+        if spec.capacity is not None:
+            for key, pool in pools.items():
+                sim.join_ledger(key, pool, float(pool.chips))
         for key, bs in by_target.items():
             if key in pools and _reads_per_token_latency(bs):
                 pools[key].count_per_token_latency()
@@ -943,7 +972,7 @@ class PolicyController:
                 replicas=members.get(primary.key) or ReplicaStatus(0, 0),
                 signals=signals,
                 training=sim.training_workloads(now, self._selected),
-                quota=sim.quota_status(),
+                quota=sim.quota_status(mine=pools.keys()),
                 members=members,
             )
             self._decide_and_apply(sim, obs, now, pools.get)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import time
 from collections.abc import AsyncIterator, Callable
@@ -268,6 +269,60 @@ async def test_serving_grows_in_whole_slices_from_the_cheapest_training_then_giv
     assert w.tas.violations == []
     assert reactivated_while_waiting == []
     assert len(w.tas.used_nodes()) == 32
+
+
+#: Every 2x2x2 place of the two blocks, and the slices each training Workload holds while active.
+PLACES = 16
+SLICES = {SUB: 6} | {f"jobset-{name}": 1 for name in FINETUNES}
+
+
+@pytest.mark.timeout(300)  # real-time waits: ~15 s idle, 4x that on a loaded 2-core machine
+async def test_two_policies_growing_while_kueue_evicts_never_ask_for_more_groups_than_their_victims_free(
+    world: Codelab,
+) -> None:
+    """The two policies both grow on full blocks while Kueue still holds the first one's victims: the victims'
+    grace period here is 3 s (30 s unscaled 10×, where the other tests scale 100×), so every pass of both 1 s
+    policies falls inside it. The second must count neither the places the first one's victims are freeing nor
+    its groups waiting for them (the pass ledger, ``arbitration.in_pass``): checked at every scale write, the
+    groups asked for plus the slices active training holds never exceed the blocks' 16 places. (This stand-in
+    Kueue never preempts by itself: a policy that overspends has its groups wait and stops their victims a pass
+    later, so only the check at the write sees it; the simulator's Kueue preempts one more Workload there.)"""
+    w = world
+    _full(w)
+    w.tas.timing = dataclasses.replace(w.tas.timing, evict_s=3.0)
+    over: list[str] = []
+    seen: list[tuple[str, list[str]]] = []
+
+    def check() -> None:
+        asked = w.groups(PREFILL) + w.groups(DECODE)
+        training = w.training()
+        held = sum(SLICES[name] for name, (active, _) in training.items() if active)
+        if asked + held > PLACES:
+            over.append(f"{asked} groups asked + {held} training slices > {PLACES} places")
+        freeing = [name for name, (active, admitted) in training.items() if not active and admitted]
+        seen.append((w.kube.writes()[-1].path, freeing))  # which LWS was written, what was still being evicted
+
+    w.kube.after("PATCH", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets/*", check,
+                 times=10_000)
+    # Both loads are there from the first pass: 3 groups each (as in the test above).
+    w.prefill.prompt_rate = 100_000
+    w.decode.running, w.decode.kv = 400, 0.6
+    w.start()
+    await until(lambda: w.groups(PREFILL) == 3 and w.groups(DECODE) == 3
+                and w.tas.ready_groups(PREFILL) == 3 and w.tas.ready_groups(DECODE) == 3)
+    await asyncio.sleep(1.5)
+    assert over == []
+    # The premise: one pool's scale was written while Workloads stopped for the other were still held.
+    stopper = {name: w.kube.get(V1BETA2, "Workload", name, NS)["metadata"]["annotations"][DEACTIVATED_BY]
+               for name in w.stopped()}
+    policy_of = {PREFILL: "qwen-prefill", DECODE: "qwen-decode"}
+    crossed = [(path, name) for path, freeing in seen for name in freeing
+               for lws, policy in policy_of.items() if f"/leaderworkersets/{lws}" in path
+               and stopper.get(name) not in (None, policy)]
+    assert crossed, seen
+    cheapest = sorted(FINETUNES, key=FINETUNES.__getitem__)[:4]
+    assert w.stopped() == sorted(f"jobset-{name}" for name in cheapest)
+    assert w.tas.violations == []
 
 
 @pytest.mark.timeout(300)  # real-time waits: ~22 s idle, 4x that on a loaded 2-core machine

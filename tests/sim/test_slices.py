@@ -177,3 +177,35 @@ def test_the_policy_sees_the_blocks_and_stops_exactly_the_slices_it_needs() -> N
     assert sim.deactivations == added
     assert res.preemptions == added  # every stop was ours: none left for Kueue's reactive preemption
     assert res.slice_violations == []
+
+
+def test_two_policies_growing_in_one_pass_stop_one_workload_per_group_and_leave_kueue_nothing() -> None:
+    """The example's two policies (prefill and decode, one each) grow at once on full blocks (conversation trace
+    ×20, 120 s, warm 2 + 2): at 60 s prefill stops one 2x2x2 Workload and asks for a group for its place; decode
+    decides next, in the same instant, before Kueue has evicted anything. Each policy sees the other's groups
+    asked for and not admitted yet (``Simulation.quota_status``: the pass ledger through ``arbitration.in_pass``,
+    as the controller's policies see it), so decode does not count the place prefill's victim is freeing as its
+    own: every group added stopped exactly one Workload, by our arbitration, and Kueue has nothing to preempt.
+    Without the ledger: 5 groups, 4 deactivations, 5 preemptions (one by Kueue's own order)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from autoscaler.core.engine import compile_policy  # noqa: PLC0415
+    from autoscaler.policyfile.loader import load_file  # noqa: PLC0415
+    from autoscaler.sim import disagg  # noqa: PLC0415
+    from autoscaler.sim.simulation import PolicyController  # noqa: PLC0415
+
+    cl = cluster_mod.load(CODELAB)
+    pols = list(load_file(Path(__file__).resolve().parents[2] / "policies" / "lws-prefill-decode.yaml"))
+    parts = [PolicyController(compile_policy(p), cl.pipeline_for(p.metadata.name), "default") for p in pols]
+    sim = Simulation(cluster=cl, trace=_trace(120.0, rate=20.0),
+                     controller=disagg.CombinedController("ex", "policy", parts),
+                     initial_by_pool={"prefill": 2, "decode": 2}, slo_ttft_s=2.0)
+    res = sim.run()
+    added = {p.name: len(p.live()) - 2 for p in sim.pools}
+    # The premise: both pools grew (how far is the policies' business).
+    assert min(added.values()) >= 1
+    first_up = {e.message.split(":")[0]: e.time for e in reversed(sim.scale_events) if e.after > e.before}
+    assert first_up["prefill"] == first_up["decode"]  # in one pass
+    assert sim.deactivations == sum(added.values())
+    assert res.preemptions == sum(added.values())  # every stop was ours
+    assert res.slice_violations == []
