@@ -476,6 +476,54 @@ def test_the_largest_rise_is_released_after_six_cold_starts_of_evidence(release:
         assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
 
 
+def test_a_rise_released_stepwise_goes_one_replica_per_six_cold_starts_of_evidence_at_the_count() -> None:
+    """``scaleDown.releaseRiseStepwise``: the evidence that released the rise was gathered at 4 ready; it takes the
+    count to 3, not at once to the 2 the band alone keeps, and 3 to 2 only once 3 replicas have themselves held the
+    SLO for 6 cold starts of evidence."""
+    drv = Driver(config(scaleDown={"releaseRise": True, "releaseRiseStepwise": True}))
+    drv.steady(600, 4, waiting=0, running=40)
+    for _ in range(24):
+        drv.step(4, 4, waiting=0, running=140)
+    rec = drv.steady(EVIDENCE_S - 60, 4, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
+    rec = drv.steady(120, 4, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (3, Reason.SCALE_DOWN), rec.message
+    assert "not below 3: one below the 4 ready the evidence that released the rise was gathered at" in rec.message
+    rec = drv.steady(EVIDENCE_S - 60, 3, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (3, Reason.STEADY), rec.message
+    rec = drv.steady(120, 3, waiting=0, running=40)
+    assert (rec.replicas, rec.reason) == (2, Reason.SCALE_DOWN), rec.message
+
+
+def test_evidence_is_credited_to_the_count_that_held_it_and_only_since_the_last_recurrence() -> None:
+    """``_evidenced_count``: 6 cold starts (of 120 s) of evidence at a count or fewer; the evidence a sample's
+    evaluation added (the next sample's clock less its own) is its count's; before the last recurrence, none."""
+    def history(*spans: tuple[int, float]) -> tuple[slo.LoadSample, ...]:
+        out, clock, t = [], 0.0, 0.0
+        for ready, seconds in spans:
+            for _ in range(int(seconds / 5)):
+                out.append(slo.LoadSample(t, None, 1.0, None, evidence=clock, ready=ready))
+                clock += 5.0
+                t += 5.0
+        out.append(slo.LoadSample(t, None, 1.0, None, evidence=clock, ready=0))
+        return tuple(out)
+
+    count = slo.SloAlgorithm._evidenced_count
+    assert count(history((4, 720)), 720, 0.0, 120) == 4
+    assert count(history((4, 715)), 715, 0.0, 120) is None
+    # Evidence at 3 is evidence at 4 too (fewer held it), not the other way round.
+    assert count(history((4, 360), (3, 360)), 720, 0.0, 120) == 4
+    assert count(history((4, 360), (3, 720)), 1080, 0.0, 120) == 3
+    # A recurrence at 360 s (400 s) of evidence: what came before it is no evidence.
+    assert count(history((3, 360), (4, 720)), 1080, 360.0, 120) == 4
+    assert count(history((3, 720), (4, 360)), 1080, 400.0, 120) is None
+
+
+def test_a_stepwise_release_needs_the_rise_released() -> None:
+    with pytest.raises(ValidationError, match="releaseRiseStepwise bounds releaseRise"):
+        policy(config(scaleDown={"releaseRiseStepwise": True}))
+
+
 def test_missing_data_releases_nothing() -> None:
     """An evaluation with a signal unknown is no evidence: the clock stops (and nothing is released on it); the
     evidence before and after the gap adds up."""

@@ -70,6 +70,12 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    miss, no queue held on every replica); an unknown signal stops it (missing data releases nothing), a miss or
    a held queue restarts it. With no recurrence in ``n`` lead-long stretches the 95 % upper bound of its chance
    per stretch is ``3/n`` (the rule of three), below one half from 6 on, the bar ``scaleDown.recurrence`` uses.
+   With ``scaleDown.releaseRiseStepwise`` (opt-in, with ``releaseRise``) that evidence is evidence at the ready
+   count that held it: the released rise lowers the count at most to one replica below the lowest ready count
+   with ``MIN_RECURRENCE_FALLS`` cold starts of evidence of its own (``_evidenced_count``; evidence at fewer
+   replicas counts for more, not the other way round), so each step waits for that evidence at the count the
+   last one left. An occupancy gauge's rise depends on the count it is measured at (Little's law: fewer replicas
+   hold each sequence longer), so rises seen while the memory kept more replicas understate those at fewer.
    With ``scaleDown.recurrence`` (opt-in) demand's measured recurrence against the lead decides where it has
    the evidence (``sizing.recurrence``, ``_recurrence_keep``): the band keeps ``max(load, forecast)`` at
    ``c·(1 − hysteresis)``, and the k-th replica above it is kept while, in the history, a release as late into
@@ -90,6 +96,7 @@ window and the hysteresis are this type's smoothing; the engine still applies mi
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -293,6 +300,15 @@ class ScaleDownSpec(SpecModel):
         "for its 15-cold-start lookback whatever follows. Measured, not shipped: on a compressed daily swing the rise "
         "released was the best estimate of the next day's (docs/slo.md, Session 13).",
     )
+    release_rise_stepwise: bool = Field(
+        default=False,
+        description="Opt-in, with releaseRise. Evidence that the SLO held is evidence at the ready count that held it: "
+        "a largest rise released on it lowers the scale-down count at most to one replica below the lowest ready "
+        "count that has itself held the SLO for 6 cold starts of evidence since the last recurrence (one replica a "
+        "step; the next step waits for that much evidence at the count the step left). An occupancy gauge's rise "
+        "depends on the count it was measured at (Little's law: fewer replicas hold each sequence longer), so rises "
+        "seen while the memory kept more replicas understate the rises at fewer (docs/slo.md, Session 14).",
+    )
     recurrence: bool = Field(
         default=False,
         description="Opt-in. Release a replica by demand's measured recurrence against its lead (cold start, plus a "
@@ -380,6 +396,8 @@ class SloPolicyConfig(SpecModel):
                 "signals.slotsUsed",
                 "slotWait",
             )
+        if self.scale_down.release_rise_stepwise and not self.scale_down.release_rise:
+            raise FieldError("scaleDown.releaseRiseStepwise bounds releaseRise: set releaseRise too", "scaleDown")
         if s.arrivals is not None and not self.forecast.arrivals:
             raise FieldError("signals.arrivals is read by forecast.arrivals only: set it or drop the role", "signals")
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
@@ -437,6 +455,8 @@ class LoadSample:
     arrivals: float | None = None
     #: The evidence clock then (``SloState.evidence``, ``scaleDown.releaseShortCounts`` / ``releaseRise``).
     evidence: float = 0.0
+    #: The ready count then (``scaleDown.releaseRiseStepwise``: evidence is evidence at the count that held it).
+    ready: int = 0
 
     def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0) -> float:
         """The load with capacity scale ``kappa``, ``slot_unit`` (the slots one replica-equivalent counts,
@@ -783,7 +803,7 @@ class SloAlgorithm:
                 *history,
                 LoadSample(
                     now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas, reading.generated_prior,
-                    arrivals if arrivals_warm else None, prev.evidence,
+                    arrivals if arrivals_warm else None, prev.evidence, ready,
                 ),
             )
             if not queued:
@@ -876,12 +896,26 @@ class SloAlgorithm:
                 short = tuple(x for x in short if x.evidence > released)
         # Measured against the level it starts from (``sizing.largest_rise``): rises from a load at least the load
         # now; with memories released, the rises that may end after them (that start within a cold start before).
+        from_level = load if cfg.scale_down.rise_from_level else None
         rise = largest_rise(
             series
             if released is None or not sd.release_rise
             else [tv for x, tv in zip(history, series, strict=True) if x.evidence > released - horizon],
-            horizon, from_level=load if cfg.scale_down.rise_from_level else None,
+            horizon, from_level=from_level,
         )
+        # ``releaseRiseStepwise``: the rise released on evidence lowers the count one replica below the lowest ready
+        # count with that evidence of its own (``_evidenced_count``), never further in one step.
+        step_keep, step_text = 0, ""
+        if sd.release_rise_stepwise and released is not None:
+            whole = largest_rise(series, horizon, from_level=from_level)
+            if whole > rise:
+                held = self._evidenced_count(history, prev.evidence, recurred, horizon)
+                step_keep = _ceil((load + whole) / c) if held is None else min(_ceil((load + whole) / c), held - 1)
+                step_text = f", and not below {step_keep}: " + (
+                    f"one below the {held} ready the evidence that released the rise was gathered at"
+                    if held is not None
+                    else "no ready count has held the SLO long enough to release the rise below it"
+                )
 
         need_now = _ceil(load / c)
         need = max(need_now, _ceil(forecast / c))
@@ -993,7 +1027,7 @@ class SloAlgorithm:
         # a cold start is itself a measured margin (what the load did before while a replica started), so
         # ``load + rise`` is kept at the SLO utilization ``c``, not at ``c·(1 − hysteresis)`` again.
         keep_for = max(peak, forecast)
-        margins = max(need, _ceil(keep_for / down_u), _ceil((load + rise) / c))
+        margins = max(need, _ceil(keep_for / down_u), _ceil((load + rise) / c), step_keep)
         down, recur_text = margins, ""
         if by_recurrence:
             # The band keeps the level now and the forecast (a steady load stays a fixed point); whether a
@@ -1035,6 +1069,7 @@ class SloAlgorithm:
                 else ""
             )
             + f"({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
+            + (step_text if step_keep > _ceil((load + rise) / c) else "")
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
         )
@@ -1083,6 +1118,27 @@ class SloAlgorithm:
         return supported, (
             f" (supported by its {n} requests at {QUANTILE_CONFIDENCE:.0%}; point estimate {sig.value:.3g}s)"
         )
+
+    @staticmethod
+    def _evidenced_count(
+        history: tuple[LoadSample, ...], evidence: float, recurred: float, horizon: float
+    ) -> int | None:
+        """``scaleDown.releaseRiseStepwise``: the lowest ready count that has held the SLO, by itself or with fewer
+        replicas, for ``MIN_RECURRENCE_FALLS`` cold starts of evidence since the last recurrence (``recurred``), the
+        evidence up to ``evidence`` (the clock before this evaluation); None: no count has. Each history sample
+        carries the clock before its evaluation, so the evidence between two samples is what the earlier one's
+        evaluation added: it is credited to that one's count (the count that held it)."""
+        need = MIN_RECURRENCE_FALLS * horizon
+        credit: dict[int, float] = {}
+        for x, y in itertools.pairwise(history):
+            if y.evidence > recurred and x.ready > 0:
+                credit[x.ready] = credit.get(x.ready, 0.0) + max(0.0, y.evidence - max(x.evidence, recurred))
+        total = 0.0
+        for count in sorted(credit):
+            total += credit[count]
+            if total >= need - 1e-9:
+                return count
+        return None
 
     def _release_lead(self, ctx: Context, horizon: float) -> float:
         """How long a released replica takes to be back once it is needed again: the cold start (admission to
