@@ -297,8 +297,9 @@ class ScaleDownSpec(SpecModel):
         default=False,
         description="Opt-in. Release the largest rise within a cold start on the same evidence as releaseShortCounts "
         "(6 cold starts of it after the rise, dated by its end, and after the last recurrence), rather than keeping it "
-        "for its 15-cold-start lookback whatever follows. Measured, not shipped: on a compressed daily swing the rise "
-        "released was the best estimate of the next day's (docs/slo.md, Session 13).",
+        "for its 15-cold-start lookback whatever follows. Alone, measured and not shipped: on a compressed daily swing "
+        "the rise released was the best estimate of the next day's (docs/slo.md, Session 13); shipped in the JetStream "
+        "policy with releaseRiseStepwise (Session 14).",
     )
     release_rise_stepwise: bool = Field(
         default=False,
@@ -307,7 +308,8 @@ class ScaleDownSpec(SpecModel):
         "count that has itself held the SLO for 6 cold starts of evidence since the last recurrence (one replica a "
         "step; the next step waits for that much evidence at the count the step left). An occupancy gauge's rise "
         "depends on the count it was measured at (Little's law: fewer replicas hold each sequence longer), so rises "
-        "seen while the memory kept more replicas understate the rises at fewer (docs/slo.md, Session 14).",
+        "seen while the memory kept more replicas understate the rises at fewer. Measured and shipped in the JetStream "
+        "policy (docs/slo.md, Session 14).",
     )
     recurrence: bool = Field(
         default=False,
