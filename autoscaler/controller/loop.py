@@ -254,6 +254,8 @@ class _Index:
     #: Per screened policy, how long past its due time the periodic pass leaves it to a screen (its period):
     #: the first clean screen after it is due stands as its periodic evaluation (``Controller._stand``).
     grace: dict[str, float] = field(default_factory=dict)
+    #: Policies by their target's namespace (a pod watch event concerns those: ``policies_in_namespace``).
+    namespaces: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -357,6 +359,10 @@ class Controller:
     def policies_for_target(self, key: str) -> list[str]:
         return list(self._index().targets.get(key, ()))
 
+    def policies_in_namespace(self, namespace: str) -> list[str]:
+        """Policies whose (first) target is in this namespace."""
+        return self._index().namespaces.get(namespace, [])
+
     def policies_for_training(self, namespace: str) -> list[str]:
         """Policies whose capacity arbitration may read a Workload of this namespace."""
         index = self._index()
@@ -372,6 +378,7 @@ class Controller:
             for n, cp in policies.items():
                 spec = cp.policy.spec
                 index.targets.setdefault(spec.target.ref().key, []).append(n)
+                index.namespaces.setdefault(spec.target.namespace, []).append(n)
                 if _fast(cp):
                     index.fast.append(cp)
                     if spec.capacity is None:  # a ClusterQueue's policies are read in their pass (the ledger)

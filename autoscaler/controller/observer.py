@@ -32,6 +32,7 @@ import asyncio
 import json
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -139,6 +140,22 @@ class _Change(NamedTuple):
     at: float
     #: The target as the event carried it (None: deleted, or not carried).
     obj: dict[str, Any] | None
+
+
+class _PodChange(NamedTuple):
+    """A pod watch event (``PolicyObserver.pod_changed``), kept ``POD_LOG_S`` for the reads it may overtake."""
+
+    seq: int
+    at: float
+    name: str
+    labels: dict[str, str]
+
+
+#: How long pod watch events are kept for the reads in flight they may overtake (``PolicyObserver._keep``): longer
+#: than a read takes (a probe chunk's and a pass's reads end within ``passDeadlineSeconds``, 20 s by default; a
+#: bulk read of 5,000 views took 0.8-2.6 s here). A read that started before the oldest event dropped keeps
+#: nothing (it is read again). Estimate, with that margin.
+POD_LOG_S = 120.0
 
 
 class _Age(NamedTuple):
@@ -258,6 +275,11 @@ class PolicyObserver:
     _changed: dict[str, _Change] = field(default_factory=dict)
     #: Changes seen so far: a read notes it at its start, and keeps what it read only if no change came since.
     _seq: int = 0
+    #: Pod watch events of the last ``POD_LOG_S``, per namespace, oldest first (``pod_changed``), and the place
+    #: (``_seq``) of the last one dropped from each: a read started before an event that touches what it read
+    #: keeps nothing, as for a target's change (``_keep``).
+    _pod_log: dict[str, deque[_PodChange]] = field(default_factory=dict)
+    _pod_dropped: dict[str, int] = field(default_factory=dict)
     #: Each policy's source requests, planned for one compiled policy and one pod list (both by identity):
     #: a probe round plans thousands of policies a second on the very views it planned them on last round.
     _plans: dict[str, _Planned] = field(default_factory=dict)
@@ -366,7 +388,7 @@ class PolicyObserver:
     def changed(self, names: Iterable[str], obj: dict[str, Any] | None) -> None:
         """A watch event: these policies' target is now ``obj`` (None: deleted). Their kept views are replaced at
         the next read, which takes the target from ``obj`` (while its watch is still live) and lists only its pods
-        (a target's pods are not watched: a change of the target, its counts or its template, is when they move).
+        (a change of a pod alone comes through ``pod_changed``).
         A read that started before this event keeps nothing (it may have seen the target before the change)."""
         self._seq += 1
         change = _Change(self._seq, self.now(), obj)
@@ -374,13 +396,52 @@ class PolicyObserver:
             self.views.pop(name, None)
             self._changed[name] = change
 
+    def pod_changed(self, names: Iterable[str], pod: dict[str, Any]) -> list[str]:
+        """A pod watch event (added, changed or deleted; ``names``: the policies whose targets are in the pod's
+        namespace). The kept views it touches are dropped, so the next read lists their target's pods again: a
+        view touches a pod that its read listed, or whose labels match the target's pod selector
+        (``targets.PodsRead``; a pod relabelled out of a selector was listed, one relabelled in matches). A read in
+        flight that the pod touches keeps nothing (``_keep``). Returns the policies whose views were dropped.
+
+        What it closes: a pod's change that leaves its target's status counts as they were (a
+        ``prometheus.io/port`` annotation edited in place, a new IP behind the same readiness) brings no target
+        event, so without it a view the target watch vouches for kept the old scrape address."""
+        meta = pod.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        self._seq += 1
+        now = self.now()
+        log = self._pod_log.setdefault(namespace, deque())
+        log.append(_PodChange(self._seq, now, name, labels))
+        while now - log[0].at > POD_LOG_S:
+            self._pod_dropped[namespace] = log.popleft().seq
+        views = self.views
+        touched = [
+            n for n in names
+            if (kept := views.get(n)) is not None and (read := kept.view.read_from) is not None
+            and read.namespace == namespace and read.touched_by(name, labels)
+        ]
+        for n in touched:
+            del views[n]
+        return touched
+
     def _keep(self, name: str, started: int, read_at: float, view: TargetView) -> None:
-        """Keep a view read from ``read_at`` (change count ``started`` then), unless a change came since."""
+        """Keep a view read from ``read_at`` (change count ``started`` then), unless a change came since: of the
+        target (``changed``) or of a pod it touches (``pod_changed``)."""
         change = self._changed.get(name)
         if change is not None:
             if change.seq > started:
                 return  # the target changed while it was read: what was read may be from before
             del self._changed[name]
+        read = view.read_from
+        if read is not None and read.namespace in self._pod_log:
+            if self._pod_dropped.get(read.namespace, 0) > started:
+                return  # pod events since it started were dropped from the log: what they touched is unknown
+            for pod in reversed(self._pod_log[read.namespace]):
+                if pod.seq <= started:
+                    break
+                if read.touched_by(pod.name, pod.labels):
+                    return  # a pod of it changed while it was read: its list may be from before
         self.views[name] = KeptView(read_at, view)
 
     def _known(self, policies: Sequence[CompiledPolicy]) -> dict[str, dict[str, Any]]:
@@ -584,9 +645,15 @@ class WatchSpec:
 
     @property
     def path(self) -> str:
+        root = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"  # "": the core group
         if not self.namespace:
-            return f"/apis/{self.group}/{self.version}/{self.plural}"
-        return f"/apis/{self.group}/{self.version}/namespaces/{self.namespace}/{self.plural}"
+            return f"{root}/{self.plural}"
+        return f"{root}/namespaces/{self.namespace}/{self.plural}"
+
+
+def pods_watch(namespace: str) -> WatchSpec:
+    """The watch of a namespace's pods (the core group: ``/api/v1/namespaces/<namespace>/pods``)."""
+    return WatchSpec("", "v1", "pods", namespace)
 
 
 #: A version the server may not serve -> the one to try instead.
@@ -718,9 +785,23 @@ class Watcher:
 
         :return: object
         """
+        if not group:
+            return self._list_core(version, plural, **kwargs)
         if self.spec.namespace:
             return self._api.list_namespaced_custom_object(group, version, self.spec.namespace, plural, **kwargs)
         return self._api.list_cluster_custom_object(group, version, plural, **kwargs)
+
+    def _list_core(self, version: str, plural: str, **kwargs: Any) -> Any:
+        """A core-group collection (``/api/v1/.../pods``) as the custom-object calls read theirs: the same
+        arguments, the answer as JSON (a dict), never as the client's models."""
+        query = [(_QUERY[k], v) for k, v in kwargs.items() if k in _QUERY and v is not None]
+        namespaced = bool(self.spec.namespace)
+        return self._api.api_client.call_api(
+            f"/api/{version}/namespaces/{{namespace}}/{plural}" if namespaced else f"/api/{version}/{plural}", "GET",
+            {"namespace": self.spec.namespace} if namespaced else {}, query, {"Accept": "application/json"},
+            response_types_map={200: "object"}, auth_settings=["BearerToken"], _return_http_data_only=True,
+            _preload_content=kwargs.get("_preload_content", True), _request_timeout=kwargs.get("_request_timeout"),
+        )
 
     def _ok(self) -> None:
         if self.backoff.failures or not self.tried.is_set():
@@ -744,15 +825,22 @@ class Watcher:
             self._seen.pop(name, None)
             self._on_event(self.spec, type_, obj)
             return
-        fp = fingerprint(obj)
+        fp = fingerprint(obj, labels=not self.spec.group)
         if self._seen.get(name) == fp:
             return
         self._seen[name] = fp
         self._on_event(self.spec, type_, obj)
 
 
-def fingerprint(obj: dict[str, Any]) -> str:
-    """The parts of a target or Workload a decision depends on: spec and status, without bookkeeping."""
+#: The list and watch arguments of the custom-object calls, as query parameters (``Watcher._list_core``).
+_QUERY = {"watch": "watch", "resource_version": "resourceVersion", "timeout_seconds": "timeoutSeconds",
+          "allow_watch_bookmarks": "allowWatchBookmarks", "label_selector": "labelSelector", "limit": "limit",
+          "_continue": "continue"}
+
+
+def fingerprint(obj: dict[str, Any], *, labels: bool = False) -> str:
+    """The parts of a target or Workload a decision depends on: spec and status, without bookkeeping; with
+    ``labels`` (pods: a relabelled pod leaves or joins a target's selector) the labels too."""
     status = dict(obj.get("status") or {})
     # Condition heartbeats change on every kubelet/Kueue sync without meaning anything new.
     if isinstance(status.get("conditions"), list):
@@ -761,4 +849,7 @@ def fingerprint(obj: dict[str, Any]) -> str:
         ]
     status.pop("observedGeneration", None)
     meta = obj.get("metadata") or {}
-    return json.dumps([obj.get("spec"), status, meta.get("annotations")], sort_keys=True, default=str)
+    parts = [obj.get("spec"), status, meta.get("annotations")]
+    if labels:
+        parts.append(meta.get("labels"))
+    return json.dumps(parts, sort_keys=True, default=str)

@@ -30,7 +30,14 @@ from autoscaler.controller.inventory import DeclaredBlocks
 from autoscaler.controller.leader import AlwaysLeader, LeaderElector
 from autoscaler.controller.loop import Clock, Controller, Leadership, LoopClock
 from autoscaler.controller.objects import PolicyObjects, StatusWriter
-from autoscaler.controller.observer import PolicyObserver, SharedTraining, Watcher, WatchSpec, watch_key
+from autoscaler.controller.observer import (
+    PolicyObserver,
+    SharedTraining,
+    Watcher,
+    WatchSpec,
+    pods_watch,
+    watch_key,
+)
 from autoscaler.controller.reload import PolicyStore, ReloadResult
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core import fast
@@ -356,6 +363,7 @@ class Runtime:
                 continue
             kind = kinds.of(t.kind)
             specs.add(WatchSpec(kind.group, kind.version, kind.plural, t.namespace))
+            specs.add(pods_watch(t.namespace))  # a view's pods: the target watch does not see them
             if spec.capacity is not None:
                 for p in spec.preemptible or []:
                     specs.add(WatchSpec("kueue.x-k8s.io", "v1beta2", "workloads", p.namespace))
@@ -379,7 +387,9 @@ class Runtime:
 
     def _live_watches(self) -> dict[str, float]:
         """The target watches that vouch for the views read since they began (``Watcher.vouches``), by
-        ``observer.watch_key`` (kind, namespace): the observer's ``vouched``."""
+        ``observer.watch_key`` (kind, namespace): the observer's ``vouched``. A view is its target and its pods,
+        so a target watch vouches only while the pod watch of its namespace does too, and from the later of
+        the two beginnings."""
         now = self.clock.monotonic()
         out: dict[str, float] = {}
         for spec, (w, _) in self.watchers.items():
@@ -387,12 +397,22 @@ class Runtime:
             if kind is None or kind.version != spec.version or not spec.namespace:
                 continue
             since = w.vouches(now)
-            if since is not None:
-                out[watch_key(kind.kind, spec.namespace)] = since
+            pods = self.watchers.get(pods_watch(spec.namespace))
+            pods_since = None if pods is None else pods[0].vouches(now)
+            if since is not None and pods_since is not None:
+                out[watch_key(kind.kind, spec.namespace)] = max(since, pods_since)
         return out
 
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")
+        if spec == pods_watch(spec.namespace):
+            # A pod's change drops the views it touches (listed next read); no evaluation is woken: the target's
+            # own counts did not move (those come with its event), and the next probe round screens afresh. A
+            # (re)list's SYNC is no change: it moves the watch's ``live_from``, and views read before it are no
+            # longer vouched for.
+            if type_ != "SYNC":
+                self.observer.pod_changed(self.controller.policies_in_namespace(spec.namespace), obj)
+            return
         if spec.group == crd.GROUP and spec.plural == crd.PLURAL:
             # Hot reload is the watch: a changed object reloads now (a status-only change does nothing).
             if self.objects.on_event(type_, obj):

@@ -77,11 +77,26 @@ FLOOR_BY_ANNOTATION = "autoscaler.dev/floor-by"
 POD_LIST_VALUES = 100
 
 
+class PodsRead(NamedTuple):
+    """Which pods a target view was read from: the namespace, the target's pod selector and the names of every
+    pod the list returned (serving or not: starting pods count in the replica status too). A pod watch event
+    touches the view when the pod is one of them or its labels match the selector (``PolicyObserver.pod_changed``)."""
+
+    namespace: str
+    selector: JsonObj
+    names: frozenset[str]
+
+    def touched_by(self, name: str, labels: dict[str, str]) -> bool:
+        return name in self.names or selector_matches(self.selector, labels)
+
+
 class TargetView(NamedTuple):
-    """What reading a target gives the loop: its replica status and the serving pods metric sources read."""
+    """What reading a target gives the loop: its replica status and the serving pods metric sources read;
+    ``read_from``, the pods listed for it (None where no pod was listed: a view that no pod change can touch)."""
 
     replicas: ReplicaStatus
     pods: tuple[PodRef, ...]
+    read_from: PodsRead | None = None
 
 
 class OwnershipConflict(Refusal):
@@ -191,8 +206,11 @@ class ScaleTarget:
         return self.kind.pod_selector(self.ref, obj)
 
     def view(self, obj: JsonObj, pods: Sequence[JsonObj]) -> TargetView:
-        """Replica status (groups for an LWS) and serving pods, from the target object and its pods."""
-        return TargetView(self.kind.replica_status(obj, pods, self.now()), self.kind.pod_refs(pods))
+        """Replica status (groups for an LWS) and serving pods, from the target object and its pods (all of
+        those its pod selector matches)."""
+        listed = PodsRead(self.ref.namespace, self.pod_selector(obj),
+                          frozenset(str((p.get("metadata") or {}).get("name", "")) for p in pods))
+        return TargetView(self.kind.replica_status(obj, pods, self.now()), self.kind.pod_refs(pods), listed)
 
     async def observe(self) -> TargetView:
         """Replica status and serving pods from one read of the target and one list of its pods."""

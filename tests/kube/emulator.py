@@ -726,10 +726,12 @@ class Emulator:
         self._history = [h for h in self._history if h[0] > self._compacted]
         return self._compacted
 
-    def drop_watches(self) -> None:
-        """Close every open watch stream, as an apiserver restart or a load balancer timeout does."""
+    def drop_watches(self, plural: str | None = None) -> None:
+        """Close every open watch stream (of ``plural`` only, if given), as an apiserver restart or a load
+        balancer timeout does."""
         for watcher in self._watchers:
-            watcher.queue.put_nowait(None)
+            if plural is None or watcher.rt.plural == plural:
+                watcher.queue.put_nowait(None)
 
     def bookmark(self) -> None:
         """Send a ``BOOKMARK`` with the current resourceVersion to watchers that allowed bookmarks."""
