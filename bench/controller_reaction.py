@@ -458,7 +458,7 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
             # screen, the escalation and the write, however cheap the round.
             cycle = max(fast_poll_s, statistics.median(r[1] for r in rounds)) if rounds else fast_poll_s
             print(f"probe period {fast_poll_s:.2f} s, rounds start every {cycle:.2f} s (median): waits to the screen's "
-                  f"start over the period: median {statistics.median(p[0] for p in parts) / cycle:.2f}, max "
+                  f"start over that cycle: median {statistics.median(p[0] for p in parts) / cycle:.2f}, max "
                   f"{max(p[0] for p in parts) / cycle:.2f}", file=sys.stderr, flush=True)
         if breakdown and screens:
             print("process CPU per screen: " + ", ".join(
