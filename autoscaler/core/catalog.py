@@ -51,6 +51,12 @@ SIMULATED = (
     "queue_time",  # histogram: arrival to taking a slot, seconds
     "tpot",  # histogram: time between a sequence's generated tokens (vLLM's inter-token latency), seconds
     "prompt_length",  # histogram: prompt tokens of each request whose prefill finished
+    # The router's (the endpoint picker's), one series for the model: ``autoscaler.sim.pipeline.RouterCounts``.
+    # The first two are counted as each request is received (before it is served), the last two as it ends.
+    "arrivals",  # counter: requests the router received
+    "arrival_bytes",  # counter: body bytes of the requests the router received
+    "answered_prompt_tokens",  # counter: prompt tokens of the requests the router saw answered
+    "answered_output_tokens",  # counter: generated tokens of the requests the router saw answered
 )
 
 
@@ -101,10 +107,6 @@ _ROUTER_POD_CM = (
 _ROUTER_POOL_CM = (
     "a pool- or model-wide series without a pod label, which the Cloud Monitoring reader does not attribute "
     "to a target; read it through gmp"
-)
-_NO_SIM_ARRIVALS = (
-    "the simulated router exports no request counter (the simulator's demand is the trace itself); use "
-    "router.input_tokens or a server's token preset"
 )
 _NO_SIM_READY = (
     "the simulated router exports no ready-pod gauge; the policy reads the target's ready replicas from the "
@@ -295,7 +297,10 @@ _PRESETS = (
     # The Gateway API inference extension's endpoint picker (llm-d's router). Names and labels:
     # kubernetes-sigs/gateway-api-inference-extension, site-src/guides/metrics-and-observability.md
     # (inference_objective_* since InferenceModel became InferenceObjective; releases before it export the
-    # same series as inference_model_*, site-src/guides/metrics.md). Every spelling is listed.
+    # same series as inference_model_*, site-src/guides/metrics.md; llm-d's router, llm-d/llm-d-router
+    # pkg/epp/metrics, also exports them as llm_d_epp_*). Every spelling is listed. What is counted when:
+    # pkg/epp/handlers/server.go records request_total and request_sizes once the request's body is read
+    # (arrival), input_tokens and output_tokens from the response's usage (completion).
     Preset(
         "router.queue_size",
         "Requests queued on each serving pod as the endpoint picker sees it (inference_pool_per_pod_queue_size, "
@@ -325,26 +330,46 @@ _PRESETS = (
     ),
     Preset(
         "router.requests",
-        "Requests the endpoint picker routed, per model (inference_objective_request_total, labels model_name, "
-        "target_model_name; older inference_model_request_total): the arrival rate, read as rate.",
-        "router", "counter", ("inference_objective_request_total", "inference_model_request_total"), "sum",
-        labels=ROUTER_POOL_LABELS,
-        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM, SIMULATOR: _NO_SIM_ARRIVALS},
+        "Requests the endpoint picker received, per model, counted when it has read the request's body, before "
+        "the request is served (inference_objective_request_total, labels model_name, target_model_name; older "
+        "inference_model_request_total; llm-d's router llm_d_epp_request_total): the arrival rate, read as rate.",
+        "router", "counter",
+        ("inference_objective_request_total", "inference_model_request_total", "llm_d_epp_request_total"), "sum",
+        labels=ROUTER_POOL_LABELS, simulated="arrivals",
+        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
+    ),
+    Preset(
+        "router.request_bytes",
+        "Body bytes of the requests the endpoint picker received, per model, counted on arrival like "
+        "router.requests (the running sum of inference_objective_request_sizes; older "
+        "inference_model_request_sizes; llm-d's router llm_d_epp_request_size_bytes), read as rate: the "
+        "arrival-side prompt demand (the picker counts prompt tokens only once a request is answered, "
+        "router.input_tokens). Bytes, not tokens: divide by a bytes-per-token ratio measured as "
+        "router.request_bytes over router.input_tokens on a long window.",
+        "router", "counter",
+        ("inference_objective_request_sizes_sum", "inference_model_request_sizes_sum",
+         "llm_d_epp_request_size_bytes_sum"), "sum",
+        labels=ROUTER_POOL_LABELS, simulated="arrival_bytes",
+        unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
     ),
     Preset(
         "router.input_tokens",
         "Prompt tokens of the requests the endpoint picker saw answered, per model (the running sum of "
         "inference_objective_input_tokens; older inference_model_input_tokens), read as rate.",
-        "router", "counter", ("inference_objective_input_tokens_sum", "inference_model_input_tokens_sum"), "sum",
-        labels=ROUTER_POOL_LABELS, simulated="prompt_tokens",
+        "router", "counter",
+        ("inference_objective_input_tokens_sum", "inference_model_input_tokens_sum",
+         "llm_d_epp_request_input_tokens_sum"), "sum",
+        labels=ROUTER_POOL_LABELS, simulated="answered_prompt_tokens",
         unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
     ),
     Preset(
         "router.output_tokens",
         "Generated tokens of the requests the endpoint picker saw answered, per model (the running sum of "
         "inference_objective_output_tokens; older inference_model_output_tokens), read as rate.",
-        "router", "counter", ("inference_objective_output_tokens_sum", "inference_model_output_tokens_sum"),
-        "sum", labels=ROUTER_POOL_LABELS, simulated="generation_tokens",
+        "router", "counter",
+        ("inference_objective_output_tokens_sum", "inference_model_output_tokens_sum",
+         "llm_d_epp_request_output_tokens_sum"), "sum", labels=ROUTER_POOL_LABELS,
+        simulated="answered_output_tokens",
         unavailable={"pods": _ROUTER, "cloud-monitoring": _ROUTER_POOL_CM},
     ),
     # ---------------------------------------------------------------- TPU (device plugin, GKE system metrics)

@@ -222,6 +222,9 @@ class ServingPool:
         self.gateway: deque[int] = deque()  # arrived while no replica was ready
         self.seq = 0
         self.completed = 0
+        #: Prompt and generated tokens of the requests completed here (the router's answered-token counters).
+        self.answered_prompt_tokens = 0.0
+        self.answered_output_tokens = 0.0
         #: Requests known to have missed the TTFT SLO so far (first token late); a run may stop early on it.
         self.late = 0
         self.slo_s = float("inf")
@@ -581,6 +584,9 @@ class ServingPool:
         rep.n_out -= 1
         rep.kv_reserved -= req.inputs[rid] + req.outputs[rid]
         self.completed += 1
+        # What the router counts once a response ends (its usage): ``router.input_tokens``/``output_tokens``.
+        self.answered_prompt_tokens += req.inputs[rid]
+        self.answered_output_tokens += req.outputs[rid]
 
     # ----- gauges -------------------------------------------------------------------------------------
     def gauges(self, rep: Replica, now: float) -> ReplicaGauges:

@@ -13,6 +13,12 @@ time, time per output token) are kept by each simulated server from the requests
 scrapes within the window (``core.counters``), and the core takes the target's quantile over the replicas'
 summed buckets. The per-token histogram is kept only by pools a policy reads it from (it costs simulation
 time; ``ServingPool.count_per_token_latency``).
+
+The router (the inference gateway's endpoint picker) keeps its own counters, one series for the model
+(``RouterCounts``): of the requests it *receives*, counted on arrival before any pool serves them, as the
+picker records ``inference_objective_request_total`` and ``…_request_sizes``; and of the tokens of the requests
+it saw answered, counted as each ends (``…_input_tokens``, ``…_output_tokens``: the response's usage). A policy
+reads them like any counter: one series, never a sum of per-pod rates over different spans.
 """
 
 from __future__ import annotations
@@ -55,6 +61,18 @@ HISTOGRAMS: dict[str, Callable[[ReplicaGauges], tuple[int, ...]]] = {
     "tpot": lambda g: g.tpot,
     "prompt_length": lambda g: g.prompt_length,
 }
+#: The router's counters (``RouterCounts``): one series for the model, not one per replica.
+ROUTER_COUNTERS: dict[str, Callable[[RouterCounts], float]] = {
+    "arrivals": lambda r: r.requests,
+    "arrival_bytes": lambda r: r.body_bytes,
+    "answered_prompt_tokens": lambda r: r.answered_prompt_tokens,
+    "answered_output_tokens": lambda r: r.answered_output_tokens,
+}
+#: Request body bytes per prompt token the simulated router counts. ``estimate``: the endpoint picker's own
+#: sizing comment ("Each token, in average, has 4 characters", gateway-api-inference-extension
+#: pkg/epp/metrics/metrics.go) with the JSON envelope left out. A policy reading bytes should divide by a
+#: ratio it measures (router.request_bytes over router.input_tokens), never by this constant.
+BYTES_PER_PROMPT_TOKEN = 4.0
 _LATENCY_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
 #: Each histogram's upper bounds, +Inf last.
 BOUNDS: dict[str, tuple[float, ...]] = {
@@ -73,6 +91,17 @@ _SERVED = [
 ]
 # Longest first, so ``vllm:num_requests_waiting`` wins over ``num_requests_waiting``.
 _BY_LENGTH = sorted(_SERVED, key=lambda np: len(np[0]), reverse=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterCounts:
+    """What the router has received so far (requests and their body bytes, counted on arrival) and the tokens of
+    the requests it saw answered (counted as each ends, from the response's usage); cumulative."""
+
+    requests: float
+    body_bytes: float
+    answered_prompt_tokens: float = 0.0
+    answered_output_tokens: float = 0.0
 
 
 class BindingError(ValueError):
@@ -179,6 +208,23 @@ class MetricPipeline:
         #: histogram's cumulative counts).
         self._history: dict[tuple[str, str], deque[tuple[float, float | tuple[int, ...]]]] = {}
 
+    def _router(self, b: Binding, now: float, router: RouterCounts | None) -> SignalReading:
+        """A router counter's rate: one series for the model (no pod), from this pipeline's scrapes of it; no
+        router in the run: missing, never zero."""
+        assert b.window_s is not None
+        assert b.preset.simulated is not None
+        label = f"{self.source}:{b.metric}"
+        if router is None:
+            return SignalReading(None, None, label, "no router in this simulation")
+        points = self._history.get((b.signal, ""))
+        if points is None:
+            points = self._history[(b.signal, "")] = deque()
+        points.append((now, ROUTER_COUNTERS[b.preset.simulated](router)))
+        while len(points) > 2 and points[1][0] < now - b.window_s:
+            points.popleft()
+        r = counters.rate(points, b.window_s)  # type: ignore[arg-type]
+        return SignalReading(r, now if r is not None else None, label)
+
     def _cumulative(self, b: Binding, now: float, gauges: Mapping[str, ReplicaGauges]) -> SignalReading:
         """A counter's rate or a histogram's bucket rates per replica, from this pipeline's scrapes."""
         assert b.window_s is not None
@@ -208,15 +254,18 @@ class MetricPipeline:
                 mine = dict(zip(BOUNDS[b.preset.simulated], rated, strict=True))
                 buckets[pod] = mine
                 per[pod] = mine[math.inf]
-        for key in [k for k, p in history.items() if k[0] == b.signal and p[-1][0] < now]:
+        for key in [k for k, p in history.items() if k[0] == b.signal and k[1] and p[-1][0] < now]:
             del history[key]  # replicas gone
         value_ = combine(list(per.values()), b.aggregate) if per and counter else None
         return SignalReading(value_, now, f"{self.source}:{b.metric}", None, per, dict.fromkeys(per, now),
                              None if counter else buckets)
 
-    def scrape(self, now: float, gauges: Mapping[str, ReplicaGauges]) -> None:
+    def scrape(self, now: float, gauges: Mapping[str, ReplicaGauges], router: RouterCounts | None = None) -> None:
         readings: dict[str, SignalReading] = {}
         for b in self.bindings:
+            if b.preset.simulated in ROUTER_COUNTERS:
+                readings[b.signal] = self._router(b, now, router)
+                continue
             if b.window_s is not None:
                 readings[b.signal] = self._cumulative(b, now, gauges)
                 continue

@@ -9,8 +9,10 @@ Everything is a deterministic function of the inputs: no wall clock, no unseeded
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -293,6 +295,8 @@ class Simulation:
         self.deactivations = 0
         self.reactivations = 0
         self.now = 0.0
+        #: Prompt tokens of the first i arrivals (``router_counts``), built on first use.
+        self._prompt_prefix: list[int] | None = None
         self.initial_by_pool: dict[str, int] = {}
         for spec in specs:
             if initial_by_pool is not None and spec.name in initial_by_pool:
@@ -331,6 +335,19 @@ class Simulation:
                 f"{self.quota} chips"
             )
         self._admit_training(0.0)
+
+    def router_counts(self, now: float) -> pipeline.RouterCounts:
+        """What the router (the endpoint picker in front of the pools) has counted by ``now``: every request of
+        the trace that has arrived, and its body bytes (its prompt at ``pipeline.BYTES_PER_PROMPT_TOKEN``),
+        counted on arrival whether or not a pool has served it yet; and the prompt and generated tokens of the
+        requests completed (by the pools whose completions are the client's: decode's, when disaggregated)."""
+        if self._prompt_prefix is None:
+            self._prompt_prefix = [0, *itertools.accumulate(self.trace.inputs)]
+        n = bisect.bisect_right(self.trace.arrivals, now)
+        done = self._score_pools
+        return pipeline.RouterCounts(float(n), self._prompt_prefix[n] * pipeline.BYTES_PER_PROMPT_TOKEN,
+                                     sum(p.answered_prompt_tokens for p in done),
+                                     sum(p.answered_output_tokens for p in done))
 
     # ----- tickers ------------------------------------------------------------------------------------
     def every(self, first: float, fn: Callable[[float], float | None]) -> None:
@@ -860,6 +877,8 @@ class PolicyController:
         self.pipeline = pipeline.MetricPipeline(pipe, self.bindings)
         self.state = PolicyState()
         self.period = pipe.sync_period_seconds or compiled.policy.spec.evaluation_period_seconds
+        #: Whether a signal reads the router's own counters (``pipeline.ROUTER_COUNTERS``).
+        self._router = any(b.preset.simulated in pipeline.ROUTER_COUNTERS for b in self.bindings)
 
     def start(self, sim: Simulation) -> None:
         if self.compiled.policy.spec.pools():
@@ -890,7 +909,7 @@ class PolicyController:
 
         def scrape(now: float) -> float:
             gauges = {r.name: pool.gauges(r, now) for r in pool.ready()}
-            self.pipeline.scrape(now, gauges)
+            self.pipeline.scrape(now, gauges, sim.router_counts(now) if self._router else None)
             return now + self.pipe_spec.scrape_interval_seconds
 
         def evaluate(now: float) -> float:
@@ -959,7 +978,8 @@ class PolicyController:
         def scrape(now: float) -> float:
             for key, pipe in pipes.items():
                 pool = pools.get(key)
-                pipe.scrape(now, {r.name: pool.gauges(r, now) for r in pool.ready()} if pool is not None else {})
+                pipe.scrape(now, {r.name: pool.gauges(r, now) for r in pool.ready()} if pool is not None else {},
+                            sim.router_counts(now) if self._router else None)
             return now + self.pipe_spec.scrape_interval_seconds
 
         def evaluate(now: float) -> float:

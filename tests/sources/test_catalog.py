@@ -229,7 +229,8 @@ def _simulated(preset: Preset) -> None:
         plen = (0,) * 9 + (n // 2,) * 6 + (n,) * 2  # prompt lengths (16 bounds and +Inf): half at or below 500
         gauges = ReplicaGauges(2, 1, 3, 3, 0.375, 0.5, prompt_tokens=10.0 * n, generation_tokens=20.0 * n,
                                ttft=hist, queue_time=hist, tpot=tpot, prompt_length=plen)
-        pipe.scrape(t, {POD: gauges})
+        # The router's own counters (router.* presets), which no replica exports.
+        pipe.scrape(t, {POD: gauges}, pipeline.RouterCounts(n, 40.0 * n, 10.0 * n, 20.0 * n))
     readings = pipe.visible(15.0)
     replicas = ReplicaStatus(1, 1, pods=(PodStatus(POD, True, 60.0),))
     got = compile_policy(ScalingPolicy.model_validate(doc(preset.name, None))).judge.combine(readings, replicas, 15.0)
