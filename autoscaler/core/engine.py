@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from autoscaler.core import arbitration, behavior, policies, topology
+from autoscaler.core import arbitration, behavior, expressions, policies, topology
 from autoscaler.core.model import (
     NO_OBSERVATIONS,
     Ahead,
@@ -631,9 +631,11 @@ def _decide_joint(
     # nothing and are no history (the forecast would read the ramp as a trend).
     rate_window = max((rate.window_seconds for n in config.signal_refs() if (rate := spec.signal(n).rate) is not None),
                       default=0.0)
+    arriving = config.prefill.signals.arriving_prompt_tokens
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
         fits=fits, room=room, group_budget=spec.max_replicas, rate_window_s=rate_window,
+        arrival_window_s=(signal_window(spec, arriving) or 0.0) if arriving is not None else 0.0,
     )
     planned = {c.name: c.desired for c in joint.counts}
     desired = dict(planned)
@@ -692,3 +694,17 @@ def _decide_joint(
             reason = Reason.STEADY
         decisions.append(ScaleDecision(ref, count.current, got, reason, message, signals))
     return Decided([*decisions, *training], nxt.freeze())
+
+
+def signal_window(spec: Spec, name: str, depth: int = 0) -> float | None:
+    """The time a signal's value averages over: its ``rate`` window; for an ``expr``, the shortest window of the
+    signals it names (the finest time scale it carries); None for a gauge or a quantile."""
+    sig = spec.signal(name)
+    if sig.rate is not None:
+        return sig.rate.window_seconds
+    if sig.expr is None or depth > len(spec.signals):
+        return None
+    found = [w for n in sorted(expressions.names(expressions.parse(sig.expr)))
+             if (w := signal_window(spec, n, depth + 1)) is not None]
+    return min(found, default=None)
+

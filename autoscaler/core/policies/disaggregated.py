@@ -40,6 +40,12 @@ group, a conservative prior from a profile):
    ``slo.SATURATED_EVALUATIONS`` evaluations in a row (saturation as the ``slo`` type defines it: a moment's
    queue is not), and no group of the role is starting, the need is at least the ready capacity plus one group
    of the variant with the fewest chips.
+1c. **Arriving prompts** (prefill, opt-in ``arrivingPromptTokens``: prompt tokens/s the router received over a
+   short rate window ``W``, counted on arrival, so a burst shows while it still queues, where served counters
+   stop at capacity): the need is at least ``arriving · W / (W + D) / (c·κ)``, ``D`` the TTFT objective
+   (``arrival_need``: the window's prompts served by its end plus the objective, at the utilization and
+   capacity learned by rules 0 and 0b, as the served rate is sized). It enters the need history like every
+   need, so a shrink keeps what the bursts of the last ``scaleDownDelaySeconds`` needed (rule 3).
 2. **Unknown never shrinks.** With every demand signal of a role unknown the role holds (``need`` unknown);
    with some known, the known part is a lower bound: the role may grow on it, never shrink. A role also never
    shrinks while its latency quantile is unknown or at risk (≥ ``RISK_FRACTION`` of the objective), nor while
@@ -144,9 +150,16 @@ class PrefillSignalsSpec(SpecModel):
     prompt_tokens: str | None = Field(default=None, description="Prompt tokens/s (a counter read as rate).")
     waiting: str | None = Field(default=None, description="Requests waiting for prefill.")
     ttft: str | None = Field(default=None, description="A time-to-first-token quantile, seconds.")
+    arriving_prompt_tokens: str | None = Field(
+        default=None,
+        description="Prompt tokens/s *arriving* at the router, over a short rate window (rule 1c): e.g. "
+        "router.request_bytes times a tokens-per-byte ratio measured from router.input_tokens. Served counters "
+        "stop at capacity; this one sees a burst while it queues.",
+    )
 
     def names(self) -> list[str]:
-        return [n for n in (self.prompt_tokens, self.waiting, self.ttft) if n is not None]
+        return [n for n in (self.prompt_tokens, self.waiting, self.ttft, self.arriving_prompt_tokens)
+                if n is not None]
 
 
 class DecodeSignalsSpec(SpecModel):
@@ -477,11 +490,22 @@ def learn(
     return Learned(scale, samples, run, queued_since, ready_groups, ready_since, c, proven, rates)
 
 
+def arrival_need(arriving: float, *, window_s: float, objective_s: float, utilization: float, kappa: float) -> float:
+    """Rule 1c: the declared prefill capacity (tokens/s) that serves the prompt tokens arriving within one rate
+    window (``arriving`` tokens/s over ``window_s``) by the window's end plus the TTFT objective, ``W + D``, at
+    the utilization ``c`` the role keeps its objective at (rule 0b, learned from the latency headroom, as the
+    served rate is sized) and the learned capacity ``κ`` per declared token/s: ``arriving·W / (W + D) / (c·κ)``.
+    The arrival curve's delay bound at the one interval the signal measures; a burst shorter than the window is
+    averaged over it."""
+    return arriving * window_s / (window_s + objective_s) / (utilization * kappa)
+
+
 def role_need(
     config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
-    status: Mapping[str, VariantStatus], learned: Learned | None = None,
+    status: Mapping[str, VariantStatus], learned: Learned | None = None, *, arrival_window_s: float = 0.0,
 ) -> RoleNeed:
-    """Rule 1 and 2 of the module docstring, for one role (with its capacity learned so far, rule 0)."""
+    """Rule 1 and 2 of the module docstring, for one role (with its capacity learned so far, rule 0).
+    ``arrival_window_s``: the rate window of prefill's ``arrivingPromptTokens`` signal (rule 1c)."""
     learned = learned or Learned()
     kappa = learned.scale
     spec = config.role(role)
@@ -525,6 +549,19 @@ def role_need(
             needs.append(ahead / (u * kappa))
             parts.append(f"{rate:.0f} tokens/s at utilization {u_text}{learned_text} needs "
                          f"{ahead / (u * kappa):.0f}{fc_text}")
+    arriving_name = spec.signals.arriving_prompt_tokens if isinstance(spec, PrefillSpec) else None
+    if arriving_name is not None:
+        arriving = _value(signals, arriving_name)
+        if arriving is None or arrival_window_s <= 0:
+            unknown.append(arriving_name)
+        else:
+            demand_known = True
+            a_need = arrival_need(arriving, window_s=arrival_window_s, objective_s=objective, utilization=u,
+                                  kappa=kappa)
+            needs.append(a_need)
+            parts.append(f"{arriving:.0f} prompt tokens/s arriving over {arrival_window_s:g}s, served within "
+                         f"{arrival_window_s:g}s + the {objective:g}s {what} objective at utilization {u:.2f}, "
+                         f"needs {a_need:.0f}")
     if kv_name is not None:
         kv = _value(signals, kv_name)
         if kv is None:
@@ -725,9 +762,11 @@ def plan(
     room: RoomCheck | None = None,
     group_budget: int | None = None,
     rate_window_s: float = 0.0,
+    arrival_window_s: float = 0.0,
 ) -> tuple[JointPlan, DisaggState]:
     """Rules 1-5: each variant's count before the capacity request, and the new state. ``rate_window_s``: the
-    token signals' rate window (a fresh controller's rates within it are not history)."""
+    token signals' rate window (a fresh controller's rates within it are not history); ``arrival_window_s``:
+    the rate window of prefill's arriving prompt tokens (rule 1c)."""
     needs: list[RoleNeed] = []
     histories: dict[Role, tuple[tuple[float, float], ...]] = {}
     desired: dict[str, int] = {}
@@ -745,7 +784,7 @@ def plan(
     shifts: list[Shift] = []
     for role in ROLES:
         spec = config.role(role)
-        rn = role_need(config, role, signals, status, learned[role])
+        rn = role_need(config, role, signals, status, learned[role], arrival_window_s=arrival_window_s)
         needs.append(rn)
         history = tuple((t, n) for t, n in state.history(role) if now - t < config.scale_down_delay_seconds)
         if rn.need is None:
