@@ -178,6 +178,7 @@ def learn_utilization(
     near_short: bool,
     hysteresis: float,
     dt: float,
+    judged_load: float | None = None,
 ) -> Headroom:
     """``c`` after ``dt`` seconds, from the measured latency against the objective (the ``slo`` type's rule 3).
 
@@ -194,7 +195,9 @@ def learn_utilization(
     explains (it asks for more) is under-provisioning, not a model error. Comfortably met (``≤
     RELAX_FRACTION``, or no demand at all), ``c`` recovers toward ``target`` (``RECOVER_TAU_S``) and probes
     upward to ``proven / (1 − hysteresis)`` (at most ``PROBE_MAX_UTILIZATION``), so a scale-down goes at most to
-    a utilization seen to hold the objective. A risk withdraws what was proven."""
+    a utilization seen to hold the objective. A risk withdraws what was proven.
+    ``judged_load``: the load the quantile is evidence of, when it is not ``load`` (the ``slo`` type's
+    ``proveOverWindow``: the lowest load over the quantile's window); only it may be proven."""
     c = utilization
     at_risk = ratio is not None and ratio >= RISK_FRACTION
     h = hysteresis
@@ -211,7 +214,7 @@ def learn_utilization(
         # the objective. Bounded: never above 1 (the learned capacity), only on a settled count with
         # nothing starting, never near a load where a count was found short.
         if ratio is not None and settled and not near_short:
-            proven = max(proven, load / ready)
+            proven = max(proven, (load if judged_load is None else judged_load) / ready)
             ceiling = min(PROBE_MAX_UTILIZATION, proven / (1.0 - h))
             if ceiling > c:
                 c = ceiling - (ceiling - c) * math.exp(-dt / RECOVER_TAU_S)

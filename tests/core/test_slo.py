@@ -308,6 +308,43 @@ def test_the_upward_probe_needs_its_evidence(ttft: float, short: bool, per_repli
     assert c <= 0.8 + 1e-9
 
 
+#: The TTFT read as a quantile over a 60 s window (what ``proveOverWindow`` takes the evidence's span from).
+TOKENS_WINDOW = {"signals": {**TOKENS["signals"], "ttft": "ttfth"}}
+
+
+@pytest.mark.parametrize("over_window", [True, False], ids=["over-window", "load-now"])
+def test_the_probe_proves_only_a_load_its_quantile_window_held(over_window: bool) -> None:
+    """``proveOverWindow``: a 60 s quantile comfortably met says the objective held at the loads its window held
+    throughout, not at a load reached at its end (those requests are still waiting): only the window's lowest
+    load is proven, and a load becomes proven once it has held for the whole window."""
+    drv = Driver(config(**TOKENS_WINDOW, proveOverWindow=over_window))
+    drv.steady(1200, 4, waiting=0, running=40, prompt=4 * 0.5 * 5000, gen=300, ttfth=0.3)
+    assert drv.learned.proven == pytest.approx(0.5)
+    drv.steady(15, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttfth=0.3)  # a climb, 15 s old
+    assert drv.learned.proven == pytest.approx(0.5 if over_window else 0.75)
+    drv.steady(65, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttfth=0.3)  # held a whole window
+    assert drv.learned.proven == pytest.approx(0.75)
+
+
+def test_over_its_window_a_history_shorter_than_the_window_proves_nothing() -> None:
+    """A settled count whose load history does not yet span the quantile's window (a controller just started)
+    proves nothing with ``proveOverWindow``; the load now, without it."""
+    for over_window, proven in ((True, 0.0), (False, 0.75)):
+        drv = Driver(config(**TOKENS_WINDOW, proveOverWindow=over_window))
+        drv.state = slo.SloState(ready=4, ready_since=T0 - 600, since=T0 - 600, last_t=T0 - STEP)
+        drv.step(4, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttfth=0.3)
+        assert drv.learned.proven == pytest.approx(proven)
+
+
+def test_over_its_window_nothing_is_proven_while_requests_wait() -> None:
+    """Requests waiting now are in no latency window yet: with ``proveOverWindow`` the load is not proven while
+    they wait, however long the load has held; without it, as before."""
+    for over_window, proven in ((True, 0.0), (False, 0.75)):
+        drv = Driver(config(**TOKENS_WINDOW, proveOverWindow=over_window))
+        drv.steady(1200, 4, waiting=2, running=40, prompt=4 * 0.75 * 5000, gen=300, ttfth=0.3)
+        assert drv.learned.proven == pytest.approx(proven)
+
+
 def test_a_risk_withdraws_what_the_probe_proved() -> None:
     drv = Driver(config(**TOKENS))
     drv.steady(1200, 4, waiting=0, running=40, prompt=4 * 0.75 * 5000, gen=300, ttft=0.3)

@@ -40,8 +40,11 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    constant ``RECOVER_TAU_S``, and **probes upward**: it may rise to ``proven / (1 − hysteresis)`` (at most
    ``PROBE_MAX_UTILIZATION``), ``proven`` being the highest load per replica at which the quantile was
    comfortably met on a settled count, so a scale-down goes at most to a utilization seen to hold the
-   objective. No probe near a load where a count was found short; a risk withdraws what was proven. Over the
-   target with nothing starting, at least ``R + 1`` whatever the model says.
+   objective. No probe near a load where a count was found short; a risk withdraws what was proven. With
+   ``proveOverWindow`` (opt-in) only a load the quantile is evidence of is proven: the lowest load of its window
+   (the requests of a load reached at the window's end are still waiting), nothing while requests wait, and
+   nothing until the history spans a window. Over the target with nothing starting, at least ``R + 1`` whatever
+   the model says.
 4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
    doubling the load, never extrapolated further ahead than the history spans), a burst flag (the last
    ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's), and, when ``seasonality`` is set and a previous
@@ -352,6 +355,16 @@ class SloPolicyConfig(SpecModel):
         "observed (no observations) while none is waiting is quiet, not unknown: no request is late, the loop "
         "abstains and the model decides, as without a latency signal. Needs signals.waiting for (2). Opt-in "
         "(docs/slo.md, Session 12).",
+    )
+    prove_over_window: bool = Field(
+        default=False,
+        description="The upward probe proves only a load the measured quantile is evidence of: the lowest load over "
+        "the quantile's window (the longest latency signal's windowSeconds), not the load now. A quantile over a "
+        "trailing window holds the requests that finished their wait within it; a load reached at its end has not "
+        "been judged yet (the requests it queues are waiting, not in the histogram), so taking it as proven lets "
+        "the probe raise the utilization at the SLO as the load climbs, and delays the scale-up the climb needs. "
+        "For the same reason nothing is proven while requests wait (or signals.waiting is unknown or not given). "
+        "Opt-in: measured, not shipped (docs/slo.md, Session 14).",
     )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
@@ -778,10 +791,17 @@ class SloAlgorithm:
         h = cfg.scale_down.hysteresis
         # A load near one at which a count was found short: no upward probe there (the memory below).
         near_short = any(reading.served_load >= (1.0 - h) * x.served for x in prev.short)
+        judged = (
+            self._judged_load(ctx, prev.history, reading.load, reading.waiting, kappa * prefill_unit,
+                              self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale)
+            if cfg.prove_over_window
+            else None
+        )
         headroom = learn_utilization(
             c, prev.proven, target=u_max, ratio=ratio, latency_unknown=reading.latency_unknown,
             demand_zero=reading.demand_zero, load=reading.load, served_load=reading.served_load, ready=ready,
             starting=starting, settled=settled, near_short=near_short, hysteresis=h, dt=dt,
+            judged_load=judged,
         )
         c, proven = headroom.utilization, headroom.proven
 
@@ -1141,6 +1161,29 @@ class SloAlgorithm:
             if total >= need - 1e-9:
                 return count
         return None
+
+    def _judged_load(
+        self, ctx: Context, history: tuple[LoadSample, ...], load: float, waiting: float | None, kappa: float,
+        slot_unit: float, scale: float,
+    ) -> float | None:
+        """The load the measured latency quantile is evidence of (``proveOverWindow``): the lowest of the load now
+        and the loads of the quantile's window (the longest latency signal's ``windowSeconds``), recomputed with the
+        capacity learned now (``LoadSample``); None where no latency signal states a window (then the load now, as
+        without the option). A quantile over a trailing window holds the requests that finished within it: it says
+        the objective held at every load the window held throughout, not at one reached at its end, whose requests
+        are still waiting. 0 (nothing proven) until the history holds the whole window, and while requests wait
+        (or their number is unknown): the latency of those waiting is in no window yet."""
+        windows = [
+            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
+        ]
+        if not windows:
+            return None
+        since = ctx.now - max(windows)
+        if waiting is None or waiting > 0:
+            return 0.0  # requests waiting now: their latency is not in the window, the load now not judged
+        if not history or history[0].t > since:
+            return 0.0  # the window is not yet all in the history: nothing judged, nothing proven
+        return min([load, *(x.load(kappa, slot_unit, scale) for x in history if x.t >= since)])
 
     def _release_lead(self, ctx: Context, horizon: float) -> float:
         """How long a released replica takes to be back once it is needed again: the cold start (admission to
