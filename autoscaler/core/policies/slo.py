@@ -364,7 +364,7 @@ class SloPolicyConfig(SpecModel):
         "been judged yet (the requests it queues are waiting, not in the histogram), so taking it as proven lets "
         "the probe raise the utilization at the SLO as the load climbs, and delays the scale-up the climb needs. "
         "For the same reason nothing is proven while requests wait (or signals.waiting is unknown or not given). "
-        "Opt-in: measured, not shipped (docs/slo.md, Session 14).",
+        "Opt-in: measured, not shipped (docs/slo.md, Session 15).",
     )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
