@@ -308,6 +308,25 @@ def is_admitted(wl: JsonObj) -> bool:
     return any(c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
+#: ``Evicted`` reasons of a Workload set inactive (``Deactivated``; ``InactiveWorkload`` before Kueue v0.9):
+#: that eviction is read from ``spec.active``, never as Kueue evicting on its own.
+DEACTIVATION_REASONS = frozenset({"Deactivated", "InactiveWorkload"})
+
+
+def evicting_reason(wl: JsonObj) -> str | None:
+    """The reason Kueue is evicting this Workload on its own (``Preempted``, ``PodsReadyTimeout``, …), or None:
+    its ``Evicted`` condition is True while it is still active and still holds its quota (Kueue clears
+    ``QuotaReserved``/``Admitted`` only once the job's pods are gone: kueue ``jobframework/reconciler.go``,
+    ``UnsetQuotaReservationWithCondition`` after ``stopJob``)."""
+    if not (wl.get("spec") or {}).get("active", True) or not is_admitted(wl):
+        return None
+    for c in (wl.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Evicted" and c.get("status") == "True":
+            reason = str(c.get("reason") or "")
+            return None if reason in DEACTIVATION_REASONS else reason
+    return None
+
+
 def admitted_since(wl: JsonObj) -> float | None:
     """When Kueue last admitted the Workload (its ``Admitted`` condition's lastTransitionTime), if admitted."""
     return _true_since(wl, "Admitted")
@@ -491,6 +510,7 @@ class KueueGate:
 
         interval = _seconds(declared(INTERVAL_SECONDS))
         grace = grace_seconds(job) if job is not None else None
+        evicting = evicting_reason(wl)
         return TrainingWorkload(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -500,6 +520,8 @@ class KueueGate:
             admitted=is_admitted(wl),
             uid=meta.get("uid", ""),
             deactivated_by_us=DEACTIVATED_BY in annotations,
+            evicting=evicting is not None,
+            evicted_reason=evicting or "",
             since_checkpoint_s=since,
             preempted_at=tuple(
                 t for t in _parse_times(annotations.get(PREEMPTED_AT)) if now - t < PREEMPTION_MEMORY_S

@@ -22,21 +22,22 @@ Its transitions:
 
 1. Scale-up that fits: the new replicas need ``(desired − current) × perReplica`` units, no more than
    ``available + freeing − pending``. Serving scales.
-2. Scale-up that does not fit: choose victims among the active, admitted Workloads that may be stopped (not
-   resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than ``maxPreemptionsPerHour`` times in the
-   last hour): the set that frees enough chips and loses the least work (``least_work_lost``: chips × seconds
-   since the last checkpoint, nothing for one that saves on SIGTERM within its grace period,
-   ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; then the fewest chips; then
-   the least work at stake should a declared save fail, ``at_stake``; a Workload whose checkpoint time is
+2. Scale-up that does not fit: choose victims among the active, admitted Workloads that may be stopped (not one Kueue
+   is already evicting, ``TrainingWorkload.evicting``: its place is promised to what Kueue evicts it for, so it is
+   neither a victim nor counted as room; not resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than
+   ``maxPreemptionsPerHour`` times in the last hour): the set that frees enough chips and loses the least work
+   (``least_work_lost``: chips × seconds since the last checkpoint, nothing for one that saves on SIGTERM within its
+   grace period, ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; then the fewest chips;
+   then the least work at stake should a declared save fail, ``at_stake``; a Workload whose checkpoint time is
    unknown is stopped only when no set of known ones suffices). Victims may first save: asked to
-   (``checkpointRequestSeconds``, only those whose job declares it honours requests, ``honours_requests``;
-   asked as they are stopped when their save fits their grace period, ``asks_as_it_stops``) or on their own
-   schedule (``checkpointWaitSeconds``, ``worth_waiting``); serving then waits for them
-   (``Plan.waiting_for_checkpoint``). Serving asks at once for what fits once they are gone: the
-   caller deactivates first, then scales, in one pass; the new pods wait for Kueue admission and, being of higher
-   priority, take the freed quota before any queued training. What does not fit even with every eligible Workload
-   stopped is held back (the engine reports ``WaitingForCapacity``). Re-run after a restart, the same snapshot
-   gives the same plan, and a Workload already stopped is counted as freeing, not stopped twice.
+   (``checkpointRequestSeconds``, only those whose job declares it honours requests, ``honours_requests``; asked as
+   they are stopped when their save fits their grace period, ``asks_as_it_stops``) or on their own schedule
+   (``checkpointWaitSeconds``, ``worth_waiting``); serving then waits for them (``Plan.waiting_for_checkpoint``).
+   Serving asks at once for what fits once they are gone: the caller deactivates first, then scales, in one pass; the
+   new pods wait for Kueue admission and, being of higher priority, take the freed quota before any queued training.
+   What does not fit even with every eligible Workload stopped is held back (the engine reports
+   ``WaitingForCapacity``). Re-run after a restart, the same snapshot gives the same plan, and a Workload already
+   stopped is counted as freeing, not stopped twice.
 3. Serving no longer needs the room (desired ≤ current): scale down first, then reactivate the Workloads
    this controller deactivated, highest priority first, while they fit in ``available`` plus what the
    scale-down frees minus ``claiming``. **Nothing is reactivated while any serving replica on the
@@ -552,7 +553,12 @@ def plan_chips(
 
 
 def _ineligible(capacity: CapacitySpec, w: TrainingWorkload, now: float) -> str | None:
-    """Why this controller will not stop ``w`` now (anti-thrash), or None."""
+    """Why this controller will not stop ``w`` now (Kueue already evicting it; anti-thrash), or None."""
+    if w.evicting:
+        # Kueue keeps its quota and place until its pods are gone, and then gives them to what it evicts it for:
+        # stopping it frees nothing for us, so it is no victim, and its chips are never counted as ours to free.
+        why = f" ({w.evicted_reason})" if w.evicted_reason else ""
+        return f"{w.key}: Kueue is already evicting it{why}, for a workload of its own choosing"
     if w.resumed_at is not None and now - w.resumed_at < capacity.min_run_seconds:
         return f"{w.key} resumed {now - w.resumed_at:.0f}s ago (minRunSeconds {capacity.min_run_seconds:g})"
     recent = sum(1 for t in w.preempted_at if now - t < HOUR_S)

@@ -169,6 +169,14 @@ class TrainingWorkload:
     #: SIGTERM or not. Only such a job is asked and waited for (capacity ``checkpointRequestSeconds``); an
     #: undeclared one is stopped without asking, so serving never waits for a request nobody reads.
     honours_requests: bool = False
+    #: Kueue is evicting it on its own (its ``Evicted`` condition True with the Workload still active: reason
+    #: ``Preempted``, ``PodsReadyTimeout``, …) while it still holds its place (Kueue keeps ``QuotaReserved`` and
+    #: ``Admitted`` True until its pods are gone). That place is promised to whatever Kueue evicts it for: it is
+    #: neither a victim nor room for us (``arbitration._ineligible``). Not set for a Workload set inactive
+    #: (reason ``Deactivated``: ``active`` False says that).
+    evicting: bool = False
+    #: The ``Evicted`` condition's reason while ``evicting`` (for messages).
+    evicted_reason: str = ""
 
     @property
     def key(self) -> str:

@@ -222,6 +222,7 @@ class TrainingJob:
     ) -> TrainingWorkload:
         """As the controller reads it, with this controller's marks (``preempted-at``, ``resumed-at``)."""
         running = self.state is JobState.RUNNING
+        by_kueue = self.state is JobState.TERMINATING and self.after is not JobState.DEACTIVATED
         since: float | None = None
         if running:
             w = self.work(now)
@@ -241,6 +242,10 @@ class TrainingJob:
                         or (self.state is JobState.TERMINATING and self.after is JobState.DEACTIVATED)),
             admitted=running or self.state is JobState.TERMINATING,
             deactivated_by_us=deactivated_by_us,
+            # Preempted by Kueue's own rule and still holding its chips: its Workload carries ``Evicted``
+            # (reason ``Preempted``) while still admitted, as the controller reads it (``evicting_reason``).
+            evicting=by_kueue,
+            evicted_reason="Preempted" if by_kueue else "",
             since_checkpoint_s=since,
             checkpoint_requested_at=self.requested_at,
             preempted_at=preempted_at,

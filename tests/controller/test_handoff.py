@@ -727,3 +727,51 @@ async def test_the_real_loop_asks_and_stops_in_one_pass_when_the_save_fits_the_g
     assert "WaitingForCapacity" not in reasons, reasons
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
     assert w.training_writes() == [False]
+
+
+OTHER = "job-finetune-other-5e7a1"
+URGENT = "job-urgent-0b3c9"
+
+
+async def test_a_workload_kueue_is_already_evicting_is_never_our_victim_nor_our_room(make_world: Builder) -> None:
+    """Kueue preempts the tutorial's fine-tune for a training Workload of its own (``job-urgent``, 4 GPUs,
+    pending): the fine-tune carries ``Evicted`` (reason ``Preempted``) while its quota stays reserved and it
+    stays admitted, until its pods are gone (its 60 s grace period, 0.6 s here, counted from our first stop, so
+    every pass before it sees the eviction in progress). It checkpointed just now, so read as running it would
+    be the cheapest victim: serving's second replica must stop the other fine-tune instead, and the place Kueue
+    promised goes to ``job-urgent``."""
+    w = await make_world(nominal="10")  # serving 2 + fine-tune 4 + other 4: full
+    tgi = w.metrics["tgi-gemma-deployment"]
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    rt = w.runtime()
+    other = w.kube.add(objects.job("finetune-other"))
+    w.kube.add(objects.workload(OTHER, owner=other, priority=20))
+    w.kueue.admit(OTHER)
+    w.kube.add(objects.workload(URGENT, priority=25))  # no owner, not selected: Kueue's own, pending
+    for job, age in (("finetune-gemma-l4", 5), ("finetune-other", 3000)):
+        w.kube.modify("batch/v1", "Job", job, "llm", metadata={"annotations": {
+            "autoscaler.dev/last-checkpoint-time": str(rt.clock.wall() - age)}})
+    w.kueue.preempt(FINETUNE)
+    stopped: list[str] = []
+
+    def record() -> None:
+        last = w.kube.writes()[-1]
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is False:
+            stopped.append(last.path.rsplit("/", 1)[-1])
+
+    w.kube.after("PATCH", WORKLOADS, record, times=10_000)
+
+    async def kueue_finishes_its_eviction() -> None:
+        await until(lambda: bool(stopped))
+        await asyncio.sleep(0.6)
+        w.kueue.evict(FINETUNE, reason="Preempted")
+
+    w.tasks.append(asyncio.create_task(kueue_finishes_its_eviction()))
+    run_kueue(w)
+    w.start(rt)
+    tgi.queue = 15  # 2 replicas = 4 GPUs
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert stopped == [OTHER]
+    await until(lambda: w.workload(URGENT)["admitted"])
+    assert stopped == [OTHER]
+    assert w.workload(FINETUNE)["active"] is True  # requeued by Kueue, never touched by us

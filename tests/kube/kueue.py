@@ -111,6 +111,19 @@ class Kueue:
         self.kube.modify(V1BETA2, "Workload", name, namespace, change)
         self.recompute(cq_name)
 
+    def preempt(self, name: str, namespace: str = "llm", message: str = "") -> None:
+        """Kueue starts evicting an admitted Workload for one of its own: ``Evicted`` (reason ``Preempted``) and
+        ``Preempted`` (reason ``InClusterQueue``) become True while its quota stays reserved and ``Admitted`` True,
+        until its pods are gone (then ``evict`` clears the admission, as kueue's job reconciler does after
+        ``stopJob``: ``UnsetQuotaReservationWithCondition``)."""
+        text = message or "Preempted to accommodate a workload due to prioritization in the ClusterQueue"
+
+        def change(obj: JsonObj) -> None:
+            _condition(obj, "Evicted", True, "Preempted", text)
+            _condition(obj, "Preempted", True, "InClusterQueue", text)
+
+        self.kube.modify(V1BETA2, "Workload", name, namespace, change)
+
     def evict(self, name: str, namespace: str = "llm", reason: str = "Preempted", message: str = "") -> None:
         wl = self.workload(name, namespace)
         cq_name = (wl.get("status") or {}).get("admission", {}).get("clusterQueue")
