@@ -60,7 +60,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
@@ -80,6 +80,7 @@ from autoscaler.core.model import (
     PolicyState,
     QuotaStatus,
     Reason,
+    ReplicaStatus,
     ScaleDecision,
     TrainingAction,
     TrainingDecision,
@@ -615,13 +616,13 @@ class Controller:
         )
 
     # the pass ledger ----------------------------------------------------------------------------------
-    def note_in_flight(self, cp: CompiledPolicy, gated: int, spec: int) -> None:
-        """Record ``gated`` replicas of ``cp``'s target as asked for and not admitted yet (of ``spec``)."""
-        queue, capacity = _queue_key(cp), cp.policy.spec.capacity
-        if queue is None or capacity is None:
+    def note_in_flight(self, cp: CompiledPolicy, statuses: Mapping[str, ReplicaStatus]) -> None:
+        """Record what ``cp``'s targets (by key; every pool of a ``disaggregated`` one) asked for and Kueue has not
+        admitted yet (``arbitration.asked_by``, the rule the simulator's pools follow too)."""
+        queue = _queue_key(cp)
+        if queue is None:
             return
-        key = cp.policy.spec.target.ref().key
-        self._asked.setdefault(queue, {})[key] = AskedReplicas(spec, gated, capacity.per_replica)
+        self._asked.setdefault(queue, {}).update(arbitration.asked_by(cp.policy.spec, statuses))
 
     def _note_prepared(self, prepared: dict[str, Stamped]) -> None:
         """A pass's bulk read of the targets fills the ledger before anyone decides (after a restart too)."""
@@ -629,7 +630,7 @@ class Controller:
             cp = self.store.policies.get(name)
             part = stamped.part
             if cp is not None and isinstance(part, Prepared):
-                self.note_in_flight(cp, part.replicas.gated, part.replicas.spec)
+                self.note_in_flight(cp, {cp.policy.spec.target.ref().key: part.replicas})
 
     def _with_pending(self, cp: CompiledPolicy, obs: Observation) -> Observation:
         """``obs`` with its own gated replicas recorded, the other targets' on its ClusterQueue as pending, and
@@ -637,9 +638,9 @@ class Controller:
         queue = _queue_key(cp)
         if queue is None or obs.quota is None:
             return obs
-        self.note_in_flight(cp, obs.replicas.gated, obs.replicas.spec)
-        me = cp.policy.spec.target.ref().key
-        quota = self._lent(queue, arbitration.in_pass(obs.quota, mine={me}, ledger=self._ledger(queue)))
+        self.note_in_flight(cp, {obs.target.key: obs.replicas, **obs.members})
+        mine = arbitration.ledger_keys(cp.policy.spec)
+        quota = self._lent(queue, arbitration.in_pass(obs.quota, mine=mine, ledger=self._ledger(queue)))
         return dataclasses.replace(obs, quota=quota)
 
     def _learn(self, queue: _Queue, obs: Observation) -> None:
@@ -659,7 +660,8 @@ class Controller:
     def _ledger(self, queue: tuple[str, str]) -> dict[str, AskedReplicas]:
         """The pass ledger of ``queue``, over the targets of current policies."""
         live = {
-            other.policy.spec.target.ref().key for other in self.store.policies.values() if _queue_key(other) == queue
+            key for other in self.store.policies.values() if _queue_key(other) == queue
+            for key in arbitration.ledger_keys(other.policy.spec)
         }
         ledger = self._asked.get(queue, {})
         for key in [k for k in ledger if k not in live]:
@@ -902,9 +904,9 @@ class Controller:
                 written.append(d)
             if isinstance(d, ScaleDecision) and len(written) == len(scales):
                 stopped.clear()  # every scale went through: the stopped Workloads' chips are now serving's
-                # New replicas are gated until Kueue admits them; a scale-down removes gated ones first.
-                up, down = max(0, d.desired - d.current), max(0, d.current - d.desired)
-                self.note_in_flight(cp, max(0, gated + up - down), d.desired)
+                # New replicas are gated until Kueue admits them; a scale-down removes gated ones first. Every
+                # target written (each pool of a ``disaggregated`` policy), from its own gated count.
+                self.note_in_flight(cp, _after_scales(cp, written, gated, obs))
         return None
 
     async def _revert(
@@ -1234,8 +1236,8 @@ class Controller:
             obs = self.observer.observed(cp, part) or await self.observer.observe(cp, part)
             queue = _queue_key(cp)
             if queue is not None and obs.quota is not None:
-                me = cp.policy.spec.target.ref().key
-                quota = self._lent(queue, arbitration.in_pass(obs.quota, mine={me}, ledger=self._ledger(queue)))
+                mine = arbitration.ledger_keys(cp.policy.spec)
+                quota = self._lent(queue, arbitration.in_pass(obs.quota, mine=mine, ledger=self._ledger(queue)))
                 obs = dataclasses.replace(obs, quota=quota)
             decisions, state = cp.decide(obs, self.states.get(cp.name, PolicyState()), self.clock.wall())
         except Exception:  # the evaluation (periodic, or this one's) reports it; a screen only selects
@@ -1345,6 +1347,29 @@ RELOCKS = 2
 
 class _Relock(Exception):
     """The evaluation holds another lock than its ClusterQueue's cohort needs: observe again under that one."""
+
+
+def _after_scales(
+    cp: CompiledPolicy, written: Sequence[ScaleDecision], gated: int, obs: Observation | None
+) -> dict[str, ReplicaStatus]:
+    """Each written target's replica status once its scale is in: its count as written, its gated replicas
+    grown by the scale-up or shrunk by the scale-down (gated ones go first). ``gated``: the primary target's;
+    another target's is read from ``obs.members`` (left out when unknown)."""
+    primary = cp.policy.spec.target.ref().key
+    out: dict[str, ReplicaStatus] = {}
+    for d in written:
+        key = d.target.key
+        known = None if obs is None else (obs.members.get(key) or (obs.replicas if key == obs.target.key else None))
+        if key == primary:
+            before = gated
+        elif known is not None:
+            before = known.gated
+        else:
+            continue
+        up, down = max(0, d.desired - d.current), max(0, d.current - d.desired)
+        base = known if known is not None else ReplicaStatus(spec=d.current, ready=0)
+        out[key] = dataclasses.replace(base, spec=d.desired, gated=max(0, before + up - down))
+    return out
 
 
 def _queue_key(cp: CompiledPolicy) -> _Queue | None:

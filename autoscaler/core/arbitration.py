@@ -86,6 +86,7 @@ from autoscaler.core.model import (
     QueueQuota,
     QuotaStatus,
     Reason,
+    ReplicaStatus,
     ScaleDecision,
     SliceCapacity,
     TrainingAction,
@@ -212,6 +213,31 @@ def kueue_borrowable(own: QueueQuota, others: Sequence[QueueQuota], *, in_cohort
     if own.reclaims:
         available = max(available, own.nominal - used)
     return available - own.nominal + own.reserved
+
+
+def ledger_keys(spec: Spec) -> frozenset[str]:
+    """The pass-ledger keys one policy notes and leaves out of its own view (``in_pass``'s ``mine``): every
+    target it scales, the other pools of a ``disaggregated`` policy too."""
+    return frozenset(t.ref().key for t in spec.targets())
+
+
+def asked_by(spec: Spec, statuses: Mapping[str, ReplicaStatus]) -> dict[str, AskedReplicas]:
+    """One policy's entries of the pass ledger, from its targets' replica status (by ``TargetRef.key``): every
+    target of ``ledger_keys``, as the simulator's pools join its ledger (``Simulation.join_ledger``). A policy with
+    several targets notes each pool at its own group's slice chips (``perReplica`` where its slice is unknown);
+    one target at ``perReplica``. A target whose status is not in ``statuses`` is left as the ledger has it."""
+    capacity = spec.capacity
+    if capacity is None:
+        return {}
+    several = len(spec.targets()) > 1
+    out: dict[str, AskedReplicas] = {}
+    for key in ledger_keys(spec):
+        status = statuses.get(key)
+        if status is None:
+            continue
+        per = float(status.slice.chips) if several and status.slice is not None else capacity.per_replica
+        out[key] = AskedReplicas(status.spec, status.gated, per)
+    return out
 
 
 def in_pass(quota: QuotaStatus, *, mine: Collection[str], ledger: Mapping[str, AskedReplicas]) -> QuotaStatus:
