@@ -273,6 +273,9 @@ class PolicyObserver:
     _ages: dict[str, _Age] = field(default_factory=dict)
     #: Watched changes of targets not yet followed by a read, by policy (``changed``).
     _changed: dict[str, _Change] = field(default_factory=dict)
+    #: The place (``_seq``) of the last watched change of each policy's target, kept after a read closed it: a
+    #: read that started before it keeps nothing even when a later read ended first (``_keep``).
+    _changed_at: dict[str, int] = field(default_factory=dict)
     #: Changes seen so far: a read notes it at its start, and keeps what it read only if no change came since.
     _seq: int = 0
     #: Pod watch events of the last ``POD_LOG_S``, per namespace, oldest first (``pod_changed``), and the place
@@ -395,6 +398,7 @@ class PolicyObserver:
         for name in names:
             self.views.pop(name, None)
             self._changed[name] = change
+            self._changed_at[name] = change.seq
 
     def pod_changed(self, names: Iterable[str], pod: dict[str, Any]) -> list[str]:
         """A pod watch event (added, changed or deleted; ``names``: the policies whose targets are in the pod's
@@ -428,10 +432,13 @@ class PolicyObserver:
     def _keep(self, name: str, started: int, read_at: float, view: TargetView) -> None:
         """Keep a view read from ``read_at`` (change count ``started`` then), unless a change came since: of the
         target (``changed``) or of a pod it touches (``pod_changed``)."""
-        change = self._changed.get(name)
-        if change is not None:
-            if change.seq > started:
-                return  # the target changed while it was read: what was read may be from before
+        if self._changed_at.get(name, 0) > started:
+            # The target changed while it was read: what was read may be from before. Judged on the last change
+            # itself, not on ``_changed``: a later read that ended first removed that (it read after the change),
+            # and this older view would then replace the newer one, vouched for however old (2026-12-07, a
+            # crossing never written: every screen found the count it had before it was set back).
+            return
+        if name in self._changed:
             del self._changed[name]
         read = view.read_from
         if read is not None and read.namespace in self._pod_log:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from autoscaler.controller.observer import WATCH_SILENCE_S, Watcher, WatchSpec
+from autoscaler.controller.observer import WATCH_SILENCE_S, Watcher, WatchSpec, pods_watch
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime
+from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 
@@ -171,3 +171,48 @@ async def test_a_read_started_before_a_watched_change_is_not_kept(
     r.observer.targets.observe = slow  # type: ignore[method-assign,assignment]
     await r.observer.observe(policy)
     assert "tgi-gemma" not in r.observer.views
+
+
+async def test_a_read_overtaken_by_a_change_is_not_kept_after_a_later_read_ended_first(
+    kube: Emulator, watched: tuple[Runtime, ManualClock, Watcher], tgi: TgiMetrics
+) -> None:
+    """A read that started before a change and ends after a later read (one started after the change, which
+    kept what it read and so closed the change) keeps nothing either: kept, its older view replaced the newer
+    one, and the live watch vouched for it however old (no event comes again). The safety property: a crossing
+    on a target whose count moved back and forth during a slow read is still written.
+
+    The sequence (as in the reaction bench's stalled run, 2026-12-07 10:42 UTC: the count written 1 -> 3, then
+    set back to 1 behind the controller's back): R1 reads the target at 3 and is slow; the target goes back to
+    1 (an event); a probe round's read R2 of the target at 1 ends first; R1 ends. Before the fix, R1's view (3)
+    was kept and vouched for: every screen on queue 25 (3 replicas' worth) found 3 = 3, quiet, and nothing was
+    ever written (a due screen stood as the periodic evaluation, which then read nothing afresh)."""
+    r, clock, watcher = watched
+    policy = r.store.policies["tgi-gemma"]
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 3})
+    await until(lambda: "tgi-gemma" not in r.observer.views)  # the event dropped the view
+    inner = r.observer.targets.observe
+
+    async def slow(cp: object) -> object:
+        view = await inner(policy)  # R1 read the target at 3
+        seq = r.observer._seq
+        kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": 1})
+        await until(lambda: r.observer._seq > seq)  # the event reached the observer
+        await probe(r)  # R2: a probe round reads the target (at 1) and keeps it, ending before R1
+        assert r.observer.views["tgi-gemma"].view.replicas.spec == 1
+        return view
+
+    r.observer.targets.observe = slow  # type: ignore[method-assign,assignment]
+    await r.observer.observe(policy)  # R1 ends last
+    r.observer.targets.observe = inner  # type: ignore[method-assign]
+    assert r.observer.views["tgi-gemma"].view.replicas.spec == 1  # R2's view, not R1's older one
+    # The crossing: 25 in the queue needs 3 replicas; the target has 1. It is written, however long the watch
+    # stays live and however often the policy is screened.
+    tgi.queue = 25
+    pods = r.watchers[pods_watch("llm")][0]
+    for _ in range(3):
+        clock.advance(60.0)
+        await heard(kube, watcher, clock)
+        await until(lambda: pods.heard_at == clock.monotonic())
+        assert "Deployment/llm" in r._live_watches()  # the target and pod watches still vouch
+        await probe(r)
+    assert replicas(kube) == 3
