@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +159,15 @@ def deployment_runtime(
     r = runtime(api, policies, clock, endpoint=endpoint, capacity=False)
     r.store.reload()
     return r
+
+
+async def stop_watching(r: Runtime) -> None:
+    """End a runtime's watches and its observer: the teardown of the fixtures that ran them."""
+    for _, task in r.watchers.values():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await r.observer.aclose()
 
 
 def replicas(kube: Emulator, name: str = "tgi-gemma-deployment") -> int:

@@ -9,7 +9,6 @@ controller's clock is explicit (``ManualClock``), the streams are real.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.controller.observer import POD_LOG_S, Watcher, WatchSpec, pods_watch
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime
+from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, stop_watching
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 
@@ -65,11 +64,7 @@ async def watched(
     assert await r.controller.run_once()
     r.controller._due["tgi-gemma"] = clock.monotonic() + 1000  # probed, not due
     yield r, clock, target, pods
-    for _, task in r.watchers.values():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await r.observer.aclose()
+    await stop_watching(r)
 
 
 def reads(kube: Emulator) -> list[str]:

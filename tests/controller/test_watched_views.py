@@ -9,7 +9,6 @@ stand-in TGI server; the controller's clock is explicit (``ManualClock``), the s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from kubernetes_asyncio import client
 
 from autoscaler.controller.observer import WATCH_SILENCE_S, Watcher, WatchSpec, pods_watch
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas
+from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, stop_watching
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 
@@ -50,11 +49,7 @@ async def watched(
     assert await r.controller.run_once()
     r.controller._due["tgi-gemma"] = clock.monotonic() + 1000  # probed, not due
     yield r, clock, watcher
-    for _, task in r.watchers.values():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await r.observer.aclose()
+    await stop_watching(r)
 
 
 def reads(kube: Emulator) -> list[str]:
