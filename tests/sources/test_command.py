@@ -231,12 +231,19 @@ def test_parse_duration(text: str, seconds: float) -> None:
 
 def test_observe_refreshes_until_interrupted(tmp_path: Path) -> None:
     policy = write_policy(tmp_path, f"http://127.0.0.1:{free_port()}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autoscaler.cli", "observe", "--policy", str(policy), "--json", "--deadline", "0.5"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A shell without job control starts background commands with SIGINT ignored and children inherit that (as
+    # nohup relies on): under `./scripts/test.sh &` the CLI would rightly ignore the Ctrl-C sent below. A handled
+    # signal is reset to its default on exec, so the child starts as from an interactive terminal.
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autoscaler.cli", "observe", "--policy", str(policy), "--json", "--deadline", "0.5"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     try:
         assert proc.stdout is not None
         views = [json.loads(proc.stdout.readline()) for _ in range(2)]  # blocks until each refresh is printed
