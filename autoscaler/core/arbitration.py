@@ -12,6 +12,9 @@ cohort lends is shared by every policy on its members (``lent``):
   ``borrowingLimit`` is a cap, not capacity; serving replicas asked for on the cohort's other members and not
   admitted yet are taken from it first) − reservation;
 - ``freeing``: Workloads deactivated but not yet evicted (their chips come back once, and only once);
+- ``admitting``: Workloads Kueue itself is evicting to admit a serving replica counted in ``pending``
+  (``making_room``: the preemptor its ``Preempted`` condition names is a waiting replica of this target or of a
+  ledger target): room already being made for that replica, so no victim is asked for it again;
 - ``pending``: serving replicas asked for and not admitted yet: this target's gated replicas plus the
   other targets' on the ClusterQueue (``QuotaStatus.pending``, from the pass ledger through ``in_pass``, in
   the controller and the simulator alike). They take the room as it frees, before anything else;
@@ -21,11 +24,12 @@ cohort lends is shared by every policy on its members (``lent``):
 Its transitions:
 
 1. Scale-up that fits: the new replicas need ``(desired − current) × perReplica`` units, no more than
-   ``available + freeing − pending``. Serving scales.
+   ``available + freeing + admitting − pending``. Serving scales.
 2. Scale-up that does not fit: choose victims among the active, admitted Workloads that may be stopped (not one Kueue
    is already evicting, ``TrainingWorkload.evicting``: its place is promised to what Kueue evicts it for, so it is
-   neither a victim nor counted as room; not resumed by us less than ``minRunSeconds`` ago, stopped by us fewer than
-   ``maxPreemptionsPerHour`` times in the last hour): the set that frees enough chips and loses the least work
+   never a victim, and counted as room only when that is one of our waiting replicas, ``admitting``; not resumed
+   by us less than ``minRunSeconds`` ago, stopped by us fewer than ``maxPreemptionsPerHour`` times in the last
+   hour): the set that frees enough chips and loses the least work
    (``least_work_lost``: chips × seconds since the last checkpoint, nothing for one that saves on SIGTERM within its
    grace period, ``saves_within_grace``; then the shortest wait for serving, ``eviction_s``; then the fewest chips;
    then the least work at stake should a declared save fail, ``at_stake``; a Workload whose checkpoint time is
@@ -140,17 +144,23 @@ class Budget:
     #: lends (already out of ``available``).
     cohort: str = ""
     cohort_pending: float = 0.0
+    #: Training Kueue is evicting to admit serving replicas this account counts in ``pending``
+    #: (``making_room``): room already being made for them, released as ``freeing`` is.
+    admitting: float = 0.0
 
     @property
     def for_serving(self) -> float:
-        """Room new serving replicas can count on: what is free plus what stopped training releases, less what
-        serving replicas already asked for."""
-        return self.available + self.freeing - self.pending
+        """Room new serving replicas can count on: what is free plus what stopped training releases (and what
+        Kueue evicts for serving replicas waiting), less what serving replicas already asked for."""
+        return self.available + self.freeing + self.admitting - self.pending
 
     def describe(self) -> str:
         parts = [f"{_units(self.available)} free"]
         if self.freeing > _EPS:
             parts.append(f"{_units(self.freeing)} being released by stopped training")
+        if self.admitting > _EPS:
+            parts.append(f"{_units(self.admitting)} being released by training Kueue evicts for serving replicas "
+                         "waiting for admission")
         if self.pending > _EPS:
             parts.append(f"{_units(self.pending)} asked for by serving replicas Kueue has not admitted yet")
         if self.claiming > _EPS:
@@ -164,8 +174,11 @@ class Budget:
         return f"{', '.join(parts)} ({self.resource}, {where})"
 
 
-def budget(*, quota: QuotaStatus, training: Sequence[TrainingWorkload], own_pending: float) -> Budget:
-    """The account of ``quota`` with the chips in flight (``own_pending``: this target's gated replicas' chips)."""
+def budget(
+    *, quota: QuotaStatus, training: Sequence[TrainingWorkload], own_pending: float, waiting: Collection[str] = ()
+) -> Budget:
+    """The account of ``quota`` with the chips in flight (``own_pending``: this target's gated replicas' chips;
+    ``waiting``: the targets whose waiting replicas it counts, ``waiting_targets``)."""
     return Budget(
         cluster_queue=quota.cluster_queue,
         resource=quota.resource,
@@ -175,7 +188,26 @@ def budget(*, quota: QuotaStatus, training: Sequence[TrainingWorkload], own_pend
         claiming=float(sum(w.chips for w in training if w.active and not w.admitted)),
         cohort=quota.cohort,
         cohort_pending=quota.cohort_pending,
+        admitting=float(sum(w.chips for w in training if making_room(w, waiting))),
     )
+
+
+def waiting_targets(quota: QuotaStatus, own: Mapping[str, int]) -> frozenset[str]:
+    """The serving targets (``TargetRef.key``) whose replicas waiting for admission an account on ``quota``
+    counts in ``pending``: the deciding policy's own (``own``: target key → its gated replicas) and the pass
+    ledger's other targets (``quota.asked``, from ``in_pass``), each while it has a replica waiting."""
+    mine = {k for k, gated in own.items() if gated > 0}
+    return frozenset(mine | {k for k, a in quota.asked.items() if a.gated > 0})
+
+
+def making_room(w: TrainingWorkload, waiting: Collection[str]) -> bool:
+    """Kueue is evicting ``w`` (still admitted, its chips held until its pods are gone) to admit a replica of a
+    serving target in ``waiting`` (``TrainingWorkload.evicted_for``, read from Kueue's ``Preempted`` condition
+    by the controller, set by the simulator's Kueue): room already being made for a replica the account counts
+    in ``pending``, released once, as a Workload we stopped is. No victim is asked for it again. Any other
+    Workload Kueue evicts (for its own workload, or for a preemptor the controller could not name) stays
+    neither victim nor room (``_ineligible``)."""
+    return w.evicting and w.active and w.admitted and bool(w.evicted_for) and w.evicted_for in waiting
 
 
 def _guaranteed(q: QueueQuota) -> float:
@@ -522,7 +554,8 @@ def plan(
     current = replicas.spec
     # Replicas waiting for admission need room as much as new ones: holding the count while they wait for
     # quota that training holds would wait forever (nothing is on its way for them).
-    acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica)
+    acct = budget(quota=quota, training=observation.training, own_pending=replicas.gated * capacity.per_replica,
+                  waiting=waiting_targets(quota, {observation.target.key: replicas.gated}))
     forecast = 0 if ahead is None else ahead.replicas
     # Acting ahead counts chips; with TPU slices a stop must free a whole region of the target's shape, which
     # only transition 2's placement knows: there, serving's own count drives the hand-off.
@@ -567,13 +600,16 @@ def plan_chips(
     gated: int,
     now: float = 0.0,
     choose: VictimChooser = least_work_lost,
+    waiting: Mapping[str, int] | None = None,
 ) -> Plan:
     """``plan`` for a policy with several targets, in chips: ``current``/``desired``/``gated`` are the chips
     of all its pools together, so the pools make one request (one shortfall, one victim set) and can never
-    together ask for more than is free or claim the same victim. ``Plan.desired`` is the chips granted."""
+    together ask for more than is free or claim the same victim. ``Plan.desired`` is the chips granted.
+    ``waiting``: its pools' gated replicas by target key (``waiting_targets``)."""
     chips = capacity.model_copy(update={"per_replica": 1.0})
     if desired > current or (desired == current and gated > 0):
-        acct = budget(quota=quota, training=training, own_pending=float(gated))
+        acct = budget(quota=quota, training=training, own_pending=float(gated),
+                      waiting=waiting_targets(quota, waiting or {}))
         return _scale_up(chips, acct, training, current, desired, now, choose, gated, unit="chips")
     return _reactivate(chips, quota, training, current, desired, gated, unit="chips")
 
@@ -742,12 +778,14 @@ def _blocks_of(inventory: topology.Inventory, key: str) -> str:
 
 
 def serving_view(
-    capacity: CapacitySpec, inventory: topology.Inventory, training: Sequence[TrainingWorkload], now: float
+    capacity: CapacitySpec, inventory: topology.Inventory, training: Sequence[TrainingWorkload], now: float,
+    *, waiting: Collection[str] = (),
 ) -> topology.Inventory:
     """The slice inventory as serving's scale-up sees it: training stopped and not evicted yet removed (its
-    regions are being released), the running training this controller may stop (``_ineligible`` says which
-    not) marked preemptible, everything else (serving, protected or unmatched Workloads) never."""
-    inv = inventory.without(w.key for w in training if not w.active and w.admitted)
+    regions are being released), and so is training Kueue evicts for a replica of a target in ``waiting``
+    (``making_room``); the running training this controller may stop (``_ineligible`` says which not) marked
+    preemptible, everything else (serving, protected or unmatched Workloads) never."""
+    inv = inventory.without(w.key for w in training if (not w.active and w.admitted) or making_room(w, waiting))
     running = [w for w in training if w.active and w.admitted and w.chips > 0]
     return inv.preemptible(w.key for w in running if _ineligible(capacity, w, now) is None)
 
@@ -805,7 +843,8 @@ def _grant_sliced(
     ours = {a.target for a in asks}
     # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``);
     # the eligible victims are marked preemptible.
-    inv = serving_view(capacity, slices.inventory, training, now)
+    inv = serving_view(capacity, slices.inventory, training, now,
+                       waiting=waiting_targets(quota, {a.target: a.gated for a in asks}))
     # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
     # gates say: the inventory, read after the replicas, is the fresher word on that.
     # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:
@@ -997,7 +1036,8 @@ def plan_slices(
         chips = capacity.model_copy(update={"per_replica": 1.0})
         back = _reactivate(chips, quota, training, have, want, 0, unit="chips")
         return SlicedPlan(desired={a.target: a.desired for a in asks}, training=back.training)
-    acct = budget(quota=quota, training=training, own_pending=float(sum(a.gated * a.chips for a in asks)))
+    acct = budget(quota=quota, training=training, own_pending=float(sum(a.gated * a.chips for a in asks)),
+                  waiting=waiting_targets(quota, {a.target: a.gated for a in asks}))
     got = _grant_sliced(capacity, acct, quota, asks, training, now)
     short = [a for a in asks if got.reachable[a.target] < a.desired]
     if not short:

@@ -668,6 +668,7 @@ def _decide_joint(
             grant = arbitration.plan_chips(
                 capacity=spec.capacity, quota=observation.quota, training=observation.training,
                 current=have, desired=want, gated=gated, now=now,
+                waiting={r.key: members[r.key].gated for r in refs.values()},
             )
             training = grant.training
             if grant.desired < want:

@@ -177,6 +177,11 @@ class TrainingWorkload:
     evicting: bool = False
     #: The ``Evicted`` condition's reason while ``evicting`` (for messages).
     evicted_reason: str = ""
+    #: While ``evicting``: the serving target (``TargetRef.key``) one of whose replicas waiting for admission
+    #: Kueue evicts it for (the preemptor its ``Preempted`` condition names, resolved by the controller; the
+    #: simulator's Kueue sets it); "" when not known or not a serving target. Then its chips are room already
+    #: being made for that replica (``arbitration.making_room``), not a reason to stop one more Workload.
+    evicted_for: str = ""
 
     @property
     def key(self) -> str:
