@@ -15,7 +15,10 @@ Finding (``KueueGate.training``), for each ``preemptible`` entry (namespace + ``
    and what the job declares (``SAVE_SECONDS``, ``ON_TERMINATION``, ``INTERVAL_SECONDS``, ``ON_REQUEST``,
    ``RESTORE_SECONDS``); a restarted job's time since its checkpoint is bounded by the time since its pods
    became ready again (``running_since``) less its declared restore; an undeclared interval is learned from
-   successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID).
+   successive checkpoint times (``arbitration.learn_interval``, kept per Workload UID);
+5. Kueue evicting it on its own (``evicting_reason``), and for whom: the preemptor its ``Preempted`` condition
+   names (``preemptor``, ``PREEMPTED_FOR``: Kueue's text in each release) resolved to the serving target whose
+   replica it is, while that replica still waits (``KueueGate._evicted_for``; ``TrainingWorkload.evicted_for``).
 
 Quota (``quota``): the ClusterQueue's ``nominalQuota`` and ``borrowingLimit`` for the resource over all
 flavors, and its ``status.flavorsReservation`` (serving's own replicas are in it already).
@@ -35,6 +38,7 @@ import dataclasses
 import datetime
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +63,14 @@ from autoscaler.controller.kube import (
 from autoscaler.controller.observer import Training
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
-from autoscaler.core.model import QueueQuota, QuotaStatus, TrainingAction, TrainingDecision, TrainingWorkload
+from autoscaler.core.model import (
+    QueueQuota,
+    QuotaStatus,
+    TargetRef,
+    TrainingAction,
+    TrainingDecision,
+    TrainingWorkload,
+)
 from autoscaler.core.spec import CapacitySpec, PreemptibleSpec, Spec
 
 JsonObj = dict[str, Any]
@@ -327,6 +338,51 @@ def evicting_reason(wl: JsonObj) -> str | None:
     return None
 
 
+#: The text Kueue writes on a Workload it preempts, naming the preemptor, in the ``Preempted`` condition (reason
+#: ``InClusterQueue``, ``InCohortReclamation``, …; the condition exists since kueue#1942, 2024) and in the
+#: ``Evicted`` condition (reason ``Preempted``). kueue ``pkg/scheduler/preemption/preemption.go``,
+#: ``preemptionMessage``: "Preempted to accommodate a workload (UID: <preemptor Workload UID>, JobUID: <its
+#: kueue.x-k8s.io/job-uid label>) due to <reason>" since v0.11.0 (kueue#4524; either UID is "UNKNOWN" when
+#: unset), with "; preemptor path: /…; preemptee path: /…" appended since v0.15.0 (kueue#7522); "(UID: <uid>)"
+#: alone in the releases before v0.11; no UID at all in older ones ("Preempted to accommodate a higher priority
+#: Workload"). When Kueue admits the Workload again it sets the condition False and keeps the old text behind
+#: "Previously: " (kueue#6819). Only a True condition whose message *starts* with this text is read; any other
+#: text, an "UNKNOWN" UID, or two conditions naming different preemptors mean: the preemptor is unknown.
+PREEMPTED_FOR = re.compile(
+    r"Preempted to accommodate a workload \(UID: (?P<uid>[^,()\s]+)(?:, JobUID: (?P<job>[^,()\s]+))?\)"
+)
+UNKNOWN_UID = "UNKNOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """The workload Kueue evicts a Workload for, as its ``Preempted``/``Evicted`` message names it."""
+
+    #: The preemptor's Workload UID.
+    uid: str
+    #: Its ``kueue.x-k8s.io/job-uid`` label (the Pod's UID for a plain pod), "" when not written or "UNKNOWN".
+    job_uid: str = ""
+
+
+def preemptor(wl: JsonObj) -> Preemptor | None:
+    """Who Kueue is evicting ``wl`` for (``PREEMPTED_FOR``), while it evicts it on its own with reason
+    ``Preempted`` (``evicting_reason``); None when that is not said in a form read here (never a guess)."""
+    if evicting_reason(wl) != "Preempted":
+        return None
+    found: set[Preemptor] = set()
+    for c in (wl.get("status") or {}).get("conditions") or []:
+        if c.get("status") != "True" or not (
+            c.get("type") == "Preempted" or (c.get("type") == "Evicted" and c.get("reason") == "Preempted")
+        ):
+            continue
+        match = PREEMPTED_FOR.match(str(c.get("message") or "").strip())
+        if match is None or match["uid"] == UNKNOWN_UID:
+            continue
+        job = match["job"] or ""
+        found.add(Preemptor(match["uid"], "" if job == UNKNOWN_UID else job))
+    return next(iter(found)) if len({p.uid for p in found}) == 1 else None
+
+
 def admitted_since(wl: JsonObj) -> float | None:
     """When Kueue last admitted the Workload (its ``Admitted`` condition's lastTransitionTime), if admitted."""
     return _true_since(wl, "Admitted")
@@ -348,6 +404,25 @@ def _true_since(wl: JsonObj, kind: str) -> float | None:
         if c.get("type") == kind and c.get("status") == "True":
             return _parse_time(c.get("lastTransitionTime"))
     return None
+
+
+class _Lookup:
+    """One ``find``'s reads for naming preemptors (``KueueGate._evicted_for``): each namespace's Workloads and
+    each target object read once."""
+
+    def __init__(self) -> None:
+        self._workloads: dict[str, list[JsonObj]] = {}
+        self._targets: dict[str, JsonObj] = {}
+
+    async def workloads(self, gate: KueueGate, namespace: str) -> list[JsonObj]:
+        if namespace not in self._workloads:
+            self._workloads[namespace] = await gate._list_workloads(namespace)
+        return self._workloads[namespace]
+
+    async def target(self, gate: KueueGate, ref: TargetRef) -> JsonObj:
+        if ref.key not in self._targets:
+            self._targets[ref.key] = await get_json(gate.api, kinds.of(ref.kind).object_path(ref))
+        return self._targets[ref.key]
 
 
 class KueueGate:
@@ -377,6 +452,9 @@ class KueueGate:
         #: Per Workload UID, its checkpoints seen so far (``arbitration.learn_interval``): the interval of a job
         #: that declares none is learned from two successive LAST_CHECKPOINT values.
         self._checkpoints: dict[str, arbitration.CheckpointMemory] = {}
+        #: Every serving target a policy read here scales (by ``TargetRef.key``): a Workload Kueue evicts for a
+        #: replica of one of them is named by it (``_evicted_for``), whichever policy reads that Workload.
+        self._targets: dict[str, TargetRef] = {}
 
     # --- Kueue API version ---------------------------------------------------------------------------------
 
@@ -412,12 +490,57 @@ class KueueGate:
 
     async def find(self, spec: Spec, *, owner: str) -> tuple[TrainingWorkload, ...]:
         assert spec.capacity is not None
+        self._targets.update((t.ref().key, t.ref()) for t in spec.targets())
         found: dict[str, TrainingWorkload] = {}
+        lookup = _Lookup()
         for preemptible in spec.preemptible:
             for wl, job in await self._matching(preemptible):
                 training = await self._to_training(wl, spec.capacity.resource, owner, job)
+                by = preemptor(wl)
+                if by is not None:
+                    training = dataclasses.replace(training, evicted_for=await self._evicted_for(by, lookup))
                 found.setdefault(training.uid, training)
         return tuple(sorted(found.values(), key=lambda w: (w.namespace, w.name)))
+
+    async def _evicted_for(self, by: Preemptor, lookup: _Lookup) -> str:
+        """The serving target (``TargetRef.key``) whose replica waiting for admission is the preemptor ``by``, or
+        "" (not found, admitted already, not a target read here, or a read refused): Kueue is then evicting for
+        something else, as far as we know, and the arbitration counts the Workload neither as victim nor room.
+
+        The preemptor's Workload is looked up by UID in the namespaces of the known targets; it must still wait
+        (not admitted). Its controller owner names the target: a LeaderWorkerSet, StatefulSet or Deployment of
+        that name, or a Pod (Kueue's pod integration; an LWS group's pods) whose labels the target's own pod
+        selector (``kinds.TargetKindInfo.pod_selector``; ``matchLabels`` only) matches."""
+        targets = list(self._targets.values())
+        try:
+            for namespace in sorted({t.namespace for t in targets}):
+                wl = next((w for w in await lookup.workloads(self, namespace)
+                           if (w.get("metadata") or {}).get("uid") == by.uid), None)
+                if wl is None:
+                    continue
+                conditions = (wl.get("status") or {}).get("conditions") or []
+                if is_admitted(wl) or any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+                                          for c in conditions):
+                    return ""  # admitted (or its quota reserved) already: nothing of it waits
+                ref = _controller_owner(wl) or {}
+                kind, name = str(ref.get("kind") or ""), str(ref.get("name") or "")
+                mine = [t for t in targets if t.namespace == namespace]
+                named = next((t for t in mine if t.kind.value == kind and t.name == name), None)
+                if named is not None:
+                    return named.key
+                if kind != "Pod":
+                    return ""
+                pod = await get_json(self.api, f"/api/v1/namespaces/{namespace}/pods/{name}")
+                labels = (pod.get("metadata") or {}).get("labels") or {}
+                for t in mine:
+                    selector = kinds.of(t.kind).pod_selector(t, await lookup.target(self, t))
+                    wanted = selector.get("matchLabels") or {}
+                    if wanted and not selector.get("matchExpressions") and _labels_match(labels, wanted):
+                        return t.key
+                return ""
+        except (NotFound, Forbidden):
+            return ""
+        return ""
 
     async def _owner_uids(self, namespace: str, match_labels: dict[str, str]) -> dict[str, JsonObj]:
         uids: dict[str, JsonObj] = {}

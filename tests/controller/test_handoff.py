@@ -26,7 +26,7 @@ from tests.controller.helpers import TgiMetrics, pool_on
 from tests.controller.policies import tgi_policy
 from tests.kube import objects
 from tests.kube.emulator import Emulator, Request
-from tests.kube.kueue import V1BETA2, Kueue, LiveKueue, ServingDeployment
+from tests.kube.kueue import V1BETA2, Kueue, LiveKueue, ServingDeployment, preemption_message
 
 WORKLOADS = "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads/*"
 FINETUNE = "job-finetune-gemma-l4-3316f"
@@ -775,3 +775,73 @@ async def test_a_workload_kueue_is_already_evicting_is_never_our_victim_nor_our_
     await until(lambda: w.workload(URGENT)["admitted"])
     assert stopped == [OTHER]
     assert w.workload(FINETUNE)["active"] is True  # requeued by Kueue, never touched by us
+
+
+def _text(version: str) -> Callable[[dict[str, Any], str], str]:
+    """Kueue's ``Preempted`` message as each release writes it (``controller.workloads.PREEMPTED_FOR``)."""
+
+    def text(preemptor: dict[str, Any], cq: str) -> str:
+        uid, pod = preemptor["metadata"]["uid"], preemptor["metadata"]["ownerReferences"][0]["uid"]
+        return {
+            "v0.15": preemption_message(preemptor, cq),
+            "v0.11": f"Preempted to accommodate a workload (UID: {uid}, JobUID: {pod}) due to prioritization in "
+                     "the ClusterQueue",
+            "v0.10": f"Preempted to accommodate a workload (UID: {uid}) due to prioritization in the ClusterQueue",
+            "no-uid": "Preempted to accommodate a higher priority Workload",
+            "unknown-uid": "Preempted to accommodate a workload (UID: UNKNOWN, JobUID: UNKNOWN) due to "
+                           "prioritization in the ClusterQueue",
+        }[version]
+
+    return text
+
+
+@pytest.mark.parametrize(("version", "ours"), [
+    pytest.param("v0.15", [], id="v0.15-names-the-preemptor-no-extra-stop"),
+    pytest.param("v0.11", [], id="v0.11-names-the-preemptor-no-extra-stop"),
+    pytest.param("v0.10", [], id="uid-only-names-the-preemptor-no-extra-stop"),
+    pytest.param("no-uid", [OTHER], id="no-preemptor-falls-back-to-one-stop"),
+    pytest.param("unknown-uid", [OTHER], id="unknown-uid-falls-back-to-one-stop"),
+])
+async def test_kueue_evicting_for_our_waiting_replica_is_its_room_not_a_reason_to_stop_more(
+    make_world: Builder, version: str, ours: list[str]
+) -> None:
+    """A second TGI replica waits for admission (the Deployment scaled to 2 by someone else: ``kubectl scale``, a
+    rollout's surge pod, a restart of ours between its scale and its stop), and the policy's signal wants 2.
+    Kueue (preemption within the ClusterQueue on) preempts the fine-tune for that replica's pod, writing its
+    ``Preempted`` message with the preemptor's Workload UID, and takes 3 s to evict it (a 300 s grace period,
+    scaled 100×); only then does our controller start, so its passes see the fine-tune evicting and the replica
+    waiting. Named, the fine-tune's chips are that replica's room: the other fine-tune is never stopped. Where
+    Kueue's text does not name the preemptor (an old release, or an UNKNOWN UID), the controller does what it
+    did before it could read the name: one stop for the waiting replica."""
+    w = await make_world(nominal="10")  # serving 2 + fine-tune 4 + other 4: full
+    tgi = w.metrics["tgi-gemma-deployment"]
+    other = w.kube.add(objects.job("finetune-other"))
+    w.kube.add(objects.workload(OTHER, owner=other, priority=20))
+    w.kueue.admit(OTHER)
+    w.live.preempt_s, w.live.message = 3.0, _text(version)
+    tgi.queue = 15  # 2 replicas = 4 GPUs
+    w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                  lambda d: d["spec"].__setitem__("replicas", 2))
+    run_kueue(w)
+    await until(lambda: w.live.preempted == [FINETUNE])
+    stopped: list[str] = []
+    seen_evicting: list[int] = []
+
+    def record() -> None:
+        last = w.kube.writes()[-1]
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is False:
+            stopped.append(last.path.rsplit("/", 1)[-1])
+
+    def read_while_evicting() -> None:
+        # The controller listed the Workloads while the fine-tune was still being evicted and the replica waited.
+        if w.workload(FINETUNE)["admitted"] and w.live.gated():
+            seen_evicting.append(1)
+
+    w.kube.after("PATCH", WORKLOADS, record, times=10_000)
+    w.kube.after("GET", "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads", read_while_evicting, times=10_000)
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    w.start(w.runtime())
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert seen_evicting  # the premise: our passes saw Kueue's eviction in progress
+    assert stopped == ours
+    assert w.live.preempted == [FINETUNE]  # Kueue preempted once, for the replica

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -359,7 +360,13 @@ class LiveKueue(AdmissionLoop):
     3. scheduler: pending active Workloads that have waited ``admit_s`` are admitted, highest priority first,
        then oldest, while they fit in their ClusterQueue (``Kueue.free``: in a cohort, with what it lends;
        BestEffortFIFO: one that does not fit does not block smaller ones).
-       No preemption: what our controller does not stop, stays (as with Kueue preemption off);
+       No preemption unless ``preempt_s`` is set: what our controller does not stop, stays (as with Kueue
+       preemption off). With ``preempt_s`` (``withinClusterQueue: LowerPriority``): a pending serving Workload
+       that does not fit even once every Workload already leaving is gone (set inactive, or evicted: those
+       count first, as Kueue's candidate order puts evicted Workloads first) has Kueue preempt admitted
+       lower-priority Workloads, lowest priority first, then by name, as few as make it fit; each carries
+       ``Evicted``/``Preempted`` True with Kueue's message naming the preemptor (``preemption_message``) while
+       it stays admitted, and is evicted (requeued) ``preempt_s`` later, its pods' grace period;
     4. kubelet: an admitted pod loses its gate and is Ready ``ready_s`` later; Deployment status follows.
 
     ``violations`` collects what must never happen, checked at every tick.
@@ -367,18 +374,26 @@ class LiveKueue(AdmissionLoop):
 
     def __init__(
         self, kube: Emulator, kueue: Kueue, serving: list[ServingDeployment], *, timing: Timing | None = None,
+        preempt_s: float | None = None, message: Callable[[JsonObj, str], str] | None = None,
     ) -> None:
         super().__init__(kube, timing or Timing())
         self.kueue, self.serving = kueue, serving
         self._admitted_at: dict[str, float] = {}
         self._counter = 0
         self.ticks = 0
+        self.preempt_s = preempt_s
+        self.message = message or preemption_message
+        #: By ``namespace/name``: when Kueue preempted it (evicted ``preempt_s`` later), and every preemption.
+        self._preempted_at: dict[str, float] = {}
+        self.preempted: list[str] = []
 
     def step(self, now: float) -> None:
         self.ticks += 1
         for dep in self.serving:
             self._deployment(dep)
         self._deactivations(now)
+        if self.preempt_s is not None:
+            self._preemptions(now)
         self._admissions(now)
         for dep in self.serving:
             self._kubelet(dep, now)
@@ -440,6 +455,47 @@ class LiveKueue(AdmissionLoop):
             if all(self.kueue.free(cq, res) >= need - 1e-9 for res, need in usage.items()):
                 self.kueue.admit(wl["metadata"]["name"], wl["metadata"]["namespace"])
 
+    def _preemptions(self, now: float) -> None:
+        assert self.preempt_s is not None
+        for key, since in list(self._preempted_at.items()):
+            if now - since >= self.preempt_s:
+                namespace, name = key.split("/", 1)
+                text = next((c.get("message", "") for c in self.kueue.workload(name, namespace)["status"]["conditions"]
+                             if c["type"] == "Preempted"), "")
+                self.kueue.evict(name, namespace, "Preempted", text)
+                del self._preempted_at[key]
+        workloads = self.kube.list(V1BETA2, "Workload")
+        promised: dict[str, float] = {}  # what is leaving, already counted for an earlier pending Workload
+        for wl in self._pending(now):
+            priority, usage = int(wl["spec"].get("priority", 0)), workload_usage(wl)
+            cq = self.kueue._cluster_queue_of(wl)
+            admitted = [w for w in workloads if (w.get("status") or {}).get("admission", {}).get("clusterQueue") == cq]
+            leaving = [w for w in admitted if not w["spec"].get("active", True) or _has_condition(w, "Evicted")]
+            room = {r: self.kueue.free(cq, r) + sum(workload_usage(w).get(r, 0.0) for w in leaving)
+                    - promised.get(r, 0.0) for r in usage}
+            if all(room[r] >= need - 1e-9 for r, need in usage.items()):
+                for r, need in usage.items():  # fits, now or once what is leaving is gone: nothing to preempt
+                    promised[r] = promised.get(r, 0.0) + need
+                continue
+            candidates = sorted(
+                (w for w in admitted if w not in leaving and int(w["spec"].get("priority", 0)) < priority),
+                key=lambda w: (int(w["spec"].get("priority", 0)), w["metadata"]["name"]))
+            chosen = []
+            for cand in candidates:
+                if all(room[r] >= need - 1e-9 for r, need in usage.items()):
+                    break
+                chosen.append(cand)
+                for r in usage:
+                    room[r] += workload_usage(cand).get(r, 0.0)
+            if not all(room[r] >= need - 1e-9 for r, need in usage.items()):
+                continue
+            for victim in chosen:
+                meta = victim["metadata"]
+                self.kueue.preempt(meta["name"], meta["namespace"], self.message(wl, cq))
+                self._preempted_at[f"{meta['namespace']}/{meta['name']}"] = now
+                self.preempted.append(meta["name"])
+            return  # one preemptor per cycle, as Kueue's scheduler nominates one head per ClusterQueue
+
     # 4. -------------------------------------------------------------------------------------------------
     def _kubelet(self, dep: ServingDeployment, now: float) -> None:
         ready = 0
@@ -469,6 +525,20 @@ class LiveKueue(AdmissionLoop):
 
     def serving_ready(self, dep: ServingDeployment) -> int:
         return sum(1 for pod in self.pods(dep) if _pod_ready(pod))
+
+
+def preemption_message(preemptor: JsonObj, cluster_queue: str) -> str:
+    """Kueue's text on a Workload it preempts within a ClusterQueue (v0.15 on, kueue
+    ``pkg/scheduler/preemption/preemption.go``, ``preemptionMessage``): the preemptor's Workload UID and its
+    job's UID (the ``kueue.x-k8s.io/job-uid`` label: for a plain pod, the Pod's UID)."""
+    owner = _controller(preemptor)
+    job = (preemptor["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid") or owner.get("uid") or "UNKNOWN"
+    return (f"Preempted to accommodate a workload (UID: {preemptor['metadata']['uid']}, JobUID: {job}) due to "
+            f"prioritization in the ClusterQueue; preemptor path: /{cluster_queue}; preemptee path: /{cluster_queue}")
+
+
+def _controller(obj: JsonObj) -> JsonObj:
+    return next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
 
 
 def _gated(pod: JsonObj) -> bool:
