@@ -95,7 +95,8 @@ class TrainingJob:
     """One checkpointed training job (one Kueue Workload)."""
 
     __slots__ = (
-        "admitted_at", "after", "chips", "declares_checkpoints", "evicted_at", "evictions", "first_admission",
+        "admitted_at", "after", "chips", "declares_checkpoints", "evicted_at", "evicted_for", "evictions",
+        "first_admission",
         "grace_s",
         "honours_requests", "interval_s", "labels", "lost_s", "name", "namespace", "offset_s", "preemptions",
         "priority", "rebased", "release_at", "requested_at", "restore_s", "save_on_preemption", "save_s", "state",
@@ -123,6 +124,9 @@ class TrainingJob:
         self.after = JobState.QUEUED
         self.admitted_at = 0.0
         self.evicted_at = 0.0
+        #: While Kueue preempts it for a serving replica: that replica's target (``TargetRef.key``), as Kueue's
+        #: ``Preempted`` message names the preemptor and the controller resolves it (``TrainingWorkload.evicted_for``).
+        self.evicted_for = ""
         #: True until the job has been admitted once in the simulation; jobs admitted at time 0 are taken
         #: to be already warm (running before the window starts), so they skip the restore.
         self.first_admission = True
@@ -174,9 +178,11 @@ class TrainingJob:
         self.admitted_at = now
         self.rebased = True
 
-    def evict(self, now: float, *, deactivate: bool, reconcile_s: float = 0.0) -> float:
+    def evict(self, now: float, *, deactivate: bool, reconcile_s: float = 0.0, evicted_for: str = "") -> float:
         """Kueue evicts the job now (SIGTERM after ``reconcile_s``): keep the checkpointed work (all of it if
-        it saves within the grace period), lose the rest. Returns when its chips are free."""
+        it saves within the grace period), lose the rest. Returns when its chips are free. ``evicted_for``: the
+        serving target whose waiting replica Kueue preempts it for ("" for a deactivation)."""
+        self.evicted_for = "" if deactivate else evicted_for
         w = self.work(now)
         saves = self.save_on_preemption and self.save_s <= self.grace_s
         asked = self.requested_at
@@ -246,6 +252,7 @@ class TrainingJob:
             # (reason ``Preempted``) while still admitted, as the controller reads it (``evicting_reason``).
             evicting=by_kueue,
             evicted_reason="Preempted" if by_kueue else "",
+            evicted_for=self.evicted_for if by_kueue else "",
             since_checkpoint_s=since,
             checkpoint_requested_at=self.requested_at,
             preempted_at=preempted_at,

@@ -274,6 +274,9 @@ class Simulation:
         #: the chips one of its groups counts (``join_ledger``). Every policy decides on the others' groups asked
         #: for and not admitted yet (``quota_status``), as the controller's policies do in one pass.
         self._ledger: dict[str, tuple[ServingPool, float]] = {}
+        #: Per pool name, the target key the policy driving it decides for (``drives``): whom Kueue's preemptor
+        #: resolves to, as the controller reads it. A pool no policy names stands for its own target.
+        self._driven_as: dict[str, str] = {}
         self.serving_chips = 0
         self.training_chips = 0
         self._last_account = 0.0
@@ -376,9 +379,10 @@ class Simulation:
     def _free(self) -> int:
         return self.quota - self.serving_chips - self.training_chips
 
-    def _evict(self, job: kueue.TrainingJob, now: float, *, deactivate: bool) -> None:
-        """Kueue evicts ``job``: its chips stay held through reconcile and its grace period."""
-        release_at = job.evict(now, deactivate=deactivate, reconcile_s=self.reconcile_s)
+    def _evict(self, job: kueue.TrainingJob, now: float, *, deactivate: bool, evicted_for: str = "") -> None:
+        """Kueue evicts ``job``: its chips stay held through reconcile and its grace period. ``evicted_for``: the
+        target of the serving pool Kueue preempts it for (``TrainingJob.evicted_for``)."""
+        release_at = job.evict(now, deactivate=deactivate, reconcile_s=self.reconcile_s, evicted_for=evicted_for)
         if now <= self.horizon:
             self.preemptions += 1
             self.preemption_times.append(now)
@@ -421,7 +425,7 @@ class Simulation:
                 if victims is None:
                     return  # stays SchedulingGated until quota frees
                 for job in victims:
-                    self._evict(job, now, deactivate=False)
+                    self._evict(job, now, deactivate=False, evicted_for=self._target_key(pool))
                     incoming += job.chips
             # Waits for the terminating victims; their chips are promised to it.
             incoming -= rep.chips - free
@@ -453,13 +457,22 @@ class Simulation:
                 return  # stays pending until a place frees
             by_name = {j.name: j for j in candidates}
             for name in victims:
-                self._evict(by_name[name], now, deactivate=False)
+                self._evict(by_name[name], now, deactivate=False, evicted_for=self._target_key(pool))
                 leaving.append(name)
             # The place the leaving victims free is promised to this group.
             place = slices.inventory(without=leaving, extra=reserved)
             regions = find_place(place, shape)
             assert regions is not None  # kueue_victims made room
             reserved.append(Occupant(key=f"promised/{rep.name}", regions=regions))
+
+    def drives(self, pool: ServingPool, target_key: str) -> None:
+        """A policy targeting ``target_key`` drives ``pool`` (its own pool, or the pool it is simulated on)."""
+        self._driven_as[pool.name] = target_key
+
+    def _target_key(self, pool: ServingPool) -> str:
+        """The serving target a pool stands for (``TargetRef.key``), as Kueue's preemptor resolves to it: the
+        target of the policy driving it, else the pool's own."""
+        return self._driven_as.get(pool.name) or self.pool_specs[pool.name].target.ref().key
 
     def _pending(self) -> list[tuple[ServingPool, Replica]]:
         """Serving groups waiting for admission, across pools, in creation order (Kueue's FIFO)."""
@@ -906,6 +919,7 @@ class PolicyController:
         capacity = self.compiled.policy.spec.capacity
         if capacity is not None and own is not None:
             sim.join_ledger(target.key, pool, capacity.per_replica)
+        sim.drives(pool, target.key)
 
         def scrape(now: float) -> float:
             gauges = {r.name: pool.gauges(r, now) for r in pool.ready()}
