@@ -352,6 +352,9 @@ PREEMPTED_FOR = re.compile(
     r"Preempted to accommodate a workload \(UID: (?P<uid>[^,()\s]+)(?:, JobUID: (?P<job>[^,()\s]+))?\)"
 )
 UNKNOWN_UID = "UNKNOWN"
+#: How many preemptors' targets ``KueueGate`` remembers (each a few hundred bytes; far more than Kueue preempts
+#: for at once).
+PREEMPTORS_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,8 +456,12 @@ class KueueGate:
         #: that declares none is learned from two successive LAST_CHECKPOINT values.
         self._checkpoints: dict[str, arbitration.CheckpointMemory] = {}
         #: Every serving target a policy read here scales (by ``TargetRef.key``): a Workload Kueue evicts for a
-        #: replica of one of them is named by it (``_evicted_for``), whichever policy reads that Workload.
+        #: replica of one of them is named by it (``_evicted_for``), whichever policy reads that Workload. Reset
+        #: to the current policies' targets at every ``held`` sweep.
         self._targets: dict[str, TargetRef] = {}
+        #: Per preemptor Workload UID, the target it was found to be a replica of, oldest first (at most
+        #: ``PREEMPTORS_KEPT``).
+        self._preemptors: dict[str, str] = {}
 
     # --- Kueue API version ---------------------------------------------------------------------------------
 
@@ -481,28 +488,34 @@ class KueueGate:
         spec = policy.policy.spec
         if spec.capacity is None:
             return Training((), None)
-        workloads = await self.find(spec, owner=policy.name)
+        workloads = await self.find(spec, owner=policy.name, name_preemptors=True)
         quota = await self.quota(spec.capacity)
         # Where the ClusterQueue's flavor is carved into slices on admission, that, not the quota number, is
         # what serving can get: its blocks and what occupies them, the same for every policy on it.
         slices = await self.slices.read(policy, await self.version())
         return Training(workloads, quota if slices is None else dataclasses.replace(quota, slices=slices))
 
-    async def find(self, spec: Spec, *, owner: str) -> tuple[TrainingWorkload, ...]:
+    async def find(
+        self, spec: Spec, *, owner: str, name_preemptors: bool = False
+    ) -> tuple[TrainingWorkload, ...]:
+        """The policy's preemptible Workloads; with ``name_preemptors`` (the arbitration's read), each one Kueue
+        evicts for a serving replica of a known target says so (``TrainingWorkload.evicted_for``)."""
         assert spec.capacity is not None
-        self._targets.update((t.ref().key, t.ref()) for t in spec.targets())
+        mine = [t.ref() for t in spec.targets()]
+        self._targets.update((t.key, t) for t in mine)
         found: dict[str, TrainingWorkload] = {}
         lookup = _Lookup()
         for preemptible in spec.preemptible:
             for wl, job in await self._matching(preemptible):
                 training = await self._to_training(wl, spec.capacity.resource, owner, job)
-                by = preemptor(wl)
+                by = preemptor(wl) if name_preemptors else None
                 if by is not None:
-                    training = dataclasses.replace(training, evicted_for=await self._evicted_for(by, lookup))
+                    named = await self._evicted_for(by, lookup, first={t.namespace for t in mine})
+                    training = dataclasses.replace(training, evicted_for=named)
                 found.setdefault(training.uid, training)
         return tuple(sorted(found.values(), key=lambda w: (w.namespace, w.name)))
 
-    async def _evicted_for(self, by: Preemptor, lookup: _Lookup) -> str:
+    async def _evicted_for(self, by: Preemptor, lookup: _Lookup, *, first: set[str]) -> str:
         """The serving target (``TargetRef.key``) whose replica waiting for admission is the preemptor ``by``, or
         "" (not found, admitted already, not a target read here, or a read refused): Kueue is then evicting for
         something else, as far as we know, and the arbitration counts the Workload neither as victim nor room.
@@ -510,10 +523,25 @@ class KueueGate:
         The preemptor's Workload is looked up by UID in the namespaces of the known targets; it must still wait
         (not admitted). Its controller owner names the target: a LeaderWorkerSet, StatefulSet or Deployment of
         that name, or a Pod (Kueue's pod integration; an LWS group's pods) whose labels the target's own pod
-        selector (``kinds.TargetKindInfo.pod_selector``; ``matchLabels`` only) matches."""
+        selector (``kinds.TargetKindInfo.pod_selector``; ``matchLabels`` only) matches. The deciding policy's own
+        namespaces (``first``) are searched first. A preemptor's target, once named, is remembered by its UID
+        (who owns a Workload never changes): the next passes read nothing more, and whether its replica still
+        waits is the arbitration's (``waiting_targets``). One not named is looked up again at the next read
+        (another policy's targets may not be known here yet)."""
+        if by.uid in self._preemptors:
+            return self._preemptors[by.uid]
+        named = await self._resolve(by, lookup, first)
+        if named:
+            while len(self._preemptors) >= PREEMPTORS_KEPT:
+                del self._preemptors[next(iter(self._preemptors))]
+            self._preemptors[by.uid] = named
+        return named or ""
+
+    async def _resolve(self, by: Preemptor, lookup: _Lookup, first: set[str]) -> str | None:
+        """``_evicted_for`` read from the cluster; None when a read was refused (not remembered)."""
         targets = list(self._targets.values())
         try:
-            for namespace in sorted({t.namespace for t in targets}):
+            for namespace in sorted({t.namespace for t in targets}, key=lambda n: (n not in first, n)):
                 wl = next((w for w in await lookup.workloads(self, namespace)
                            if (w.get("metadata") or {}).get("uid") == by.uid), None)
                 if wl is None:
@@ -530,7 +558,10 @@ class KueueGate:
                     return named.key
                 if kind != "Pod":
                     return ""
-                pod = await get_json(self.api, f"/api/v1/namespaces/{namespace}/pods/{name}")
+                try:
+                    pod = await get_json(self.api, f"/api/v1/namespaces/{namespace}/pods/{name}")
+                except NotFound:
+                    return ""  # its pod is gone: nothing of it waits
                 labels = (pod.get("metadata") or {}).get("labels") or {}
                 for t in mine:
                     selector = kinds.of(t.kind).pod_selector(t, await lookup.target(self, t))
@@ -539,7 +570,7 @@ class KueueGate:
                         return t.key
                 return ""
         except (NotFound, Forbidden):
-            return ""
+            return None
         return ""
 
     async def _owner_uids(self, namespace: str, match_labels: dict[str, str]) -> dict[str, JsonObj]:
@@ -807,6 +838,7 @@ class KueueGate:
         except NotFound:
             return []  # Kueue is not installed: nothing can be held
         covered: set[str] = set()
+        self._targets = {t.ref().key: t.ref() for cp in policies for t in cp.policy.spec.targets()}
         for cp in policies:
             if cp.policy.spec.capacity is not None:
                 covered.update(w.uid for w in await self.find(cp.policy.spec, owner=cp.name))
