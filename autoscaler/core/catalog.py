@@ -48,7 +48,11 @@ SIMULATED = (
     "prefill_seconds",  # counter: seconds spent prefilling (the running sum of a prefill-time histogram)
     "generation_tokens",  # counter: tokens generated
     "ttft",  # histogram: arrival to first token, seconds
-    "queue_time",  # histogram: arrival to taking a slot, seconds
+    # Queue time, seconds: arrival to the start of the request's prefill (it joins a batch), so it includes the
+    # wait for a slot and behind other prompts' prefills (``autoscaler.sim.model``'s docstring, with each
+    # server's source). Observed as the request ends (TGI, vLLM) or as it joins the decode batch (JetStream).
+    "queue_time",  # histogram: observed as the request ends
+    "queue_time_inserted",  # histogram: observed as the request joins the decode batch
     "tpot",  # histogram: time between a sequence's generated tokens (vLLM's inter-token latency), seconds
     "prompt_length",  # histogram: prompt tokens of each request whose prefill finished
     # The router's (the endpoint picker's), one series for the model: ``autoscaler.sim.pipeline.RouterCounts``.
@@ -219,7 +223,7 @@ _PRESETS = (
     ),
     Preset(
         "jetstream.queue_time", "JetStream time a request waits in the queue, seconds (histogram).",
-        "jetstream", "histogram", ("jetstream_queue_duration",), "sum", simulated="queue_time",
+        "jetstream", "histogram", ("jetstream_queue_duration",), "sum", simulated="queue_time_inserted",
     ),
     Preset(
         "jetstream.prompt_length", "JetStream input tokens per request (histogram): the prompt-length distribution.",

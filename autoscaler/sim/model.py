@@ -22,6 +22,33 @@ Per replica (continuous batching, prefill first, as TGI and JetStream schedule):
   since a reference point, and schedules only the next completion, so a request costs a handful of events
   however many tokens it generates.
 
+Queue time, as the real servers define it (the simulated ``queue_time`` histograms): from the request's arrival
+until its prefill begins, when it leaves the queue and joins a batch. It includes the wait for a slot and the wait
+behind other prompts' prefills, not the request's own prefill. Where each server measures and observes it:
+
+* TGI ``tgi_request_queue_duration`` is ``start - queued`` (router/src/server.rs, ``generate_internal`` and
+  ``generate_stream_internal``), recorded with ``tgi_request_success`` as the response ends. ``queued`` is the
+  queue entry's time, stamped as ``Infer::generate_stream`` appends the request to the queue (router/src/infer.rs).
+  ``start`` is its ``batch_time``, stamped in ``State::next_batch`` (router/src/queue.rs; router/src/infer/v3/queue.rs
+  in later releases) when the batching loop (``batching_task``) takes it into a batch. The loop calls ``next_batch``
+  only between forward passes, so a request that arrives during a prefill waits for that prefill in the queue.
+* vLLM V1 ``vllm:request_queue_time_seconds`` ("time spent in WAITING phase") is the first SCHEDULED event minus
+  the QUEUED one (vllm/v1/metrics/stats.py, ``IterationStats.update_from_finished_request``), observed for each
+  finished request (vllm/v1/metrics/loggers.py, ``PrometheusStatLogger.record``).
+* JetStream ``jetstream_queue_duration`` sums the request's waits in the prefill, transfer and generate backlogs
+  (jetstream/core/orchestrator.py, ``Driver._insert_if_possible``). It is observed as the generate thread inserts
+  the prefilled request into a decode slot. Here a request takes its slot before its prefill, so those waits are
+  the waits for the slot and for the prefill FIFO, and the insertion is its first token.
+
+Two differences remain, both noted as estimates:
+
+* The simulator prefills one prompt at a time (a batch of one). TGI and vLLM prefill the prompts waiting together
+  in one batch, where a prompt behind others in the same batch waits inside the forward pass (inference time, not
+  queue time). The simulated queue time is therefore an upper estimate, high by at most the prefills ahead of the
+  request within its batch.
+* Time is counted from the client's arrival. A request that waited at the gateway while no replica was ready, or
+  was re-routed from a draining replica, counts those waits too; a real server counts from the request reaching it.
+
 Replicas move through (1) pending (not admitted by Kueue), (2) starting (admitted: scheduling, image
 pull, model load), (3) ready, (4) draining (removed from routing, finishing its batch; its queue is
 re-routed), (5) gone. Chips are held from admission until gone.
@@ -87,12 +114,15 @@ _LIVE = (ReplicaState.PENDING, ReplicaState.STARTING, ReplicaState.READY)
 class Requests:
     """The trace as the pool sees it, and what happened to each request (parallel lists)."""
 
-    __slots__ = ("arrival", "done", "first_token", "inputs", "outcome", "outputs")
+    __slots__ = ("arrival", "done", "first_token", "inputs", "outcome", "outputs", "started")
 
     def __init__(self, arrival: list[float], inputs: list[int], outputs: list[int]) -> None:
         self.arrival = arrival
         self.inputs = inputs
         self.outputs = outputs
+        #: When each request's prefill began: it left the queue and joined a batch (the end of every server's
+        #: queue time: the module docstring).
+        self.started = [float("nan")] * len(arrival)
         self.first_token = [float("nan")] * len(arrival)
         self.done = [float("nan")] * len(arrival)
         #: SERVED (or still in flight), REJECTED (overload or too long) or ABANDONED (client timeout).
@@ -108,8 +138,8 @@ class Replica:
     __slots__ = (
         "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "gen_done", "index", "itl_V",
         "itl_hist", "itl_owed", "kv_base", "kv_reserved", "n_dec", "n_out", "name", "paused_at", "paused_n",
-        "prefill_fifo", "prefill_s", "prefilling", "prompt_hist", "prompt_tokens", "queue", "queue_hist", "ready_at",
-        "state", "ttft_hist", "version",
+        "prefill_fifo", "prefill_s", "prefilling", "prompt_hist", "prompt_tokens", "queue", "queue_hist",
+        "queue_inserted_hist", "ready_at", "state", "ttft_hist", "version",
     )
 
     def __init__(self, index: int, name: str, chips: int, now: float) -> None:
@@ -144,7 +174,10 @@ class Replica:
         self.dec_joined = 0.0
         #: Observations per bucket of ``HISTOGRAM_BOUNDS`` (the last is +Inf), not cumulative.
         self.ttft_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
+        #: Queue time (arrival to the start of the request's prefill: the module docstring), observed as the request
+        #: ends (TGI, vLLM) and as it joins the decode batch (JetStream).
         self.queue_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
+        self.queue_inserted_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
         #: Prompts served, per bucket of ``PROMPT_BOUNDS`` (tokens; the last is +Inf), not cumulative.
         self.prompt_hist = [0] * (len(PROMPT_BOUNDS) + 1)
         #: Inter-token intervals per bucket of ``TPOT_BOUNDS`` (the last is +Inf): one observation per token a
@@ -184,7 +217,10 @@ class ReplicaGauges:
     generation_tokens: float = 0.0  # counter
     #: Cumulative observation counts per upper bound of ``HISTOGRAM_BOUNDS`` then +Inf.
     ttft: tuple[int, ...] = ()
+    #: Queue time (the module docstring) of the requests that ended here (TGI, vLLM) ...
     queue_time: tuple[int, ...] = ()
+    #: ... and of those that joined the decode batch here (JetStream).
+    queue_time_inserted: tuple[int, ...] = ()
     #: Time per output token (vLLM's inter-token latency): cumulative counts per bound of ``TPOT_BOUNDS``, +Inf.
     tpot: tuple[int, ...] = ()
     #: Prompt lengths of the prefills done (tokens): cumulative counts per bound of ``PROMPT_BOUNDS``, +Inf.
@@ -456,7 +492,6 @@ class ServingPool:
             if rep.kv_reserved + need > kv_cap and active > 0:
                 break
             queue.popleft()
-            rep.queue_hist[bisect_left(HISTOGRAM_BOUNDS, now - arrival[rid])] += 1
             rep.kv_reserved += need
             fifo.append(rid)
             added = True
@@ -511,6 +546,7 @@ class ServingPool:
         rep.prefilling = True
         rep.version += 1  # decoding pauses: any scheduled completion is void
         rid = rep.prefill_fifo[0]
+        self.req.started[rid] = now  # it joins a batch: its queue time ends (the module docstring)
         self._push(now + self.req.inputs[rid] / self._prefill_tps, PREFILL_DONE, rep)
 
     def on_prefill_done(self, rep: Replica, now: float) -> None:
@@ -522,6 +558,8 @@ class ServingPool:
         rep.prompt_hist[bisect_left(PROMPT_BOUNDS, req.inputs[rid])] += 1
         rep.gen_done += 1  # the first token
         rep.ttft_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.arrival[rid])] += 1
+        # JetStream observes the queue time as the prefilled request is inserted into a decode slot (here: now).
+        rep.queue_inserted_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
         if now - req.arrival[rid] > self.slo_s:
             self.late += 1
         if self.on_first_token is not None:
@@ -581,6 +619,8 @@ class ServingPool:
     def _complete(self, rep: Replica, rid: int, now: float) -> None:
         req = self.req
         req.done[rid] = now
+        # TGI and vLLM observe the queue time as the request ends (the module docstring).
+        rep.queue_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
         rep.n_out -= 1
         rep.kv_reserved -= req.inputs[rid] + req.outputs[rid]
         self.completed += 1
@@ -611,6 +651,7 @@ class ServingPool:
             generation_tokens=rep.gen_done + max(0.0, rep.n_dec * rep.V - rep.dec_joined),
             ttft=tuple(accumulate(rep.ttft_hist)),
             queue_time=tuple(accumulate(rep.queue_hist)),
+            queue_time_inserted=tuple(accumulate(rep.queue_inserted_hist)),
             # Rounded down (a count is whole), with a tolerance for the float sums of whole steps.
             tpot=tuple(accumulate(int(c + 1e-6) for c in rep.itl_hist)),
             prompt_length=tuple(accumulate(rep.prompt_hist)),

@@ -58,6 +58,7 @@ COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
 HISTOGRAMS: dict[str, Callable[[ReplicaGauges], tuple[int, ...]]] = {
     "ttft": lambda g: g.ttft,
     "queue_time": lambda g: g.queue_time,
+    "queue_time_inserted": lambda g: g.queue_time_inserted,
     "tpot": lambda g: g.tpot,
     "prompt_length": lambda g: g.prompt_length,
 }
@@ -78,6 +79,7 @@ _LATENCY_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
 BOUNDS: dict[str, tuple[float, ...]] = {
     "ttft": _LATENCY_BOUNDS,
     "queue_time": _LATENCY_BOUNDS,
+    "queue_time_inserted": _LATENCY_BOUNDS,
     "tpot": (*TPOT_BOUNDS, math.inf),
     "prompt_length": (*(float(b) for b in PROMPT_BOUNDS), math.inf),
 }

@@ -230,6 +230,9 @@ def test_every_request_is_served_in_order_of_its_phases(
         if too_long:
             continue
         assert req.first_token[i] - req.arrival[i] >= req.inputs[i] / prof.prefill_tokens_per_second - 1e-9
+        # The queue time (arrival to the start of its prefill) and its own prefill make up its TTFT.
+        assert req.started[i] >= req.arrival[i]
+        assert req.first_token[i] - req.started[i] == pytest.approx(req.inputs[i] / prof.prefill_tokens_per_second)
         assert req.done[i] >= req.first_token[i]
     assert res.rejected_requests == sum(1 for i in range(n) if req.inputs[i] + req.outputs[i] > prof.context_tokens)
     # The routing counter agrees with the queues: everything finished, nothing left behind.
