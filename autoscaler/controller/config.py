@@ -119,6 +119,12 @@ class ControllerConfig(SpecModel):
         description="Between evaluations, re-read fast signals this often and evaluate at once when the "
         "decision would change (0 = off).",
     )
+    view_resync_seconds: float = Field(
+        default=300.0, ge=10,
+        description="Every target view a live watch vouches for (not read again for its age) is read again within "
+        "this long, a few each probe round: a view kept wrong heals in bounded time, and a re-read that finds one "
+        "wrong is counted (autoscaler_view_drift_total) and logged (view_drift).",
+    )
     signal_deadline_seconds: float = Field(default=5.0, gt=0, description="Budget for one signal read.")
     api_deadline_seconds: float = Field(
         default=10.0, gt=0, le=300, description="Budget for one Kubernetes API call (a watch: for connecting, and "

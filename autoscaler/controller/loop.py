@@ -68,7 +68,7 @@ from autoscaler.controller import kinds
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
 from autoscaler.controller.kube import Forbidden, NotFound
 from autoscaler.controller.logs import get_logger
-from autoscaler.controller.observer import Prepared
+from autoscaler.controller.observer import Prepared, ViewDrift
 from autoscaler.controller.reload import PolicyStore
 from autoscaler.controller.telemetry import Telemetry
 from autoscaler.core import arbitration
@@ -160,6 +160,19 @@ class Observer(Protocol):
     def unkept(self, policies: list[CompiledPolicy], *, periods: float = 2.0) -> list[CompiledPolicy]:
         """The policies whose target ``probe`` would read (no view kept, or one too old); with ``periods``, those
         whose view is older than that many of their policy's evaluation periods."""
+        ...
+
+    def resync_due(self, policies: list[CompiledPolicy]) -> list[CompiledPolicy]:
+        """The views a live watch vouches for to read again now: this round's share, oldest first (every one
+        within ``viewResyncSeconds``)."""
+        ...
+
+    async def resync(self, policies: list[CompiledPolicy]) -> None:
+        """Read those views again; one found different from the view vouched for is reported by ``drifted``."""
+        ...
+
+    def drifted(self) -> list[ViewDrift]:
+        """Vouched views a re-read found different from their target, confirmed (no event explains it)."""
         ...
 
 
@@ -337,6 +350,8 @@ class Controller:
     _yield_left: float = 0.0
     #: The background read of aging target views a round started (``_refresh_ahead``), while it runs.
     _refreshing: asyncio.Task[None] | None = None
+    #: The background re-read of vouched target views a round started (``_resync_views``), while it runs.
+    _resyncing: asyncio.Task[None] | None = None
     _by: _Index | None = None
     #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
     screens: int = 0
@@ -1060,7 +1075,7 @@ class Controller:
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
         finally:
-            refreshing = [self._refreshing] if self._refreshing is not None else []
+            refreshing = [t for t in (self._refreshing, self._resyncing) if t is not None]
             for t in [*([probe_task] if probe_task is not None else []), *list(self._escalations), *refreshing]:
                 t.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -1133,6 +1148,7 @@ class Controller:
             # Only views nobody read ahead of time (``_refresh_ahead``), or whose read failed, are read here.
             await self._read_targets(unkept)
         self._refresh_ahead(probes)
+        self._resync_views(probes)
         # Every chunk judges its views' age at the round's start (``Observer.probe``'s ``at``).
         at = self.clock.monotonic()
         slots = asyncio.Semaphore(self.probe_parallel)
@@ -1161,6 +1177,35 @@ class Controller:
             # before (the views past ``refresh_periods`` are read now, as they were).
             aging = self.observer.unkept(probes, periods=self.refresh_periods / 2)
             self._refreshing = asyncio.create_task(self._read_targets(aging), name="refresh target views")
+
+    def _resync_views(self, probes: list[CompiledPolicy]) -> None:
+        """Start reading again, in the background, this round's share of the views a live watch vouches for
+        (``Observer.resync_due``: the oldest, each within ``viewResyncSeconds``), one re-read at a time; and report
+        the vouched views an earlier re-read found wrong (``Observer.drifted``): a metric and a warning naming the
+        policy and what differed. Such a view is a bug in how views are kept (a watch said it was current); the
+        re-read already replaced it."""
+        for drift in self.observer.drifted():
+            self.telemetry.view_drift.inc()
+            self._log.warning(
+                "view_drift", policy=drift.policy, differed=drift.differences,
+                kept_age_s=round(drift.reread_at - drift.kept_read_at, 1),
+                message=f"the target view kept for {drift.policy} (vouched for by its watch, read "
+                        f"{drift.reread_at - drift.kept_read_at:.0f} s before) differed from the target: "
+                        + "; ".join(f"{k} {v}" for k, v in drift.differences.items()),
+            )
+        if self._resyncing is not None and not self._resyncing.done():
+            return  # its share waits for the next round (the time since the last one is owed)
+        due = self.observer.resync_due(probes)
+        if due:
+            self.telemetry.view_resyncs.inc(len(due))
+            self._resyncing = asyncio.create_task(self._resync(due), name="re-read vouched target views")
+
+    async def _resync(self, policies: list[CompiledPolicy]) -> None:
+        try:
+            async with asyncio.timeout(self.pass_deadline_s):
+                await self.observer.resync(policies)
+        except Exception as exc:  # what failed is read again by age (a failed read drops its view)
+            self._log.warning("view_resync_failed", error=_one_line(exc), policies=len(policies))
 
     async def _yield_to_escalations(self) -> None:
         """Wait while evaluations escalated by screens run, up to ``yield_s`` after the oldest of them started:

@@ -29,8 +29,10 @@ evaluation reads the target afresh before anything is written.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import math
+import operator
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,7 +43,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.controller.kube import Backoff
-from autoscaler.controller.targets import TargetView
+from autoscaler.controller.targets import PodsRead, TargetView
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
     Observation,
@@ -156,6 +158,35 @@ class _PodChange(NamedTuple):
 #: bulk read of 5,000 views took 0.8-2.6 s here). A read that started before the oldest event dropped keeps
 #: nothing (it is read again). Estimate, with that margin.
 POD_LOG_S = 120.0
+
+#: A round's re-reads of vouched views (``PolicyObserver.resync_due``) count at most this much time since the last
+#: ones: after a stall (a lost lease, rounds held for minutes) the views are caught up at this pace, never read all
+#: at once (a bulk read of 5,000 views took 0.8-2.6 s here and held the rounds). Estimate: 10 s of re-reads at
+#: 5,000 views and the 300 s default is 167 single reads in one round.
+RESYNC_STEP_MAX_S = 10.0
+
+
+class ViewDrift(NamedTuple):
+    """A vouched target view that a re-read found different from the target (``PolicyObserver.drifted``): a watch
+    said it was current and it was not. That is a bug in how views are kept (stall1's race was one); the re-read
+    has already replaced it."""
+
+    policy: str
+    #: What differed, by field: ``"kept -> read"``.
+    differences: dict[str, str]
+    #: When the kept view had been read, and when the re-read that found it different started (``now``'s clock).
+    kept_read_at: float
+    reread_at: float
+
+
+class _Suspect(NamedTuple):
+    """A re-read that found its vouched view different, until ``drifted`` confirms it or an event explains it."""
+
+    drift: ViewDrift
+    #: What the re-read read: the resourceVersions of the target and of each pod listed, and the pods listed.
+    versions: frozenset[str]
+    read_from: PodsRead | None
+    watch: str
 
 
 class _Age(NamedTuple):
@@ -289,6 +320,19 @@ class PolicyObserver:
     #: Per compiled policy (by identity): its target's reference when ``observed`` builds its observation at
     #: once (no capacity block, one target), else None.
     _simple: dict[str, tuple[CompiledPolicy, TargetRef | None]] = field(default_factory=dict)
+    #: Every vouched view is read again within this long (``viewResyncSeconds``), a few each round
+    #: (``resync_due``), so that a view kept wrong (a bug of the stall1 kind) heals in bounded time.
+    resync_s: float = 300.0
+    #: Vouched views read again so far (``resync``).
+    resyncs: int = 0
+    #: When ``resync_due`` last chose views, and the re-reads owed since (a fraction of one carried over).
+    _resync_at: float | None = None
+    _resync_owed: float = 0.0
+    #: Re-reads that found their vouched view different, until confirmed or explained (``drifted``).
+    _suspects: dict[str, _Suspect] = field(default_factory=dict)
+    #: Reads in flight (and suspects), by the change count at their start: ``_changed_at`` keeps only the changes
+    #: one of them could still be overtaken by (``_prune_changes``).
+    _open: dict[int, int] = field(default_factory=dict)
 
     async def prepare(
         self, policies: Sequence[CompiledPolicy], *, since: float | None = None
@@ -353,6 +397,104 @@ class PolicyObserver:
             if (kept := views.get(cp.name)) is None or not self._current(cp, kept, now, periods, live)
         ]
 
+    def resync_due(self, policies: Sequence[CompiledPolicy]) -> list[CompiledPolicy]:
+        """The views a live watch vouches for that are read again now (``resync``): this call's share, oldest first.
+
+        Each call owes ``N x elapsed / resync_s`` re-reads (N: the vouched views among ``policies``; elapsed: the
+        time since the last call, at most ``RESYNC_STEP_MAX_S``; a fraction is carried over) and takes that many
+        of the oldest views. A view has at most N - 1 views older than it, taken at N per ``resync_s``, so it is
+        read again within ``resync_s`` (and a round) of its read while N holds; the re-reads are spread evenly
+        over the rounds, never one bulk read of them all. Views no watch vouches for age out and are read anyway
+        (``unkept``)."""
+        now = self.now()
+        last, self._resync_at = self._resync_at, now
+        live = self.vouched()
+        if last is None or not live:
+            return []
+        views, ages = self.views, self._ages
+        vouched: list[tuple[float, CompiledPolicy]] = []
+        for cp in policies:
+            kept = views.get(cp.name)
+            if kept is None:
+                continue
+            age = ages.get(cp.name)
+            if age is None or age.policy is not cp:
+                age = self._age(cp)
+            since = live.get(age.watch)
+            if since is not None and kept.read_at >= since:
+                vouched.append((kept.read_at, cp))
+        owed = self._resync_owed + len(vouched) * min(now - last, RESYNC_STEP_MAX_S) / self.resync_s
+        take = min(int(owed), len(vouched))
+        self._resync_owed = min(owed - take, 1.0)
+        if not take:
+            return []
+        return [cp for _, cp in heapq.nsmallest(take, vouched, key=operator.itemgetter(0))]
+
+    async def resync(self, policies: Sequence[CompiledPolicy]) -> None:
+        """Read these policies' vouched views again (``resync_due``) and keep what is read, as any read does. A
+        view the read finds different from the one vouched for becomes a suspect, reported by ``drifted`` once
+        no event explains it; the view kept is the one just read either way."""
+        live = self.vouched()
+        before: dict[str, tuple[KeptView, str]] = {}
+        for cp in policies:
+            kept, watch = self.views.get(cp.name), self._age(cp).watch
+            since = live.get(watch)
+            if kept is not None and since is not None and kept.read_at >= since:
+                before[cp.name] = (kept, watch)
+        at = self.now()
+        views = await self._read_views(policies)
+        self.resyncs += len(policies)
+        for name, (old, watch) in before.items():
+            view, kept = views.get(name), self.views.get(name)
+            if isinstance(view, Exception) or view is None or kept is None or kept.view is not view:
+                continue  # unread, or not kept: a change overtook the read (its watch said so itself)
+            differences = view_differences(old.view, view)
+            if not differences:
+                continue
+            self._suspects[name] = _Suspect(ViewDrift(name, differences, old.read_at, at), view.versions,
+                                            view.read_from, watch)
+
+    def drifted(self) -> list[ViewDrift]:
+        """The re-reads (``resync``) that found a vouched view different, confirmed: ``WATCH_SILENCE_S`` passed
+        since, no event explained the difference (``_explained``) and the watches stayed live from before the
+        kept view was read. A suspect whose watch stopped vouching meanwhile is dropped: nothing can be said."""
+        if not self._suspects:
+            return []
+        now, live = self.now(), self.vouched()
+        out: list[ViewDrift] = []
+        for name, suspect in list(self._suspects.items()):
+            since = live.get(suspect.watch)
+            unbroken = since is not None and since <= suspect.drift.kept_read_at
+            if unbroken and now - suspect.drift.reread_at < WATCH_SILENCE_S:
+                continue  # not yet: the event of a change made just before the re-read may still come
+            del self._suspects[name]
+            if unbroken:
+                out.append(suspect.drift)
+        return out
+
+    def _explained(self, names: Iterable[str] | None, obj: dict[str, Any]) -> None:
+        """A watch event (of these policies' target, or with ``names`` None of a pod) that delivers a state a
+        suspect's re-read already saw explains its difference: the change was made before the re-read and its
+        event came after it (the watch's lag, not a bug). Such an event carries a resourceVersion the re-read read
+        (``TargetView.versions``), or is a pod the re-read no longer listed, being deleted. An event of a later
+        change (our own scale write, the pods it starts) carries a new version: it explains nothing."""
+        meta = obj.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        if names is not None:
+            for name in names:
+                suspect = self._suspects.get(name)
+                if suspect is not None and version in suspect.versions:
+                    del self._suspects[name]
+            return
+        namespace, pod = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        for name, suspect in list(self._suspects.items()):
+            read = suspect.read_from
+            if read is None or read.namespace != namespace or not read.touched_by(pod, labels):
+                continue
+            if version in suspect.versions or (pod not in read.names and meta.get("deletionTimestamp")):
+                del self._suspects[name]
+
     def still_kept(self, name: str, part: Prepared) -> bool:
         """Whether ``part`` was read on the target view this observer still keeps for the policy: no watched
         change dropped it and no read replaced it since (each read makes a new ``ReplicaStatus``)."""
@@ -393,6 +535,9 @@ class PolicyObserver:
         the next read, which takes the target from ``obj`` (while its watch is still live) and lists only its pods
         (a change of a pod alone comes through ``pod_changed``).
         A read that started before this event keeps nothing (it may have seen the target before the change)."""
+        names = list(names)
+        if self._suspects and obj is not None:
+            self._explained(names, obj)
         self._seq += 1
         change = _Change(self._seq, self.now(), obj)
         for name in names:
@@ -410,6 +555,8 @@ class PolicyObserver:
         What it closes: a pod's change that leaves its target's status counts as they were (a
         ``prometheus.io/port`` annotation edited in place, a new IP behind the same readiness) brings no target
         event, so without it a view the target watch vouches for kept the old scrape address."""
+        if self._suspects:
+            self._explained(None, pod)
         meta = pod.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
@@ -467,16 +614,43 @@ class PolicyObserver:
         return known
 
     async def _read_views(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
-        now, started = self.now(), self._seq
-        known = self._known(policies)
-        views = await (self.targets.observe_many(policies, known=known) if known
-                       else self.targets.observe_many(policies))
-        for name, view in views.items():
-            if isinstance(view, Exception):
-                self.views.pop(name, None)
-            else:
-                self._keep(name, started, now, view)
+        now, started = self.now(), self._open_read()
+        try:
+            known = self._known(policies)
+            views = await (self.targets.observe_many(policies, known=known) if known
+                           else self.targets.observe_many(policies))
+            for name, view in views.items():
+                if isinstance(view, Exception):
+                    self.views.pop(name, None)
+                else:
+                    self._keep(name, started, now, view)
+        finally:
+            self._close_read(started)
         return views
+
+    def _open_read(self) -> int:
+        """A read (or a suspect, ``resync``) starts: the change count now, which ``_close_read`` is given back."""
+        started = self._seq
+        self._open[started] = self._open.get(started, 0) + 1
+        return started
+
+    def _close_read(self, started: int) -> None:
+        left = self._open[started] - 1
+        if left:
+            self._open[started] = left
+        else:
+            del self._open[started]
+        self._prune_changes()
+
+    def _prune_changes(self) -> None:
+        """Drop the changes no read can be overtaken by any more (``_changed_at``): those at or before the start
+        of every read in flight (a read that starts later starts after them). A removed policy's entry goes with
+        them; without this the record kept one entry per policy whose target ever changed."""
+        if not self._changed_at:
+            return
+        oldest = min(self._open, default=self._seq)
+        for n in [n for n, seq in self._changed_at.items() if seq <= oldest]:
+            del self._changed_at[n]
 
     async def _gather(
         self, policies: Sequence[CompiledPolicy], views: dict[str, TargetView | Exception]
@@ -529,9 +703,12 @@ class PolicyObserver:
         if isinstance(prepared, Exception):
             raise prepared
         if prepared is None:
-            now, started = self.now(), self._seq
-            view = await self.targets.observe(policy)
-            self._keep(policy.name, started, now, view)
+            now, started = self.now(), self._open_read()
+            try:
+                view = await self.targets.observe(policy)
+                self._keep(policy.name, started, now, view)
+            finally:
+                self._close_read(started)
             prepared = Prepared(view.replicas, view.pods, await self.read_signals(policy, view.pods))
         at_once = self.observed(policy, prepared)
         if at_once is not None:
@@ -631,6 +808,31 @@ def _observation(
     """The core's input for one policy: the one place ``observe`` and ``observed`` build it."""
     return Observation(target=ref, replicas=prepared.replicas, signals=prepared.signals, training=training,
                        quota=quota, members=members)
+
+
+def view_differences(kept: TargetView, read: TargetView) -> dict[str, str]:
+    """What differs between a kept target view and a fresh read of it, by field (``"kept -> read"``): the replica
+    counts, each pod's state and the serving pods' addresses. A pod's age is left out (it is computed at each read)."""
+    out: dict[str, str] = {}
+    a, b = kept.replicas, read.replicas
+    for name in ("spec", "ready", "starting", "gated", "slice"):
+        before, after = getattr(a, name), getattr(b, name)
+        if before != after:
+            out[name] = f"{before} -> {after}"
+
+    def states(status: ReplicaStatus) -> dict[str, str]:
+        return {p.name: ",".join(w for w, on in (("ready", p.ready), ("failed", p.failed), ("deleting", p.deleting))
+                                 if on) or "unready" for p in status.pods or ()}
+
+    def serving(view: TargetView) -> dict[str, str]:
+        return {p.name: f"{p.url or p.ip or '-'}@{p.node or '-'}{'' if p.leader else ' worker'}" for p in view.pods}
+
+    for field_, (x, y) in (("pod states", (states(a), states(b))), ("serving pods", (serving(kept), serving(read)))):
+        if x != y:
+            changed = sorted(n for n in x.keys() | y.keys() if x.get(n) != y.get(n))
+            out[field_] = "; ".join(f"{n}: {x.get(n, 'absent')} -> {y.get(n, 'absent')}" for n in changed[:5]) + (
+                f"; and {len(changed) - 5} more" if len(changed) > 5 else "")
+    return out
 
 
 def _unsourced(planned: Plan) -> dict[str, SignalReading]:

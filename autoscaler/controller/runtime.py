@@ -155,6 +155,7 @@ class Runtime:
             deadline_s=cfg.signal_deadline_seconds,
             now=self.clock.monotonic,
             vouched=self._live_watches,
+            resync_s=cfg.view_resync_seconds,
         )
         self.elector: LeaderElector | None = None
         leader: Leadership

@@ -97,6 +97,14 @@ class TargetView(NamedTuple):
     replicas: ReplicaStatus
     pods: tuple[PodRef, ...]
     read_from: PodsRead | None = None
+    #: The resourceVersions of the target object and of every pod listed, as read: a watch event carrying one of
+    #: them delivers a state this read saw (``PolicyObserver`` tells a watch's lag from a view kept wrong by it).
+    versions: frozenset[str] = frozenset()
+
+
+def _versions(obj: JsonObj, pods: Sequence[JsonObj]) -> frozenset[str]:
+    """``TargetView.versions``: the resourceVersions of a target object and its pods."""
+    return frozenset(v for o in (obj, *pods) if (v := (o.get("metadata") or {}).get("resourceVersion")))
 
 
 class OwnershipConflict(Refusal):
@@ -210,7 +218,8 @@ class ScaleTarget:
         those its pod selector matches)."""
         listed = PodsRead(self.ref.namespace, self.pod_selector(obj),
                           frozenset(str((p.get("metadata") or {}).get("name", "")) for p in pods))
-        return TargetView(self.kind.replica_status(obj, pods, self.now()), self.kind.pod_refs(pods), listed)
+        return TargetView(self.kind.replica_status(obj, pods, self.now()), self.kind.pod_refs(pods), listed,
+                          _versions(obj, pods))
 
     async def observe(self) -> TargetView:
         """Replica status and serving pods from one read of the target and one list of its pods."""

@@ -101,6 +101,16 @@ class Telemetry:
             "autoscaler_watch_up", "1 while this watch (by path) lists and streams; 0 while it fails.", ["watch"],
             registry=r,
         )
+        self.view_resyncs = Counter(
+            "autoscaler_view_resyncs", "Target views a live watch vouched for, read again (viewResyncSeconds).",
+            registry=r,
+        )
+        self.view_drift = Counter(
+            "autoscaler_view_drift",
+            "Target views a live watch vouched for that a re-read found different from the target, with no event "
+            "to explain it: a bug in how views are kept (the log line view_drift names the policy and what differed).",
+            registry=r,
+        )
         self.watch_failures = Counter(
             "autoscaler_watch_failures", "Failed list or watch requests, by watch path.", ["watch"], registry=r
         )
