@@ -393,6 +393,7 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
         cpu0, wall0, load0 = time.process_time(), time.monotonic(), os.getloadavg()[0]
         screens0 = rt.controller.screens
         paths0 = dict(paths)
+        resyncs0 = rt.observer.resyncs
         fetches0 = sum(p.fetches for p in scrapers)
         spent0 = dict(spent)
         parts: list[tuple[float, float, float]] = []
@@ -442,6 +443,10 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
         print("of the screens, " + ", ".join(f"{k} {v - paths0[k]}" for k, v in paths.items() if k != "evaluated")
               + f"; evaluations run in full (passes, escalations, watches): {paths['evaluated'] - paths0['evaluated']}",
               file=sys.stderr, flush=True)
+        # The re-reads of vouched views (``viewResyncSeconds``: a share each round), and those found wrong.
+        resynced = rt.observer.resyncs - resyncs0
+        print(f"vouched views read again: {resynced} ({resynced / wall:.1f}/s); found wrong: "
+              f"{rt.telemetry.view_drift._value.get():.0f}", file=sys.stderr, flush=True)
         if bulk:
             print(f"bulk reads of target views: {len(bulk)}, median {statistics.median(b[1] for b in bulk):.2f} s, "
                   f"max {max(b[1] for b in bulk):.2f} s; views read: {', '.join(str(b[2]) for b in bulk)}",
