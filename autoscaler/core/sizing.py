@@ -179,6 +179,7 @@ def learn_utilization(
     hysteresis: float,
     dt: float,
     judged_load: float | None = None,
+    risk_load: float | None = None,
 ) -> Headroom:
     """``c`` after ``dt`` seconds, from the measured latency against the objective (the ``slo`` type's rule 3).
 
@@ -197,11 +198,14 @@ def learn_utilization(
     upward to ``proven / (1 − hysteresis)`` (at most ``PROBE_MAX_UTILIZATION``), so a scale-down goes at most to
     a utilization seen to hold the objective. A risk withdraws what was proven.
     ``judged_load``: the load the quantile is evidence of, when it is not ``load`` (the ``slo`` type's
-    ``proveOverWindow``: the lowest load over the quantile's window); only it may be proven."""
+    ``proveOverWindow``: the lowest load over the quantile's window); only it may be proven.
+    ``risk_load``: the load a quantile at risk is judged at, when it is not ``load`` (the ``slo`` type's
+    ``breachOverWindow``: the highest load over the quantile's window); the model is content when it needed no more
+    than the ready replicas there."""
     c = utilization
     at_risk = ratio is not None and ratio >= RISK_FRACTION
     h = hysteresis
-    model_content = ceil_count(load / c) <= ready
+    model_content = ceil_count((load if risk_load is None else risk_load) / c) <= ready
     if at_risk and starting == 0 and ratio is not None and model_content:
         c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
     elif not latency_unknown and ((ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and demand_zero)):
@@ -723,6 +727,22 @@ def trend_span(horizon: float) -> float:
     return 2 * max(horizon, 30.0)
 
 
+def fitted_level(samples: Sequence[tuple[float, float]], now: float) -> float | None:
+    """The value at ``now`` of the least-squares line through ``samples`` (``(t, load)``), never below 0: the
+    estimate of the load's mean now that a ramp does not lag; None with fewer than 4 samples or all at one time
+    (as ``trend_and_burst`` fits nothing then)."""
+    if len(samples) < 4:
+        return None
+    n = len(samples)
+    mt = sum(t for t, _ in samples) / n
+    mf = sum(v for _, v in samples) / n
+    var = sum((t - mt) ** 2 for t, _ in samples)
+    if var <= 0:
+        return None
+    slope = sum((t - mt) * (v - mf) for t, v in samples) / var
+    return max(0.0, mf + slope * (now - mt))
+
+
 def trend_and_burst(
     history: Sequence[tuple[float, float]],
     now: float,
@@ -838,6 +858,7 @@ __all__ = [
     "capacity_alpha",
     "ceil_count",
     "erlang_c",
+    "fitted_level",
     "largest_rise",
     "learn_burstiness",
     "learn_capacity_scale",

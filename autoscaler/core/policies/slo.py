@@ -44,7 +44,9 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    ``proveOverWindow`` (opt-in) only a load the quantile is evidence of is proven: the lowest load of its window
    (the requests of a load reached at the window's end are still waiting), nothing while requests wait, and
    nothing until the history spans a window. Over the target with nothing starting, at least ``R + 1`` whatever
-   the model says.
+   the model says. With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over the target is judged
+   at the highest load of its window: the ``R + 1`` floor holds only while the load now is within the hysteresis
+   of it, and ``c`` drops only where the model was content there.
 4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
    doubling the load, never extrapolated further ahead than the history spans), a burst flag (the last
    ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's), and, when ``seasonality`` is set and a previous
@@ -56,7 +58,10 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    occupancy is proportional to the arrival rate), so servers filling from empty are not a trend; with no
    arrival signal, or one unknown or zero now, the load's own trend and burst.
 5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
-   them (no cascading over-scale during a cold start).
+   them (no cascading over-scale during a cold start). With ``loadLevel`` (opt-in) the scale-up sizes the lower of
+   the load now and the value now of the line the trend fits (unless a queue has held on every replica as long as
+   saturation takes): the slot unit is a mean occupancy whose fluctuations the Poisson rule already prices, so one
+   sample's peak is not counted twice; the fitted line is the mean's estimate now, a ramp's without lag.
 6. **Scale down, cost-aware**: to ``max(ceil(max(peak, forecast) / (c·(1 − hysteresis))), ceil((load + rise) / c))``,
    where ``peak`` is the highest load of the last ``holdSeconds`` (default the cold start) and ``rise`` the
    largest rise within one cold start seen lately, from a load at least the load now (``riseFromLevel``: a
@@ -122,6 +127,7 @@ from autoscaler.core.sizing import (
     SETTLE_S,
     WorkSample,
     capacity_alpha,
+    fitted_level,
     largest_rise,
     learn_burstiness,
     learn_capacity_scale,
@@ -141,6 +147,7 @@ from autoscaler.core.sizing import (
     split_burstiness,
     supported_quantile,
     trend_and_burst,
+    trend_span,
     ttft_slacks,
     work_burstiness,
 )
@@ -365,6 +372,31 @@ class SloPolicyConfig(SpecModel):
         "the probe raise the utilization at the SLO as the load climbs, and delays the scale-up the climb needs. "
         "For the same reason nothing is proven while requests wait (or signals.waiting is unknown or not given). "
         "Opt-in: measured, not shipped (docs/slo.md, Session 15).",
+    )
+    breach_over_window: bool = Field(
+        default=False,
+        description="The floor of one replica more when a latency quantile is over its objective (\"the SLO is "
+        "missed now\") holds only while the load now is comparable to the highest load of the quantile's window (at "
+        "least (1 - scaleDown.hysteresis) of it, the comparability a count found short is remembered at). A quantile "
+        "over a trailing window holds the requests that finished within it: over the objective, it is evidence that "
+        "the ready count was short at a load the window held, at most its highest; once the load has fallen well "
+        "below that (a burst that has passed), a replica started now, ready a cold start later, answers no request "
+        "the window saw. The loop still lowers the utilization at the SLO and the count found short is still "
+        "remembered; the model sizes with them. Opt-in: measured, not shipped (docs/slo.md, Session 17: it lost the "
+        "TPU slow ramp and a code row, where a passed burst's miss warned of the next).",
+    )
+    load_level: bool = Field(
+        default=False,
+        description="The scale-up sizes the load's level: the lower of the load now and the value now of the line the "
+        "trend fits (the calm samples of the last two cold starts), not one evaluation's sample. The slot unit is a "
+        "mean occupancy: the Poisson rule sizes the mean so that its fluctuations fill a replica's slots for at most "
+        "1 - percentile of arrivals, so one sample of the gauge is that mean plus a fluctuation the unit already "
+        "allows for; counted again, a peak of a steady load starts a replica the unit had priced. The fitted line is "
+        "the mean's estimate now, a ramp's without the lag of an average. A queue held on every replica as long as "
+        "saturation takes is no fluctuation, and fewer than 4 samples fit no line: then the load now. The trend and "
+        "the burst (the forecast's floor is the level) and the scale-down band are as before. Opt-in: measured, not "
+        "shipped (docs/slo.md, Session 17: it lost the TPU slow ramp, where the samples' noise had been the margin "
+        "ahead of a ramp too slow for the trend).",
     )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
@@ -797,11 +829,19 @@ class SloAlgorithm:
             if cfg.prove_over_window
             else None
         )
+        # ``breachOverWindow``: the highest load of the quantile's window, what a quantile over its objective is
+        # evidence the count was short at.
+        window_peak = (
+            self._window_peak(ctx, prev.history, reading.load, kappa * prefill_unit,
+                              self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale)
+            if cfg.breach_over_window
+            else None
+        )
         headroom = learn_utilization(
             c, prev.proven, target=u_max, ratio=ratio, latency_unknown=reading.latency_unknown,
             demand_zero=reading.demand_zero, load=reading.load, served_load=reading.served_load, ready=ready,
             starting=starting, settled=settled, near_short=near_short, hysteresis=h, dt=dt,
-            judged_load=judged,
+            judged_load=judged, risk_load=window_peak,
         )
         c, proven = headroom.utilization, headroom.proven
 
@@ -842,6 +882,15 @@ class SloAlgorithm:
             (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale))
             for x in history
         )
+        # ``loadLevel``: what the scale-up sizes, the lower of the load now and the trend's fitted line now.
+        level, level_text = load, ""
+        if cfg.load_level and run < SATURATED_EVALUATIONS:
+            calm_now = set(calm)
+            line = fitted_level([(t, v) for t, v in series if t in calm_now and t > now - trend_span(horizon)], now)
+            if line is not None and line < load:
+                level = line
+                level_text = f"; sized at its level {line:.2f}, the trend's fitted line now"
+        forecast = level
         if fc.enabled and series:
             calm_set = set(calm)
             if arrivals is not None and arrivals > 0:
@@ -857,12 +906,12 @@ class SloAlgorithm:
                 # Over their level (the fitted line's value now, never below the arrivals now: a dip below the
                 # line is no growth to come); at most doubling the load, as the load's own trend.
                 grow, grow_further = (min(2.0, max(1.0, v / trend.level)) for v in (trend.value, trend.further))
-                forecast, burst_at = load * grow, trend.burst_at
-                further = max(forecast, load * grow_further)
+                forecast, burst_at = level * grow, trend.burst_at
+                further = max(forecast, level * grow_further)
                 ftext = f" (on arrivals {arrivals:.3g}/s: ×{grow:.2f}{trend.text})"
             else:
                 trend = trend_and_burst(
-                    series, now, load, horizon, fc.burst_ratio, burst_at,
+                    series, now, level, horizon, fc.burst_ratio, burst_at,
                     trend_samples=[(t, v) for t, v in series if t in calm_set] if not queued else [],
                     reach=reach,
                 )
@@ -939,7 +988,7 @@ class SloAlgorithm:
                     else "no ready count has held the SLO long enough to release the rise below it"
                 )
 
-        need_now = _ceil(load / c)
+        need_now = _ceil(level / c)
         need = max(need_now, _ceil(forecast / c))
         ahead = None
         if fc.enabled and not reading.unknown:
@@ -948,10 +997,16 @@ class SloAlgorithm:
                                     ttft_s=cfg.objective.ttft_seconds, load=load, forecast=forecast,
                                     horizon_s=horizon, ready=ready)
             ahead = Ahead(max(need, _ceil(further / c)), reach, headroom_s=room.seconds, headroom_text=room.text)
-        breach_floor = 0
+        breach_floor, breach_text = 0, ""
         if ratio is not None and ratio > 1.0 and starting == 0 and ready > 0:
-            breach_floor = ready + 1  # the SLO is missed now: more capacity whatever the model says
-            need = max(need, breach_floor)
+            if window_peak is None or load >= (1.0 - h) * window_peak:
+                breach_floor = ready + 1  # the SLO is missed now: more capacity whatever the model says
+                need = max(need, breach_floor)
+            else:
+                breach_text = (
+                    f" (SLO missed with {ready} ready at a load up to {window_peak:.2f} in the quantile's window; "
+                    f"{load:.2f} now is below {1.0 - h:.2f} of it: no floor, the model sizes)"
+                )
 
         new_state = SloState(
             capacity_scale=kappa,
@@ -1009,10 +1064,11 @@ class SloAlgorithm:
             if reading.latency_text
             else f"utilization {c:.2f} at the SLO (no latency measured)"
         )
-        fc_text = f"forecast {forecast:.2f} over the {horizon:g}s cold start{ftext}"
+        fc_text = f"forecast {forecast:.2f} over the {horizon:g}s cold start{ftext}{level_text}"
         need_text = f"{load_text}; {cap_text}; {slo_text}; {fc_text} ⇒ needs {need}"
         if breach_floor:
             need_text += f" (SLO missed with {ready} ready: at least {breach_floor})"
+        need_text += breach_text
         have_text = f"{ready} ready + {starting} starting, spec {current}"
 
         no_down = ""
@@ -1184,6 +1240,21 @@ class SloAlgorithm:
         if not history or history[0].t > since:
             return 0.0  # the window is not yet all in the history: nothing judged, nothing proven
         return min([load, *(x.load(kappa, slot_unit, scale) for x in history if x.t >= since)])
+
+    def _window_peak(
+        self, ctx: Context, history: tuple[LoadSample, ...], load: float, kappa: float, slot_unit: float, scale: float
+    ) -> float | None:
+        """``breachOverWindow``: the highest of the load now and the loads of the latency quantiles' window (the
+        longest ``windowSeconds``), recomputed with the capacity learned now (``LoadSample``); None where no latency
+        signal states a window (then the floor holds and the loop judges the load now, as without the option). A
+        history shorter than the window gives the highest of what it holds."""
+        windows = [
+            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
+        ]
+        if not windows:
+            return None
+        since = ctx.now - max(windows)
+        return max([load, *(x.load(kappa, slot_unit, scale) for x in history if x.t >= since)])
 
     def _release_lead(self, ctx: Context, horizon: float) -> float:
         """How long a released replica takes to be back once it is needed again: the cold start (admission to
