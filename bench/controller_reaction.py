@@ -74,6 +74,23 @@ HPA_SCRAPE_S = 15.0
 HPA_SYNC_S = 15.0
 
 
+def counts(metric: Any) -> dict[str, float]:
+    """A labelled prometheus_client Counter's values, by its one label's value."""
+    return {next(iter(smp.labels.values()), ""): smp.value for m in metric.collect() for smp in m.samples
+            if smp.name.endswith("_total")}
+
+
+def moved(after: dict[str, float], before: dict[str, float], leave: tuple[str, ...] = ()) -> str:
+    """The counts that moved between two ``counts``, as ``why n, ...`` (largest first), without ``leave``."""
+    delta = {k: int(v - before.get(k, 0.0)) for k, v in after.items() if k not in leave}
+    return ", ".join(f"{k} {n}" for k, n in sorted(delta.items(), key=lambda kv: -kv[1]) if n) or "none"
+
+
+def watch_counts(rt: Runtime) -> dict[str, tuple[int, int]]:
+    """Per watch path: its lists (the first and every relist) and its failures so far."""
+    return {spec.path: (w.relists, w.failures) for spec, (w, _) in rt.watchers.items()}
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
@@ -322,6 +339,7 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
     # stood as its policy's periodic evaluation, an evaluation (pass, escalation or watch) that ran in full.
     paths = {"quiet": 0, "stood": 0, "evaluated": 0}
     controller: Any = rt.controller
+    tel = rt.telemetry
 
     def counted(name: str, method: Any) -> Any:
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -391,6 +409,10 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
         del rounds[:]
         del bulk[:]
         cpu0, wall0, load0 = time.process_time(), time.monotonic(), os.getloadavg()[0]
+        # Why evaluations ran in full and why target views were read (the controller's own counters), over the
+        # trials and per trial: a burst of full evaluations names its cause, and the trial it came in.
+        full0, reads0, watches0 = counts(tel.full_evaluations), counts(tel.view_reads), watch_counts(rt)
+        full_t, reads_t = dict(full0), dict(reads0)
         screens0 = rt.controller.screens
         paths0 = dict(paths)
         resyncs0 = rt.observer.resyncs
@@ -429,6 +451,16 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
             # Each trial is an independent crossing from a steady state (see ``measure``).
             rt.controller.states.clear()
             await asyncio.sleep(1.5)
+            # Beyond the trial's own (its escalation, and the watch events of its write and its reset): say so.
+            full_now, reads_now = counts(tel.full_evaluations), counts(tel.view_reads)
+            # The trial's own: its escalation, the watch events of its write and its reset, their target reads.
+            own = {"probe": 1, "watch": 3, "dropped_target": 3}
+            if any(v - full_t.get(k, 0.0) > own.get(k, 0) for k, v in full_now.items()) or any(
+                    v - reads_t.get(k, 0.0) > own.get(k, 0) for k, v in reads_now.items()):
+                print(f"  after trial {trial} ({time.monotonic() - wall0:.0f} s in): full evaluations "
+                      f"{moved(full_now, full_t)}; target views read: {moved(reads_now, reads_t)}",
+                      file=sys.stderr, flush=True)
+            full_t, reads_t = full_now, reads_now
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
         screens = rt.controller.screens - screens0
         # CPU per screen counts everything the process did (periodic passes, escalations, the trials' writes)
@@ -447,6 +479,13 @@ async def measure_apart(conns: tuple[Connection, Connection], urls: tuple[str, s
         resynced = rt.observer.resyncs - resyncs0
         print(f"vouched views read again: {resynced} ({resynced / wall:.1f}/s); found wrong: "
               f"{rt.telemetry.view_drift._value.get():.0f}", file=sys.stderr, flush=True)
+        print(f"full evaluations by why (autoscaler_full_evaluations): {moved(counts(tel.full_evaluations), full0)}; "
+              f"target views read by why (autoscaler_target_view_reads): {moved(counts(tel.view_reads), reads0)}",
+              file=sys.stderr, flush=True)
+        watches = watch_counts(rt)
+        print("watches, lists and failures during the trials: " + ", ".join(
+            f"{path} {lists - watches0.get(path, (0, 0))[0]}/{fails - watches0.get(path, (0, 0))[1]}"
+            for path, (lists, fails) in sorted(watches.items())), file=sys.stderr, flush=True)
         if bulk:
             print(f"bulk reads of target views: {len(bulk)}, median {statistics.median(b[1] for b in bulk):.2f} s, "
                   f"max {max(b[1] for b in bulk):.2f} s; views read: {', '.join(str(b[2]) for b in bulk)}",

@@ -341,6 +341,9 @@ class Controller:
     #: Per policy: its last clean screen (every signal read), when it started and the evaluation count then;
     #: a periodic evaluation decides on it instead of reading again (``_reusable``).
     _kept: dict[str, _Kept] = field(default_factory=dict)
+    #: Per screened policy: why its last screen while it was due did not stand as its periodic evaluation
+    #: (``_missed``), until one stands or the periodic pass takes it (``_why_full``).
+    _misses: dict[str, str] = field(default_factory=dict)
     #: Evaluations started by probes (kept so that they are not collected, and cancelled with the loop), with
     #: when each started (``_yield_to_escalations``).
     _escalations: dict[asyncio.Task[None], float] = field(default_factory=dict)
@@ -1056,6 +1059,7 @@ class Controller:
                 if self._sweep_due():
                     await self.sweep()
                 if batch:
+                    self._count_full(batch, probing=probe_task is not None)
                     first = any(n not in self._runs for n in batch)
                     await self._pass([policies[n] for n in batch], functools.partial(self._run_batched, batch))
                     await self._after_pass(list(batch))
@@ -1098,6 +1102,33 @@ class Controller:
         grace = self._index().grace if probing else {}
         return min((at + grace.get(n, 0.0) for n, at in self._due.items()), default=now + 1.0)
 
+    def _count_full(self, batch: Mapping[str, str], *, probing: bool) -> None:
+        """Count a pass's evaluations in ``autoscaler_full_evaluations`` by why each runs (``_why_full``)."""
+        counts: dict[str, int] = {}
+        grace = self._index().grace if probing else {}
+        for name, trigger in batch.items():
+            why = self._why_full(name, trigger, name in grace)
+            counts[why] = counts.get(why, 0) + 1
+        for why, n in counts.items():
+            self._child(self.telemetry.full_evaluations, why).inc(n)
+
+    def _why_full(self, name: str, trigger: str, screened: bool) -> str:
+        """Why the periodic pass evaluates this policy in full: ``first``; its trigger (``watch``, ``reload``);
+        ``period`` for a policy probes do not screen; for one they do, why no screen stood for it while it was
+        due (``_missed``), or ``not_screened`` (no round reached it while it was due: rounds longer than its
+        grace, or it was being evaluated)."""
+        if name not in self._runs:
+            return "first"
+        if trigger != "period":
+            return trigger
+        if not screened:
+            return "period"
+        return self._misses.pop(name, "not_screened")
+
+    def _missed(self, name: str, why: str) -> None:
+        """A due policy's screen did not stand as its periodic evaluation, for this reason (``_why_full``)."""
+        self._misses[name] = why
+
     def _run_batched(
         self, batch: dict[str, str], cp: CompiledPolicy, prepared: Stamped | None
     ) -> Awaitable[Outcome]:
@@ -1136,6 +1167,8 @@ class Controller:
             self._screened.pop(gone)
         for gone in [n for n in self._kept if n not in live]:
             self._kept.pop(gone)
+        for gone in [n for n in self._misses if n not in live]:
+            self._misses.pop(gone)
         # Least recently screened first (never screened: before all): every policy waits one round between two
         # screens, however long rounds take. (Signals that moved lately went first before: when every signal
         # moves, as real queues do, that reversed the order each round, and a policy screened first in one
@@ -1258,6 +1291,7 @@ class Controller:
                 # when it is due (it is not left to a screen that cannot stand for it).
                 self._kept.pop(name, None)
                 if is_due:
+                    self._missed(name, "signal_failed" if isinstance(part, Prepared) else "unreadable")
                     self.trigger([name], "period")
                 if not isinstance(part, Prepared):
                     continue
@@ -1267,8 +1301,12 @@ class Controller:
                 continue  # the type says this reading keeps the count, whatever the history: no decide
             screen = await self._screen(cp, part)
             if screen is None:
+                if is_due:
+                    self._missed(name, "decide_failed")
                 continue
             if _changes(screen.decisions):
+                if is_due:
+                    self._missed(name, "would_act")
                 self._escalate(cp)
             elif clean and is_due and _queue_key(cp) is None and await self._stand(cp, stamps[name], part, screen):
                 stood.append(name)
@@ -1310,10 +1348,14 @@ class Controller:
         escalated to an evaluation on a fresh read (``_escalate``)."""
         name = cp.name
         lock = self._locks.get(name)
-        if (lock is not None and lock.locked()) or self._runs.get(name, 0) != stamp or not self.observer.still_kept(
-            name, part
-        ):
+        if (lock is not None and lock.locked()) or self._runs.get(name, 0) != stamp:
+            self._missed(name, "busy")
             return False
+        if not self.observer.still_kept(name, part):
+            self._missed(name, "view_replaced")
+            return False
+        if self._misses:
+            self._misses.pop(name, None)
         self._runs[name] = stamp + 1
         self.states[name] = screen.state
         self._due[name] = self.clock.monotonic() + cp.policy.spec.evaluation_period_seconds
@@ -1340,6 +1382,7 @@ class Controller:
     async def _escalated(self, cp: CompiledPolicy) -> None:
         # Its reads go past the round's queue in the sources (``sources.base.URGENT``; this task's context only).
         URGENT.set(True)
+        self._child(self.telemetry.full_evaluations, "probe").inc()
         outcome = await self.evaluate(cp, "probe", probe=True, urgent=True)
         if outcome.committed:
             # The probe acted: the next periodic evaluation is a full period away.

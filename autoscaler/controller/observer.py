@@ -279,6 +279,14 @@ def _no_watches() -> Mapping[str, float]:
     return {}
 
 
+def _no_watch(key: str) -> str:
+    return "no_watch"
+
+
+def _uncounted(why: str, n: int) -> None:
+    return None
+
+
 @dataclass
 class PolicyObserver:
     """The loop's ``Observer``: one ``observe(policy)`` per evaluation.
@@ -300,6 +308,12 @@ class PolicyObserver:
     #: since (``Watcher.vouches``; ``Runtime`` supplies them). A view read at or after that is current as long as
     #: the watch stays live and no event about its target came (``changed``): it is not read again for its age.
     vouched: Callable[[], Mapping[str, float]] = _no_watches
+    #: Why the watch of a ``watch_key`` does not vouch now (``Watcher.why_not``: ``no_watch``, ``listing``,
+    #: ``broken``, ``silent``; ``Runtime`` supplies it): asked only for views read because they aged.
+    why_unvouched: Callable[[str], str] = _no_watch
+    #: Counts target views read by ``_read_views``, by why the kept one did not serve (``_count_reads``;
+    #: ``Runtime`` feeds the ``autoscaler_target_view_reads`` metric with it).
+    count_reads: Callable[[str, int], None] = _uncounted
     #: Per policy, for one compiled policy (by identity): its period and its watch's key (``_current``).
     _ages: dict[str, _Age] = field(default_factory=dict)
     #: Watched changes of targets not yet followed by a read, by policy (``changed``).
@@ -307,6 +321,9 @@ class PolicyObserver:
     #: The place (``_seq``) of the last watched change of each policy's target, kept after a read closed it: a
     #: read that started before it keeps nothing even when a later read ended first (``_keep``).
     _changed_at: dict[str, int] = field(default_factory=dict)
+    #: Why each policy's kept view went, until a read keeps one again (``_count_reads``): ``dropped_target``,
+    #: ``dropped_pod``, ``failed``, ``not_kept``.
+    _dropped: dict[str, str] = field(default_factory=dict)
     #: Changes seen so far: a read notes it at its start, and keeps what it read only if no change came since.
     _seq: int = 0
     #: Pod watch events of the last ``POD_LOG_S``, per namespace, oldest first (``pod_changed``), and the place
@@ -544,6 +561,7 @@ class PolicyObserver:
             self.views.pop(name, None)
             self._changed[name] = change
             self._changed_at[name] = change.seq
+            self._dropped[name] = "dropped_target"
 
     def pod_changed(self, names: Iterable[str], pod: dict[str, Any]) -> list[str]:
         """A pod watch event (added, changed or deleted; ``names``: the policies whose targets are in the pod's
@@ -574,6 +592,7 @@ class PolicyObserver:
         ]
         for n in touched:
             del views[n]
+            self._dropped[n] = "dropped_pod"
         return touched
 
     def _keep(self, name: str, started: int, read_at: float, view: TargetView) -> None:
@@ -584,19 +603,53 @@ class PolicyObserver:
             # itself, not on ``_changed``: a later read that ended first removed that (it read after the change),
             # and this older view would then replace the newer one, vouched for however old (2026-12-07, a
             # crossing never written: every screen found the count it had before it was set back).
+            self._not_kept(name)
             return
         if name in self._changed:
             del self._changed[name]
         read = view.read_from
         if read is not None and read.namespace in self._pod_log:
             if self._pod_dropped.get(read.namespace, 0) > started:
+                self._not_kept(name)
                 return  # pod events since it started were dropped from the log: what they touched is unknown
             for pod in reversed(self._pod_log[read.namespace]):
                 if pod.seq <= started:
                     break
                 if read.touched_by(pod.name, pod.labels):
+                    self._not_kept(name)
                     return  # a pod of it changed while it was read: its list may be from before
         self.views[name] = KeptView(read_at, view)
+        if self._dropped:
+            self._dropped.pop(name, None)
+
+    def _not_kept(self, name: str) -> None:
+        if name not in self.views:
+            self._dropped[name] = "not_kept"
+
+    def _count_reads(self, policies: Sequence[CompiledPolicy], now: float) -> None:
+        """Count the views about to be read by why the kept one (if any) did not serve (``count_reads``): none
+        kept (never read, or why it went: ``_dropped``), ``young`` (read again before ``KEPT_PERIODS``: ahead of
+        time, or by a pass), ``vouched`` (a view its watch still vouches for, read again by a pass), else aged
+        past ``KEPT_PERIODS`` with its watch not vouching (``aged_`` and ``why_unvouched``) or vouching only
+        since after it was read (``aged_before_live``: the target or pod watch relisted or restarted since)."""
+        counts: dict[str, int] = {}
+        views, dropped, live = self.views, self._dropped, self.vouched()
+        for cp in policies:
+            kept = views.get(cp.name)
+            if kept is None:
+                why = dropped.get(cp.name, "none")
+            else:
+                age = self._age(cp)
+                since = live.get(age.watch)
+                if now - kept.read_at <= KEPT_PERIODS * age.period_s:
+                    why = "young"
+                elif since is None:
+                    why = f"aged_{self.why_unvouched(age.watch)}"
+                else:
+                    why = "vouched" if kept.read_at >= since else "aged_before_live"
+            counts[why] = counts.get(why, 0) + 1
+        for why, n in counts.items():
+            self.count_reads(why, n)
 
     def _known(self, policies: Sequence[CompiledPolicy]) -> dict[str, dict[str, Any]]:
         """The targets watch events delivered, for the policies whose watch is live and was already live then."""
@@ -616,12 +669,14 @@ class PolicyObserver:
     async def _read_views(self, policies: Sequence[CompiledPolicy]) -> dict[str, TargetView | Exception]:
         now, started = self.now(), self._open_read()
         try:
+            self._count_reads(policies, now)
             known = self._known(policies)
             views = await (self.targets.observe_many(policies, known=known) if known
                            else self.targets.observe_many(policies))
             for name, view in views.items():
                 if isinstance(view, Exception):
                     self.views.pop(name, None)
+                    self._dropped[name] = "failed"
                 else:
                     self._keep(name, started, now, view)
         finally:
@@ -942,6 +997,18 @@ class Watcher:
         if self.live_from is None or self.broken or now - self.heard_at > WATCH_SILENCE_S:
             return None
         return self.live_from
+
+    def why_not(self, now: float) -> str | None:
+        """Why ``vouches(now)`` is None, by the class docstring's rule: ``listing`` (no list completed since the
+        start or the last ``410``: rules 1-2), ``broken`` (a stream failure not yet followed by a bookmark: 3),
+        ``silent`` (the server unheard for longer than ``WATCH_SILENCE_S``: 4); None while it vouches."""
+        if self.live_from is None:
+            return "listing"
+        if self.broken:
+            return "broken"
+        if now - self.heard_at > WATCH_SILENCE_S:
+            return "silent"
+        return None
 
     async def run(self) -> None:
         s = self.spec

@@ -156,6 +156,8 @@ class Runtime:
             now=self.clock.monotonic,
             vouched=self._live_watches,
             resync_s=cfg.view_resync_seconds,
+            why_unvouched=self._why_unvouched,
+            count_reads=lambda why, n: self.telemetry.view_reads.labels(why).inc(n),
         )
         self.elector: LeaderElector | None = None
         leader: Leadership
@@ -403,6 +405,23 @@ class Runtime:
             if since is not None and pods_since is not None:
                 out[watch_key(kind.kind, spec.namespace)] = max(since, pods_since)
         return out
+
+    def _why_unvouched(self, key: str) -> str:
+        """Why ``_live_watches`` has no entry for this ``observer.watch_key``: ``target_`` or ``pods_`` (its
+        namespace's pod watch) and that watch's ``Watcher.why_not``; ``no_watch`` / ``no_pod_watch`` when one
+        is not running."""
+        now = self.clock.monotonic()
+        for spec, (w, _) in self.watchers.items():
+            kind = kinds.by_resource(spec.group, spec.plural)
+            if kind is None or kind.version != spec.version or watch_key(kind.kind, spec.namespace) != key:
+                continue
+            pods = self.watchers.get(pods_watch(spec.namespace))
+            if (why := w.why_not(now)) is not None:
+                return f"target_{why}"
+            if pods is None:
+                return "no_pod_watch"
+            return f"pods_{pods[0].why_not(now) or 'vouching'}"
+        return "no_watch"
 
     def _on_watch_event(self, spec: WatchSpec, type_: str, obj: dict[str, Any]) -> None:
         name = (obj.get("metadata") or {}).get("name", "")

@@ -92,6 +92,23 @@ class Telemetry:
             "autoscaler_evaluation_triggers", "Why an evaluation ran (period, signal, watch, reload).", ["trigger"],
             registry=r,
         )
+        self.full_evaluations = Counter(
+            "autoscaler_full_evaluations",
+            "Evaluations run in full (not a probe's screen standing for the periodic one), by why: first, "
+            "watch, reload, probe (a screen would act), period (a policy probes do not screen), or, for a screened "
+            "policy the periodic pass took over, why no screen stood for it (not_screened, signal_failed, "
+            "unreadable, would_act, view_replaced, busy, decide_failed).", ["why"], registry=r,
+        )
+        self.view_reads = Counter(
+            "autoscaler_target_view_reads",
+            "Target views read from the API server for probes and passes, by why the kept view did not serve: "
+            "none (never read), dropped_target (a target event), dropped_pod (a pod event), failed (the last read "
+            "failed), not_kept (the last read was overtaken by a change), young (read again before it aged), "
+            "vouched (still vouched for, read again by a pass), aged_no_watch, aged_no_pod_watch, "
+            "aged_target_<why>, aged_pods_<why> (why the target watch, or its namespace's pod watch, does not "
+            "vouch: listing, broken, silent), aged_before_live (read before its watches were last live).",
+            ["why"], registry=r,
+        )
         self.conditions = Gauge(
             "autoscaler_policy_condition",
             "1 while a policy has this condition (OwnershipConflict: held because an earlier policy scales its "

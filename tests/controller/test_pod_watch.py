@@ -222,3 +222,46 @@ async def test_a_read_is_not_kept_when_the_pod_events_since_its_start_were_dropp
     r.observer.targets.observe = inner  # type: ignore[method-assign]
     await r.observer.observe(policy)
     assert r.observer.views["tgi-gemma"] is not before
+
+
+# Why views are read and why policies are evaluated in full (autoscaler_target_view_reads, _full_evaluations):
+# the counters that named the cause of the reaction bench's bursts of full evaluations (test_first_list.py).
+def why_counts(metric: Any) -> dict[str, float]:
+    return {s.labels["why"]: s.value for m in metric.collect() for s in m.samples if s.name.endswith("_total")}
+
+
+async def test_a_view_read_again_is_counted_by_why_the_kept_one_did_not_serve(
+    kube: Emulator, watched: Watched
+) -> None:
+    r, clock, _target, pods = watched
+    reads = r.telemetry.view_reads
+    before = why_counts(reads)
+    kube.modify("v1", "Pod", "tgi-0", "llm", metadata={"annotations": {PORT: "9000"}})
+    await until(lambda: "tgi-gemma" not in r.observer.views)
+    await probe(r)
+    assert why_counts(reads) == {**before, "dropped_pod": 1.0}
+    # The pod watch fails; the view, past two periods, is read again because that watch does not vouch.
+    await break_pods_by_failure(kube, pods, clock)
+    await probe(r)
+    assert why_counts(reads) == {**before, "dropped_pod": 1.0, "aged_pods_broken": 1.0}
+
+
+async def test_the_pass_names_why_it_took_a_screened_policy(
+    kube: Emulator, watched: Watched, tgi: TgiMetrics
+) -> None:
+    """A due policy whose screen failed to read its signal is taken by the pass as ``signal_failed``; one no
+    screen reached while it was due as ``not_screened``; a policy never evaluated as ``first``."""
+    r, clock, _target, _pods = watched
+    c = r.controller
+    full = r.telemetry.full_evaluations
+    c._pending.clear()  # only what this test triggers
+    c._due["tgi-gemma"] = clock.monotonic()  # due now
+    await tgi.stop()  # every scrape fails
+    await probe(r)
+    assert c._pending == {"tgi-gemma": "period"}
+    c._count_full(c._pending, probing=True)
+    assert why_counts(full) == {"signal_failed": 1.0}
+    c._count_full({"tgi-gemma": "period"}, probing=True)
+    assert why_counts(full) == {"signal_failed": 1.0, "not_screened": 1.0}
+    c._count_full({"never-evaluated": "period", "tgi-gemma": "watch"}, probing=True)
+    assert why_counts(full) == {"signal_failed": 1.0, "not_screened": 1.0, "first": 1.0, "watch": 1.0}
