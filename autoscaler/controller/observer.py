@@ -998,6 +998,13 @@ class Watcher:
             return None
         return self.live_from
 
+    @property
+    def first_list(self) -> bool:
+        """Whether the ``SYNC`` objects being delivered come from this watch's first list: a baseline (nothing was
+        delivered before it), not changes. A relist delivers as ``SYNC`` only the objects that changed since they
+        were last delivered (``fingerprint``), while the stream was gone."""
+        return self.relists <= 1
+
     def why_not(self, now: float) -> str | None:
         """Why ``vouches(now)`` is None, by the class docstring's rule: ``listing`` (no list completed since the
         start or the last ``410``: rules 1-2), ``broken`` (a stream failure not yet followed by a bookmark: 3),
