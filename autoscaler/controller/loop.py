@@ -60,7 +60,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
@@ -269,7 +269,7 @@ class _Index:
     #: the first clean screen after it is due stands as its periodic evaluation (``Controller._stand``).
     grace: dict[str, float] = field(default_factory=dict)
     #: Policies by their target's namespace (a pod watch event concerns those: ``policies_in_namespace``).
-    namespaces: dict[str, list[str]] = field(default_factory=dict)
+    namespaces: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -378,9 +378,9 @@ class Controller:
     def policies_for_target(self, key: str) -> list[str]:
         return list(self._index().targets.get(key, ()))
 
-    def policies_in_namespace(self, namespace: str) -> list[str]:
-        """Policies whose (first) target is in this namespace."""
-        return self._index().namespaces.get(namespace, [])
+    def policies_in_namespace(self, namespace: str) -> Collection[str]:
+        """Policies whose (first) target is in this namespace (a set: a pod event asks whether a policy is one)."""
+        return self._index().namespaces.get(namespace, set())
 
     def policies_for_training(self, namespace: str) -> list[str]:
         """Policies whose capacity arbitration may read a Workload of this namespace."""
@@ -397,7 +397,7 @@ class Controller:
             for n, cp in policies.items():
                 spec = cp.policy.spec
                 index.targets.setdefault(spec.target.ref().key, []).append(n)
-                index.namespaces.setdefault(spec.target.namespace, []).append(n)
+                index.namespaces.setdefault(spec.target.namespace, set()).add(n)
                 if _fast(cp):
                     index.fast.append(cp)
                     if spec.capacity is None:  # a ClusterQueue's policies are read in their pass (the ledger)

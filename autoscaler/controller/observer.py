@@ -35,7 +35,7 @@ import math
 import operator
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -43,6 +43,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.controller.kube import Backoff
+from autoscaler.controller.pod_index import PodIndex
 from autoscaler.controller.targets import PodsRead, TargetView
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
@@ -331,6 +332,8 @@ class PolicyObserver:
     #: keeps nothing, as for a target's change (``_keep``).
     _pod_log: dict[str, deque[_PodChange]] = field(default_factory=dict)
     _pod_dropped: dict[str, int] = field(default_factory=dict)
+    #: The kept views by the pods and selector pairs a pod event touches them through (``pod_changed``).
+    _pod_index: PodIndex = field(default_factory=PodIndex)
     #: Each policy's source requests, planned for one compiled policy and one pod list (both by identity):
     #: a probe round plans thousands of policies a second on the very views it planned them on last round.
     _plans: dict[str, _Planned] = field(default_factory=dict)
@@ -563,7 +566,7 @@ class PolicyObserver:
             self._changed_at[name] = change.seq
             self._dropped[name] = "dropped_target"
 
-    def pod_changed(self, names: Iterable[str], pod: dict[str, Any]) -> list[str]:
+    def pod_changed(self, names: Collection[str], pod: dict[str, Any]) -> list[str]:
         """A pod watch event (added, changed or deleted; ``names``: the policies whose targets are in the pod's
         namespace). The kept views it touches are dropped, so the next read lists their target's pods again: a
         view touches a pod that its read listed, or whose labels match the target's pod selector
@@ -584,16 +587,26 @@ class PolicyObserver:
         log.append(_PodChange(self._seq, now, name, labels))
         while now - log[0].at > POD_LOG_S:
             self._pod_dropped[namespace] = log.popleft().seq
-        views = self.views
-        touched = [
-            n for n in names
-            if (kept := views.get(n)) is not None and (read := kept.view.read_from) is not None
-            and read.namespace == namespace and read.touched_by(name, labels)
-        ]
+        touched = self._touched(names, namespace, name, labels)
         for n in touched:
-            del views[n]
+            del self.views[n]
+            self._pod_index.remove(n)
             self._dropped[n] = "dropped_pod"
         return touched
+
+    def _touched(self, names: Collection[str], namespace: str, pod: str, labels: dict[str, str]) -> list[str]:
+        """The policies of ``names`` whose kept view a pod event touches (``PodsRead.touched_by``), judged only
+        on the candidates the pod index names (``pod_index``: not every view of the namespace)."""
+        views = self.views
+        touched: dict[str, None] = {}
+        for n in self._pod_index.candidates(namespace, pod, labels):
+            if (
+                n not in touched and n in names and (kept := views.get(n)) is not None
+                and (read := kept.view.read_from) is not None and read.namespace == namespace
+                and read.touched_by(pod, labels)
+            ):
+                touched[n] = None
+        return list(touched)
 
     def _keep(self, name: str, started: int, read_at: float, view: TargetView) -> None:
         """Keep a view read from ``read_at`` (change count ``started`` then), unless a change came since: of the
@@ -619,6 +632,7 @@ class PolicyObserver:
                     self._not_kept(name)
                     return  # a pod of it changed while it was read: its list may be from before
         self.views[name] = KeptView(read_at, view)
+        self._pod_index.add(name, read)
         if self._dropped:
             self._dropped.pop(name, None)
 
