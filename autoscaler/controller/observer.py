@@ -643,9 +643,10 @@ class PolicyObserver:
     def _count_reads(self, policies: Sequence[CompiledPolicy], now: float) -> None:
         """Count the views about to be read by why the kept one (if any) did not serve (``count_reads``): none
         kept (never read, or why it went: ``_dropped``), ``young`` (read again before ``KEPT_PERIODS``: ahead of
-        time, or by a pass), ``vouched`` (a view its watch still vouches for, read again by a pass), else aged
-        past ``KEPT_PERIODS`` with its watch not vouching (``aged_`` and ``why_unvouched``) or vouching only
-        since after it was read (``aged_before_live``: the target or pod watch relisted or restarted since)."""
+        time, or by a pass), ``vouched`` (a view its watch still vouches for, read again by a pass or
+        ``resync``), else aged past ``KEPT_PERIODS`` with its watch not vouching (``aged_`` and
+        ``why_unvouched``) or vouching only since after it was read (``aged_before_live``: the target or pod
+        watch relisted or restarted since)."""
         counts: dict[str, int] = {}
         views, dropped, live = self.views, self._dropped, self.vouched()
         for cp in policies:

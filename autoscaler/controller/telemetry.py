@@ -104,7 +104,8 @@ class Telemetry:
             "Target views read from the API server for probes and passes, by why the kept view did not serve: "
             "none (never read), dropped_target (a target event), dropped_pod (a pod event), failed (the last read "
             "failed), not_kept (the last read was overtaken by a change), young (read again before it aged), "
-            "vouched (still vouched for, read again by a pass), aged_no_watch, aged_no_pod_watch, "
+            "vouched (still vouched for, read again by a pass or the viewResyncSeconds re-read), aged_no_watch, "
+            "aged_no_pod_watch, "
             "aged_target_<why>, aged_pods_<why> (why the target watch, or its namespace's pod watch, does not "
             "vouch: listing, broken, silent), aged_before_live (read before its watches were last live).",
             ["why"], registry=r,
