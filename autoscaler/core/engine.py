@@ -632,10 +632,19 @@ def _decide_joint(
     rate_window = max((rate.window_seconds for n in config.signal_refs() if (rate := spec.signal(n).rate) is not None),
                       default=0.0)
     arriving = config.prefill.signals.arriving_prompt_tokens
+    # Each role's latency quantile window (rule 1d: a quantile is evidence of the ready count once its window
+    # holds no time before the count rose).
+    latency_names: dict[disaggregated.Role, str | None] = {
+        "prefill": config.prefill.signals.ttft, "decode": config.decode.signals.time_per_output_token}
+    latency_windows: dict[disaggregated.Role, float] = {
+        role: window for role, name in latency_names.items()
+        if name is not None and (window := quantile_window(spec, name))
+    }
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
         fits=fits, room=room, group_budget=spec.max_replicas, rate_window_s=rate_window,
         arrival_window_s=(signal_window(spec, arriving) or 0.0) if arriving is not None else 0.0,
+        latency_windows=latency_windows,
     )
     planned = {c.name: c.desired for c in joint.counts}
     desired = dict(planned)
@@ -695,6 +704,19 @@ def _decide_joint(
             reason = Reason.STEADY
         decisions.append(ScaleDecision(ref, count.current, got, reason, message, signals))
     return Decided([*decisions, *training], nxt.freeze())
+
+
+def quantile_window(spec: Spec, name: str, depth: int = 0) -> float | None:
+    """The time a latency quantile covers: its ``quantile`` window; for an ``expr``, the longest window of the
+    quantiles it names (its value may come from any of them); None when it names none."""
+    sig = spec.signal(name)
+    if sig.quantile is not None:
+        return sig.quantile.window_seconds
+    if sig.expr is None or depth > len(spec.signals):
+        return None
+    found = [w for n in sorted(expressions.names(expressions.parse(sig.expr)))
+             if (w := quantile_window(spec, n, depth + 1)) is not None]
+    return max(found, default=None)
 
 
 def signal_window(spec: Spec, name: str, depth: int = 0) -> float | None:

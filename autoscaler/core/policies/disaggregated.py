@@ -46,13 +46,22 @@ group, a conservative prior from a profile):
    (``arrival_need``: the window's prompts served by its end plus the objective, at the utilization and
    capacity learned by rules 0 and 0b, as the served rate is sized). It enters the need history like every
    need, so a shrink keeps what the bursts of the last ``scaleDownDelaySeconds`` needed (rule 3).
+1d. **Latency evidence of the groups that serve now**: a latency quantile is a trailing window's (its signal's
+   ``quantile.windowSeconds``); while that window still holds time before the role's ready count last rose, it
+   is evidence of fewer groups than serve now, so it neither adds a group (rule 1's latency bump) nor lowers
+   ``c`` (rule 0b) nor proves a load; it still forbids a shrink (rule 2). A fall of the ready count makes the
+   quantile no staler (it was measured on more groups). A quantile whose window is not known counts at once.
 2. **Unknown never shrinks.** With every demand signal of a role unknown the role holds (``need`` unknown);
    with some known, the known part is a lower bound: the role may grow on it, never shrink. A role also never
    shrinks while its latency quantile is unknown or at risk (≥ ``RISK_FRACTION`` of the objective), nor while
    requests wait on every ready group.
 3. **Scale-down delay**: a shrink sizes for the highest need of the last ``scaleDownDelaySeconds`` with
-   ``HYSTERESIS`` headroom, so a steady load is a fixed point; none before a whole window has been observed
-   since the policy's first evaluation. With ``coldStartSeconds``, not below ``(rate + rise) / (c·κ)``, ``rise``
+   ``HYSTERESIS`` headroom, so a steady load is a fixed point; each past need is remembered as its load (the
+   served and arriving tokens/s, ``NeedSample``) and sized at the utilization and capacity learned *now*, so a
+   ``c`` or ``κ`` learned since is no rise or fall (the ``slo`` type's rule 6 recomputes its loads the same
+   way); the parts that are capacity already (KV use, the latency bump) are remembered as they were. No
+   shrink before a whole window has been observed since the policy's first evaluation. With
+   ``coldStartSeconds``, not below ``(rate + rise) / (c·κ)``, ``rise``
    the largest rise of the rate within one cold start seen over ``sizing.lookback`` (the burst headroom the
    traffic has shown: a group released now is missing that long if it comes back).
 4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
@@ -294,6 +303,11 @@ class RoleNeed:
     #: within one cold start (rule 3); 0 without ``coldStartSeconds``.
     keep: float = 0.0
     keep_text: str = ""
+    #: The need's parts as rule 3 remembers them (``NeedSample``): the load in tokens/s that was divided by the
+    #: utilization and capacity learned (served and arriving tokens), and the largest part that was not (KV
+    #: use, the latency bump: capacity already).
+    load: float = 0.0
+    fixed: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +333,14 @@ class Learned:
     proven: float = 0.0
     #: ``(time, tokens/s)`` the role served, over ``sizing.lookback`` of the cold start (forecast, rises).
     rates: tuple[tuple[float, float], ...] = ()
+    #: When the ready count last rose (None: not since the first evaluation). A latency quantile whose window
+    #: began before it is evidence of fewer groups than serve now (rule 1d).
+    rose_at: float | None = None
+
+    def latency_of_now(self, now: float, window_s: float) -> bool:
+        """Rule 1d: the latency quantile, over its window ``window_s``, is evidence of the ready count now: the
+        count has not risen within the window (0: the window is not known, every quantile counts)."""
+        return window_s <= 0 or self.rose_at is None or now - self.rose_at >= window_s
 
     @property
     def saturated(self) -> bool:
@@ -339,13 +361,28 @@ class Shift:
 
 
 @dataclass(frozen=True, slots=True)
+class NeedSample:
+    """One evaluation's need as rule 3 remembers it: ``load`` tokens/s sized at the utilization ``c`` and the
+    capacity ``κ`` learned *when the peak is taken* (``need``), and ``fixed`` tokens/s of capacity that are
+    not (KV use, the latency bump). So a utilization or capacity learned since is no rise or fall of the
+    need (the ``slo`` type's rule 6 recomputes its past loads the same way)."""
+
+    t: float
+    load: float
+    fixed: float
+
+    def need(self, utilization: float, kappa: float) -> float:
+        return max(self.load / (utilization * kappa), self.fixed)
+
+
+@dataclass(frozen=True, slots=True)
 class DisaggState:
     """Remembered between evaluations (``PolicyState.algorithm``): each role's recent needs and learned
     capacity."""
 
-    #: ``(time, need)`` per role over the last ``scaleDownDelaySeconds``.
-    prefill: tuple[tuple[float, float], ...] = ()
-    decode: tuple[tuple[float, float], ...] = ()
+    #: Each role's needs over the last ``scaleDownDelaySeconds``.
+    prefill: tuple[NeedSample, ...] = ()
+    decode: tuple[NeedSample, ...] = ()
     #: The first evaluation: no shrink before a whole ``scaleDownDelaySeconds`` has been observed (a fresh
     #: controller's first rates cover a partial window, and it has seen no peak yet).
     since: float | None = None
@@ -356,7 +393,7 @@ class DisaggState:
     #: Make-room shifts under way (rule 4b), at most one per role.
     shifts: tuple[Shift, ...] = ()
 
-    def history(self, role: Role) -> tuple[tuple[float, float], ...]:
+    def history(self, role: Role) -> tuple[NeedSample, ...]:
         return self.prefill if role == "prefill" else self.decode
 
     def learned(self, role: Role) -> Learned:
@@ -429,7 +466,7 @@ def _demand_names(spec: PrefillSpec | DecodeSpec) -> _DemandNames:
 def learn(
     config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
     status: Mapping[str, VariantStatus], prev: Learned, now: float, dt: float, *, warm: bool = True,
-    rate_window_s: float = 0.0,
+    rate_window_s: float = 0.0, latency_window_s: float = 0.0,
 ) -> Learned:
     """Rule 0: one role's κ after this evaluation, by the ``slo`` type's rule (``slo.learn_capacity_scale``).
     ``rate_window_s``: the token signals' rate window (a queue teaches κ only once held over a whole one)."""
@@ -440,6 +477,10 @@ def learn(
     starting = sum(status[v.name].starting for v in spec.variants)
     ready_cap = capacity(spec.variants, {v.name: status[v.name].ready for v in spec.variants})
     ready_since = prev.ready_since if prev.ready == ready_groups else now
+    rose_at = now if 0 <= prev.ready < ready_groups else prev.rose_at
+    # Rule 1d: a quantile whose window began before the last rise of the ready count is no evidence of the
+    # groups that serve now (neither lowers c nor proves a load).
+    of_now = Learned(rose_at=rose_at).latency_of_now(now, latency_window_s)
     settled = now - ready_since >= slo.SETTLE_S and ready_groups > 0 and starting == 0
     queued_now = slo.queued_on_every_replica(_value(signals, waiting_name), ready_groups)
     run = prev.saturated_run + 1 if queued_now else 0
@@ -470,13 +511,14 @@ def learn(
     # groups of the role's mean ready group: load = what the ready groups serve over their learned capacity.
     c = spec.target_utilization if prev.utilization is None else prev.utilization
     proven = prev.proven
-    latency = _value(signals, latency_name)
+    latency = _value(signals, latency_name) if of_now else None
     if rate is not None and ready_groups > 0 and ready_cap > 0:
         load = rate / (scale * ready_cap / ready_groups)
         headroom = sizing.learn_utilization(
             c, proven, target=spec.target_utilization,
             ratio=None if latency is None else latency / objective,
-            latency_unknown=latency_name is not None and latency is None, demand_zero=rate <= 0, load=load,
+            latency_unknown=latency_name is not None and latency is None and of_now, demand_zero=rate <= 0,
+            load=load,
             served_load=load, ready=ready_groups, starting=starting, settled=settled,
             # No memory of counts found short here (the ``slo`` type keeps one): the at-risk rule withdraws
             # what was proven, and a shrink still waits for the peak of scaleDownDelaySeconds.
@@ -487,7 +529,7 @@ def learn(
     if config.cold_start_seconds is not None and rate is not None and warm:
         span = sizing.lookback(config.cold_start_seconds)
         rates = (*(r for r in prev.rates if now - r[0] < span), (now, rate))
-    return Learned(scale, samples, run, queued_since, ready_groups, ready_since, c, proven, rates)
+    return Learned(scale, samples, run, queued_since, ready_groups, ready_since, c, proven, rates, rose_at)
 
 
 def arrival_need(arriving: float, *, window_s: float, objective_s: float, utilization: float, kappa: float) -> float:
@@ -503,9 +545,11 @@ def arrival_need(arriving: float, *, window_s: float, objective_s: float, utiliz
 def role_need(
     config: DisaggregatedPolicyConfig, role: Role, signals: Mapping[str, SignalValue],
     status: Mapping[str, VariantStatus], learned: Learned | None = None, *, arrival_window_s: float = 0.0,
+    now: float = 0.0, latency_window_s: float = 0.0,
 ) -> RoleNeed:
     """Rule 1 and 2 of the module docstring, for one role (with its capacity learned so far, rule 0).
-    ``arrival_window_s``: the rate window of prefill's ``arrivingPromptTokens`` signal (rule 1c)."""
+    ``arrival_window_s``: the rate window of prefill's ``arrivingPromptTokens`` signal (rule 1c);
+    ``latency_window_s``: the window of the role's latency quantile (rule 1d; 0: not known)."""
     learned = learned or Learned()
     kappa = learned.scale
     spec = config.role(role)
@@ -517,6 +561,9 @@ def role_need(
     ready_cap = capacity(variants, ready)
     parts: list[str] = []
     needs: list[float] = []
+    #: The parts of ``needs`` before the division by ``c·κ``, and the parts that are capacity already.
+    loads: list[float] = []
+    fixed_needs: list[float] = []
     unknown: list[str] = []
     names = _demand_names(spec)
     tokens_name, waiting_name, latency_name, kv_name = names.tokens, names.waiting, names.latency, names.kv
@@ -547,6 +594,7 @@ def role_need(
                 keep_text = (f"not below {keep:.0f} (load {rate:.0f} + the largest rise within {horizon:g}s "
                              f"lately, {rise:.0f} tokens/s)")
             needs.append(ahead / (u * kappa))
+            loads.append(ahead)
             parts.append(f"{rate:.0f} tokens/s at utilization {u_text}{learned_text} needs "
                          f"{ahead / (u * kappa):.0f}{fc_text}")
     arriving_name = spec.signals.arriving_prompt_tokens if isinstance(spec, PrefillSpec) else None
@@ -559,6 +607,7 @@ def role_need(
             a_need = arrival_need(arriving, window_s=arrival_window_s, objective_s=objective, utilization=u,
                                   kappa=kappa)
             needs.append(a_need)
+            loads.append(a_need * u * kappa)
             parts.append(f"{arriving:.0f} prompt tokens/s arriving over {arrival_window_s:g}s, served within "
                          f"{arrival_window_s:g}s + the {objective:g}s {what} objective at utilization {u:.2f}, "
                          f"needs {a_need:.0f}")
@@ -571,6 +620,7 @@ def role_need(
             assert isinstance(spec, DecodeSpec)
             kv_need = kv * ready_cap / spec.kv_target
             needs.append(kv_need)
+            fixed_needs.append(kv_need)
             parts.append(f"KV use {kv:.2f} of {ready_groups} ready group(s) at target {spec.kv_target:g} needs "
                          f"{kv_need:.0f}")
     waiting = _value(signals, waiting_name)
@@ -594,10 +644,17 @@ def role_need(
         parts.append(f"{what} {latency:.3g}s vs objective {objective:g}s")
     if waiting is not None:
         parts.append(f"{waiting:g} waiting")
-    if (at_risk or saturated) and starting == 0:
+    of_now = learned.latency_of_now(now, latency_window_s)
+    if at_risk and not saturated and starting == 0 and not of_now:
+        assert learned.rose_at is not None
+        parts.append(f"{what} at risk over a {latency_window_s:g}s window that began before the ready groups rose "
+                     f"to {ready_groups} ({now - learned.rose_at:.0f}s ago): evidence of fewer groups, no group "
+                     "added on it")
+    elif (at_risk or saturated) and starting == 0:
         smallest = min(variants, key=lambda v: (v.chips, v.name))
         bump = ready_cap + smallest.tokens_per_second
         needs.append(bump)
+        fixed_needs.append(bump)
         why = (f"{what} at risk ({RISK_FRACTION:g} of its objective)" if at_risk else
                f"requests waited on every ready group for {learned.saturated_run} evaluations")
         parts.append(f"{why}: at least one more group ({bump:.0f})")
@@ -608,17 +665,20 @@ def role_need(
         # No group at all (every variant at minReplicas 0) and requests wait: one group of the smallest variant.
         smallest = min(variants, key=lambda v: (v.chips, v.name))
         needs.append(smallest.tokens_per_second)
+        fixed_needs.append(smallest.tokens_per_second)
         parts.append(f"no group and {waiting:g} waiting: one group ({smallest.tokens_per_second:.0f})")
     if unknown:
         parts.append(f"unknown: {', '.join(unknown)}")
     if not demand_known:
         return RoleNeed(role, None, False, f"{role}: no demand signal known ({', '.join(unknown)}): holding")
     need = max(needs, default=0.0)
+    load = max(loads, default=0.0)
+    fixed = max(fixed_needs, default=0.0)
     may_shrink = not unknown and not at_risk and not queued
     if not may_shrink and not unknown:
         parts.append("no shrink while latency is at risk or requests queue")
     return RoleNeed(role, need, may_shrink, f"{role} needs {need:.0f} tokens/s ({'; '.join(parts)})", keep,
-                    keep_text)
+                    keep_text, load, fixed)
 
 
 #: Whether these new groups (variant name -> how many more) can be placed; None: no inventory, all fit.
@@ -763,12 +823,15 @@ def plan(
     group_budget: int | None = None,
     rate_window_s: float = 0.0,
     arrival_window_s: float = 0.0,
+    latency_windows: Mapping[Role, float] | None = None,
 ) -> tuple[JointPlan, DisaggState]:
     """Rules 1-5: each variant's count before the capacity request, and the new state. ``rate_window_s``: the
     token signals' rate window (a fresh controller's rates within it are not history); ``arrival_window_s``:
-    the rate window of prefill's arriving prompt tokens (rule 1c)."""
+    the rate window of prefill's arriving prompt tokens (rule 1c); ``latency_windows``: each role's latency
+    quantile window (rule 1d; a role missing: not known)."""
+    lw = latency_windows or {}
     needs: list[RoleNeed] = []
-    histories: dict[Role, tuple[tuple[float, float], ...]] = {}
+    histories: dict[Role, tuple[NeedSample, ...]] = {}
     desired: dict[str, int] = {}
     messages: dict[str, str] = {}
     current = {v.name: status[v.name].spec for _, v in config.variants()}
@@ -776,7 +839,8 @@ def plan(
     dt = 0.0 if state.last_t is None else max(0.0, now - state.last_t)
     warm = now - since >= rate_window_s
     learned = {
-        role: learn(config, role, signals, status, state.learned(role), now, dt, warm=warm, rate_window_s=rate_window_s)
+        role: learn(config, role, signals, status, state.learned(role), now, dt, warm=warm, rate_window_s=rate_window_s,
+                    latency_window_s=lw.get(role, 0.0))
         for role in ROLES
     }
     #: New groups the roles planned before this one (prefill first): decode's must fit beside them.
@@ -784,16 +848,17 @@ def plan(
     shifts: list[Shift] = []
     for role in ROLES:
         spec = config.role(role)
-        rn = role_need(config, role, signals, status, learned[role], arrival_window_s=arrival_window_s)
+        rn = role_need(config, role, signals, status, learned[role], arrival_window_s=arrival_window_s, now=now,
+                       latency_window_s=lw.get(role, 0.0))
         needs.append(rn)
-        history = tuple((t, n) for t, n in state.history(role) if now - t < config.scale_down_delay_seconds)
+        history = tuple(h for h in state.history(role) if now - h.t < config.scale_down_delay_seconds)
         if rn.need is None:
             histories[role] = history
             for v in spec.variants:
                 desired[v.name] = current[v.name]
                 messages[v.name] = rn.message
             continue
-        history = (*history, (now, rn.need))
+        history = (*history, NeedSample(now, rn.load, rn.fixed))
         histories[role] = history
         cur = {v.name: current[v.name] for v in spec.variants}
         spec_cap = capacity(spec.variants, cur)
@@ -805,7 +870,10 @@ def plan(
                 how += ("; the cheaper mix does not fit as whole slices in the blocks, even with the training this "
                         "policy may stop")
         else:
-            peak = max(n for _, n in history)
+            # Rule 3's peak, each past need sized at the utilization and capacity learned now.
+            lr = learned[role]
+            c_now = spec.target_utilization if lr.utilization is None else lr.utilization
+            peak = max(h.need(c_now, lr.scale) for h in history)
             target = max(peak / (1.0 - HYSTERESIS), rn.keep)
             window = config.scale_down_delay_seconds
             carry = min(target, spec_cap)
