@@ -175,6 +175,10 @@ class Observer(Protocol):
         """Vouched views a re-read found different from their target, confirmed (no event explains it)."""
         ...
 
+    def retire(self, names: list[str]) -> None:
+        """Forget what is kept for these policies: they left the set in force."""
+        ...
+
 
 class Actuator(Protocol):
     """Writes to the cluster. ``refusal`` types are "this target is not ours" (a Warning Event, no retry storm)."""
@@ -1046,10 +1050,12 @@ class Controller:
                     continue
                 now = self.clock.monotonic()
                 policies = self.store.policies
-                for name in list(self._due):
-                    if name not in policies:
-                        self._due.pop(name)
-                        self.states.pop(name, None)
+                gone = [name for name in self._due if name not in policies]
+                for name in gone:
+                    self._due.pop(name)
+                    self.states.pop(name, None)
+                if gone:
+                    self.observer.retire(gone)
                 # Due within a millisecond counts as due: a clock of finite resolution (looptime's is 1 µs) may
                 # otherwise never pass 45.787693000000004 after waking at 45.787693, and the loop would spin.
                 due = self.due_now(now, probing=probe_task is not None)

@@ -550,6 +550,18 @@ class PolicyObserver:
         """Drop these policies' kept target views (their target changed or went: the next probe reads it again)."""
         self.changed(names, None)
 
+    def retire(self, names: Iterable[str]) -> None:
+        """Forget what is kept for these policies, gone from the set in force (file deleted, policy renamed):
+        without this every per-policy record here grew by one entry for each policy ever loaded. Noted first as
+        a change, so that a read of theirs still in flight keeps nothing (``_keep``); that note goes with the
+        other changes once no read can be overtaken by it (``_prune_changes``)."""
+        names = list(names)
+        self.changed(names, None)
+        for name in names:
+            self._pod_index.remove(name)
+            for kept in (self._ages, self._plans, self._simple, self._changed, self._dropped, self._suspects):
+                kept.pop(name, None)
+
     def changed(self, names: Iterable[str], obj: dict[str, Any] | None) -> None:
         """A watch event: these policies' target is now ``obj`` (None: deleted). Their kept views are replaced at
         the next read, which takes the target from ``obj`` (while its watch is still live) and lists only its pods

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +271,35 @@ async def test_hot_reload_in_the_running_controller(
     (tmp_path / "tgi.yaml").write_text(policy.replace("maxReplicas: 3", "maxReplicas: 2"))
     await until(lambda: replicas(kube) == 2)
     assert 'autoscaler_policy_file_invalid{file="tgi.yaml"} 0.0' in rt.telemetry.exposition().decode()
+    stop.set()
+    await task
+
+
+async def test_a_removed_policy_leaves_nothing_kept_for_it(
+    kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """Deleting a policy's file drops everything the controller kept for it (its target view and the records
+    beside it, its state): before, each of them kept one entry per policy ever loaded."""
+    kube.add(objects.deployment(replicas=1))
+    rt = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False, fastPollSeconds=0,
+                 reloadPollSeconds=0.05)
+    (tmp_path / "tgi.yaml").write_text(tgi_policy(source=f"{{type: pods, endpoints: ['{tgi.url}']}}", capacity=False))
+    stop = asyncio.Event()
+    task = asyncio.create_task(rt.serve(stop))
+    await until(lambda: "tgi-gemma" in rt.observer.views and "tgi-gemma" in rt.controller.states)
+    (tmp_path / "tgi.yaml").unlink()
+
+    def kept() -> dict[str, bool]:
+        o = rt.observer
+        records: dict[str, Collection[str]] = {
+            "views": o.views, "ages": o._ages, "plans": o._plans, "simple": o._simple, "changed": o._changed,
+            "dropped": o._dropped, "pod index": o._pod_index._entries, "states": rt.controller.states,
+        }
+        return {what: "tgi-gemma" in record for what, record in records.items()}
+
+    with contextlib.suppress(TimeoutError):
+        await until(lambda: not any(kept().values()))
+    assert not any(kept().values()), kept()
     stop.set()
     await task
 
