@@ -47,7 +47,10 @@ SIMULATED = (
     "prompt_tokens",  # counter: prompt tokens of the requests whose prefill finished
     "prefill_seconds",  # counter: seconds spent prefilling (the running sum of a prefill-time histogram)
     "generation_tokens",  # counter: tokens generated
-    "ttft",  # histogram: arrival to first token, seconds
+    "ttft",  # histogram: arrival to first token, seconds (vLLM's)
+    # JetStream's TTFT, seconds: from the start of the request's own prefill (the prefill thread's dequeue) to its
+    # first token, leaving out the wait in the prefill backlog (``autoscaler.sim.model``'s docstring, with the source).
+    "ttft_from_prefill",  # histogram
     # Queue time, seconds: arrival to the start of the request's prefill (it joins a batch), so it includes the
     # wait for a slot and behind other prompts' prefills (``autoscaler.sim.model``'s docstring, with each
     # server's source). Observed as the request ends (TGI, vLLM) or as it joins the decode batch (JetStream).
@@ -219,7 +222,8 @@ _PRESETS = (
     ),
     Preset(
         "jetstream.ttft", "JetStream time to first token, seconds (histogram).",
-        "jetstream", "histogram", ("jetstream_time_to_first_token",), "sum", simulated="ttft",
+        "jetstream", "histogram", ("jetstream_time_to_first_token",), "sum",
+        simulated="ttft_from_prefill",
     ),
     Preset(
         "jetstream.queue_time", "JetStream time a request waits in the queue, seconds (histogram).",

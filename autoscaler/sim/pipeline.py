@@ -57,6 +57,7 @@ COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
 }
 HISTOGRAMS: dict[str, Callable[[ReplicaGauges], tuple[int, ...]]] = {
     "ttft": lambda g: g.ttft,
+    "ttft_from_prefill": lambda g: g.ttft_from_prefill,
     "queue_time": lambda g: g.queue_time,
     "queue_time_inserted": lambda g: g.queue_time_inserted,
     "tpot": lambda g: g.tpot,
@@ -78,6 +79,7 @@ _LATENCY_BOUNDS = (*HISTOGRAM_BOUNDS, math.inf)
 #: Each histogram's upper bounds, +Inf last.
 BOUNDS: dict[str, tuple[float, ...]] = {
     "ttft": _LATENCY_BOUNDS,
+    "ttft_from_prefill": _LATENCY_BOUNDS,
     "queue_time": _LATENCY_BOUNDS,
     "queue_time_inserted": _LATENCY_BOUNDS,
     "tpot": (*TPOT_BOUNDS, math.inf),
