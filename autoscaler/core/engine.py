@@ -43,7 +43,7 @@ from autoscaler.core.policies import disaggregated
 from autoscaler.core.policies.base import Context, PolicyAlgorithm, Recommendation
 from autoscaler.core.policies.hpa import BehaviorSpec
 from autoscaler.core.signals import SignalJudge
-from autoscaler.core.spec import FallbackSpec, ScalingPolicy, Spec
+from autoscaler.core.spec import FallbackSpec, ScalingPolicy, SignalSpec, Spec
 
 
 @dataclass(frozen=True)
@@ -706,28 +706,29 @@ def _decide_joint(
     return Decided([*decisions, *training], nxt.freeze())
 
 
-def quantile_window(spec: Spec, name: str, depth: int = 0) -> float | None:
+def quantile_window(spec: Spec, name: str) -> float | None:
     """The time a latency quantile covers: its ``quantile`` window; for an ``expr``, the longest window of the
     quantiles it names (its value may come from any of them); None when it names none."""
-    sig = spec.signal(name)
-    if sig.quantile is not None:
-        return sig.quantile.window_seconds
-    if sig.expr is None or depth > len(spec.signals):
-        return None
-    found = [w for n in sorted(expressions.names(expressions.parse(sig.expr)))
-             if (w := quantile_window(spec, n, depth + 1)) is not None]
-    return max(found, default=None)
+    return _window(spec, name, lambda s: s.quantile.window_seconds if s.quantile is not None else None, max)
 
 
-def signal_window(spec: Spec, name: str, depth: int = 0) -> float | None:
+def signal_window(spec: Spec, name: str) -> float | None:
     """The time a signal's value averages over: its ``rate`` window; for an ``expr``, the shortest window of the
     signals it names (the finest time scale it carries); None for a gauge or a quantile."""
+    return _window(spec, name, lambda s: s.rate.window_seconds if s.rate is not None else None, min)
+
+
+def _window(
+    spec: Spec, name: str, own: Callable[[SignalSpec], float | None], pick: Callable[[list[float]], float],
+    depth: int = 0,
+) -> float | None:
+    """A signal's ``own`` window, or for an ``expr`` the one ``pick`` chooses among those of the signals it
+    names; the descent stops at the number of signals (no expression chain is longer)."""
     sig = spec.signal(name)
-    if sig.rate is not None:
-        return sig.rate.window_seconds
-    if sig.expr is None or depth > len(spec.signals):
-        return None
+    got = own(sig)
+    if got is not None or sig.expr is None or depth > len(spec.signals):
+        return got
     found = [w for n in sorted(expressions.names(expressions.parse(sig.expr)))
-             if (w := signal_window(spec, n, depth + 1)) is not None]
-    return min(found, default=None)
+             if (w := _window(spec, n, own, pick, depth + 1)) is not None]
+    return pick(found) if found else None
 

@@ -161,6 +161,23 @@ def deployment_runtime(
     return r
 
 
+def runtime_of_many(
+    kube: Emulator, api: client.ApiClient, policies: Path, clock: ManualClock, *, endpoint: str, n: int,
+    replicas: Callable[[int], int] = lambda i: 1,
+) -> Runtime:
+    """A controller with ``n`` policies ``p0``… in namespace ``llm``, each on its own Deployment ``t0``… (with
+    ``replicas(i)`` replicas) and no ``capacity``, their pods scraped at ``endpoint``; the policies loaded."""
+    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
+                       source=f"{{type: pods, endpoints: ['{endpoint}']}}") for i in range(n)]
+    for i in range(n):
+        kube.add(objects.deployment(f"t{i}", "llm", replicas=replicas(i)))
+    r = runtime(api, policies, clock, endpoint=endpoint, capacity=False)
+    (policies / "tgi.yaml").unlink()
+    (policies / "many.yaml").write_text("---\n".join(docs))
+    r.store.reload()
+    return r
+
+
 async def stop_watching(r: Runtime) -> None:
     """End a runtime's watches and its observer: the teardown of the fixtures that ran them."""
     for _, task in r.watchers.values():

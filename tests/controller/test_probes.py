@@ -23,7 +23,14 @@ from autoscaler.core import engine
 from autoscaler.core.engine import CompiledPolicy, compile_policy
 from autoscaler.core.model import Reason
 from autoscaler.policyfile.loader import load_text
-from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, runtime
+from tests.controller.helpers import (
+    ManualClock,
+    TgiMetrics,
+    deployment_runtime,
+    replicas,
+    runtime,
+    runtime_of_many,
+)
 from tests.controller.policies import tgi_policy
 from tests.kube import objects
 from tests.kube.emulator import Emulator
@@ -416,14 +423,7 @@ async def test_a_few_targets_among_many_are_read_one_by_one_not_listed(
     """A pass of a few policies in a namespace of many targets (a due screen handed to the pass, a watch)
     reads them one by one: listing 60 Deployments to keep 2 is what LISTED_PER_READ weighs against."""
     n = 60
-    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
-                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
-    for i in range(n):
-        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
-    r = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
-    (tmp_path / "tgi.yaml").unlink()
-    (tmp_path / "many.yaml").write_text("---\n".join(docs))
-    r.store.reload()
+    r = runtime_of_many(kube, kube_client, tmp_path, ManualClock(), endpoint=tgi.url, n=n)
     tgi.queue = 5
     assert await r.controller.run_once()  # every policy: one list, which says how many the namespace holds
     policies = list(r.store.policies.values())
@@ -447,14 +447,8 @@ async def test_a_namespace_is_listed_in_pages_with_the_views_of_one_list(
 ) -> None:
     """Targets listed ``LIST_PAGE`` at a time (the loop runs between pages) read exactly as from one list."""
     n = 25
-    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
-                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
-    for i in range(n):
-        kube.add(objects.deployment(f"t{i}", "llm", replicas=1 + i % 3))
-    r = runtime(kube_client, tmp_path, ManualClock(), endpoint=tgi.url, capacity=False)
-    (tmp_path / "tgi.yaml").unlink()
-    (tmp_path / "many.yaml").write_text("---\n".join(docs))
-    r.store.reload()
+    r = runtime_of_many(kube, kube_client, tmp_path, ManualClock(), endpoint=tgi.url, n=n,
+                        replicas=lambda i: 1 + i % 3)
     policies = list(r.store.policies.values())
     listing = "/apis/apps/v1/namespaces/llm/deployments"
 
@@ -479,15 +473,8 @@ async def many_runtime(
     kube: Emulator, kube_client: client.ApiClient, tgi: TgiMetrics, tmp_path: Path, n: int
 ) -> tuple[Runtime, ManualClock]:
     """``n`` policies in one namespace, each evaluated once (their target views kept), probed between periods."""
-    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
-                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
-    for i in range(n):
-        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
     clock = ManualClock()
-    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
-    (tmp_path / "tgi.yaml").unlink()
-    (tmp_path / "many.yaml").write_text("---\n".join(docs))
-    r.store.reload()
+    r = runtime_of_many(kube, kube_client, tmp_path, clock, endpoint=tgi.url, n=n)
     tgi.queue = 5
     assert await r.controller.run_once()
     for name in r.store.policies:

@@ -22,10 +22,8 @@ from structlog.testing import capture_logs
 
 from autoscaler.controller.observer import RESYNC_STEP_MAX_S, WATCH_SILENCE_S, Watcher, pods_watch
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, replicas, runtime, stop_watching
-from tests.controller.policies import tgi_policy
+from tests.controller.helpers import ManualClock, TgiMetrics, replicas, runtime_of_many, stop_watching
 from tests.controller.test_watched_views import SPEC, heard, probe, until, watched
-from tests.kube import objects
 from tests.kube.emulator import Emulator
 
 __all__ = ["watched"]  # the fixture, shared with test_watched_views
@@ -123,15 +121,8 @@ async def many_watched(
 ) -> tuple[Runtime, ManualClock]:
     """``n`` policies in one namespace, their targets and pods watched, each evaluated once after the watches
     synced (their views vouched for), probed between periods."""
-    docs = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False,
-                       source=f"{{type: pods, endpoints: ['{tgi.url}']}}") for i in range(n)]
-    for i in range(n):
-        kube.add(objects.deployment(f"t{i}", "llm", replicas=1))
     clock = ManualClock()
-    r = runtime(kube_client, tmp_path, clock, endpoint=tgi.url, capacity=False)
-    (tmp_path / "tgi.yaml").unlink()
-    (tmp_path / "many.yaml").write_text("---\n".join(docs))
-    r.store.reload()
+    r = runtime_of_many(kube, kube_client, tmp_path, clock, endpoint=tgi.url, n=n)
     r.watchers.clear()
     r.sync_watches()
     await asyncio.wait_for(r.watchers[SPEC][0].synced.wait(), 10)
