@@ -280,6 +280,11 @@ def _no_watches() -> Mapping[str, float]:
     return {}
 
 
+def _vouched(kept: KeptView, since: float | None) -> bool:
+    """Whether a watch live since ``since`` (None: not live) vouches for ``kept``: read at or after it went live."""
+    return since is not None and kept.read_at >= since
+
+
 def _no_watch(key: str) -> str:
     return "no_watch"
 
@@ -431,17 +436,13 @@ class PolicyObserver:
         live = self.vouched()
         if last is None or not live:
             return []
-        views, ages = self.views, self._ages
+        views = self.views
         vouched: list[tuple[float, CompiledPolicy]] = []
         for cp in policies:
             kept = views.get(cp.name)
             if kept is None:
                 continue
-            age = ages.get(cp.name)
-            if age is None or age.policy is not cp:
-                age = self._age(cp)
-            since = live.get(age.watch)
-            if since is not None and kept.read_at >= since:
+            if _vouched(kept, live.get(self._age(cp).watch)):
                 vouched.append((kept.read_at, cp))
         owed = self._resync_owed + len(vouched) * min(now - last, RESYNC_STEP_MAX_S) / self.resync_s
         take = min(int(owed), len(vouched))
@@ -458,8 +459,7 @@ class PolicyObserver:
         before: dict[str, tuple[KeptView, str]] = {}
         for cp in policies:
             kept, watch = self.views.get(cp.name), self._age(cp).watch
-            since = live.get(watch)
-            if kept is not None and since is not None and kept.read_at >= since:
+            if kept is not None and _vouched(kept, live.get(watch)):
                 before[cp.name] = (kept, watch)
         at = self.now()
         views = await self._read_views(policies)
@@ -532,8 +532,7 @@ class PolicyObserver:
             age = self._age(cp)
         if now - kept.read_at <= periods * age.period_s:
             return True
-        since = live.get(age.watch)
-        return since is not None and kept.read_at >= since
+        return _vouched(kept, live.get(age.watch))
 
     def _age(self, cp: CompiledPolicy) -> _Age:
         age = self._ages.get(cp.name)

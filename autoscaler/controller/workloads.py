@@ -312,11 +312,14 @@ def _stamp(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def true_condition(wl: JsonObj, type_: str) -> JsonObj | None:
+    """The Workload's first condition of ``type_`` whose status is True, or None."""
+    conditions: list[JsonObj] = (wl.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_ and c.get("status") == "True"), None)
+
+
 def is_admitted(wl: JsonObj) -> bool:
-    status = wl.get("status") or {}
-    if status.get("admission"):
-        return True
-    return any(c.get("type") == "Admitted" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return bool((wl.get("status") or {}).get("admission")) or true_condition(wl, "Admitted") is not None
 
 
 #: ``Evicted`` reasons of a Workload set inactive (``Deactivated``; ``InactiveWorkload`` before Kueue v0.9):
@@ -331,11 +334,11 @@ def evicting_reason(wl: JsonObj) -> str | None:
     ``UnsetQuotaReservationWithCondition`` after ``stopJob``)."""
     if not (wl.get("spec") or {}).get("active", True) or not is_admitted(wl):
         return None
-    for c in (wl.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Evicted" and c.get("status") == "True":
-            reason = str(c.get("reason") or "")
-            return None if reason in DEACTIVATION_REASONS else reason
-    return None
+    evicted = true_condition(wl, "Evicted")
+    if evicted is None:
+        return None
+    reason = str(evicted.get("reason") or "")
+    return None if reason in DEACTIVATION_REASONS else reason
 
 
 #: The text Kueue writes on a Workload it preempts, naming the preemptor, in the ``Preempted`` condition (reason
@@ -403,10 +406,8 @@ def running_since(wl: JsonObj) -> float | None:
 
 
 def _true_since(wl: JsonObj, kind: str) -> float | None:
-    for c in (wl.get("status") or {}).get("conditions") or []:
-        if c.get("type") == kind and c.get("status") == "True":
-            return _parse_time(c.get("lastTransitionTime"))
-    return None
+    condition = true_condition(wl, kind)
+    return None if condition is None else _parse_time(condition.get("lastTransitionTime"))
 
 
 class _Lookup:
@@ -546,9 +547,7 @@ class KueueGate:
                            if (w.get("metadata") or {}).get("uid") == by.uid), None)
                 if wl is None:
                     continue
-                conditions = (wl.get("status") or {}).get("conditions") or []
-                if is_admitted(wl) or any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
-                                          for c in conditions):
+                if is_admitted(wl) or true_condition(wl, "QuotaReserved") is not None:
                     return ""  # admitted (or its quota reserved) already: nothing of it waits
                 ref = _controller_owner(wl) or {}
                 kind, name = str(ref.get("kind") or ""), str(ref.get("name") or "")
