@@ -52,11 +52,14 @@ def parse_time(value: object) -> float | None:
         return None
 
 
+def true_condition(obj: JsonObj, type_: str) -> JsonObj | None:
+    """The object's first status condition of ``type_`` whose status is True, or None (pods, Workloads, …)."""
+    conditions: list[JsonObj] = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_ and c.get("status") == "True"), None)
+
+
 def pod_ready(pod: JsonObj) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
+    return true_condition(pod, "Ready") is not None
 
 
 def serving(pod: JsonObj) -> bool:

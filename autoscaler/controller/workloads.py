@@ -312,14 +312,8 @@ def _stamp(t: float) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def true_condition(wl: JsonObj, type_: str) -> JsonObj | None:
-    """The Workload's first condition of ``type_`` whose status is True, or None."""
-    conditions: list[JsonObj] = (wl.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == type_ and c.get("status") == "True"), None)
-
-
 def is_admitted(wl: JsonObj) -> bool:
-    return bool((wl.get("status") or {}).get("admission")) or true_condition(wl, "Admitted") is not None
+    return bool((wl.get("status") or {}).get("admission")) or kinds.true_condition(wl, "Admitted") is not None
 
 
 #: ``Evicted`` reasons of a Workload set inactive (``Deactivated``; ``InactiveWorkload`` before Kueue v0.9):
@@ -334,7 +328,7 @@ def evicting_reason(wl: JsonObj) -> str | None:
     ``UnsetQuotaReservationWithCondition`` after ``stopJob``)."""
     if not (wl.get("spec") or {}).get("active", True) or not is_admitted(wl):
         return None
-    evicted = true_condition(wl, "Evicted")
+    evicted = kinds.true_condition(wl, "Evicted")
     if evicted is None:
         return None
     reason = str(evicted.get("reason") or "")
@@ -406,7 +400,7 @@ def running_since(wl: JsonObj) -> float | None:
 
 
 def _true_since(wl: JsonObj, kind: str) -> float | None:
-    condition = true_condition(wl, kind)
+    condition = kinds.true_condition(wl, kind)
     return None if condition is None else _parse_time(condition.get("lastTransitionTime"))
 
 
@@ -547,7 +541,7 @@ class KueueGate:
                            if (w.get("metadata") or {}).get("uid") == by.uid), None)
                 if wl is None:
                     continue
-                if is_admitted(wl) or true_condition(wl, "QuotaReserved") is not None:
+                if is_admitted(wl) or kinds.true_condition(wl, "QuotaReserved") is not None:
                     return ""  # admitted (or its quota reserved) already: nothing of it waits
                 ref = _controller_owner(wl) or {}
                 kind, name = str(ref.get("kind") or ""), str(ref.get("name") or "")
