@@ -38,7 +38,7 @@ from autoscaler.controller.observer import (
     pods_watch,
     watch_key,
 )
-from autoscaler.controller.reload import PolicyStore, ReloadResult
+from autoscaler.controller.reload import PolicyStore, ReloadResult, renewed
 from autoscaler.controller.telemetry import Servers, Telemetry, serve
 from autoscaler.core import fast
 from autoscaler.core.engine import CompiledPolicy
@@ -299,7 +299,9 @@ class Runtime:
                     self.controller.states.pop(name, None)
             await self.report_reload(result, leading=self.controller.leader.holds())
             self.sync_watches()
-            self.controller.trigger(self.store.policies, "reload")
+            # Only what the reload added or changed (``reload.renewed``): an edit of one policy among 5,000
+            # evaluated all 5,000 in full at once.
+            self.controller.trigger(renewed(old, self.store.policies), "reload")
         return result
 
     async def list_policy_objects(self) -> None:

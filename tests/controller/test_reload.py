@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.controller.reload import PolicyStore
+from autoscaler.controller.reload import PolicyStore, renewed
 from tests.controller.policies import TGI_POLICY, tgi_policy
 
 
@@ -109,3 +109,53 @@ def test_configmap_symlink_swap_is_seen(tmp_path: Path) -> None:
     tmp.rename(tmp_path / "..data")  # atomic swap, as the kubelet does
     assert store.reload().changed
     assert store.policies["tgi-gemma"].policy.spec.max_replicas == 4
+
+
+def many(n: int, *, changed: dict[int, int] | None = None, capacity: frozenset[int] = frozenset()) -> str:
+    """``n`` policies ``p0``… on targets ``t0``… (``changed``: their maxReplicas where not 3)."""
+    return "---\n".join(tgi_policy(name=f"p{i}", target=f"t{i}", max_replicas=(changed or {}).get(i, 3),
+                                   capacity=i in capacity) for i in range(n))
+
+
+def test_a_reload_renews_only_the_policies_it_added_or_changed(tmp_path: Path) -> None:
+    """A changed file keeps the compiled object of every policy defined as before (also one moved to another
+    file), so ``renewed`` names only the policies added or changed: a reload of one edit among many no longer
+    evaluates them all."""
+    f = tmp_path / "many.yaml"
+    f.write_text(many(6))
+    store = PolicyStore(tmp_path)
+    store.reload()
+    before = dict(store.policies)
+    f.write_text(many(6, changed={2: 5}))
+    assert store.reload().changed
+    assert renewed(before, store.policies) == ["p2"]
+    assert all(store.policies[n] is before[n] for n in before if n != "p2")
+    # Removed: nothing to evaluate. Moved to another file, the same definition: nothing either. Added: itself.
+    before = dict(store.policies)
+    f.write_text(many(4, changed={2: 5}))
+    (tmp_path / "more.yaml").write_text(tgi_policy(name="p5", target="t5", capacity=False) + "---\n"
+                                        + tgi_policy(name="p9", target="t9", capacity=False))
+    assert store.reload().changed
+    assert renewed(before, store.policies) == ["p9"]
+    assert store.policies["p5"] is before["p5"]
+
+
+def test_a_change_to_a_policy_with_capacity_renews_every_policy_with_capacity(tmp_path: Path) -> None:
+    """Policies with a ``capacity`` block arbitrate together (a ClusterQueue's ledger, cohorts): one of them
+    added, changed or removed renews them all, and none of the others."""
+    f = tmp_path / "many.yaml"
+    f.write_text(many(5, capacity=frozenset({1, 3})))
+    store = PolicyStore(tmp_path)
+    store.reload()
+    before = dict(store.policies)
+    f.write_text(many(5, changed={1: 5}, capacity=frozenset({1, 3})))
+    store.reload()
+    assert renewed(before, store.policies) == ["p1", "p3"]
+    before = dict(store.policies)
+    f.write_text(many(5, changed={1: 5, 4: 5}, capacity=frozenset({1, 3})))
+    store.reload()
+    assert renewed(before, store.policies) == ["p4"], "a policy without capacity changed: itself only"
+    before = dict(store.policies)
+    f.write_text(many(3, changed={1: 5}, capacity=frozenset({1})))  # p3 (with capacity) removed
+    store.reload()
+    assert renewed(before, store.policies) == ["p1"]
