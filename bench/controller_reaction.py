@@ -653,9 +653,11 @@ def main() -> int:
     parser.add_argument("--one-child", action="store_true",
                         help="with --background: the API server and the pods in one child process, on one event loop "
                              "(the layout until 2026-12-07; its bulk target reads held the pods' answers)")
-    parser.add_argument("--fast-poll", type=float, default=1.0, metavar="S",
-                        help="with --background: the controller's fastPollSeconds, the probe period (default 1.0, the "
-                             "controller's default): a crossing waits up to one period for its pod's next scrape")
+    default_poll = ControllerConfig.model_fields["fast_poll_seconds"].default
+    parser.add_argument("--fast-poll", type=float, default=default_poll, metavar="S",
+                        help=f"with --background: the controller's fastPollSeconds, the probe period (default "
+                             f"{default_poll:g}, the controller's default): a crossing waits up to one period for its "
+                             "pod's next scrape")
     args = parser.parse_args()
     if args.background:
         chunking = None if args.probe_chunk is None else (args.probe_chunk[0], args.probe_chunk[1])

@@ -114,10 +114,13 @@ class ControllerConfig(SpecModel):
     ports: PortsConfig = Field(default_factory=PortsConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)
     fast_poll_seconds: float = Field(
-        default=1.0,
+        default=0.75,
         ge=0,
         description="Between evaluations, re-read fast signals this often and evaluate at once when the "
-        "decision would change (0 = off).",
+        "decision would change (0 = off). A crossing waits up to one period for its pod's next scrape: the "
+        "reaction's p99 is about 0.97 of this plus 0.06-0.1 s while a round fits in it; a round costs about "
+        "95 us of CPU per probed policy (0.75: 0.13 ms/s per policy, 0.63 of a core at 5,000; every pod "
+        "scraped 1.33 times a second).",
     )
     view_resync_seconds: float = Field(
         default=300.0, ge=10,
