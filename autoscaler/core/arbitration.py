@@ -14,7 +14,9 @@ cohort lends is shared by every policy on its members (``lent``):
 - ``freeing``: Workloads deactivated but not yet evicted (their chips come back once, and only once);
 - ``admitting``: Workloads Kueue itself is evicting to admit a serving replica counted in ``pending``
   (``making_room``: the preemptor its ``Preempted`` condition names is a waiting replica of this target or of a
-  ledger target): room already being made for that replica, so no victim is asked for it again;
+  ledger target; ``unselected_making_room``: the same for a Workload on the ClusterQueue the policy does not
+  select, ``QuotaStatus.evicting``): room already being made for that replica, so no victim is asked for it
+  again;
 - ``pending``: serving replicas asked for and not admitted yet: this target's gated replicas plus the
   other targets' on the ClusterQueue (``QuotaStatus.pending``, from the pass ledger through ``in_pass``, in
   the controller and the simulator alike). They take the room as it frees, before anything else;
@@ -86,6 +88,7 @@ from autoscaler.core.model import (
     Decision,
     DemandHistory,
     DemandJump,
+    EvictedFor,
     Observation,
     QueueQuota,
     QuotaStatus,
@@ -188,7 +191,8 @@ def budget(
         claiming=float(sum(w.chips for w in training if w.active and not w.admitted)),
         cohort=quota.cohort,
         cohort_pending=quota.cohort_pending,
-        admitting=float(sum(w.chips for w in training if making_room(w, waiting))),
+        admitting=float(sum(w.chips for w in training if making_room(w, waiting)))
+        + sum(e.chips for e in unselected_making_room(quota.evicting, training, waiting)),
     )
 
 
@@ -208,6 +212,18 @@ def making_room(w: TrainingWorkload, waiting: Collection[str]) -> bool:
     Workload Kueue evicts (for its own workload, or for a preemptor the controller could not name) stays
     neither victim nor room (``_ineligible``)."""
     return w.evicting and w.active and w.admitted and bool(w.evicted_for) and w.evicted_for in waiting
+
+
+def unselected_making_room(
+    evicting: Sequence[EvictedFor], training: Sequence[TrainingWorkload], waiting: Collection[str]
+) -> tuple[EvictedFor, ...]:
+    """The Workloads Kueue evicts (``QuotaStatus.evicting``) for a replica of a target in ``waiting`` that are not
+    among the policy's own ``training`` (its ``preemptible`` selection, whose ones ``making_room`` counts): a
+    research team's job in the same namespace, or another policy's. Their chips are room being made for that
+    replica as much as a selected Workload's are; read only from the ClusterQueue's account, never a victim (this
+    policy may not stop them) and never resumed. Each Workload is counted once, by its key."""
+    mine = {w.key for w in training}
+    return tuple(e for e in evicting if e.target in waiting and e.key not in mine)
 
 
 def _guaranteed(q: QueueQuota) -> float:
@@ -779,13 +795,17 @@ def _blocks_of(inventory: topology.Inventory, key: str) -> str:
 
 def serving_view(
     capacity: CapacitySpec, inventory: topology.Inventory, training: Sequence[TrainingWorkload], now: float,
-    *, waiting: Collection[str] = (),
+    *, waiting: Collection[str] = (), evicting: Sequence[EvictedFor] = (),
 ) -> topology.Inventory:
     """The slice inventory as serving's scale-up sees it: training stopped and not evicted yet removed (its
     regions are being released), and so is training Kueue evicts for a replica of a target in ``waiting``
-    (``making_room``); the running training this controller may stop (``_ineligible`` says which not) marked
-    preemptible, everything else (serving, protected or unmatched Workloads) never."""
-    inv = inventory.without(w.key for w in training if (not w.active and w.admitted) or making_room(w, waiting))
+    (``making_room``; among ``evicting``, the ClusterQueue's, also the Workloads the policy does not select:
+    ``unselected_making_room``); the running training this controller may stop (``_ineligible`` says which not)
+    marked preemptible, everything else (serving, protected or unmatched Workloads) never."""
+    inv = inventory.without([
+        *(w.key for w in training if (not w.active and w.admitted) or making_room(w, waiting)),
+        *(e.key for e in unselected_making_room(evicting, training, waiting)),
+    ])
     running = [w for w in training if w.active and w.admitted and w.chips > 0]
     return inv.preemptible(w.key for w in running if _ineligible(capacity, w, now) is None)
 
@@ -844,7 +864,7 @@ def _grant_sliced(
     # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``);
     # the eligible victims are marked preemptible.
     inv = serving_view(capacity, slices.inventory, training, now,
-                       waiting=waiting_targets(quota, {a.target: a.gated for a in asks}))
+                       waiting=waiting_targets(quota, {a.target: a.gated for a in asks}), evicting=quota.evicting)
     # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
     # gates say: the inventory, read after the replicas, is the fresher word on that.
     # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:

@@ -209,6 +209,21 @@ class SliceCapacity:
 
 
 @dataclass(frozen=True, slots=True)
+class EvictedFor:
+    """A Workload on the ClusterQueue that Kueue is evicting (still admitted, its chips held until its pods are
+    gone) for a serving replica it names, read whether or not the deciding policy's ``preemptible`` selects it
+    (``QuotaStatus.evicting``)."""
+
+    #: ``namespace/name`` (``TrainingWorkload.key``; a slice inventory's occupant key).
+    key: str
+    #: What it holds of the ClusterQueue's resource.
+    chips: float
+    #: The serving target (``TargetRef.key``) whose replica waiting for admission Kueue evicts it for (the
+    #: preemptor its ``Preempted`` condition names, resolved as for ``TrainingWorkload.evicted_for``).
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
 class AskedReplicas:
     """What one serving target asked for, as the controller last saw or wrote it (an entry of the pass ledger:
     ``arbitration.in_pass``)."""
@@ -290,6 +305,10 @@ class QuotaStatus:
     #: Of the cohort's lendable quota, the chips serving replicas asked for on its other members will take
     #: (already out of ``borrowable``; kept for the messages).
     cohort_pending: float = 0.0
+    #: Workloads on this ClusterQueue that Kueue evicts for a named serving replica (``EvictedFor``), read
+    #: beyond the policy's ``preemptible`` selection: one it does not select is room being made for that replica
+    #: all the same (``arbitration.unselected_making_room``).
+    evicting: tuple[EvictedFor, ...] = ()
 
     @property
     def free(self) -> float:

@@ -22,6 +22,7 @@ from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
     AskedReplicas,
+    EvictedFor,
     Observation,
     PodStatus,
     PolicyState,
@@ -615,7 +616,8 @@ class Simulation:
         # With a topology the blocks' chips stand for the ClusterQueue's placeholder number (the inventory
         # declared in the controller's config, issue 14): 999999 would hide every shortage.
         quota = QuotaStatus(q.cluster_queue, q.resource, float(self.quota),
-                            float(self.serving_chips + self.training_chips), slices=self._slice_capacity())
+                            float(self.serving_chips + self.training_chips), slices=self._slice_capacity(),
+                            evicting=self._evicting())
         if not self._ledger:
             return quota
         ledger = {
@@ -624,6 +626,14 @@ class Simulation:
             for live in (pool.live(),)
         }
         return arbitration.in_pass(quota, mine=mine, ledger=ledger)
+
+    def _evicting(self) -> tuple[EvictedFor, ...]:
+        """Every job Kueue is evicting for a serving replica (``TrainingJob.evicted_for``), whether or not a policy
+        selects it: what the controller reads with the ClusterQueue (``QuotaStatus.evicting``)."""
+        return tuple(
+            EvictedFor(f"{j.namespace}/{j.name}", float(j.chips), j.evicted_for) for j in self.jobs
+            if j.state is kueue.JobState.TERMINATING and j.after is not kueue.JobState.DEACTIVATED and j.evicted_for
+        )
 
     def _slice_capacity(self) -> SliceCapacity | None:
         """The blocks and what holds them, as the controller reads them (``controller.inventory``): training
