@@ -64,6 +64,7 @@ from autoscaler.controller.observer import Training
 from autoscaler.core import arbitration
 from autoscaler.core.engine import CompiledPolicy
 from autoscaler.core.model import (
+    EvictedFor,
     QueueQuota,
     QuotaStatus,
     TargetRef,
@@ -483,25 +484,27 @@ class KueueGate:
         spec = policy.policy.spec
         if spec.capacity is None:
             return Training((), None)
-        workloads = await self.find(spec, owner=policy.name, name_preemptors=True)
-        quota = await self.quota(spec.capacity)
+        lookup = _Lookup()
+        workloads = await self.find(spec, owner=policy.name, name_preemptors=True, lookup=lookup)
+        quota = dataclasses.replace(await self.quota(spec.capacity), evicting=await self.evicting(spec, lookup))
         # Where the ClusterQueue's flavor is carved into slices on admission, that, not the quota number, is
         # what serving can get: its blocks and what occupies them, the same for every policy on it.
         slices = await self.slices.read(policy, await self.version())
         return Training(workloads, quota if slices is None else dataclasses.replace(quota, slices=slices))
 
     async def find(
-        self, spec: Spec, *, owner: str, name_preemptors: bool = False
+        self, spec: Spec, *, owner: str, name_preemptors: bool = False, lookup: _Lookup | None = None
     ) -> tuple[TrainingWorkload, ...]:
         """The policy's preemptible Workloads; with ``name_preemptors`` (the arbitration's read), each one Kueue
-        evicts for a serving replica of a known target says so (``TrainingWorkload.evicted_for``)."""
+        evicts for a serving replica of a known target says so (``TrainingWorkload.evicted_for``). ``lookup``:
+        the read's namespace lists, shared with ``evicting``."""
         assert spec.capacity is not None
         mine = [t.ref() for t in spec.targets()]
         self._targets.update((t.key, t) for t in mine)
         found: dict[str, TrainingWorkload] = {}
-        lookup = _Lookup()
+        lookup = lookup or _Lookup()
         for preemptible in spec.preemptible:
-            for wl, job in await self._matching(preemptible):
+            for wl, job in await self._matching(preemptible, lookup):
                 training = await self._to_training(wl, spec.capacity.resource, owner, job)
                 by = preemptor(wl) if name_preemptors else None
                 if by is not None:
@@ -509,6 +512,48 @@ class KueueGate:
                     training = dataclasses.replace(training, evicted_for=named)
                 found.setdefault(training.uid, training)
         return tuple(sorted(found.values(), key=lambda w: (w.namespace, w.name)))
+
+    async def evicting(self, spec: Spec, lookup: _Lookup) -> tuple[EvictedFor, ...]:
+        """Every Workload admitted on the policy's ClusterQueue (``status.admission.clusterQueue``) that Kueue is
+        evicting for a replica of a known serving target (``preemptor``, named by ``_evicted_for``), whether or
+        not the policy's ``preemptible`` selects it (``QuotaStatus.evicting``; the arbitration counts each once:
+        ``arbitration.unselected_making_room``). Only training: a Workload owned by a kind that is not one
+        (a serving Pod, a LeaderWorkerSet) is left out, as ``_matching`` leaves it out. Read in the namespaces of
+        the policy's ``preemptible`` entries (listed for ``find`` already: no read more), and in every namespace
+        with ``heldSweepAllNamespaces`` (``list_all``: one cluster-wide list). A Workload elsewhere is not seen:
+        its chips are not counted, and the arbitration may stop one of ours for the replica, as before."""
+        assert spec.capacity is not None
+        capacity = spec.capacity
+        items: list[JsonObj] | None = None
+        if self.list_all:
+            try:
+                listed = await call(self._custom.list_cluster_custom_object(KUEUE_GROUP, await self.version(),
+                                                                            "workloads"))
+                items = listed.get("items") or []
+            except (Forbidden, NotFound):
+                items = None  # not granted: the namespaces below (``held`` turns ``list_all`` off)
+        if items is None:
+            items = []
+            for namespace in sorted({p.namespace for p in spec.preemptible}):
+                try:
+                    items.extend(await lookup.workloads(self, namespace))
+                except (Forbidden, NotFound):
+                    continue
+        first = {t.ref().namespace for t in spec.targets()}
+        found: dict[str, EvictedFor] = {}
+        for wl in items:
+            meta = wl.get("metadata") or {}
+            if ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") != capacity.cluster_queue:
+                continue
+            ref = _controller_owner(wl)
+            if ref is not None and not any(ref.get("kind") == k.kind for k in self.owner_kinds):
+                continue
+            by = preemptor(wl)
+            target = "" if by is None else await self._evicted_for(by, lookup, first=first)
+            if target:
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                found[key] = EvictedFor(key, workload_chips(wl, capacity.resource), target)
+        return tuple(found[k] for k in sorted(found))
 
     async def _evicted_for(self, by: Preemptor, lookup: _Lookup, *, first: set[str]) -> str:
         """The serving target (``TargetRef.key``) whose replica waiting for admission is the preemptor ``by``, or
@@ -588,12 +633,17 @@ class KueueGate:
         items: list[JsonObj] = result.get("items") or []
         return items
 
-    async def _matching(self, preemptible: PreemptibleSpec) -> list[tuple[JsonObj, JsonObj | None]]:
-        """The Workloads the entry selects, each with its owning Job/JobSet/RayJob when that was found."""
+    async def _matching(
+        self, preemptible: PreemptibleSpec, lookup: _Lookup | None = None
+    ) -> list[tuple[JsonObj, JsonObj | None]]:
+        """The Workloads the entry selects, each with its owning Job/JobSet/RayJob when that was found (the
+        namespace's Workloads listed through ``lookup`` when given: one list per read)."""
         wanted = dict(preemptible.selector.match_labels)
         owners = await self._owner_uids(preemptible.namespace, wanted)
         matched = []
-        for wl in await self._list_workloads(preemptible.namespace):
+        listed = (await lookup.workloads(self, preemptible.namespace) if lookup is not None
+                  else await self._list_workloads(preemptible.namespace))
+        for wl in listed:
             ref = _controller_owner(wl)
             owner = owners.get(str(ref.get("uid"))) if ref is not None else None
             # A Workload owned by something that is not a training kind (a serving LeaderWorkerSet, a Pod) is

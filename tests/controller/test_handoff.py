@@ -845,3 +845,63 @@ async def test_kueue_evicting_for_our_waiting_replica_is_its_room_not_a_reason_t
     assert seen_evicting  # the premise: our passes saw Kueue's eviction in progress
     assert stopped == ours
     assert w.live.preempted == [FINETUNE]  # Kueue preempted once, for the replica
+
+
+@pytest.mark.parametrize(("where", "config", "version", "ours"), [
+    pytest.param("llm", {}, "v0.15", [], id="same-namespace-other-labels-no-stop"),
+    pytest.param("research", {"heldSweepAllNamespaces": True}, "v0.15", [],
+                 id="other-namespace-listed-cluster-wide-no-stop"),
+    pytest.param("llm", {}, "unknown-uid", [OTHER], id="preemptor-unknown-falls-back-to-one-stop"),
+    pytest.param("research", {}, "v0.15", [OTHER], id="other-namespace-not-listed-falls-back-to-one-stop"),
+])
+async def test_kueue_evicting_an_unselected_workload_for_our_waiting_replica_is_its_room(
+    make_world: Builder, where: str, config: dict[str, Any], version: str, ours: list[str]
+) -> None:
+    """As the test above, but the Workload Kueue preempts for our waiting replica is one the policy's
+    ``preemptible`` does not select: a research team's evaluation job (pods labelled ``app: research``) on the
+    same ClusterQueue, in the policy's training namespace or in one of its own. Kueue chose it by its own order;
+    the policy may not stop it, but its chips are that replica's room all the same (``QuotaStatus.evicting``,
+    ``arbitration.unselected_making_room``): the selected fine-tune is never stopped. Not seen (a namespace the
+    policy's entries do not name, without the cluster-wide list; or a preemptor not named), the controller does
+    what it did before: one stop for the waiting replica."""
+    w = await make_world(nominal="10")  # serving 2 + research 4 + fine-tune 4: full
+    tgi = w.metrics["tgi-gemma-deployment"]
+    # The tutorial's fine-tune is made the research job; the other fine-tune (selected) is admitted beside it.
+    research = "job-eval-research-1a2b3"
+    if where != "llm":
+        w.kube.add(objects.local_queue(namespace=where))
+    job = w.kube.add(objects.job("eval-research", where, pod_labels={"app": "research"}))
+    w.kube.remove(V1BETA2, "Workload", FINETUNE, "llm")
+    w.kube.remove("batch/v1", "Job", "finetune-gemma-l4", "llm")
+    w.kube.add(objects.workload(research, where, owner=job, priority=10))
+    w.kueue.admit(research, where)
+    other = w.kube.add(objects.job("finetune-other"))
+    w.kube.add(objects.workload(OTHER, owner=other, priority=20))
+    w.kueue.admit(OTHER)
+    w.live.preempt_s, w.live.message = 3.0, _text(version)
+    tgi.queue = 15  # 2 replicas = 4 GPUs
+    w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                  lambda d: d["spec"].__setitem__("replicas", 2))
+    run_kueue(w)
+    await until(lambda: w.live.preempted == [research])  # Kueue's order: the lowest priority first
+    stopped: list[str] = []
+    seen_evicting: list[int] = []
+
+    def record() -> None:
+        last = w.kube.writes()[-1]
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is False:
+            stopped.append(last.path.rsplit("/", 1)[-1])
+
+    def read_while_evicting() -> None:
+        wl = w.kube.get(V1BETA2, "Workload", research, where)
+        if (wl.get("status") or {}).get("admission") and w.live.gated():
+            seen_evicting.append(1)
+
+    w.kube.after("PATCH", WORKLOADS, record, times=10_000)
+    w.kube.after("GET", "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads", read_while_evicting, times=10_000)
+    (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
+    w.start(w.runtime(**config))
+    await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
+    assert seen_evicting  # the premise: our passes saw Kueue's eviction in progress
+    assert stopped == ours
+    assert w.live.preempted == [research]  # Kueue preempted once, for the replica
