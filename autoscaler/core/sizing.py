@@ -13,6 +13,8 @@ quantities here, so one rule serves both, and a change to a rule changes both.
   prefill rate; the Pollaczek–Khinchine waiting time gives the utilization at which the objective holds.
 - **Demand over the cold start** (``trend_and_burst``, ``largest_rise``, ``seasonal``, ``lookback``): the
   forecast that may only add capacity ahead of need, and the largest rise a released replica would miss.
+- **The quantile of a sum of independent latencies** (``quantile_of_sum``, ``supported_quantile_of_sum``): what users
+  feel when a server's TTFT starts after its queue time (JetStream), from the two histograms.
 - **Demand's recurrence against the lead** (``recurrence``): how often, how soon and at what cost in missed
   requests demand needing a replica came back after it fell below it; the ``slo`` type's opt-in scale-down rule.
 
@@ -274,6 +276,114 @@ def supported_quantile(
         return None
     value = counters.histogram_quantile(k / n, histogram)
     return None if math.isnan(value) else value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The quantile of a sum of two independent latencies (``ttftAfterQueue``)
+
+
+@dataclass(frozen=True, slots=True)
+class _Bucket:
+    """One histogram bucket with observations: ``(lo, hi]`` and its share of them."""
+
+    lo: float
+    hi: float
+    share: float
+
+
+def _buckets(histogram: Mapping[float, float]) -> tuple[tuple[_Bucket, ...], float]:
+    """The finite buckets with observations of cumulative ``histogram`` (the first is ``(0, hi]``, as
+    ``counters.histogram_quantile`` reads it) and the share of the observations above the last finite bound."""
+    total = histogram.get(math.inf, 0.0)
+    out: list[_Bucket] = []
+    lo = below = 0.0
+    for hi in sorted(histogram):
+        if math.isinf(hi):
+            break
+        here = max(0.0, histogram[hi] - below)
+        below = max(below, histogram[hi])
+        if here > 0 and total > 0:
+            out.append(_Bucket(min(lo, hi), hi, here / total))
+        lo = hi
+    return tuple(out), max(0.0, total - below) / total if total > 0 else 0.0
+
+
+def _at_or_below(z: float, w1: float, w2: float) -> float:
+    """``P(U + V ≤ z)`` for ``U`` uniform on ``[0, w1]`` and ``V`` on ``[0, w2]``, independent (a width of 0: a
+    point)."""
+    if z <= 0:
+        return 0.0
+    if z >= w1 + w2:
+        return 1.0
+    if w1 <= 0 or w2 <= 0:
+        return z / (w1 + w2)
+
+    def area(t: float) -> float:  # the integral of min(max(τ, 0), w2) dτ up to t
+        return 0.0 if t <= 0 else t * t / 2 if t <= w2 else w2 * w2 / 2 + w2 * (t - w2)
+
+    return (area(z) - area(z - w1)) / (w1 * w2)
+
+
+def _sum_at_or_below(x: float, first: tuple[_Bucket, ...], second: tuple[_Bucket, ...]) -> float:
+    """The share of ``X + Y`` at or below ``x``, ``X`` and ``Y`` independent, each uniform within its buckets."""
+    return sum(
+        a.share * b.share * _at_or_below(x - a.lo - b.lo, a.hi - a.lo, b.hi - b.lo) for a in first for b in second
+    )
+
+
+def quantile_of_sum(first: Mapping[float, float], second: Mapping[float, float], fraction: float) -> float:
+    """The ``fraction`` quantile of ``X + Y`` where ``X`` and ``Y`` are independent with the distributions of
+    cumulative histograms ``first`` and ``second`` (upper bound -> observations or their rate at or below it, ``+Inf``
+    included), each uniform within its buckets: the model ``histogram_quantile`` reads one histogram with (linear
+    within a bucket), applied to the sum (a convolution). NaN without observations in either. A rank in the
+    observations above the last finite bounds gives the sum of those bounds (as ``histogram_quantile`` gives the
+    last finite bound).
+
+    Why independent: a server's queue is FIFO ahead of the request's own service (JetStream's prefill backlog ahead
+    of its prefill thread), so the wait is a function of the requests ahead of it and not of its own prompt
+    (Lindley's recursion, ``W(n+1) = max(0, W(n) + S(n) − A(n+1))``); the per-request pairs are not exported,
+    only the two histograms. Where the two are positively dependent (a long prompt also waits longer, e.g. for KV
+    room) the quantile of the sum is higher than this."""
+    a, a_inf = _buckets(first)
+    b, b_inf = _buckets(second)
+    if (not a and not a_inf) or (not b and not b_inf):
+        return math.nan
+    a_top = max((x.hi for x in a), default=0.0)
+    b_top = max((x.hi for x in b), default=0.0)
+    top = a_top + b_top
+    if not a or not b or _sum_at_or_below(top, a, b) < fraction - 1e-12:
+        return top
+    # The share at or below x is continuous and non-decreasing: bracket the rank between bucket edges, then bisect.
+    edges = sorted({x.lo + y.lo for x in a for y in b} | {x.hi + y.hi for x in a for y in b}
+                   | {x.lo + y.hi for x in a for y in b} | {x.hi + y.lo for x in a for y in b})
+    i = bisect.bisect_left(edges, fraction, key=lambda e: _sum_at_or_below(e, a, b))
+    hi = edges[min(i, len(edges) - 1)]
+    lo = edges[i - 1] if i > 0 else 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if _sum_at_or_below(mid, a, b) < fraction:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def supported_quantile_of_sum(
+    first: Mapping[float, float], second: Mapping[float, float], q: float, window_s: float,
+    confidence: float = QUANTILE_CONFIDENCE,
+) -> tuple[float, int] | None:
+    """``supported_quantile`` for the sum of two independent latencies (``quantile_of_sum``): the ``q`` quantile
+    of ``X + Y`` that a window's observations support at ``confidence``, and their number. The number is the smaller
+    of the two histograms' (each request is observed once in each; the one observed later has fewer of the window's
+    requests). None without observations, or when even the smallest is not supported."""
+    n = round(min(first.get(math.inf, 0.0), second.get(math.inf, 0.0)) * window_s)
+    if n <= 0 or window_s <= 0:
+        return None
+    k = supported_rank(n, q, confidence)
+    if k <= 0:
+        return None
+    value = quantile_of_sum(first, second, k / n)
+    return None if math.isnan(value) else (value, n)
 
 
 # ---------------------------------------------------------------------------------------------------------

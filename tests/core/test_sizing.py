@@ -542,3 +542,82 @@ def test_many_observations_support_nearly_the_point_estimate() -> None:
     supported = sizing.supported_quantile(buckets, 0.99, 60.0)
     assert supported is not None
     assert point - 0.05 < supported <= point
+
+
+# --- the quantile of queue time + a TTFT that starts after it (ttftAfterQueue) --------------------------------
+
+
+def test_the_quantile_of_two_uniforms_sum_is_the_triangular_distributions() -> None:
+    """U(0, 1) + U(0, 1) is triangular on [0, 2]: P(S ≤ 0.5) = 1/8, its median 1, P(S ≤ 1.5) = 7/8."""
+    u = {1.0: 3.0, math.inf: 3.0}
+    assert sizing.quantile_of_sum(u, u, 0.125) == pytest.approx(0.5)
+    assert sizing.quantile_of_sum(u, u, 0.5) == pytest.approx(1.0)
+    assert sizing.quantile_of_sum(u, u, 0.875) == pytest.approx(1.5)
+
+
+def _draw(buckets: dict[float, float], rng: random.Random) -> float:
+    """One value of cumulative ``buckets``, uniform within its bucket (the first from 0)."""
+    bounds = sorted(b for b in buckets if not math.isinf(b))
+    u = rng.random() * buckets[math.inf]
+    lo = below = 0.0
+    for hi in bounds:
+        if u <= buckets[hi]:
+            return lo + (hi - lo) * rng.random() if buckets[hi] > below else hi
+        lo, below = hi, buckets[hi]
+    return math.inf
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_quantile_of_a_sum_is_that_of_independent_draws(seed: int) -> None:
+    """Against 40,000 independent draws from the two histograms (each uniform within its buckets), at p50, p90, p99:
+    the convolution, not the sum of the quantiles nor the larger one."""
+    rng = random.Random(seed)
+    bounds = (0.001, 0.01, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+    def histogram() -> dict[float, float]:
+        counts = [rng.randint(0, 5) for _ in bounds]
+        counts[rng.randrange(len(bounds))] += 1
+        out, total = {}, 0.0
+        for b, c in zip(bounds, counts, strict=True):
+            total += c
+            out[b] = total
+        out[math.inf] = total
+        return out
+
+    first, second = histogram(), histogram()
+    draws = sorted(_draw(first, rng) + _draw(second, rng) for _ in range(40_000))
+    for q in (0.5, 0.9, 0.99):
+        assert sizing.quantile_of_sum(first, second, q) == pytest.approx(draws[int(q * len(draws))], rel=0.03, abs=0.01)
+
+
+def test_a_queue_time_near_zero_leaves_the_ttfts_quantile() -> None:
+    """Nothing queued (every queue time in (0, 1 ms]): the sum's p99 is the TTFT's, within the 1 ms."""
+    queue = {0.001: 50.0, 1.0: 50.0, math.inf: 50.0}
+    ttft = {0.1: 20.0, 0.25: 45.0, 0.75: 50.0, math.inf: 50.0}
+    alone = counters.histogram_quantile(0.99, ttft)
+    assert sizing.quantile_of_sum(queue, ttft, 0.99) == pytest.approx(alone, abs=0.001)
+
+
+def test_each_within_the_objective_their_sum_is_not() -> None:
+    """10 % of the requests wait 1-1.9 s, every prefill takes 0.25-0.75 s: queue time p99 1.81 s, TTFT p99 0.745 s,
+    each within 2 s; what users feel, their sum, has a p99 of 2.35 s."""
+    queue = {0.001: 9.0, 1.0: 9.0, 1.9: 10.0, math.inf: 10.0}
+    ttft = {0.25: 0.0, 0.75: 10.0, math.inf: 10.0}
+    assert counters.histogram_quantile(0.99, queue) < 2.0
+    assert counters.histogram_quantile(0.99, ttft) < 2.0
+    assert sizing.quantile_of_sum(queue, ttft, 0.99) == pytest.approx(2.35, abs=0.01)
+    supported = sizing.supported_quantile_of_sum(queue, ttft, 0.99, 60.0)
+    assert supported is not None
+    assert supported[1] == 600
+    assert 2.0 < supported[0] < 2.35
+
+
+def test_the_supported_quantile_of_a_sum_counts_the_fewer_requests() -> None:
+    """20 requests in the TTFT window, 5 in the queue time's (observed later): 5 support only their largest."""
+    queue = {0.001: 4 / 60, 1.0: 5 / 60, math.inf: 5 / 60}
+    ttft = {0.25: 20 / 60, math.inf: 20 / 60}
+    supported = sizing.supported_quantile_of_sum(queue, ttft, 0.99, 60.0)
+    assert supported is not None
+    assert supported[1] == 5
+    assert supported[0] == pytest.approx(sizing.quantile_of_sum(queue, ttft, 1.0))
+    assert sizing.supported_quantile_of_sum({1.0: 0.0, math.inf: 0.0}, ttft, 0.99, 60.0) is None

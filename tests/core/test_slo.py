@@ -54,6 +54,7 @@ SIGNALS: list[dict[str, Any]] = [
     {"name": "prefill", "query": "f"},
     {"name": "burst", "preset": "tgi.prompt_tokens", "rate": {"windowSeconds": 10}},
     {"name": "ttfth", "preset": "jetstream.ttft", "quantile": {"q": 0.99, "windowSeconds": 60}},
+    {"name": "qtimeh", "preset": "jetstream.queue_time", "quantile": {"q": 0.99, "windowSeconds": 60}},
 ]
 #: Prior: 5,000 prompt tokens/s, 600 generated tokens/s at a full batch of 48 slots; cold start 120 s.
 BASE: dict[str, Any] = {
@@ -1790,3 +1791,82 @@ def test_a_window_with_no_request_while_requests_wait_stays_unknown() -> None:
     rec = _idle_window(EVIDENCE, 3.0)
     assert (rec.replicas, rec.reason) == (4, Reason.METRICS_UNKNOWN), rec.message
     assert "no scale-down while ttfth is unknown" in rec.message
+
+
+# --- ttftAfterQueue: JetStream's TTFT starts after its queue time; users feel their sum ----------------------
+
+AFTER_QUEUE_SIGNALS = {"waiting": "waiting", "running": "running", "ttft": "ttfth", "queueTime": "qtimeh"}
+AFTER_QUEUE = {"signals": AFTER_QUEUE_SIGNALS, "latencyEvidence": True, "ttftAfterQueue": True}
+#: Each judged against the objective alone, as without the option.
+EACH_ALONE = {"signals": AFTER_QUEUE_SIGNALS, "latencyEvidence": True}
+#: 600 requests in the 60 s windows (rates per second). 10 % wait 1-1.9 s, every prefill takes 0.25-0.75 s: queue
+#: time p99 1.81 s and TTFT p99 0.745 s, each within 2 s; their sum's p99 2.35 s.
+LONG_WAITS = ({0.001: 9.0, 1.0: 9.0, 1.9: 10.0, math.inf: 10.0}, {0.25: 0.0, 0.75: 10.0, math.inf: 10.0})
+#: 1.5 % wait 1-2 s and, independently, 1.5 % of the prefills take 0.25-1.75 s: p99s 1.33 s and 0.75 s, whose sum
+#: (2.08 s) is over 2 s; the sum's own p99 is 1.61 s (a slow prefill rarely follows a long wait).
+RARE_TAILS = ({0.001: 9.85, 1.0: 9.85, 2.0: 10.0, math.inf: 10.0}, {0.1: 0.0, 0.25: 9.85, 1.75: 10.0, math.inf: 10.0})
+
+
+def _after_queue(
+    cfg: Mapping[str, Any], buckets: tuple[Mapping[float, float], Mapping[float, float]]
+) -> Recommendation:
+    """One evaluation at 2 replicas serving 30 sequences with the queue-time and TTFT windows' buckets (the sources'
+    values their point p99s, as a pods source gives them)."""
+    drv = Driver(config(**cfg))
+    queue, ttft = buckets
+    drv.histograms = {"qtimeh": queue, "ttfth": ttft}
+    return drv.step(2, 2, waiting=0.0, running=30.0, qtimeh=counters.histogram_quantile(0.99, queue),
+                    ttfth=counters.histogram_quantile(0.99, ttft))
+
+
+def test_a_queue_time_and_a_ttft_each_within_the_objective_miss_it_together() -> None:
+    """What users feel is the wait plus the prefill: with ttftAfterQueue the loop sees the SLO missed and adds a
+    replica; judged each against the objective alone, it does not."""
+    summed = _after_queue(AFTER_QUEUE, LONG_WAITS)
+    assert (summed.replicas, summed.reason) == (3, Reason.SCALE_UP), summed.message
+    assert "queue time + TTFT p99 2.26s vs 2s" in summed.message
+    assert "independent sum of the two windows, supported by their 600 requests at 95%; point estimate 2.35s" in (
+        summed.message
+    )
+    assert "SLO missed with 2 ready: at least 3" in summed.message
+    alone = _after_queue(EACH_ALONE, LONG_WAITS)
+    assert "SLO missed" not in alone.message, alone.message
+    assert "queue time p99 1.75s vs 2s" in alone.message
+
+
+def test_the_sum_is_of_independent_latencies_not_of_their_quantiles() -> None:
+    """A long wait and a slow prefill are rare together: the sum of the two p99s (2.08 s) would add a replica the
+    sum's own p99 (1.61 s) does not call for."""
+    q, t = (counters.histogram_quantile(0.99, b) for b in RARE_TAILS)
+    assert q + t > 2.0
+    rec = _after_queue(AFTER_QUEUE, RARE_TAILS)
+    assert "SLO missed" not in rec.message, rec.message
+    assert rec.replicas == 2, rec.message
+    assert "queue time + TTFT p99 1.34s vs 2s" in rec.message
+    assert "point estimate 1.61s" in rec.message
+
+
+def test_without_buckets_the_sum_is_of_the_two_quantiles() -> None:
+    """A source that returns each quantile whole (PromQL) gives no buckets: 1.5 s + 0.8 s is over 2 s."""
+    drv = Driver(config(**{**AFTER_QUEUE, "latencyEvidence": False}))
+    rec = drv.step(2, 2, waiting=0.0, running=30.0, qtimeh=1.5, ttfth=0.8)
+    assert (rec.replicas, rec.reason) == (3, Reason.SCALE_UP), rec.message
+    assert "queue time + TTFT p99 2.3s vs 2s (the sum of the two quantiles: 1.5s + 0.8s)" in rec.message
+
+
+def test_an_unknown_queue_time_makes_what_users_feel_unknown() -> None:
+    """A long-observed target at 4 replicas serving 10 sequences: with the TTFT window fine and the queue time's
+    unknown, nothing is released."""
+    drv = Driver(config(**AFTER_QUEUE))
+    drv.now -= 1000
+    drv.state = slo.SloState(since=drv.now - 1000)
+    drv.histograms = {"ttfth": LONG_WAITS[1]}
+    drv.errors = {"qtimeh": "scrape failed"}
+    rec = drv.step(4, 4, waiting=0.0, running=10.0, ttfth=0.745)
+    assert (rec.replicas, rec.reason) == (4, Reason.METRICS_UNKNOWN), rec.message
+    assert "no scale-down while qtimeh is unknown" in rec.message
+
+
+def test_after_queue_needs_both_latencies() -> None:
+    with pytest.raises(ValidationError, match="ttftAfterQueue judges queue time \\+ TTFT"):
+        policy(config(signals={"waiting": "waiting", "ttft": "ttfth"}, ttftAfterQueue=True))

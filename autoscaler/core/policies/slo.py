@@ -47,6 +47,9 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    the model says. With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over the target is judged
    at the highest load of its window: the ``R + 1`` floor holds only while the load now is within the hysteresis
    of it, and ``c`` drops only where the model was content there.
+   With ``ttftAfterQueue`` (opt-in, for a TTFT counted from the queue's end, as JetStream's) the TTFT the loop
+   judges is what users feel, queue time + TTFT: the quantile of the sum of the two windows, whose latencies are
+   independent (a FIFO wait does not depend on the request's own prefill; ``sizing.quantile_of_sum``).
 4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
    doubling the load, never extrapolated further ahead than the history spans), a burst flag (the last
    ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's), and, when ``seasonality`` is set and a previous
@@ -140,12 +143,14 @@ from autoscaler.core.sizing import (
     occupancy_at_wait_objective,
     peaked_occupancy,
     prefill_utilization_at_objective,
+    quantile_of_sum,
     queued_on_every_replica,
     recurrence,
     seasonal,
     slot_release_rate,
     split_burstiness,
     supported_quantile,
+    supported_quantile_of_sum,
     trend_and_burst,
     trend_span,
     ttft_slacks,
@@ -363,6 +368,20 @@ class SloPolicyConfig(SpecModel):
         "abstains and the model decides, as without a latency signal. Needs signals.waiting for (2). Opt-in "
         "(docs/slo.md, Session 12).",
     )
+    ttft_after_queue: bool = Field(
+        default=False,
+        description="signals.ttft counts from the end of the queue time, not from arrival (JetStream's "
+        "jetstream_time_to_first_token starts as the prefill thread takes the request off the prefill backlog, "
+        "and jetstream_queue_duration is that backlog's wait, plus the transfer and generate backlogs'): the TTFT "
+        "users feel is queue time + TTFT, and the loop judges that sum's quantile against the objective, one "
+        "latency in place of the two. From the two windows' buckets it is the quantile of the sum of two "
+        "independent latencies (a FIFO wait does not depend on the request's own prefill: Lindley's recursion), "
+        "each uniform within its buckets as histogram_quantile reads one; with latencyEvidence the one the "
+        "window's requests support (their number: the smaller histogram's). Sources that return each quantile "
+        "whole (PromQL) give no buckets: the sum of the two quantiles. Either unknown (or one with no request "
+        "observed while the other has some) makes it unknown; both quiet, quiet. Needs signals.ttft and "
+        "signals.queueTime. Opt-in (docs/slo.md, Session 19).",
+    )
     prove_over_window: bool = Field(
         default=False,
         description="The upward probe proves only a load the measured quantile is evidence of: the lowest load over "
@@ -447,6 +466,11 @@ class SloPolicyConfig(SpecModel):
             raise FieldError("scaleDown.releaseRiseStepwise bounds releaseRise: set releaseRise too", "scaleDown")
         if s.arrivals is not None and not self.forecast.arrivals:
             raise FieldError("signals.arrivals is read by forecast.arrivals only: set it or drop the role", "signals")
+        if self.ttft_after_queue and (s.ttft is None or s.queue_time is None):
+            raise FieldError(
+                "ttftAfterQueue judges queue time + TTFT: it needs signals.ttft and signals.queueTime",
+                "ttftAfterQueue",
+            )
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
             raise FieldError(
                 "signals.timePerOutputToken needs objective.timePerOutputTokenSeconds", "objective"
@@ -713,20 +737,31 @@ class SloAlgorithm:
         quiet: list[str] = []
         latency_unknown = False
         pct = f"p{obj.percentile * 100:g}"
+        after_queue = cfg.ttft_after_queue
         for name, target, label in (
-            (roles.ttft, obj.ttft_seconds, "TTFT"),
-            (roles.queue_time, obj.ttft_seconds, "queue time"),
+            (None if after_queue else roles.ttft, obj.ttft_seconds, "TTFT"),
+            (None if after_queue else roles.queue_time, obj.ttft_seconds, "queue time"),
+            (roles.ttft if after_queue else None, obj.ttft_seconds, "queue time + TTFT"),
             (roles.time_per_output_token, obj.time_per_output_token_seconds, "TPOT"),
         ):
             if name is None or target is None:
                 continue
-            value, text = self._latency(ctx, name, waiting)
+            if after_queue and name == roles.ttft:
+                assert roles.queue_time is not None  # the validator's
+                value, text = self._latency_after_queue(ctx, roles.queue_time, name, waiting)
+            else:
+                value, text = self._latency(ctx, name, waiting)
             if value is None and text:
                 quiet.append(f"{label}: {text}")
                 continue
             if value is None:
                 latency_unknown = True
-                unknown.append(name)
+                if after_queue and name == roles.ttft:
+                    # The sum is unknown through the parts that are (or, both known, too few to support one).
+                    both = (roles.queue_time, name)
+                    unknown.extend([n for n in both if n and not ctx.signals[n].ok] or [n for n in both if n])
+                else:
+                    unknown.append(name)
                 continue
             ratios.append((value / target, f"{label} {pct} {value:.3g}s vs {target:g}s{text}"))
         worst = max(ratios) if ratios else None
@@ -1195,6 +1230,43 @@ class SloAlgorithm:
             return sig.value, ""
         return supported, (
             f" (supported by its {n} requests at {QUANTILE_CONFIDENCE:.0%}; point estimate {sig.value:.3g}s)"
+        )
+
+    def _latency_after_queue(
+        self, ctx: Context, queue: str, ttft: str, waiting: float | None
+    ) -> tuple[float | None, str]:
+        """``ttftAfterQueue``: the TTFT users feel, queue time + a TTFT that counts from the queue's end, as the loop
+        takes it (``(value, text)``, with ``_latency``'s unknown and quiet): the quantile of the sum of the two
+        (independent, ``sizing.quantile_of_sum``) at the objective's percentile, with ``latencyEvidence`` the one
+        the windows' requests support; without both windows' buckets, the sum of the two quantiles."""
+        parts = [self._latency(ctx, queue, waiting), self._latency(ctx, ttft, waiting)]
+        if all(v is None and text for v, text in parts):
+            return None, "both windows quiet: " + "; ".join(text for _, text in parts)
+        if any(v is None for v, _ in parts):
+            return None, ""  # one unknown, or quiet while the other holds requests whose queue time it lacks
+        sq, st = ctx.signals[queue], ctx.signals[ttft]
+        q_spec, t_spec = ctx.spec.signal(queue).quantile, ctx.spec.signal(ttft).quantile
+        q = self.config.objective.percentile
+        if sq.histogram is None or st.histogram is None or q_spec is None or t_spec is None:
+            vq, vt = (v for v, _ in parts)
+            assert vq is not None
+            assert vt is not None
+            return vq + vt, f" (the sum of the two quantiles: {vq:.3g}s + {vt:.3g}s)"
+        point = quantile_of_sum(sq.histogram, st.histogram, q)
+        if not self.config.latency_evidence:
+            return point, " (independent sum of the two windows)"
+        window = min(q_spec.window_seconds, t_spec.window_seconds)
+        supported = supported_quantile_of_sum(sq.histogram, st.histogram, q, window)
+        if supported is None:
+            if waiting is not None and waiting == 0:
+                return None, f"their windows support no p{q * 100:g}, none waiting (quiet)"
+            return None, ""
+        value, n = supported
+        if value >= point - 1e-12:
+            return point, " (independent sum of the two windows)"
+        return value, (
+            f" (independent sum of the two windows, supported by their {n} requests at {QUANTILE_CONFIDENCE:.0%}; "
+            f"point estimate {point:.3g}s)"
         )
 
     @staticmethod
