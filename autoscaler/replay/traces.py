@@ -26,6 +26,7 @@ from itertools import chain, islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from autoscaler.core.specbase import MAX_REPLICAS
 from autoscaler.policyfile import files
 
 #: The file (query_range dump) or column (CSV) holding the recorded replica count (the count set on the target).
@@ -158,6 +159,8 @@ def _replica_count(text: str) -> float:
     value = float(text)
     if not math.isfinite(value) or value < 0 or value != int(value):
         raise ValueError(f"{text!r} is not a replica count (a whole number ≥ 0)")
+    if value > MAX_REPLICAS:
+        raise ValueError(f"{text!r} is more replicas than a policy may have ({MAX_REPLICAS:,})")
     return value
 
 
@@ -189,7 +192,7 @@ def _plain_rows(
     if not times[0] > last_t or not all(map(operator.lt, times, islice(times, 1, None))):
         return None
     for i, name in columns:
-        if name in (REPLICAS, READY) and not all(v >= 0 and v.is_integer() for v in table[i]):
+        if name in (REPLICAS, READY) and not all(0 <= v <= MAX_REPLICAS and v.is_integer() for v in table[i]):
             return None
     return table
 
@@ -544,8 +547,11 @@ def _json_file(path: Path) -> Trace:
                 "which target is it? Filter the query to one Deployment/LeaderWorkerSet"
             )
         for j, v in enumerate(series[0].values):
-            if not math.isfinite(v) or v < 0 or v != int(v):
-                raise TraceError(f"{path}: $.data.result[0].values[{j}][1]: {v!r} is not a replica count")
+            if not math.isfinite(v) or v < 0 or v != int(v) or v > MAX_REPLICAS:
+                raise TraceError(
+                    f"{path}: $.data.result[0].values[{j}][1]: {v!r} is not a replica count (a whole number from 0 "
+                    f"to {MAX_REPLICAS:,})"
+                )
         if name == READY:
             return Trace({}, None, "", (str(path),), series[0])
         return Trace({}, series[0], str(path), (str(path),))

@@ -43,7 +43,16 @@ class Files:
     infinite_target: Path
 
 
+#: Bad files written as text (named by the cases as ``f.dir / NAME``).
+BAD_TEXTS = {
+    # A replica count no policy may hold (MAX_REPLICAS): it overflowed the bulk path's int64 columns.
+    "huge-replicas.csv": "timestamp,backlog,slots_used,replicas\n1700000000,1,0.5,1e300\n1700000015,1,0.5,3\n",
+}
+
+
 def _files(tmp: Path) -> Files:
+    for name, text in BAD_TEXTS.items():
+        (tmp / name).write_text(text)
     fifo = tmp / "fifo.yaml"
     os.mkfifo(fifo)
     bomb = tmp / "bomb.yaml"
@@ -102,6 +111,10 @@ CASES = [
     pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", str(REPLAY_TRACE),
                                            "--no-plot", "--out", str(f.existing)], 1, "output directory"),
                  id="replay-out-is-a-file"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics",
+                                           str(f.dir / "huge-replicas.csv"), "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "huge-replicas.csv:2: column 'replicas': '1e300' is more replicas than a policy may have"),
+                 id="replay-replicas-1e300"),
     pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", "/dev/zero", "--no-plot",
                                            "--out", str(f.dir / "o")], 1, "character device"), id="replay-device"),
     # simulate
