@@ -214,7 +214,7 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
     from autoscaler.core.model import PolicyState as State  # noqa: PLC0415
     from autoscaler.core.model import Reason, ScaleDecision, SignalState, SignalValue  # noqa: PLC0415
     from autoscaler.core.policies import hpa  # noqa: PLC0415
-    from autoscaler.core.signals import FUTURE_SKEW_S  # noqa: PLC0415
+    from autoscaler.core.signals import FUTURE_SKEW_S, MAX_READING  # noqa: PLC0415
 
     algorithm = compiled.algorithm
     spec = compiled.policy.spec
@@ -241,7 +241,6 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
     floor = max(min_replicas, 1)
     rules = compiled.rules
     ok = SignalState.OK
-    inf = math.inf
     ceil = math.ceil
     milli = hpa.milli
     explain = hpa._explain  # the same sentences as the algorithm's
@@ -265,7 +264,7 @@ def hpa_decider(compiled: CompiledPolicy) -> FastDecide | None:
             if reading is None or reading.error is not None or reading.per_replica is not None:
                 return None
             value, stamp = reading.value, reading.timestamp
-            if value is None or stamp is None or not 0.0 <= value < inf:
+            if value is None or stamp is None or not 0.0 <= value <= MAX_READING:
                 return None
             age = now - stamp
             if not -FUTURE_SKEW_S <= age <= max_age:
@@ -651,9 +650,10 @@ class HpaScan:
         import numpy as np  # noqa: PLC0415
 
         ones = np.ones(len(inp.now), dtype=np.int64)
-        values = tuple(
-            v * np.maximum(inp.current, 1) if scaled else v for v, scaled in zip(inp.values, rescale, strict=True)
-        )
+        with np.errstate(over="ignore"):  # a product past the float range is infinite: usable_at leaves it out
+            values = tuple(
+                v * np.maximum(inp.current, 1) if scaled else v for v, scaled in zip(inp.values, rescale, strict=True)
+            )
         return self.usable_at(ScanInput(inp.now, values, inp.stamps, ones * self.floor, ones * self.floor, ones * 0))
 
     def with_own(self, inp: ScanInput, rescale: tuple[bool, ...], current: Any) -> ScanInput:

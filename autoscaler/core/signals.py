@@ -25,6 +25,11 @@ from autoscaler.core.spec import SignalSpec, Spec
 
 #: Samples stamped slightly in the future (clock skew between hosts) still count as fresh.
 FUTURE_SKEW_S = 5.0
+#: The largest reading judged usable: the policy files' own bound (``specbase.MAX_NUMBER``, 10^15; Kubernetes
+#: quantities stop near 9.2e15 milli-units). No server's queue, rate or ratio is near it; a reading beyond it
+#: (1e308 from a broken exporter or a hand-edited trace) is invalid, not a load: the policies' arithmetic
+#: (milli-units, products of rates) overflowed to infinity on it and the evaluation failed.
+MAX_READING = 1e15
 #: Reasons the core gives itself (not a source's error): shown as they are, without "source error:".
 PARTIAL = "partial: "
 _OWN_REASONS = (PARTIAL, NO_OBSERVATIONS)
@@ -94,6 +99,10 @@ def judge(name: str, reading: SignalReading | None, *, now: float, max_age_s: fl
         return SignalValue(name, SignalState.UNKNOWN, None, "invalid: infinite", age, source)
     if value < 0:
         return SignalValue(name, SignalState.UNKNOWN, None, f"invalid: negative ({value:g})", age, source)
+    if value > MAX_READING:
+        return SignalValue(
+            name, SignalState.UNKNOWN, None, f"invalid: out of range ({value:g} > {MAX_READING:g})", age, source
+        )
     if age is None:
         return SignalValue(name, SignalState.UNKNOWN, None, "missing: sample has no timestamp", source=source)
     if math.isnan(age):
@@ -291,7 +300,7 @@ class SignalJudge:
                 # judge() returns for it; anything else takes judge() for its reason.
                 if reading is not None and reading.error is None:
                     value, stamp = reading.value, reading.timestamp
-                    if value is not None and stamp is not None and 0.0 <= value < math.inf:
+                    if value is not None and stamp is not None and 0.0 <= value <= MAX_READING:
                         age = now - stamp
                         if -FUTURE_SKEW_S <= age <= max_age:
                             out[name] = SignalValue(

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from autoscaler.core.model import SignalReading, SignalState
-from autoscaler.core.signals import FUTURE_SKEW_S, SignalJudge, evaluate_expression, judge
+from autoscaler.core.signals import FUTURE_SKEW_S, MAX_READING, SignalJudge, evaluate_expression, judge
 from autoscaler.core.spec import ScalingPolicy, SignalSpec, Spec
 
 NOW = 5_000.0
@@ -57,6 +57,9 @@ def spec_with(signals: list[dict[str, Any]], **safety: Any) -> Spec:
         pytest.param(SignalReading(math.inf, NOW), False, None, "invalid: infinite", id="inf"),
         pytest.param(SignalReading(-math.inf, NOW), False, None, "invalid: infinite", id="minus-inf"),
         pytest.param(SignalReading(-0.5, NOW), False, None, "invalid: negative (-0.5)", id="negative"),
+        pytest.param(SignalReading(1e15, NOW), True, 1e15, "", id="at-the-largest-reading"),
+        pytest.param(SignalReading(1e308, NOW), False, None, "invalid: out of range (1e+308 > 1e+15)",
+                     id="beyond-the-largest-reading"),
         pytest.param(SignalReading(2.0, None), False, None, "no timestamp", id="no-timestamp"),
         pytest.param(SignalReading(2.0, math.nan), False, None, "timestamp is NaN", id="nan-timestamp"),
         pytest.param(SignalReading(2.0, NOW + FUTURE_SKEW_S), True, 2.0, "", id="future-within-skew"),
@@ -80,7 +83,7 @@ def test_judge_never_lets_an_invalid_value_through(value: float, age: float, lim
     stamp = NOW - age
     judged = judge("q", SignalReading(value, stamp), now=NOW, max_age_s=limit)
     real_age = NOW - stamp  # what the judge sees after float rounding
-    usable = math.isfinite(value) and value >= 0 and -FUTURE_SKEW_S <= real_age <= limit
+    usable = math.isfinite(value) and 0 <= value <= MAX_READING and -FUTURE_SKEW_S <= real_age <= limit
     assert judged.ok is usable
     if judged.ok:
         assert judged.value == value

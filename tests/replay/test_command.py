@@ -166,3 +166,30 @@ def test_example_files_are_packaged() -> None:
     assert command.EXAMPLE_POLICY.is_file()
     assert command.EXAMPLE_TRACE.is_file()
     assert (command.EXAMPLE_DIR / "ATTRIBUTION.md").is_file()
+
+
+POLICIES = sorted((Path(__file__).resolve().parents[2] / "policies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("policy", [pytest.param(p, id=p.stem) for p in POLICIES])
+def test_a_reading_near_the_largest_float_is_invalid_not_a_failure_of_the_core(
+    policy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace (or a broken exporter) with readings of 1e308: every bundled policy holds on them as invalid
+    (``signals.MAX_READING``); before, hpa's milli-units, slo's and disaggregated's products overflowed to
+    infinity and the evaluation failed inside the core (slo: 'cannot convert float NaN to integer')."""
+    import yaml  # noqa: PLC0415
+
+    doc = next(d for d in yaml.safe_load_all(policy.read_text(encoding="utf-8")) if d)
+    names = [s["name"] for s in doc["spec"].get("signals", [])]
+    rows = ["timestamp," + ",".join(names) + ",replicas"]
+    rows += [f"{1_700_000_000 + 15 * i}," + ",".join(["1e308"] * len(names)) + ",3" for i in range(4)]
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    many = doc["spec"]["policy"]["type"] == "disaggregated"  # several targets: whatif only
+    code = replay(tmp_path / "out", "--policy", str(policy), "--name", doc["metadata"]["name"], "--metrics",
+                  str(trace), "--no-plot", "-q", *(["--mode", "whatif"] if many else []))
+    assert code == 0, capsys.readouterr().err
+    decisions, _ = outputs(tmp_path / "out")
+    assert decisions
+    assert all("out of range (1e+308 > 1e+15)" in str(d["signals"]) for d in decisions)
