@@ -16,7 +16,6 @@ time since the response arrived (or the sample's own timestamp when the expositi
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import random
 import re
@@ -100,6 +99,11 @@ class Scrape:
 def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = None) -> Exposition:
     """Parse exposition text into ``{name: [(labels, value, timestamp)]}``; ValueError on garbage.
 
+    Sample names are kept as the server wrote them, which is what Prometheus stores and what a signal's
+    ``metric:`` names: a counter family typed without ``_total`` (TGI's Rust exporter writes
+    ``# TYPE tgi_request_success counter`` / ``tgi_request_success 5``) keeps its name, where prometheus-client's
+    classic-text parser renames its samples ``tgi_request_success_total`` (undone here: ``_bare_counters``).
+
     ``wanted``: only these sample names are kept (what the signals read; a vLLM server exports hundreds of
     series and a signal reads one or two). Classic text in its plain form (what every serving server writes)
     goes through ``_picked`` (the wanted names' own lines only, found by string search), else ``_plain``, a
@@ -111,19 +115,38 @@ def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = Non
             plain = _plain(text, wanted)
         if plain is not None:
             return plain
-    parser = parse_openmetrics if "openmetrics" in content_type else parse_text
+    openmetrics = "openmetrics" in content_type
+    parser = parse_openmetrics if openmetrics else parse_text
+    # Counter families typed without ``_total`` in classic text: their samples were renamed by the parser.
+    typed_bare = set() if openmetrics or "counter" not in text else _bare_counters(text)
     out: Exposition = {}
     try:
         for family in parser(text):
+            bare = family.type == "counter" and family.name in typed_bare
             for s in family.samples:
-                if wanted is not None and s.name not in wanted:
+                name = family.name if bare and s.name == family.name + "_total" else s.name
+                if wanted is not None and name not in wanted:
                     continue
                 stamp = s.timestamp
                 if stamp is not None and not isinstance(stamp, int | float):
                     stamp = float(stamp.sec) + float(stamp.nsec) / 1e9  # OpenMetrics Timestamp
-                out.setdefault(s.name, []).append(Sample(dict(s.labels), float(s.value), stamp))
+                out.setdefault(name, []).append(Sample(dict(s.labels), float(s.value), stamp))
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError, ... on bad input
         raise ValueError(f"unparseable exposition: {exc}") from None
+    return out
+
+
+def _bare_counters(text: str) -> set[str]:
+    """The families a ``# TYPE x counter`` line names without ``_total``, read as prometheus-client's classic-text
+    parser reads its comment lines: it renames their samples named ``x`` to ``x_total`` (its OpenMetrics
+    munging); Prometheus keeps ``x``."""
+    out: set[str] = set()
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if line.startswith("#") and "counter" in line:
+            parts = line.split(None, 3)
+            if len(parts) == 4 and parts[1] == "TYPE" and parts[3] == "counter" and not parts[2].endswith("_total"):
+                out.add(parts[2])
     return out
 
 
@@ -137,13 +160,12 @@ def _plain(text: str, wanted: frozenset[str] | None) -> Exposition | None:
     """The classic text format in its plain form, or None (then prometheus-client's parser reads it).
 
     Plain: no backslash, tab or ``#`` beyond comment lines; every sample line ``name[{labels}] value
-    [timestamp_ms]`` with a valid name and unquoted-free values. As the reference parser does, a sample of a
-    ``counter`` family named without ``_total`` is named with it, a value is read as an int when it is one
-    (then as a float), a timestamp is in milliseconds."""
+    [timestamp_ms]`` with a valid name and unquoted-free values. As the reference parser does, a value is read
+    as an int when it is one (then as a float), a timestamp is in milliseconds; a sample keeps the name it is
+    written with (``parse``)."""
     if "\\" in text or "\t" in text:
         return None
     out: Exposition = {}
-    renamed: dict[str, str] = {}
     for raw in text.split("\n"):
         line = raw.strip()
         if not line:
@@ -153,13 +175,8 @@ def _plain(text: str, wanted: frozenset[str] | None) -> Exposition | None:
             if len(parts) > 2 and parts[1] in ("TYPE", "HELP"):
                 if _NAME.fullmatch(parts[2]) is None:
                     return None
-                if parts[1] == "TYPE":
-                    if len(parts) < 4:
-                        return None
-                    if parts[3] == "counter" and not parts[2].endswith("_total"):
-                        renamed[parts[2]] = parts[2] + "_total"
-                    else:
-                        renamed.pop(parts[2], None)
+                if parts[1] == "TYPE" and len(parts) < 4:
+                    return None
             continue
         if "#" in line:
             return None  # an exemplar (or garbage): the reference parser decides
@@ -177,7 +194,6 @@ def _plain(text: str, wanted: frozenset[str] | None) -> Exposition | None:
                 return None
         if _NAME.fullmatch(name) is None:
             return None
-        name = renamed.get(name, name)
         fields = rest.split()
         if not fields or len(fields) > 2 or "_" in rest:
             return None
@@ -207,30 +223,18 @@ _P_LINE = re.compile(
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:")
 
 
-@functools.lru_cache(maxsize=1024)
-def _counter_type(name: str) -> re.Pattern[str]:
-    """A ``# TYPE name counter`` line as ``_plain`` reads one (any blanks; also inside other text: then
-    ``_picked`` leaves the body to ``_plain`` for nothing, never reads it wrong)."""
-    return re.compile(rf"TYPE\s+{re.escape(name)}\s+counter")
-
-
 def _picked(text: str, wanted: frozenset[str]) -> Exposition | None:
     """``_plain``'s answer for the wanted sample names, read from their own lines only: each name is found
     by a string search (C speed) and only its sample lines are parsed, where ``_plain`` parses every line of
     a vLLM server's ~400-600 (a signal reads one or two). None when a line it would read is outside its
-    grammar, when a wanted name could be written in a way it does not find (after blanks; a counter family
-    named without ``_total``, which ``_plain`` renames), or when no wanted name has a sample at all (an error
+    grammar, when a wanted name could be written in a way it does not find (after blanks), or when no wanted
+    name has a sample at all (an error
     page, a server without the metric): then ``_plain`` reads the whole body and says why.
 
     Unlike ``_plain``, a line the signals do not read is not checked: garbage there no longer makes the read
     values unknown (``tests/sources/test_exposition.py`` states this contract against the reference parser)."""
     out: Exposition = {}
     for name in wanted:
-        # ``_plain`` names the samples of a family typed ``counter`` without ``_total`` with it: then
-        # ``name`` (not ending so) may lose samples to the rename, and ``name`` ending so may gain some.
-        family = name[:-6] if name.endswith("_total") else name
-        if "counter" in text and _counter_type(family).search(text) is not None:
-            return None
         size = len(name)
         at = text.find(name)
         while at >= 0:
@@ -631,6 +635,8 @@ def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
     want = plan.request.signal.labels
 
     def pick(names: tuple[str, ...]) -> list[Sample]:
+        if len(names) > 1:
+            return [sample for _, sample in _first_spelling(names, samples, want)]
         if not want:
             return [s for name in names for s in samples.get(name, ())]
         return [s for name in names for s in samples.get(name, ()) if all(
@@ -650,6 +656,28 @@ def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
     else:
         value = combine([s.value for s in num], plan.how)
     return PodValue(value, min(stamps) if stamps else None)
+
+
+def _first_spelling(names: Sequence[str], samples: Exposition, want: dict[str, str]) -> list[tuple[str, Sample]]:
+    """The samples of every spelling of a preset, as PromQL's ``a or b`` keeps them (the Prometheus and GMP
+    sources join the spellings with ``or``): a later spelling's sample only where no earlier spelling has one
+    with the same labels. A server exporting an old and a new name side by side (vLLM 0.9 exports both
+    ``vllm:gpu_cache_usage_perc`` and ``vllm:kv_cache_usage_perc``, 0.11 both ``vllm:time_per_output_token_seconds``
+    and ``vllm:inter_token_latency_seconds``, later releases with ``show_hidden_metrics``:
+    vllm/v1/metrics/loggers.py, "Deprecated in 0.9/0.11") is read
+    once, not twice (a summed queue or a histogram's observations would double)."""
+    present = [name for name in names if name in samples]
+    if len(present) <= 1:  # the usual case, one spelling served: nothing to compare
+        return [(name, s) for name in present for s in samples[name] if all(
+            s.labels.get(k) == v for k, v in want.items())]
+    out: list[tuple[str, Sample]] = []
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for name in present:
+        got = [s for s in samples.get(name, ()) if all(s.labels.get(k) == v for k, v in want.items())]
+        keys = [tuple(sorted(s.labels.items())) for s in got]
+        out += [(name, s) for s, key in zip(got, keys, strict=True) if key not in seen]
+        seen.update(keys)
+    return out
 
 
 class History:
@@ -691,22 +719,20 @@ def _pod_rate(req: SignalRequest, url: str, scrape: Scrape, history: History) ->
     total = 0.0
     buckets: dict[float, float] = {}
     found = pending = False
-    for base in names:
-        name = f"{base}_bucket" if histogram else base
-        for s in scrape.samples.get(name, ()):
-            if not all(s.labels.get(k) == v for k, v in sig.labels.items()):
-                continue
-            found = True
-            at = s.timestamp if s.timestamp is not None else scrape.received_at
-            r = history.rate(url, name, s.labels, at, s.value, window)
-            if r is None:
-                pending = True
-                continue
-            if histogram:
-                bound = float(s.labels.get("le", "nan"))
-                buckets[bound] = buckets.get(bound, 0.0) + r
-            else:
-                total += r
+    spellings = [f"{base}_bucket" if histogram else base for base in names]
+    # Each label set once over the spellings (``_first_spelling``: what PromQL's ``or`` keeps).
+    for name, s in _first_spelling(spellings, scrape.samples, sig.labels):
+        found = True
+        at = s.timestamp if s.timestamp is not None else scrape.received_at
+        r = history.rate(url, name, s.labels, at, s.value, window)
+        if r is None:
+            pending = True
+            continue
+        if histogram:
+            bound = float(s.labels.get("le", "nan"))
+            buckets[bound] = buckets.get(bound, 0.0) + r
+        else:
+            total += r
     if not found:
         return None
     if pending:

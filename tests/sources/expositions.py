@@ -2,7 +2,7 @@
 
 ``vllm_v1``: what a vLLM V1 server's ``/metrics`` holds (prometheus-client's classic text: the process and
 Python collectors' series first, then every ``vllm:`` family with its HELP and TYPE lines, counters written
-``x_total`` under ``# TYPE x counter`` with their ``_created`` series, histograms with vLLM's bucket bounds).
+``x_total`` under ``# TYPE x_total counter`` with their ``_created`` series, histograms with vLLM's bucket bounds).
 The family names and bucket bounds follow vLLM's ``v1/metrics/loggers.py`` (FACTS.md lists the ones the presets
 read); the values are made up (drawn from ``seed``), the layout and the size (~600 lines, ~90 KiB) are the point.
 """

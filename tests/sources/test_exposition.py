@@ -66,14 +66,24 @@ def reference(text: str, wanted: frozenset[str] | None) -> Exposition | str:
 
 
 def _reference(text: str, wanted: frozenset[str] | None) -> Exposition:
+    """With one change: a sample keeps the name it is written with, as Prometheus stores it. prometheus-client
+    renames the samples ``x`` of a family typed ``# TYPE x counter`` to ``x_total``; that is undone here."""
     out: Exposition = {}
+    typed: dict[str, str] = {}  # the family a TYPE line names -> its type, as the parser reads comment lines
+    for raw in text.split("\n"):
+        parts = raw.strip().split(None, 3)
+        if len(parts) == 4 and parts[0] == "#" and parts[1] == "TYPE":
+            typed[parts[2]] = parts[3]
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                if wanted is None or s.name in wanted:
+                name = s.name
+                if family.type == "counter" and typed.get(family.name) == "counter" and name == family.name + "_total":
+                    name = family.name  # written bare under a bare TYPE line
+                if wanted is None or name in wanted:
                     stamp = s.timestamp
                     assert stamp is None or isinstance(stamp, float)  # the classic text parser's seconds
-                    out.setdefault(s.name, []).append(Sample(dict(s.labels), float(s.value), stamp))
+                    out.setdefault(name, []).append(Sample(dict(s.labels), float(s.value), stamp))
     except Exception as exc:
         raise ValueError(str(exc)) from None
     return out
@@ -98,14 +108,16 @@ WANTED = st.sampled_from([None, frozenset({"a", "x_total", "h_bucket", "tgi_queu
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(lines(), max_size=8), WANTED)
-@example(["# TYPE x counter", "x 3"], None)  # a counter without _total is named with it
+@example(["# TYPE x counter", "x 3"], None)  # a counter typed without _total keeps its name (TGI)
 @example(['a{le="1",le="2"} 1'], None)  # a label named twice is refused
 @example(['a{b="x}y"} 1'], None)  # a brace inside a value
 @example(["a 1 1700000000000"], frozenset({"a"}))  # a timestamp in milliseconds
 @example(["a 1_0"], None)  # Python reads 1_0 as 10; the reference refuses it
 @example(["a 0", "b 0 x"], frozenset({"a"}))  # garbage on a line not wanted still makes it unreadable
 @example(["a 0", "b 0 x"], frozenset({"a"}))  # garbage on a line not wanted: the wanted line is read
-@example(["# TYPE x counter", "x 3"], frozenset({"x_total"}))  # renamed: left to ``_plain``
+@example(["# TYPE x counter", "x 3"], frozenset({"x_total"}))  # not renamed: no x_total sample
+@example(["# TYPE x counter", "x 3"], frozenset({"x"}))  # read by its own name
+@example(["# TYPE x counter", "x 3", 'b{a="\\\\"} 1'], None)  # the same through the reference parser
 @example(["x_total 1", "# TYPE x counter", "x 3"], frozenset({"x_total"}))
 @example([" a 1", "a 2"], frozenset({"a"}))  # a line after blanks: left to ``_plain``
 @example(['a{le="1",le="2"} 1', "a 2"], frozenset({"a"}))  # a label named twice on a wanted line

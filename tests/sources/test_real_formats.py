@@ -1,0 +1,144 @@
+"""The pods source on expositions written as the servers' own code writes them (fixtures written here from what
+each source says it emits; no server code copied), read the way Prometheus stores them.
+
+- TGI's router renders its metrics with the Rust ``metrics-exporter-prometheus`` crate
+  (metrics-rs/metrics, ``metrics-exporter-prometheus/src/formatting.rs`` and ``render.rs``): ``# TYPE`` lines, a
+  ``# HELP`` line only for a described metric, labels in the order given with ``le`` last, the ``+Inf`` bucket,
+  ``_sum`` then ``_count``, a blank line after each family, counter values as integers, floats in Rust's
+  shortest round-trip form, and **counters named without ``_total``** (the crate adds a suffix only when asked;
+  TGI's metric names, docs/source/reference/metrics.md: ``tgi_request_success``, ``tgi_request_count``,
+  ``tgi_batch_inference_count`` are counters). Prometheus stores ``tgi_request_success`` as written;
+  prometheus-client's parser renamed it ``tgi_request_success_total``, so a ``metric: tgi_request_success``
+  signal read through the pods source found nothing while the same signal through Prometheus had its rate.
+- vLLM (vllm/v1/metrics/loggers.py) exports a renamed metric under both names for a release (later ones with
+  ``show_hidden_metrics``): 0.9 both ``vllm:gpu_cache_usage_perc`` and ``vllm:kv_cache_usage_perc`` ("Deprecated
+  in 0.9"), 0.11 both
+  ``vllm:time_per_output_token_seconds`` and ``vllm:inter_token_latency_seconds`` ("Deprecated in 0.11") with
+  the same observations. A preset lists both spellings; the Prometheus source joins them with PromQL ``or``,
+  which keeps one series per label set; the pods source summed both, doubling a histogram's observations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autoscaler.core.sourcespec import PodsSourceSpec
+from autoscaler.sources.base import PodRef
+from autoscaler.sources.pods import PodsSource, parse
+from tests.sources.helpers import request
+from tests.sources.realprom import TextServer
+
+POD = "tgi-7d9f8c6b5-abcde"
+
+
+def tgi(*, success: int, count: int, prefill_sum: float, decode_sum: float, queue: float) -> str:
+    """A TGI router's /metrics as metrics-exporter-prometheus renders it (a few of its families)."""
+    return (
+        "# TYPE tgi_request_success counter\n"
+        f"tgi_request_success {success}\n"
+        "\n"
+        "# TYPE tgi_request_count counter\n"
+        f"tgi_request_count {count}\n"
+        "\n"
+        "# TYPE tgi_queue_size gauge\n"
+        f"tgi_queue_size {queue:g}\n"
+        "\n"
+        "# TYPE tgi_batch_forward_duration histogram\n"
+        'tgi_batch_forward_duration_bucket{method="prefill",le="0.00015000000000000001"} 0\n'
+        'tgi_batch_forward_duration_bucket{method="prefill",le="0.5"} 3\n'
+        'tgi_batch_forward_duration_bucket{method="prefill",le="+Inf"} 4\n'
+        f'tgi_batch_forward_duration_sum{{method="prefill"}} {prefill_sum!r}\n'
+        'tgi_batch_forward_duration_count{method="prefill"} 4\n'
+        'tgi_batch_forward_duration_bucket{method="decode",le="0.00015000000000000001"} 0\n'
+        'tgi_batch_forward_duration_bucket{method="decode",le="0.5"} 90\n'
+        'tgi_batch_forward_duration_bucket{method="decode",le="+Inf"} 90\n'
+        f'tgi_batch_forward_duration_sum{{method="decode"}} {decode_sum!r}\n'
+        'tgi_batch_forward_duration_count{method="decode"} 90\n'
+        "\n"
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def _two_reads(bodies: tuple[str, str], signals: dict[str, dict[str, Any]], *, gap_s: float = 10.0,
+                     content_type: str = "text/plain; version=0.0.4") -> dict[str, Any]:
+    """The readings of ``signals`` after two scrapes ``gap_s`` apart (a rate needs two)."""
+    clock = Clock()
+    server = TextServer(content_type=content_type)
+    source = PodsSource(clock=clock)
+    spec = PodsSourceSpec(type="pods")
+    reqs = {name: request("Deployment/llm/tgi", spec, sig, name=name, pods=(PodRef(POD, url=server.url),))
+            for name, sig in signals.items()}
+    try:
+        for body in bodies:
+            server.body = body
+            got = await source.read(list(reqs.values()), deadline_s=2)
+            clock.t += gap_s
+    finally:
+        await source.aclose()
+        server.close()
+    return {name: got[req.key] for name, req in reqs.items()}
+
+
+def test_a_counter_typed_without_total_keeps_its_name() -> None:
+    body = tgi(success=7, count=9, prefill_sum=0.5, decode_sum=2.0, queue=3)
+    assert parse(body, "text/plain; version=0.0.4")["tgi_request_success"][0].value == 7
+    assert "tgi_request_success_total" not in parse(body, "text/plain; version=0.0.4")
+    # The same through prometheus-client's parser (an escaped label value elsewhere sends the body there).
+    escaped = body + '# TYPE tgi_info gauge\ntgi_info{model="a\\\\b"} 1\n'
+    assert parse(escaped, "text/plain")["tgi_request_success"][0].value == 7
+
+
+async def test_tgi_counters_and_the_prefill_sum_as_rates() -> None:
+    before = tgi(success=100, count=110, prefill_sum=1.25, decode_sum=10.0, queue=2)
+    after = tgi(success=150, count=170, prefill_sum=3.75, decode_sum=30.0, queue=5)
+    got = await _two_reads((before, after), {
+        "ok": {"metric": "tgi_request_success", "rate": {"windowSeconds": 60}},
+        "all": {"metric": "tgi_request_count", "rate": {"windowSeconds": 60}},
+        "prefill": {"preset": "tgi.prefill_seconds", "labels": {"method": "prefill"}, "rate": {"windowSeconds": 60}},
+        "queue": {"preset": "tgi.queue_size"},
+    })
+    for name in got:
+        assert got[name].error is None, (name, got[name].error)
+    assert got["ok"].value == pytest.approx(5.0)  # 50 over 10 s
+    assert got["all"].value == pytest.approx(6.0)
+    assert got["prefill"].value == pytest.approx(0.25)  # the prefill passes only, not the decode ones
+    assert got["queue"].value == 5
+
+
+def vllm_both_names(*, observations: int, kv: float) -> str:
+    """vLLM 0.11's /metrics (prometheus-client classic text) for one engine: the renamed inter-token histogram
+    under both names with the same observations, and 0.9's two KV-cache gauges."""
+    labels = 'engine="0",model_name="m"'
+    lines = []
+    for name in ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds"):
+        lines += [f"# HELP {name} Histogram of inter-token latency in seconds.", f"# TYPE {name} histogram"]
+        for le, share in (("0.01", 0.0), ("0.025", 0.5), ("0.05", 0.9), ("+Inf", 1.0)):
+            lines.append(f'{name}_bucket{{{labels},le="{le}"}} {float(observations * share)!r}')
+        lines += [f"{name}_count{{{labels}}} {float(observations)!r}",
+                  f"{name}_sum{{{labels}}} {observations * 0.03!r}",
+                  f"{name}_created{{{labels}}} 1.7331e+09"]
+    for name in ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"):
+        lines += [f"# HELP {name} KV-cache usage.", f"# TYPE {name} gauge", f"{name}{{{labels}}} {kv!r}"]
+    return "\n".join(lines) + "\n"
+
+
+async def test_a_metric_exported_under_its_old_and_new_name_is_read_once() -> None:
+    got = await _two_reads((vllm_both_names(observations=1000, kv=0.5), vllm_both_names(observations=1400, kv=0.5)), {
+        "tpot": {"preset": "vllm.time_per_output_token", "quantile": {"q": 0.5, "windowSeconds": 60}},
+        "kv": {"preset": "vllm.kv_cache_usage"},
+    })
+    tpot = got["tpot"]
+    assert tpot.error is None, tpot.error
+    # 400 observations over 10 s: 40/s, as either histogram alone (PromQL's `or` keeps one), not 80/s.
+    assert tpot.per_replica == {POD: pytest.approx(40.0)}
+    assert (tpot.buckets or {})[POD] == pytest.approx({0.01: 0.0, 0.025: 20.0, 0.05: 36.0, float("inf"): 40.0})
+    assert got["kv"].value == 0.5
