@@ -26,8 +26,15 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--requests", type=Path, metavar="FILE",
-                        help="request trace CSV: Azure (TIMESTAMP,ContextTokens,GeneratedTokens) or "
-                             "arrival_s,input_tokens,output_tokens (default: the bundled conversation trace)")
+                        help="request trace CSV with a header: Azure's TIMESTAMP,ContextTokens,GeneratedTokens or "
+                             "arrival_s,input_tokens,output_tokens columns, in any order, others ignored; another "
+                             "layout with --requests-columns (default: the bundled conversation trace)")
+    parser.add_argument("--requests-columns", metavar="ARRIVAL,INPUT,OUTPUT",
+                        help="the header names of the trace's arrival, prompt-token and output-token columns "
+                             "(e.g. 'Timestamp,Request tokens,Response tokens'); an arrival is seconds (see "
+                             "--requests-time-unit) or an ISO 8601 date-time")
+    parser.add_argument("--requests-time-unit", choices=("s", "ms", "us"),
+                        help="unit of a numeric arrival in the --requests-columns layout (default: s)")
     parser.add_argument("--cluster", type=Path, metavar="FILE", help="SimulatedCluster YAML (default: bundled)")
     parser.add_argument("--policy", type=Path, metavar="FILE", nargs="+", action="extend", dest="policies",
                         help="ScalingPolicy file(s) to score (default: policies/recommended.yaml)")
@@ -107,6 +114,16 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"--initial-replicas must be ≥ 0, got {args.initial_replicas}", 2)
     if args.start < 0:
         return _fail(f"--start must be ≥ 0, got {args.start:g}", 2)
+    columns = None
+    if args.requests_columns is not None:
+        from autoscaler.sim.traces import Columns  # noqa: PLC0415
+
+        try:
+            columns = Columns.parse(args.requests_columns, args.requests_time_unit or "s")
+        except ValueError as exc:
+            return _fail(f"--requests-columns: {exc}", 2)
+    elif args.requests_time_unit is not None:
+        return _fail("--requests-time-unit applies to a layout named with --requests-columns", 2)
 
     paths: list[Path] = args.policies or [runner.default_policy_path()]
     policies = []
@@ -126,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
     opts = runner.Options(
         requests=args.requests, cluster=args.cluster, policies=policies, baselines=wanted,
         slo_ttft_s=args.slo_ttft, seed=args.seed, rate_scale=args.rate_scale, time_scale=args.time_scale,
-        duration_s=args.duration, start_s=args.start, skip_bad_rows=args.skip_bad_rows, pool=args.pool,
+        duration_s=args.duration, start_s=args.start, skip_bad_rows=args.skip_bad_rows, requests_columns=columns,
+        pool=args.pool,
         initial_replicas=args.initial_replicas, routing=args.routing,
     )
     progress = _Progress()

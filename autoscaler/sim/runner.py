@@ -68,6 +68,8 @@ class Options:
     duration_s: float | None = None
     start_s: float = 0.0
     skip_bad_rows: bool = False
+    #: The trace's arrival and token columns; None: the Azure or the generic layout, found by name.
+    requests_columns: traces.Columns | None = None
     pool: str | None = None
     #: Replicas ready at the start; None = the cluster's ``initialReplicas``, else the warm start.
     initial_replicas: int | None = None
@@ -180,7 +182,7 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
     cluster = cluster_mod.load(opts.cluster)
     scen = cluster.spec.scenario
     requests = opts.requests or cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv")
-    raw = traces.load(requests, skip_bad_rows=opts.skip_bad_rows)
+    raw = traces.load(requests, skip_bad_rows=opts.skip_bad_rows, columns=opts.requests_columns)
     trace = traces.reshape(
         raw,
         time_scale=opts.time_scale if opts.time_scale is not None else scen.time_scale,

@@ -1,12 +1,17 @@
 """Request traces: loading, validating and reshaping them for the simulator.
 
-Two CSV formats are read, told apart by their header:
+A CSV with a header row; three of its columns are read, by name, in any order (other columns are ignored):
 
-* the Azure LLM inference trace (``TIMESTAMP,ContextTokens,GeneratedTokens``, timestamps
-  ``YYYY-MM-DD HH:MM:SS.fffffff``, read as UTC);
-* a generic one (``arrival_s,input_tokens,output_tokens``, seconds from any origin).
+* the Azure LLM inference trace's ``TIMESTAMP,ContextTokens,GeneratedTokens`` (timestamps
+  ``YYYY-MM-DD HH:MM:SS.fffffff``, read as UTC), found by those names;
+* ``arrival_s,input_tokens,output_tokens`` (seconds from any origin), found by those names;
+* any other layout with its three columns named (``Columns``; ``autoscaler simulate --requests-columns
+  ARRIVAL,INPUT,OUTPUT``): e.g. BurstGPT's ``Timestamp,Request tokens,Response tokens``.
 
-Arrivals are re-based so the first request arrives at 0. A bad row is an error naming the file and line
+An arrival is a number (seconds, or ``time_unit`` ``ms``/``us``) or an ISO 8601 date-time (``T`` or a blank
+between date and time, any number of fractional digits, an optional ``Z`` or UTC offset; without one, UTC).
+Token counts are whole numbers (``374.0`` is 374, as a spreadsheet export writes it). Arrivals are re-based
+so the first request arrives at 0. A bad row is an error naming the file and line
 (``TraceError``), or, with ``skip_bad_rows``, is dropped and counted. Reshaping (``--time-scale``,
 ``--rate-scale``, ``--duration``) is a pure function of the trace and a seed, so runs are reproducible.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import csv
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +35,33 @@ MAX_REQUESTS = 1_000_000
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 GENERIC_HEADER = ("arrival_s", "input_tokens", "output_tokens")
+#: Seconds per unit of a numeric arrival.
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The header names of a trace's arrival, prompt-token and output-token columns, and the unit of a numeric
+    arrival."""
+
+    arrival: str
+    input: str
+    output: str
+    time_unit: str = "s"
+
+    @classmethod
+    def parse(cls, text: str, time_unit: str = "s") -> Columns:
+        """``ARRIVAL,INPUT,OUTPUT`` (CSV quoting for a name with a comma); ValueError on anything else."""
+        names = next(csv.reader([text]), [])
+        if len(names) != 3 or not all(n.strip() for n in names):
+            raise ValueError(f"expected three column names ARRIVAL,INPUT,OUTPUT, got {text!r}")
+        if time_unit not in TIME_UNITS:
+            raise ValueError(f"time unit {time_unit!r}; expected one of {', '.join(TIME_UNITS)}")
+        arrival, prompt, output = (n.strip() for n in names)
+        return cls(arrival, prompt, output, time_unit)
+
+    def names(self) -> tuple[str, str, str]:
+        return (self.arrival, self.input, self.output)
 
 
 class TraceError(ValueError):
@@ -72,24 +105,71 @@ class Trace:
         }
 
 
-def _parse_azure_time(text: str) -> float:
-    # Python's %f takes at most 6 digits; the Azure trace has 7 (100 ns). Split the fraction off.
-    whole, _, frac = text.strip().partition(".")
-    base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
-    if frac and not frac.isdigit():
-        raise ValueError(f"bad fractional seconds {frac!r}")
-    return base + (int(frac) / 10 ** len(frac) if frac else 0.0)
+_DATETIME = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?")
+
+
+def _parse_datetime(text: str) -> float:
+    """An ISO 8601 date-time as unix seconds; the fraction kept to its last digit (the Azure trace has 7, 100 ns,
+    beyond ``datetime``'s microseconds); no zone is UTC."""
+    found = _DATETIME.fullmatch(text)
+    if found is None:
+        raise ValueError(f"{text!r} is neither a number of seconds nor a date-time such as 2023-11-16 18:15:46.68")
+    whole, frac, zone = found.groups()
+    when = datetime.fromisoformat(whole + ("+00:00" if zone in (None, "Z") else zone))
+    return when.astimezone(UTC).timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def _arrival_parser(unit: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        text = text.strip()
+        try:
+            return float(text) * unit
+        except ValueError:
+            return _parse_datetime(text)
+
+    return parse
 
 
 def _parse_tokens(text: str, column: str) -> int:
-    value = int(text.strip())
+    text = text.strip()
+    try:
+        value = int(text)
+    except ValueError:
+        number = float(text)  # "374.0", as a spreadsheet or a dataframe with gaps writes a count
+        if not number.is_integer():
+            raise ValueError(f"{column} {text!r} is not a whole number of tokens") from None
+        value = int(number)
     if value < 0:
         raise ValueError(f"{column} is negative ({value})")
     return value
 
 
-def load(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
-    """Read a trace file in either format; raise ``TraceError`` (with FILE:LINE) on bad input."""
+def _columns_of(header: tuple[str, ...], columns: Columns | None, where: str) -> tuple[Columns, list[int]]:
+    """The columns read and their positions in the header; TraceError naming what is missing."""
+    if columns is None:
+        for known in (AZURE_HEADER, GENERIC_HEADER):
+            if all(name in header for name in known):
+                columns = Columns(*known)
+                break
+        else:
+            raise TraceError(
+                f"{where}:1: unknown header {','.join(header) or '(empty file)'}; expected the columns "
+                f"{','.join(AZURE_HEADER)} (Azure) or {','.join(GENERIC_HEADER)}, or name yours with "
+                "--requests-columns ARRIVAL,INPUT,OUTPUT"
+            )
+    missing = [name for name in columns.names() if name not in header]
+    if missing:
+        raise TraceError(
+            f"{where}:1: no column {', '.join(repr(m) for m in missing)} in the header "
+            f"({','.join(header) or 'empty file'}); --requests-columns names the arrival, prompt-token and "
+            "output-token columns as they are written"
+        )
+    return columns, [header.index(name) for name in columns.names()]
+
+
+def load(path: str | Path, *, skip_bad_rows: bool = False, columns: Columns | None = None) -> Trace:
+    """Read a trace file; raise ``TraceError`` (with FILE:LINE) on bad input. ``columns``: which columns hold the
+    arrival and the token counts (default: the Azure or the generic layout, found by their header names)."""
     p = Path(path)
     try:
         text = files.read_text(p, limit=files.MAX_TRACE_BYTES, what="CSV trace")
@@ -97,28 +177,21 @@ def load(path: str | Path, *, skip_bad_rows: bool = False) -> Trace:
         raise TraceError(str(exc)) from None
     rows = csv.reader(text.splitlines())
     header = tuple(h.strip() for h in next(rows, []))
-    parse_time: Callable[[str], float]
-    if header == AZURE_HEADER:
-        parse_time = _parse_azure_time
-    elif header == GENERIC_HEADER:
-        parse_time = float
-    else:
-        raise TraceError(
-            f"{p}:1: unknown header {','.join(header) or '(empty file)'}; expected "
-            f"{','.join(AZURE_HEADER)} (Azure) or {','.join(GENERIC_HEADER)}"
-        )
+    used, (at, prompt_at, output_at) = _columns_of(header, columns, str(p))
+    parse_time = _arrival_parser(TIME_UNITS[used.time_unit])
+    width = len(header)
     records: list[tuple[float, int, int]] = []
     skipped = 0
     for lineno, row in enumerate(rows, start=2):
         if not row or all(not c.strip() for c in row):
             continue
         try:
-            if len(row) != 3:
-                raise ValueError(f"expected 3 columns, got {len(row)}")
-            t = parse_time(row[0])
+            if len(row) != width:
+                raise ValueError(f"expected {width} columns as in the header, got {len(row)}")
+            t = parse_time(row[at])
             if not math.isfinite(t):
-                raise ValueError(f"arrival {row[0]!r} is not a finite number")
-            records.append((t, _parse_tokens(row[1], header[1]), _parse_tokens(row[2], header[2])))
+                raise ValueError(f"arrival {row[at]!r} is not a finite number")
+            records.append((t, _parse_tokens(row[prompt_at], used.input), _parse_tokens(row[output_at], used.output)))
         except ValueError as exc:
             if skip_bad_rows:
                 skipped += 1
