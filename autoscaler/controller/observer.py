@@ -959,7 +959,8 @@ WatchCallback = Callable[[WatchSpec, str, dict[str, Any]], None]
 class Watcher:
     """List, then watch one collection forever; relist on ``410 Gone``; reconnect when the stream drops.
 
-    ``on_event(spec, type, object)`` is called for every object of the (re)list as ``SYNC`` and for every
+    ``on_event(spec, type, object)`` is called for every object of the (re)list as ``SYNC``, after a relist as
+    ``DELETED`` for every object delivered before and not listed now (``_replace``), and for every
     watch event whose *relevant* part changed (``fingerprint``): a status heartbeat or a managedFields
     update does not wake the loop. ``synced`` is set after the first list; ``tried`` after the first list
     or the first failure (readiness); ``on_ok`` / ``on_error`` say whether it works now (the health of each
@@ -1005,7 +1006,8 @@ class Watcher:
         self._on_ok = on_ok
         self._timeout_s = timeout_s
         self.backoff = backoff or Backoff()
-        self._seen: dict[str, str] = {}
+        #: Per ``namespace/name`` delivered: its ``fingerprint`` and what a relist's DELETED needs (``_last_known``).
+        self._seen: dict[str, tuple[str, dict[str, Any]]] = {}
         self.synced = asyncio.Event()
         self.tried = asyncio.Event()
         self.relists = 0
@@ -1054,8 +1056,7 @@ class Watcher:
                     listing = await self._list(s.group, version, s.plural)
                     self.relists += 1
                     rv = listing.get("metadata", {}).get("resourceVersion")
-                    for obj in listing.get("items", []):
-                        self._deliver("SYNC", obj)
+                    self._replace(listing.get("items", []))
                     self.live_from = self.heard_at = self.now()
                     self.broken = False  # what failed before this list, the list replaced
                     self.synced.set()
@@ -1127,18 +1128,46 @@ class Watcher:
             self._on_error(f"watch {self.spec.path}: {what}")
         await asyncio.sleep(self.backoff.next())
 
+    def _replace(self, items: list[dict[str, Any]]) -> None:
+        """A (re)list replaces what this watch knew, as client-go's ``DeltaFIFO.Replace`` does: every object listed
+        is delivered as ``SYNC``, and every object delivered before and not listed now was deleted while no stream
+        was open (the ``DELETED`` event went with the history a ``410`` said is gone). It is delivered as
+        ``DELETED`` with the last state delivered (namespace, name, labels: client-go's
+        ``DeletedFinalStateUnknown``). Without it a ScalingPolicy deleted during a watch gap kept running, and a
+        deleted target or Workload was still believed to exist, until the controller restarted."""
+        listed: set[str] = set()
+        for obj in items:
+            listed.add(_key_of(obj))
+            self._deliver("SYNC", obj)
+        for key in [k for k in self._seen if k not in listed]:
+            self._deliver("DELETED", self._seen[key][1])
+
     def _deliver(self, type_: str, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"  # namespaced: a cluster-wide watch sees all
+        name = _key_of(obj)  # namespaced: a cluster-wide watch sees all
         if type_ == "DELETED":
             self._seen.pop(name, None)
             self._on_event(self.spec, type_, obj)
             return
         fp = fingerprint(obj, labels=not self.spec.group)
-        if self._seen.get(name) == fp:
+        seen = self._seen.get(name)
+        if seen is not None and seen[0] == fp:
             return
-        self._seen[name] = fp
+        self._seen[name] = (fp, _last_known(obj))
         self._on_event(self.spec, type_, obj)
+
+
+def _key_of(obj: dict[str, Any]) -> str:
+    """``namespace/name`` of a watched object (``/name`` when cluster-scoped)."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _last_known(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a watch keeps of an object it delivered, for the ``DELETED`` a relist may owe it (``Watcher._replace``):
+    its identity and labels (a pod's labels say which target views it touched), not the whole object."""
+    meta = obj.get("metadata") or {}
+    kept = {k: meta[k] for k in ("namespace", "name", "uid", "labels", "resourceVersion") if k in meta}
+    return {"kind": obj.get("kind"), "apiVersion": obj.get("apiVersion"), "metadata": kept}
 
 
 #: The list and watch arguments of the custom-object calls, as query parameters (``Watcher._list_core``).

@@ -231,6 +231,30 @@ async def test_hot_reload_is_the_watch(
         await rt.observer.aclose()
 
 
+async def test_an_object_deleted_while_its_watch_was_gone_stops_running(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """A ScalingPolicy deleted while the watch was away (an API server restart) and its history compacted: the
+    server answers the resumed watch ``410 Expired`` and sends no DELETED; only the relist says it is gone. The
+    policy must stop, not scale its target until the controller restarts (``observer.Watcher._replace``)."""
+    tutorial_cluster(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    rt = make_runtime(kube_client, tmp_path, ManualClock(), namespaces=["llm"])
+    rt.sync_watches()
+    try:
+        await _until(lambda: "tgi-gemma" in rt.store.policies)
+        await kube.wait_for_watchers(1, plural="scalingpolicies")
+        kube.drop_watches()
+        kube.remove(API, "ScalingPolicy", "tgi-gemma", "llm")
+        kube.compact()
+        await _until(lambda: rt.store.policies == {})
+    finally:
+        for _, task in rt.watchers.values():
+            task.cancel()
+        await asyncio.gather(*(t for _, t in rt.watchers.values()), return_exceptions=True)
+        await rt.observer.aclose()
+
+
 async def _until(predicate: Any, timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():

@@ -83,3 +83,23 @@ async def test_irrelevant_changes_do_not_wake_the_loop(kube: Emulator, watching:
     scale(kube, 2)
     # The managedFields-only change produced no callback: the next one is the scale.
     assert await seen.next() == ("MODIFIED", "tgi-gemma-deployment", 2)
+
+
+async def test_an_object_deleted_while_the_stream_was_gone_is_deleted_by_the_relist(
+    kube: Emulator, watching: tuple[Watcher, Seen]
+) -> None:
+    """The real server gives no DELETED for an object removed while the watch was away and its history compacted
+    (410): only the relist's absence of it says so, and client-go's informer then delivers the deletion
+    (``DeltaFIFO.Replace``). Without ``Watcher._replace`` the object lived on in every consumer."""
+    w, seen = watching
+    await seen.next()
+    await kube.wait_for_watchers(1, plural="deployments")
+    kube.add(objects.deployment(name="other", replicas=1))
+    assert await seen.next() == ("ADDED", "other", 1)
+    kube.drop_watches()
+    kube.remove("apps/v1", "Deployment", "other", "llm")
+    kube.compact()
+    assert await seen.next() == ("DELETED", "other", None)
+    assert w.relists == 2
+    kube.add(objects.deployment(name="other", replicas=2))  # and it may come back: ADDED, not swallowed
+    assert await seen.next() == ("ADDED", "other", 2)
