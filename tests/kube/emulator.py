@@ -20,6 +20,10 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    answer ``415``), applied here as a merge patch (no list-merge keys); ``apply-patch+yaml`` needs
    ``fieldManager`` and is applied as a merge patch (no field ownership).
 6. ``list`` with ``resourceVersion``/``resourceVersionMatch``, label and field selectors, ``limit``/``continue``.
+   A paged list is one snapshot: later pages serve the list as it was at the first page's resourceVersion (etcd
+   reads at that revision), until compaction passes it; then the continue token answers ``410 Expired`` with
+   the server's text and an inconsistent token (rv -1) in the Status's ``metadata.continue``. List options are
+   validated as apimachinery's ``ValidateListOptions`` (422), and ``continue`` with a ``resourceVersion`` is 400.
 7. ``watch``: JSON lines ``ADDED``/``MODIFIED``/``DELETED`` (and ``BOOKMARK`` when asked and allowed); without
    a resourceVersion the stream starts with the current objects as ``ADDED``; a resourceVersion older than the
    compaction point gets an ``ERROR`` event carrying ``410 Expired`` "too old resource version", as the watch
@@ -272,9 +276,13 @@ class ApiError(Exception):
         self.reason = reason or _REASONS.get(code, "Unknown")
         self.message = message
         self.details = details
+        #: The Status's ``metadata`` (a ListMeta: an expired continue token's ``continue``).
+        self.list_meta: JsonObj = {}
 
     def body(self) -> JsonObj:
-        return status_body(self.code, self.reason, self.message, self.details)
+        body = status_body(self.code, self.reason, self.message, self.details)
+        body["metadata"] = dict(self.list_meta)
+        return body
 
 
 def _details(rt: ResourceType, name: str | None) -> JsonObj:
@@ -282,6 +290,27 @@ def _details(rt: ResourceType, name: str | None) -> JsonObj:
     if name:
         details["name"] = name
     return details
+
+
+#: The 410 answer to a continue token whose resourceVersion was compacted (k8s.io/apiserver storage/etcd3/store.go,
+#: ``inconsistentContinue``).
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+    "without the continue parameter, or use the continue token in this response to retrieve the remainder of the "
+    "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def _list_key(obj: JsonObj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _continue_token(rv: int, start: tuple[str, str] | None) -> str:
+    """An opaque continue token, as the server's (base64 JSON of the list's resourceVersion and the last key)."""
+    data = {"v": "meta.k8s.io/v1", "rv": rv, "start": list(start) if start else ["", ""]}
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).decode()
 
 
 def not_found(rt: ResourceType, name: str) -> ApiError:
@@ -680,6 +709,8 @@ class Emulator:
         self._rv = 100
         self._compacted = 0
         self._history: list[tuple[int, str, ResourceType, JsonObj]] = []
+        #: Paged lists in progress, by their resourceVersion: what their next pages continue (``_list``).
+        self._snapshots: dict[tuple[int, str, str, str, str | None, str | None], list[JsonObj]] = {}
         self._watchers: list[_Watcher] = []
         self._watchers_changed = asyncio.Event()
         #: Seconds between two bookmarks on a watch stream that allows them (None: only ``bookmark()`` sends).
@@ -724,6 +755,7 @@ class Emulator:
         from an older resourceVersion gets ``410 Gone``; later events still replay."""
         self._compacted = self._rv if at is None else min(at, self._rv)
         self._history = [h for h in self._history if h[0] > self._compacted]
+        self._snapshots = {k: items for k, items in self._snapshots.items() if k[0] >= self._compacted}
         return self._compacted
 
     def drop_watches(self, plural: str | None = None) -> None:
@@ -1174,8 +1206,52 @@ class Emulator:
             return self._scale_of(target.rt, stored)
         return _convert(target.rt, stored, target.version)
 
+    @staticmethod
+    def _validate_list_options(query: dict[str, str]) -> None:
+        """apimachinery ``ValidateListOptions`` (422 on ``ListOptions``) and the storage's refusal of a
+        resourceVersion with ``continue`` (400)."""
+        match, rv = query.get("resourceVersionMatch"), query.get("resourceVersion")
+        problems = []
+        if match:
+            if not rv:
+                problems.append("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless "
+                                "resourceVersion is provided")
+            if query.get("continue"):
+                problems.append("resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue "
+                                "is provided")
+            if match not in ("Exact", "NotOlderThan"):
+                problems.append(f'resourceVersionMatch: Unsupported value: "{match}": supported values: '
+                                '"Exact", "NotOlderThan", ""')
+            if match == "Exact" and rv == "0":
+                problems.append('resourceVersionMatch: Forbidden: resourceVersionMatch "exact" is forbidden for '
+                                'resourceVersion "0"')
+        if problems:
+            raise ApiError(422, f'ListOptions.meta.k8s.io "" is invalid: {", ".join(problems)}', "Invalid")
+        if query.get("continue") and rv not in (None, ""):
+            raise ApiError(400, "specifying resource version is not allowed when using continue", "BadRequest")
+
+    def _continued(self, token: str) -> tuple[int, tuple[str, str] | None]:
+        """The resourceVersion and the last key of a ``continue`` token; ``410 Expired`` when its resourceVersion
+        was compacted (as the server, with an inconsistent token for the rest in ``metadata.continue``)."""
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()).decode())
+            at, start = int(data["rv"]), (str(data["start"][0]), str(data["start"][1]))
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise ApiError(400, "continue key is not valid: incorrect encoded start resourceVersion (version "
+                                "meta.k8s.io/v1)", "BadRequest") from None
+        return at, start
+
+    @staticmethod
+    def _expired_continue(start: tuple[str, str] | None) -> ApiError:
+        """k8s.io/apiserver storage/etcd3 ``handleCompactedErrorForPaging``: the text, and a token (rv -1) that
+        lists the rest as it is now, inconsistently."""
+        error = ApiError(410, CONTINUE_EXPIRED, "Expired")
+        error.list_meta = {"continue": _continue_token(-1, start)}
+        return error
+
     def _list(self, target: _Target, query: dict[str, str]) -> JsonObj:
         rt = target.rt
+        self._validate_list_options(query)
         rv = query.get("resourceVersion")
         if rv not in (None, "", "0"):
             try:
@@ -1190,19 +1266,36 @@ class Emulator:
                 raise ApiError(
                     410, f"too old resource version: {requested} ({self._compacted or self._rv})", "Expired"
                 )
-        selected = list(self._select(rt, target.namespace, query.get("labelSelector"), query.get("fieldSelector")))
         meta: JsonObj = {"resourceVersion": str(self._rv)}
-        offset = 0
-        if query.get("continue"):
-            offset = int(base64.urlsafe_b64decode(query["continue"].encode()).decode())
         limit = int(query.get("limit") or 0)
-        if limit:
-            if offset + limit < len(selected):
-                meta["continue"] = base64.urlsafe_b64encode(str(offset + limit).encode()).decode()
-                meta["remainingItemCount"] = len(selected) - offset - limit
-            selected = selected[offset : offset + limit]
-        elif offset:
-            selected = selected[offset:]
+        labels, fields = query.get("labelSelector"), query.get("fieldSelector")
+        if query.get("continue"):
+            at, start = self._continued(query["continue"])
+            if at > 0:
+                kept = self._snapshots.get((at, rt.group, rt.plural, target.namespace or "", labels, fields))
+                if kept is None or at < self._compacted:
+                    raise self._expired_continue(start)
+                snapshot = kept
+                meta["resourceVersion"] = str(at)
+            else:  # rv -1, the inconsistent token of a 410: the rest as it is now
+                at = self._rv
+                snapshot = list(self._select(rt, target.namespace, labels, fields))
+        else:
+            at, start = self._rv, None
+            snapshot = list(self._select(rt, target.namespace, labels, fields))
+        selected = [o for o in snapshot if start is None or _list_key(o) > start]
+        key = (at, rt.group, rt.plural, target.namespace or "", labels, fields)
+        if not (limit and len(selected) > limit):
+            self._snapshots.pop(key, None)  # the last page
+        else:
+            selected = selected[:limit]
+            # The next page continues this list at its resourceVersion (etcd serves it from that revision until
+            # compaction): kept here as the list it was, by reference (stored objects are replaced, never mutated).
+            self._snapshots[key] = snapshot
+            while len(self._snapshots) > 64:
+                self._snapshots.pop(next(iter(self._snapshots)))
+            meta["continue"] = _continue_token(at, _list_key(selected[-1]))
+            meta["remainingItemCount"] = len(snapshot) - snapshot.index(selected[-1]) - 1
         items = [_convert(rt, o, target.version) for o in selected]  # only the page's (a page of 5,000 is costly)
         if rt.builtin:
             # Typed lists of built-in kinds carry no per-item kind/apiVersion on the wire.

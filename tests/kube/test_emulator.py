@@ -164,6 +164,49 @@ async def test_list_with_selectors_and_pages(kube: Emulator, kube_client: client
     assert [p.metadata.name for p in named.items] == ["other"]
 
 
+async def test_a_paged_list_is_one_snapshot_until_compaction(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """As etcd serves later pages at the first page's revision: a change between pages does not show, and once
+    compaction passes that revision the token answers 410 Expired with an inconsistent token for the rest."""
+    for i in range(5):
+        kube.add(objects.pod(f"tgi-{i}"))
+    core = client.CoreV1Api(kube_client)
+    first = await core.list_namespaced_pod("llm", limit=2)
+    assert [p.metadata.name for p in first.items] == ["tgi-0", "tgi-1"]
+    kube.remove("v1", "Pod", "tgi-2", "llm")
+    kube.add(objects.pod("tgi-5"))
+    rest = await core.list_namespaced_pod("llm", limit=2, _continue=first.metadata._continue)
+    assert [p.metadata.name for p in rest.items] == ["tgi-2", "tgi-3"]
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    assert rest.metadata._continue
+    kube.compact()
+    with pytest.raises(ApiException) as info:
+        await core.list_namespaced_pod("llm", limit=2, _continue=rest.metadata._continue)
+    assert info.value.status == 410
+    status = _status(info.value)
+    assert status["reason"] == "Expired"
+    assert status["message"].startswith("The provided continue parameter is too old")
+    now = await core.list_namespaced_pod("llm", limit=2, _continue=status["metadata"]["continue"])
+    assert [p.metadata.name for p in now.items] == ["tgi-4", "tgi-5"]  # the rest as it is now
+
+
+@pytest.mark.parametrize(
+    ("query", "code"),
+    [
+        pytest.param({"resource_version_match": "NotOlderThan"}, 422, id="match-without-resource-version"),
+        pytest.param({"resource_version": "0", "resource_version_match": "Exact"}, 422, id="exact-zero"),
+        pytest.param({"resource_version": "1", "resource_version_match": "Newest"}, 422, id="unknown-match"),
+        pytest.param({"resource_version": "101", "_continue": "eyJydiI6MTAxfQ=="}, 400, id="continue-with-rv"),
+    ],
+)
+async def test_list_options_are_validated(
+    kube: Emulator, kube_client: client.ApiClient, query: dict[str, str], code: int
+) -> None:
+    core: Any = client.CoreV1Api(kube_client)
+    with pytest.raises(ApiException) as info:
+        await core.list_namespaced_pod("llm", **query)
+    assert info.value.status == code
+
+
 @pytest.mark.parametrize(
     ("selector", "labels", "matches"),
     [
