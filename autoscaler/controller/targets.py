@@ -51,6 +51,7 @@ from autoscaler.controller.kube import (
     DEFAULT_RETRY,
     MERGE_PATCH,
     Forbidden,
+    Gone,
     NotFound,
     Refusal,
     RetryPolicy,
@@ -158,11 +159,21 @@ def label_selector(selector: JsonObj | None) -> str:
 
 async def _list_pages(api: client.ApiClient, path: str) -> list[JsonObj]:
     """Every object of a collection, ``LIST_PAGE`` at a time (one consistent snapshot: each page continues the
-    first page's list)."""
+    first page's list).
+
+    A continue token lives until etcd compacts its list's revision (every 5 minutes by default); a later page
+    then answers ``410 Expired``. As client-go's pager (``ListPager.FullListIfExpired``), the read is then made
+    again as one full list: the pages already read are from a revision the server no longer has."""
     items: list[JsonObj] = []
     query: dict[str, str | int] = {"limit": LIST_PAGE}
     while True:
-        page = await get_json(api, path, query=query)
+        try:
+            page = await get_json(api, path, query=query)
+        except Gone:
+            if "continue" not in query:
+                raise
+            whole: list[JsonObj] = (await get_json(api, path)).get("items") or []
+            return whole
         items.extend(page.get("items") or [])
         token = (page.get("metadata") or {}).get("continue")
         if not token:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes_asyncio import client
 
+from autoscaler.controller import targets as targets_mod
 from autoscaler.controller.kinds import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
 from autoscaler.controller.kube import Forbidden, NotFound, ServerError
 from autoscaler.controller.targets import (
@@ -463,6 +464,29 @@ async def test_observe_many_fails_only_the_targets_a_failed_read_was_for(
     assert "p-lone" in failed
     assert failed - {"p-lone"} in groups, "a failed list fails exactly the targets it was for"
     assert isinstance(batched["p-missing"], NotFound)
+
+
+async def test_a_paged_target_list_whose_continue_token_expired_is_read_again_whole(
+    kube: Emulator, kube_client: client.ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd compacts a paged list's revision while it is read: the next page answers 410 Expired (as the real
+    server). As client-go's pager, the read falls back to one full list and answers what the cluster holds now."""
+    monkeypatch.setattr(targets_mod, "LIST_PAGE", 2)
+    policies = _many_targets(kube)
+    listing = "/apis/apps/v1/namespaces/llm/deployments"
+
+    def compacted() -> None:
+        kube.modify("apps/v1", "Deployment", "c", "llm", spec={"replicas": 3})
+        kube.compact()
+
+    kube.after("GET", listing, compacted)  # right after the first page
+    batched = await KubeTargets(kube_client, retry=FAST_RETRY, now=lambda: NOW).observe_many(policies)
+    c = batched["p-c"]
+    assert not isinstance(c, Exception), c
+    assert c.replicas.spec == 3
+    assert isinstance(batched["p-missing"], NotFound)
+    pages = [(r.query.get("limit"), r.status) for r in kube.requests if r.path == listing]
+    assert pages == [("2", 200), ("2", 410), (None, 200)]
 
 
 async def test_one_target_is_one_read_and_one_list(kube: Emulator, kube_client: client.ApiClient) -> None:
