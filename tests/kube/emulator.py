@@ -50,8 +50,13 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    ``410 Expired``); ``clear_faults`` ends them all. Each may be limited to one client by its User-Agent
    (``agent``), so a test can cut off one controller replica and not the other. All waits are on the event
    loop's clock (virtual under looptime).
-11. Event validation as the API server's (``ValidateEventCreate``): an ``events.k8s.io/v1`` Event whose
-   ``note`` exceeds 1,024 **bytes** is rejected with ``422`` (core ``v1`` Events are exempt, as there).
+11. Event validation as the API server's (``ValidateEventCreate``/``ValidateEventUpdate``, ``_event_problems``):
+   an ``events.k8s.io/v1`` Event needs ``eventTime``, ``reportingController`` (a qualified name),
+   ``reportingInstance``, ``action`` and ``reason`` (each at most 128 bytes), a ``note`` of at most 1,024
+   **bytes**, a ``type`` of Normal or Warning, a ``series`` of count >= 2 with ``lastObservedTime``, and may change
+   only its ``series`` on update (``422`` otherwise); core ``v1`` Events are held to the legacy rules only.
+12. Custom resources whose CRD this repository ships (ScalingPolicy) are pruned to their structural schema and
+   validated against it (``422``), as apiextensions-apiserver does (``_structural``).
 
 Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
 Kueue ``v1beta1`` and ``v1beta2`` share one storage (v1beta2) with the priority-class field converted.
@@ -64,16 +69,21 @@ import base64
 import contextlib
 import copy
 import fnmatch
+import functools
 import json
 import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
+import jsonschema
 import yaml
 from aiohttp import web
+
+from tests.kube import schema as crd_schema
 
 JsonObj = dict[str, Any]
 
@@ -300,6 +310,105 @@ CONTINUE_EXPIRED = (
     "results. Continuing with the provided token results in an inconsistent list - objects that were created, "
     "modified, or deleted between the time the first chunk was returned and now may show up in the list."
 )
+
+
+#: Custom resources whose CRD this repository ships, by (group, plural): the file of its CRD.
+CRD_FILES = {
+    ("autoscaler.dev", "scalingpolicies"): Path(__file__).resolve().parents[2] / "deploy" / "base" / "crd.yaml",
+}
+
+
+@functools.cache
+def _crd_schema(group: str, plural: str) -> JsonObj | None:
+    path = CRD_FILES.get((group, plural))
+    if path is None:
+        return None
+    (version,) = yaml.safe_load(path.read_text())["spec"]["versions"]
+    schema: JsonObj = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _structural(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    """A custom resource as the server stores it, for the CRDs this repository ships (``CRD_FILES``): fields its
+    structural schema does not declare are pruned, and what is left must validate (422 ``Invalid`` otherwise),
+    as apiextensions-apiserver does. Other kinds pass as they are (their schemas are not here)."""
+    schema = _crd_schema(rt.group, rt.plural)
+    if schema is None:
+        return obj
+    pruned: JsonObj = crd_schema.prune(obj, schema)
+    problems = sorted(
+        jsonschema.Draft7Validator(crd_schema.as_json_schema(schema, closed=False)).iter_errors(pruned),
+        key=lambda e: list(e.absolute_path),
+    )
+    if problems:
+        name = (obj.get("metadata") or {}).get("name", "")
+        causes = ", ".join(f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in problems[:5])
+        raise ApiError(422, f'{rt.kind}.{rt.group} "{name}" is invalid: {causes}', "Invalid",
+                       {"group": rt.group, "kind": rt.kind, "name": name})
+    return pruned
+
+
+#: k8s.io/kubernetes pkg/apis/core/validation/events.go: the limits of an Event written through events.k8s.io/v1.
+EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "note": 1024}
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+#: What an update through events.k8s.io/v1 may not change (``ValidateEventUpdate``); ``series`` may change.
+_EVENT_IMMUTABLE = ("regarding", "related", "reason", "note", "type", "eventTime", "action", "reportingController",
+                    "reportingInstance", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
+                    "deprecatedCount")
+
+
+def _event_problems(rt: ResourceType, obj: JsonObj, old: JsonObj | None) -> list[tuple[str, str]]:
+    """``ValidateEventCreate`` / ``ValidateEventUpdate`` (k8s.io/kubernetes pkg/apis/core/validation/events.go)
+    for what this emulator stores: an Event written through ``events.k8s.io/v1`` is validated strictly (required
+    fields, lengths in bytes, ``type``, ``series``, the deprecated fields unset; immutable but for ``series`` on
+    update); one written through core ``v1`` without an ``eventTime`` only has its namespace checked (legacy)."""
+    out: list[tuple[str, str]] = []
+    meta = obj.get("metadata") or {}
+    if not rt.group:  # core v1
+        involved = (obj.get("involvedObject") or {}).get("namespace")
+        if not obj.get("eventTime") and involved and involved != meta.get("namespace"):
+            out.append(("involvedObject.namespace", "does not match event.namespace"))
+        return out
+    if old is not None:
+        for f in _EVENT_IMMUTABLE:
+            if obj.get(f) != old.get(f):
+                out.append((f, "field is immutable"))
+        if obj.get("series") != old.get("series"):
+            out.extend(_series_problems(obj.get("series")))
+        return out
+    for f in ("reportingController", "reportingInstance", "action", "reason"):
+        if not obj.get(f):
+            out.append((f, "Required value"))
+    for f, limit in EVENT_LIMITS.items():
+        if isinstance(obj.get(f), str) and len(obj[f].encode()) > limit:
+            out.append((f, f"Too long: may not be more than {limit} bytes"))
+    controller = obj.get("reportingController")
+    if controller and not _QUALIFIED_NAME.match(str(controller)):
+        out.append(("reportingController", "Invalid value: must be a qualified name"))
+    if not obj.get("eventTime"):
+        out.append(("eventTime", "Required value"))
+    if obj.get("type") not in ("Normal", "Warning"):
+        out.append(("type", f"Invalid value: {obj.get('type')!r}"))
+    for f in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount", "deprecatedSource"):
+        if obj.get(f):
+            out.append((f, "needs to be unset"))
+    regarding = (obj.get("regarding") or {}).get("namespace")
+    if not regarding and meta.get("namespace") not in ("default", "kube-system"):
+        out.append(("regarding.namespace", "does not match event.namespace"))
+    out.extend(_series_problems(obj.get("series")))
+    return out
+
+
+def _series_problems(series: Any) -> list[tuple[str, str]]:
+    if not isinstance(series, dict):
+        return []
+    out = []
+    if int(series.get("count") or 0) < 2:
+        out.append(("series.count", "should be at least 2"))
+    if not series.get("lastObservedTime"):
+        out.append(("series.lastObservedTime", "Required value"))
+    return out
 
 
 def _list_key(obj: JsonObj) -> tuple[str, str]:
@@ -993,6 +1102,7 @@ class Emulator:
         meta.setdefault("creationTimestamp", DEFAULT_TIMESTAMP)
         meta["generation"] = 1
         obj["apiVersion"], obj["kind"] = rt.api_version(version), rt.kind
+        obj = _structural(rt, obj)
         self._validate(rt, obj)
         stored = self._commit(rt, key, self._to_storage(rt, obj), "ADDED")
         return _convert(rt, stored, version)
@@ -1146,6 +1256,8 @@ class Emulator:
                 error = ApiError(fault.code, fault.message)
                 if fault.code == 409:
                     error = conflict(rt, target.name or "")
+                if fault.retry_after is not None:  # the server's 429 says it twice: header and Status details
+                    error.details = {**(error.details or {}), "retryAfterSeconds": fault.retry_after}
                 response = web.json_response(error.body(), status=fault.code)
                 if fault.retry_after is not None:
                     response.headers["Retry-After"] = str(fault.retry_after)
@@ -1378,17 +1490,20 @@ class Emulator:
         return response
 
     @staticmethod
-    def _validate(rt: ResourceType, obj: JsonObj) -> None:
-        """The server's validation where clients trip: an events.k8s.io/v1 note is at most 1,024 bytes."""
-        if rt.group == "events.k8s.io" and isinstance(obj.get("note"), str):
-            size = len(obj["note"].encode())
-            if size > 1024:
-                name = (obj.get("metadata") or {}).get("name", "")
-                raise ApiError(
-                    422, f'Event.events.k8s.io "{name}" is invalid: note: Too long: may not be more than 1024 bytes',
-                    "Invalid", {"group": rt.group, "kind": "Event", "name": name,
-                                "causes": [{"reason": "FieldValueTooLong", "field": "note"}]},
-                )
+    def _validate(rt: ResourceType, obj: JsonObj, old: JsonObj | None = None) -> None:
+        """The server's validation where clients trip: Events (``_event_problems``), on create and on update
+        (``old``: the stored object)."""
+        if rt.plural != "events":
+            return
+        problems = _event_problems(rt, obj, old)
+        if problems:
+            name = (obj.get("metadata") or {}).get("name", "")
+            kind = "Event.events.k8s.io" if rt.group else "Event"
+            raise ApiError(
+                422, f'{kind} "{name}" is invalid: ' + ", ".join(f"{f}: {why}" for f, why in problems), "Invalid",
+                {"group": rt.group, "kind": "Event", "name": name,
+                 "causes": [{"reason": "FieldValueInvalid", "field": f, "message": why} for f, why in problems]},
+            )
 
     def _check_body(self, target: _Target, body: Any) -> JsonObj:
         if not isinstance(body, dict):
@@ -1507,9 +1622,10 @@ class Emulator:
                 new["status"] = copy.deepcopy(stored["status"])
             else:
                 new.pop("status", None)
+        new = _structural(rt, new)
         if new.get("spec") != stored.get("spec"):
-            meta["generation"] = int(old_meta.get("generation", 1)) + 1
-        self._validate(rt, new)
+            new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
+        self._validate(rt, new, stored)
         committed = self._commit(rt, key, new, "MODIFIED")
         return _convert(rt, committed, target.version)
 

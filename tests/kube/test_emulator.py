@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -16,6 +18,7 @@ from tests.kube.emulator import Emulator, Rbac, label_selector_matches
 from tests.kube.kueue import Kueue
 
 LWS = ("leaderworkerset.x-k8s.io", "v1", "llm", "leaderworkersets")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _status(exc: ApiException) -> dict[str, Any]:
@@ -595,20 +598,96 @@ async def test_scalingpolicy_status_subresource(kube: Emulator, kube_client: cli
     status, a /status write changes only the status and not the generation."""
     custom: Any = client.CustomObjectsApi(kube_client)  # the generated stubs omit _content_type
     args = ("autoscaler.dev", "v1alpha1", "llm", "scalingpolicies")
-    body = {"apiVersion": "autoscaler.dev/v1alpha1", "kind": "ScalingPolicy", "metadata": {"name": "p"},
-            "spec": {"minReplicas": 1}}
+    body = _scaling_policy("p")
     await custom.create_namespaced_custom_object(*args, body)
     await custom.patch_namespaced_custom_object_status(
         *args, "p", {"status": {"reason": "ScaleUp"}, "spec": {"minReplicas": 9}},
         _content_type="application/merge-patch+json")
     obj = kube.get("autoscaler.dev/v1alpha1", "ScalingPolicy", "p", "llm")
     assert obj["status"] == {"reason": "ScaleUp"}
-    assert obj["spec"] == {"minReplicas": 1}
+    assert obj["spec"]["minReplicas"] == 1
     assert obj["metadata"]["generation"] == 1
     await custom.patch_namespaced_custom_object(
         *args, "p", {"spec": {"minReplicas": 2}, "status": {"reason": "Nope"}},
         _content_type="application/merge-patch+json")
     obj = kube.get("autoscaler.dev/v1alpha1", "ScalingPolicy", "p", "llm")
     assert obj["status"] == {"reason": "ScaleUp"}
-    assert obj["spec"] == {"minReplicas": 2}
+    assert obj["spec"]["minReplicas"] == 2
     assert obj["metadata"]["generation"] == 2
+
+
+def _scaling_policy(name: str) -> dict[str, Any]:
+    """The first ScalingPolicy of policies/recommended.yaml (valid against the CRD), named ``name`` in llm."""
+    doc = next(d for d in yaml.safe_load_all((ROOT / "policies" / "recommended.yaml").read_text())
+               if d and d.get("kind") == "ScalingPolicy")
+    doc["metadata"] = {"name": name, "namespace": "llm"}
+    return dict(doc)
+
+
+async def test_a_custom_resource_is_pruned_and_validated_against_its_crd(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """As apiextensions-apiserver: fields the CRD's structural schema does not declare are dropped without an
+    error (a status field the controller writes and the CRD lacks is lost, silently), and a wrong type is 422."""
+    custom: Any = client.CustomObjectsApi(kube_client)
+    args = ("autoscaler.dev", "v1alpha1", "llm", "scalingpolicies")
+    body = _scaling_policy("p")
+    body["spec"]["bogus"] = 1
+    await custom.create_namespaced_custom_object(*args, body)
+    await custom.patch_namespaced_custom_object_status(
+        *args, "p", {"status": {"reason": "ScaleUp", "notInTheSchema": 3}},
+        _content_type="application/merge-patch+json")
+    obj = kube.get("autoscaler.dev/v1alpha1", "ScalingPolicy", "p", "llm")
+    assert "bogus" not in obj["spec"]
+    assert obj["status"] == {"reason": "ScaleUp"}
+    with pytest.raises(ApiException) as info:
+        await custom.patch_namespaced_custom_object_status(
+            *args, "p", {"status": {"currentReplicas": "three"}}, _content_type="application/merge-patch+json")
+    assert info.value.status == 422
+    assert "currentReplicas" in _status(info.value)["message"]
+
+
+def _event(**change: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "e", "namespace": "llm"},
+        "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "autoscaler.dev/controller",
+        "reportingInstance": "pod-a", "action": "scale", "reason": "ScaleUp", "note": "why", "type": "Normal",
+        "regarding": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "llm", "name": "d"},
+    }
+    body.update(change)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        pytest.param({"reportingInstance": None}, "reportingInstance", id="instance-required"),
+        pytest.param({"reportingInstance": "x" * 129}, "reportingInstance", id="instance-over-128-bytes"),
+        pytest.param({"reportingController": "not a name"}, "reportingController", id="controller-qualified-name"),
+        pytest.param({"eventTime": None}, "eventTime", id="event-time-required"),
+        pytest.param({"type": "Info"}, "type", id="type-normal-or-warning"),
+        pytest.param({"series": {"count": 1, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}}, "series.count",
+                     id="series-count-at-least-2"),
+        pytest.param({"deprecatedCount": 3}, "deprecatedCount", id="deprecated-fields-unset"),
+    ],
+)
+async def test_events_v1_are_validated_as_the_server_does(
+    kube: Emulator, kube_client: client.ApiClient, change: dict[str, Any], field: str
+) -> None:
+    events: Any = client.EventsV1Api(kube_client)
+    with pytest.raises(ApiException) as info:
+        await events.create_namespaced_event("llm", _event(**change))
+    assert info.value.status == 422
+    assert field in _status(info.value)["message"]
+
+
+async def test_an_events_v1_update_may_change_only_its_series(kube: Emulator, kube_client: client.ApiClient) -> None:
+    events: Any = client.EventsV1Api(kube_client)
+    await events.create_namespaced_event("llm", _event())
+    merge = "application/merge-patch+json"
+    series = {"series": {"count": 2, "lastObservedTime": "2026-01-01T00:01:00.000000Z"}}
+    await events.patch_namespaced_event("e", "llm", series, _content_type=merge)
+    with pytest.raises(ApiException) as info:
+        await events.patch_namespaced_event("e", "llm", {"note": "another"}, _content_type=merge)
+    assert info.value.status == 422
+    assert "note: field is immutable" in _status(info.value)["message"]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from autoscaler.policyfile import crd
+from tests.kube.schema import as_json_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = ROOT / "deploy" / "base" / "crd.yaml"
@@ -49,24 +50,7 @@ def structural_problems(node: dict[str, Any], path: str = "") -> list[str]:
 
 
 def _as_json_schema(node: Any) -> Any:
-    """OpenAPI v3.0 (``nullable``, boolean ``exclusiveMinimum``) as JSON Schema, to validate documents."""
-    if isinstance(node, list):
-        return [_as_json_schema(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _as_json_schema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
-    if out.pop("nullable", False) and "type" in out:
-        out["type"] = [out["type"], "null"]
-        if "enum" in out:
-            out["enum"] = [*out["enum"], None]
-    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-        if out.get(bound) is True:
-            out[bound] = out.pop(limit)
-        elif out.get(bound) is False:
-            out.pop(bound)
-    if "properties" in out:
-        out["additionalProperties"] = False  # what the server's pruning plus kubectl's strict validation do
-    return out
+    return as_json_schema(node)
 
 
 def test_the_checked_in_crd_is_generated_from_the_models() -> None:
