@@ -29,6 +29,9 @@ from autoscaler.controller.logs import get_logger
 #: events.k8s.io/v1 limits ``note`` to 1,024 bytes (the API server's validation measures the UTF-8 bytes of a Go
 #: string, not characters): a longer note is rejected with 422 and the Event is lost.
 MAX_NOTE = 1024
+#: The same validation limits ``reportingInstance``, ``action`` and ``reason`` to 128 bytes each
+#: (k8s.io/kubernetes pkg/apis/core/validation/events.go); the instance is the pod name, which may be 253.
+MAX_FIELD = 128
 ELLIPSIS = "…"
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -87,6 +90,7 @@ class EventRecorder:
     ) -> None:
         """Create an Event, or bump the series of an identical recent one."""
         note = cut_note(message)
+        reason, action = _cut(reason), _cut(action)
         key = (obj.api_version, obj.kind, obj.namespace, obj.name, type_, reason, note)
         now_mono = asyncio.get_running_loop().time()
         wall = self._wall()
@@ -122,7 +126,7 @@ class EventRecorder:
                 "metadata": {"name": name, "namespace": obj.namespace},
                 "eventTime": ts,
                 "reportingController": self.config.reporting_controller,
-                "reportingInstance": self.instance,
+                "reportingInstance": _cut(self.instance),
                 "action": action,
                 "reason": reason,
                 "note": note,
@@ -146,7 +150,7 @@ class EventRecorder:
                 "lastTimestamp": seconds,
                 "source": {"component": self.config.reporting_controller},
                 "reportingComponent": self.config.reporting_controller,
-                "reportingInstance": self.instance,
+                "reportingInstance": _cut(self.instance),
             }
             await self._core.create_namespaced_event(obj.namespace, body)
 
@@ -173,6 +177,11 @@ def cut_note(message: str, limit: int = MAX_NOTE) -> str:
     room = limit - len(ELLIPSIS.encode())
     # Decoding with "ignore" drops a multi-byte character split by the cut instead of leaving half of it.
     return data[:room].decode("utf-8", "ignore") + ELLIPSIS
+
+
+def _cut(text: str) -> str:
+    """``text`` within ``MAX_FIELD`` UTF-8 bytes, cut at a character boundary (no ellipsis: these are names)."""
+    return text.encode()[:MAX_FIELD].decode("utf-8", "ignore")
 
 
 def _event_name(obj: ObjectRef, key: tuple[str, ...], wall: float) -> str:

@@ -103,3 +103,19 @@ async def test_long_messages_are_cut_to_the_api_limit_in_bytes(
     assert len(note.encode()) >= 1024 - 3 - 2  # cut at most one character short of the limit
     assert note.endswith("…")
     assert message.startswith(note[:-1])
+
+
+async def test_a_long_pod_name_still_reports(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """The instance is the pod name (up to 253 characters); events.k8s.io/v1 refuses a ``reportingInstance`` over
+    128 bytes with 422, and every Event of the controller would be lost. It is cut to the limit."""
+    errors: list[int] = []
+    config = EventsConfig.model_validate({"api": "events.k8s.io/v1"})
+    rec = EventRecorder(kube_client, config=config, instance="tgi-autoscaler-" + "x" * 200, wall=time.time,
+                        on_error=lambda: errors.append(1))
+    for _ in range(2):
+        await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="queue 30 > 10/replica: 1 -> 3",
+                         action="scale")
+    assert errors == []
+    (event,) = kube.list("events.k8s.io/v1", "Event", "llm")
+    assert event["reportingInstance"] == ("tgi-autoscaler-" + "x" * 200)[:128]
+    assert event["series"]["count"] == 2
