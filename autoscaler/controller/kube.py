@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -32,7 +33,13 @@ import aiohttp.helpers
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 from yarl import URL
 
 from autoscaler.policyfile import files
@@ -89,9 +96,13 @@ class Gone(KubeError):
 
 
 class ServerError(KubeError):
-    """429 and 5xx: the server is overloaded or failing. Retry within a bound."""
+    """429 and 5xx: the server is overloaded or failing. Retry within a bound, not sooner than the server's
+    ``Retry-After`` (``retry_after_s``) when it sent one."""
 
     retryable = True
+
+    #: The server's ``Retry-After`` in seconds (None: it sent none).
+    retry_after_s: float | None = None
 
 
 def translate(exc: ApiException) -> KubeError:
@@ -124,7 +135,25 @@ def translate(exc: ApiException) -> KubeError:
         kind = BadRequest
     else:
         kind = KubeError
-    return kind(status, reason, message)
+    error = kind(status, reason, message)
+    if isinstance(error, ServerError):
+        error.retry_after_s = retry_after(exc, body)
+    return error
+
+
+def retry_after(exc: ApiException, body: object) -> float | None:
+    """The seconds a 429 or 5xx asks the client to wait: its ``Retry-After`` header (whole seconds, as the API
+    server's max-in-flight and priority-and-fairness filters send it), else the Status's
+    ``details.retryAfterSeconds``; None when neither says, or says nonsense."""
+    headers = getattr(exc, "headers", None) or {}
+    value: object = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is None and isinstance(body, dict):
+        value = (body.get("details") or {}).get("retryAfterSeconds")
+    try:
+        seconds = float(str(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: not what the API server sends; the jittered wait stands
+    return seconds if seconds is not None and 0 < seconds < math.inf else None
 
 
 async def call(awaitable: Awaitable[T]) -> T:
@@ -145,17 +174,35 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+#: The longest ``Retry-After`` honoured before a retry (seconds; an estimate): the API server asks for 1 s; a
+#: larger ask is cut so that one call's retries stay within a pass, not hold its policy for minutes.
+RETRY_AFTER_MAX_S = 5.0
+
+
+def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
+    """Full jitter (``wait_random_exponential``), but never sooner than the failed call's ``Retry-After``: client-go
+    waits it out before retrying a 429 or 5xx (k8s.io/client-go rest/request.go, ``checkWait``); retrying sooner
+    only meets the priority-and-fairness filter's next 429."""
+    jitter = wait_random_exponential(multiplier=policy.base_s, max=policy.max_wait_s)
+
+    def wait(state: RetryCallState) -> float:
+        base = float(jitter(state))
+        failed = state.outcome.exception() if state.outcome is not None else None
+        after = failed.retry_after_s if isinstance(failed, ServerError) else None
+        return max(base, min(after, RETRY_AFTER_MAX_S)) if after else base
+
+    return wait
 
 
 async def retrying(policy: RetryPolicy, attempt: Callable[[], Awaitable[T]]) -> T:
     """Run ``attempt`` (which must re-read what it writes) again on ``Conflict`` or ``ServerError``.
 
-    Jitter spreads the retries of controller replicas or policies that collided; the last error is
-    raised as is once the attempts are spent.
+    Jitter spreads the retries of controller replicas or policies that collided; a server's ``Retry-After`` is
+    waited out (``_wait``); the last error is raised as is once the attempts are spent.
     """
     retryer = AsyncRetrying(
         stop=stop_after_attempt(policy.attempts),
-        wait=wait_random_exponential(multiplier=policy.base_s, max=policy.max_wait_s),
+        wait=_wait(policy),
         retry=retry_if_exception_type((Conflict, ServerError)),
         reraise=True,
     )

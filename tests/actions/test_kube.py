@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp.helpers
 import pytest
 import yaml
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from autoscaler import cli
 from autoscaler.controller import kube as kubemod
@@ -106,6 +109,40 @@ async def test_status_errors_become_typed(
     assert err.value.status == code
     assert err.value.retryable is retryable
     assert "\n" not in str(err.value)
+
+
+async def test_a_429_is_retried_no_sooner_than_its_retry_after(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """The API server's priority-and-fairness filter answers 429 with ``Retry-After: 1``; client-go waits it out
+    before retrying (rest/request.go). ``retrying`` does too, whatever its own jitter (here none)."""
+    kube.add(objects.deployment())
+    path = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment"
+    kube.inject(429, path, retry_after=1, message="Too many requests, please try again later.")
+    loop = asyncio.get_running_loop()
+    answered: list[float] = []
+    kube.after("GET", path, lambda: answered.append(loop.time()), times=2)
+    apps = client.AppsV1Api(kube_client)
+    got = await kubemod.retrying(kubemod.RetryPolicy(attempts=3, base_s=0.0, max_wait_s=0.0),
+                                 lambda: call(apps.read_namespaced_deployment("tgi-gemma-deployment", "llm")))
+    assert got.metadata.name == "tgi-gemma-deployment"
+    assert len(answered) == 2
+    assert answered[1] - answered[0] >= 1.0
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "seconds"),
+    [
+        pytest.param({"Retry-After": "2"}, None, 2.0, id="header"),
+        pytest.param({}, {"details": {"retryAfterSeconds": 3}}, 3.0, id="status-details"),
+        pytest.param({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}, None, None, id="http-date-ignored"),
+        pytest.param({}, None, None, id="none"),
+    ],
+)
+def test_retry_after_is_read_from_the_header_or_the_status(
+    headers: dict[str, str], body: dict[str, object] | None, seconds: float | None
+) -> None:
+    exc = ApiException(status=429, reason="Too Many Requests")
+    exc.headers = CIMultiDictProxy(CIMultiDict(headers))
+    assert kubemod.retry_after(exc, body) == seconds
 
 
 async def test_not_found_carries_the_server_message(kube_client: client.ApiClient) -> None:
