@@ -82,6 +82,22 @@ async def test_a_failed_write_keeps_the_old_state_and_warns(
     )
 
 
+async def test_a_target_deleted_while_it_is_scaled_is_not_retried_and_warns(
+    kube: Emulator, rt: Runtime, tgi: TgiMetrics
+) -> None:
+    """Deleted between the Scale's read and the write: the real server answers 404 to what follows. A 404 lasts
+    (not retried, unlike 409 and 5xx), nothing is committed, and one Warning says so."""
+    deployment = SCALE.removesuffix("/scale")
+    kube.after("GET", SCALE, lambda: kube.remove("apps/v1", "Deployment", "tgi-gemma-deployment", "llm"))
+    tgi.queue = 25
+    before = rt.controller.states.get("tgi-gemma")
+    assert not await rt.controller.run_once()
+    assert rt.controller.states.get("tgi-gemma") == before
+    (warning,) = notes(kube, "ActionFailed")
+    assert "NotFound" in warning
+    assert [r.status for r in kube.requests if r.path.startswith(deployment)].count(404) == 1
+
+
 async def test_another_autoscaler_owning_the_target_is_refused_with_a_warning(
     kube: Emulator, rt: Runtime, tgi: TgiMetrics
 ) -> None:
