@@ -103,3 +103,18 @@ async def test_an_object_deleted_while_the_stream_was_gone_is_deleted_by_the_rel
     assert w.relists == 2
     kube.add(objects.deployment(name="other", replicas=2))  # and it may come back: ADDED, not swallowed
     assert await seen.next() == ("ADDED", "other", 2)
+
+
+async def test_a_watch_event_larger_than_aiohttp_s_default_line_is_delivered(
+    kube: Emulator, watching: tuple[Watcher, Seen]
+) -> None:
+    """A watch event is one JSON line, as large as the object (etcd takes requests up to 1.5 MiB). aiohttp refuses a
+    line over twice its read buffer (64 KiB by default: "Line is too long"/"Chunk too big", kopf#275,
+    kubernetes_asyncio#137), and the Watcher would then retry the same event forever. kubernetes_asyncio's session
+    reads with a 2 MiB buffer (lines to 4 MiB); this holds it to that."""
+    _w, seen = watching
+    await seen.next()
+    await kube.wait_for_watchers(1, plural="deployments")
+    kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                metadata={"annotations": {"big": "x" * 600_000}}, spec={"replicas": 2})
+    assert await seen.next() == ("MODIFIED", "tgi-gemma-deployment", 2)
