@@ -461,6 +461,27 @@ def environment_once(api: client.ApiClient) -> None:
     session._trust_env = False
 
 
+def reserve_watch_connections(api: client.ApiClient, watches: int) -> None:
+    """Size ``api``'s connection pool to its configuration's ``connection_pool_maxsize`` (kubernetes_asyncio: 100)
+    **plus** ``watches``, the watches open on it.
+
+    Why: each watch holds one HTTP/1.1 connection for as long as it runs (aiohttp speaks no HTTP/2; client-go
+    multiplexes every watch over one HTTP/2 connection, so a Go controller never meets this). With the pool shared,
+    100 watches (50 namespaces with targets: a target watch and a pod watch each) left no connection for a read or
+    a write, and every call waited for one until its deadline: against the emulator with a pool of 4 and 4
+    watches, a read failed with ``TimeoutError`` at its 2 s deadline (tests/actions/test_kube.py). The runtime
+    calls this whenever its set of watches changes. aiohttp has no public setter: the attribute is the one its
+    connector reads (the test fails should aiohttp rename it)."""
+    rest: Any = api.rest_client
+    inner = rest.inner if isinstance(rest, DeadlineRest) else rest
+    session = getattr(inner, "pool_manager", None)
+    connector = getattr(session, "connector", None)
+    if not isinstance(connector, aiohttp.BaseConnector) or not connector.limit:
+        return  # not an aiohttp pool, or an unlimited one
+    requests = int(api.configuration.connection_pool_maxsize or 0)
+    connector._limit = requests + max(0, watches) if requests else 0
+
+
 def deadline_of(api: client.ApiClient) -> float | None:
     """The per-call deadline ``with_deadlines`` gave ``api`` (None: none)."""
     rest: Any = api.rest_client

@@ -376,6 +376,7 @@ class Runtime:
 
     def sync_watches(self) -> None:
         wanted = self.watch_specs()
+        kube.reserve_watch_connections(self.api, len(wanted))  # each watch holds a connection: none taken from calls
         for spec in set(self.watchers) - wanted:
             _, task = self.watchers.pop(spec)
             task.cancel()

@@ -26,6 +26,7 @@ from autoscaler.controller.kube import (
     call,
     parse_quantity,
 )
+from autoscaler.controller.observer import Watcher, WatchSpec
 from tests.kube import objects
 from tests.kube.emulator import Emulator
 
@@ -143,6 +144,33 @@ def test_retry_after_is_read_from_the_header_or_the_status(
     exc = ApiException(status=429, reason="Too Many Requests")
     exc.headers = CIMultiDictProxy(CIMultiDict(headers))
     assert kubemod.retry_after(exc, body) == seconds
+
+
+@pytest.mark.parametrize("reserved", [True, False], ids=["reserved", "shared"])
+async def test_watches_leave_the_pool_s_connections_to_calls(kube: Emulator, reserved: bool) -> None:
+    """Each watch holds an HTTP/1.1 connection for its life. With as many watches as the pool has connections a
+    read waits for one until its deadline; ``reserve_watch_connections`` gives the watches their own."""
+    kube.add(objects.deployment())
+    conf = client.Configuration(host=kube.url)
+    conf.connection_pool_maxsize = 4
+    api = kubemod.with_deadlines(client.ApiClient(conf), 2.0)
+    if reserved:
+        kubemod.reserve_watch_connections(api, 4)
+    watchers = [Watcher(api, WatchSpec("apps", "v1", "deployments", f"ns{i}"), lambda *_: None) for i in range(4)]
+    tasks = [asyncio.create_task(w.run()) for w in watchers]
+    try:
+        await asyncio.wait_for(kube.wait_for_watchers(4), 10)
+        read = kubemod.get_json(api, "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment")
+        if reserved:
+            assert (await read)["metadata"]["name"] == "tgi-gemma-deployment"
+        else:
+            with pytest.raises(TimeoutError):
+                await read
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await api.close()
 
 
 async def test_not_found_carries_the_server_message(kube_client: client.ApiClient) -> None:

@@ -255,6 +255,28 @@ async def test_an_object_deleted_while_its_watch_was_gone_stops_running(
         await rt.observer.aclose()
 
 
+async def test_the_runtime_gives_its_watches_their_own_connections(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """Every watch the runtime runs holds a connection: the pool grows by them (``kube.reserve_watch_connections``),
+    so calls keep the configuration's ``connection_pool_maxsize`` however many namespaces are watched."""
+    tutorial_cluster(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    rt = make_runtime(kube_client, tmp_path, ManualClock(), namespaces=["llm"])
+    rt.sync_watches()
+    try:
+        await _until(lambda: "tgi-gemma" in rt.store.policies)
+        rt.sync_watches()  # the policy's target and pod watches join the ScalingPolicy watch
+        assert len(rt.watchers) >= 3
+        connector: Any = kube_client.rest_client.inner.pool_manager.connector  # type: ignore[attr-defined]
+        assert connector.limit == kube_client.configuration.connection_pool_maxsize + len(rt.watchers)
+    finally:
+        for _, task in rt.watchers.values():
+            task.cancel()
+        await asyncio.gather(*(t for _, t in rt.watchers.values()), return_exceptions=True)
+        await rt.observer.aclose()
+
+
 async def _until(predicate: Any, timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
