@@ -9,6 +9,7 @@ the very ``Observation`` run builds) and the controller config's ``defaultSource
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def register(sub: Any) -> None:
     observe.add_argument("--json", action="store_true", help="Print JSON (one document per refresh).")
     observe.add_argument(
         "--replicas",
-        type=int,
+        type=_count,
         default=None,
         metavar="N",
         help="Current replica count outside a cluster (default: read from the cluster when credentials "
@@ -46,9 +47,32 @@ def register(sub: Any) -> None:
         "account or ~/.kube/config when present).",
     )
     observe.add_argument(
-        "--deadline", type=float, default=5.0, metavar="S", help="Per-tick deadline for all sources (default 5 s)."
+        "--deadline", type=_deadline, default=5.0, metavar="S",
+        help="Per-tick deadline for all sources (default 5 s).",
     )
     observe.set_defaults(func=run)
+
+
+def _count(text: str) -> int:
+    """``--replicas``: a whole number ≥ 0 (a usage error, exit 2, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a replica count is ≥ 0")
+    return value
+
+
+def _deadline(text: str) -> float:
+    """``--deadline``: seconds, finite and > 0 (NaN waited on the API server's own 10 s instead)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r}: the deadline is a finite number of seconds > 0")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

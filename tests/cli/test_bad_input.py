@@ -151,6 +151,10 @@ CASES = [
                  id="observe-fifo-policy"),
     pytest.param(Case("observe", lambda f: ["--policy", str(f.long_expression), "--once", "--replicas", "1"], 1,
                       "limit is"), id="observe-2988-terms"),
+    pytest.param(Case("observe", lambda f: ["--policy", str(POLICY), "--once", "--replicas", "1", "--deadline",
+                                            "nan"], 2, "finite number of seconds > 0"), id="observe-deadline-nan"),
+    pytest.param(Case("observe", lambda f: ["--policy", str(POLICY), "--once", "--replicas", "-1"], 2,
+                      "a replica count is ≥ 0"), id="observe-replicas-negative"),
     pytest.param(Case("observe", lambda f: ["--policy", str(POLICY), "--once"], 1, "no such file",
                       env={"KUBECONFIG": "/nonexistent/kubeconfig"}), id="observe-kubeconfig-env-missing"),
     # record
