@@ -187,6 +187,8 @@ _PRESETS = (
         "jetstream", "gauge", ("kv_cache_utilization_perc",), "avg", simulated="kv_usage",
     ),
     # ---------------------------------------------------------------- vLLM V1 (vllm/v1/metrics/loggers.py)
+    # A renamed metric is exported under both names for a release (0.9: both KV-cache gauges; 0.11: both
+    # inter-token histograms); the sources read one series per label set, the first spelling first.
     Preset(
         "vllm.waiting", "vLLM requests waiting to be scheduled.",
         "vllm", "gauge", _vllm("num_requests_waiting"), "sum", simulated="queued",
@@ -200,6 +202,8 @@ _PRESETS = (
         "vllm", "gauge", _vllm("kv_cache_usage_perc", "gpu_cache_usage_perc"), "avg", simulated="kv_usage",
     ),
     # ---------------------------------------------------------------- Text Generation Inference
+    # (huggingface/text-generation-inference docs/source/reference/metrics.md; rendered by the Rust
+    # metrics-exporter-prometheus crate: no HELP unless described, counters without _total)
     Preset(
         "tgi.queue_size", "Text Generation Inference requests waiting in the queue.",
         "tgi", "gauge", ("tgi_queue_size",), "sum", simulated="backlog",
