@@ -64,6 +64,15 @@ group, a conservative prior from a profile):
    ``coldStartSeconds``, not below ``(rate + rise) / (c·κ)``, ``rise``
    the largest rise of the rate within one cold start seen over ``sizing.lookback`` (the burst headroom the
    traffic has shown: a group released now is missing that long if it comes back).
+3b. **Prefill's shrink headroom from a queue model** (``comfortable_load``, ``shrink_headroom``): the 20 %
+   of rule 3 lands a shrink at ``c·(1 − HYSTERESIS)`` per group, at most the load proven comfortable (rule
+   0b's probe). Each prefill group is a single-server queue (one prompt at a time); its wait grows as
+   ``ρ/(1 − ρ)`` (Kingman's G/G/1), calibrated on the TTFT quantile measured at the most loaded settled
+   readings of the last ``scaleDownDelaySeconds`` (the whole quantile taken as wait: only an over-estimate of
+   its growth). Where that model predicts the quantile at most ``RELAX_FRACTION`` of the objective at a higher
+   load ``ρ*``, the shrink may land there, never above ``c`` (where the need grows again). Not at all while
+   any reading of that window was at risk or had requests waiting on every ready group (a burst the minute's
+   quantile does not show), nor for decode (its time per output token is a batch's step, not a queue's wait).
 4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
    new groups, then the most capacity, then the fewest changes from the current counts; within each
    variant's min/max and the role's ``minGroups``; with an inventory (``core.topology``), only mixes whose
@@ -311,6 +320,72 @@ class RoleNeed:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSample:
+    """One settled evaluation's prefill load per ready group (of the learned capacity) and its TTFT quantile
+    over the objective (rule 3b)."""
+
+    t: float
+    load: float
+    ratio: float
+
+
+def kingman_factor(load: float) -> float:
+    """``ρ/(1 − ρ)``: how a single-server queue's wait grows with its utilization ρ (Kingman's G/G/1
+    approximation of the mean wait, ``E[W] ≈ ρ/(1 − ρ) · E[S] · (c_a² + c_s²)/2``: J. F. C. Kingman, "The
+    single server queue in heavy traffic", Proc. Cambridge Philosophical Society 57(4), 1961)."""
+    return load / (1.0 - load)
+
+
+def comfortable_load(samples: Sequence[QueueSample], *, relax: float, hysteresis: float) -> QueueModel | None:
+    """Rule 3b: the load per prefill group up to which the TTFT quantile is predicted comfortably met (≤
+    ``relax`` of its objective), by a G/G/1 queue per group calibrated on what was measured.
+
+    Each prefill group works one prompt at a time behind the router: a single-server queue whose TTFT is its
+    own prefill plus its wait. The wait grows as ``ρ/(1 − ρ)`` (``kingman_factor``; the burstiness and the
+    prompt lengths are the factor ``E[S]·(c_a² + c_s²)/2`` the measurement calibrates, not assumed). The whole
+    measured quantile is taken as wait (none as the prompt's own prefill), which only over-predicts its growth
+    (a constant part does not grow); the quantile's own tail grows more slowly than the mean wait above 3 % of
+    load (the ``slo`` type's ``sizing.prefill_miss``: ``ln(ρ/(1 − q))/(1 − ρ)`` against ``ρ/(1 − ρ)``), so the
+    mean wait's growth is the conservative one. And ρ is the load over the *learned* capacity, which is at most
+    the true one (κ rises only to what was served, or is learned at saturation): a lower true utilization
+    grows the wait more slowly still. Calibrated on the most loaded measurements (within ``hysteresis`` of the
+    highest load measured: the shortest extrapolation), by the worst of them. None without a measurement, or
+    when any reading of the window was at risk (≥ ``RISK_FRACTION``) or had requests waiting on every ready
+    group (a burst the minute's quantile at its mean load does not show; ``ratio`` infinite): then only what
+    was proven counts (rule 0b)."""
+    usable = [s for s in samples if 0.0 < s.load < 1.0 and math.isfinite(s.ratio)]
+    if not usable or any(s.ratio >= RISK_FRACTION for s in samples):
+        return None
+    top = max(s.load for s in usable)
+    band = [s for s in usable if s.load >= top * (1.0 - hysteresis)]
+    worst = max(band, key=lambda s: s.ratio / kingman_factor(s.load))
+    per_factor = worst.ratio / kingman_factor(worst.load)
+    if per_factor <= 0:
+        return QueueModel(1.0, worst)
+    x = relax / per_factor
+    return QueueModel(min(1.0, x / (1.0 + x)), worst)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueModel:
+    """Rule 3b's answer: the load per group predicted comfortable, and the measurement it was calibrated on."""
+
+    load: float
+    calibrated: QueueSample
+
+
+def shrink_headroom(utilization: float, model: QueueModel | None) -> float:
+    """Rule 3b: the headroom a shrink keeps on the peak need. ``HYSTERESIS`` lands a shrink at ``c·(1 −
+    HYSTERESIS)`` per group, at most the load proven comfortable (rule 0b); where the queue model predicts the
+    objective comfortably met at a higher load, the shrink may land there, never above ``c`` (the load at
+    which the need grows again), so the headroom is ``1 − min(c, max(c·(1 − HYSTERESIS), ρ*))/c``."""
+    if model is None or utilization <= 0:
+        return HYSTERESIS
+    land = max(utilization * (1.0 - HYSTERESIS), model.load)
+    return max(0.0, 1.0 - land / utilization)  # at most c: no headroom below 0
+
+
+@dataclass(frozen=True, slots=True)
 class Learned:
     """One role's capacity learned online (rule 0; the ``slo`` type's rule 2, by its own functions)."""
 
@@ -336,6 +411,9 @@ class Learned:
     #: When the ready count last rose (None: not since the first evaluation). A latency quantile whose window
     #: began before it is evidence of fewer groups than serve now (rule 1d).
     rose_at: float | None = None
+    #: Prefill only (rule 3b): each settled evaluation's load per ready group with its TTFT quantile over the
+    #: objective, over the last ``scaleDownDelaySeconds``: what the queue model is calibrated on.
+    queue_samples: tuple[QueueSample, ...] = ()
 
     def latency_of_now(self, now: float, window_s: float) -> bool:
         """Rule 1d: the latency quantile, over its window ``window_s``, is evidence of the ready count now: the
@@ -512,6 +590,8 @@ def learn(
     c = spec.target_utilization if prev.utilization is None else prev.utilization
     proven = prev.proven
     latency = _value(signals, latency_name) if of_now else None
+    # Rule 3b's calibration: the prefill queue's measurements over the window a shrink looks back on.
+    queue_samples = tuple(q for q in prev.queue_samples if now - q.t < config.scale_down_delay_seconds)
     if rate is not None and ready_groups > 0 and ready_cap > 0:
         load = rate / (scale * ready_cap / ready_groups)
         headroom = sizing.learn_utilization(
@@ -525,11 +605,22 @@ def learn(
             near_short=False, hysteresis=HYSTERESIS, dt=dt,
         )
         c, proven = headroom.utilization, headroom.proven
+        if role == "prefill" and latency is not None and settled:
+            queue_samples = (*queue_samples, QueueSample(now, load, latency / objective))
+    if role == "prefill":
+        # Every reading at risk, or with requests waiting on every ready group, whether or not the count was
+        # settled or the quantile is of the groups now: within the window the traffic has come in bursts the
+        # minute's quantile at its mean load does not show (a queue on every group of a role that works one
+        # prompt at a time), so the model calibrated on it is no evidence beyond the load proven (rule 3b).
+        raw = _value(signals, latency_name)
+        if (raw is not None and raw >= RISK_FRACTION * objective) or queued_now:
+            queue_samples = (*queue_samples, QueueSample(now, 0.0, math.inf))
     rates = prev.rates
     if config.cold_start_seconds is not None and rate is not None and warm:
         span = sizing.lookback(config.cold_start_seconds)
         rates = (*(r for r in prev.rates if now - r[0] < span), (now, rate))
-    return Learned(scale, samples, run, queued_since, ready_groups, ready_since, c, proven, rates, rose_at)
+    return Learned(scale, samples, run, queued_since, ready_groups, ready_since, c, proven, rates, rose_at,
+                   queue_samples)
 
 
 def arrival_need(arriving: float, *, window_s: float, objective_s: float, utilization: float, kappa: float) -> float:
@@ -874,13 +965,21 @@ def plan(
             lr = learned[role]
             c_now = spec.target_utilization if lr.utilization is None else lr.utilization
             peak = max(h.need(c_now, lr.scale) for h in history)
-            target = max(peak / (1.0 - HYSTERESIS), rn.keep)
+            model = (comfortable_load(lr.queue_samples, relax=sizing.RELAX_FRACTION, hysteresis=HYSTERESIS)
+                     if role == "prefill" else None)
+            headroom = shrink_headroom(c_now, model)
+            target = max(peak / (1.0 - headroom), rn.keep)
             window = config.scale_down_delay_seconds
             carry = min(target, spec_cap)
             mix = choose_mix(spec.variants, cur, carry, min_groups=spec.min_groups, fits=fit)
             if not rn.may_shrink:
                 mix = {k: max(n, cur[k]) for k, n in mix.items()}
-            how = f"peak {peak:.0f} tokens/s over {window:g}s with {HYSTERESIS:.0%} headroom"
+            how = f"peak {peak:.0f} tokens/s over {window:g}s with {headroom:.0%} headroom"
+            if model is not None and headroom < HYSTERESIS:
+                q = model.calibrated
+                how += (f" (the prefill queue model, calibrated at load {q.load:.2f} per group with TTFT "
+                        f"at {q.ratio:.2f} of its objective, predicts it at most {sizing.RELAX_FRACTION:g} of the "
+                        f"objective up to load {model.load:.2f}; utilization {c_now:.2f})")
             if rn.keep_text:
                 how += f", {rn.keep_text}"
             if now - since < window and any(mix[k] < cur[k] for k in cur):
