@@ -42,6 +42,9 @@ SIMULATED = (
     "backlog",  # waiting for a slot + holding a slot with the prefill not started
     "queued",  # waiting for a slot
     "running",  # holding a slot
+    # In the batch as of the last forward pass: prefilled and decoding. A request waiting for its prefill, or in
+    # it, is not yet there (TGI's ``tgi_batch_current_size``: ``autoscaler.sim.model``'s docstring, with the source).
+    "decoding",
     "slots_used",  # running / slots, 0-1
     "kv_usage",  # KV cache in use / capacity, 0-1
     "prompt_tokens",  # counter: prompt tokens of the requests whose prefill finished
@@ -210,7 +213,7 @@ _PRESETS = (
     ),
     Preset(
         "tgi.batch_size", "Text Generation Inference requests in the current batch.",
-        "tgi", "gauge", ("tgi_batch_current_size",), "sum", simulated="running",
+        "tgi", "gauge", ("tgi_batch_current_size",), "sum", simulated="decoding",
     ),
     # ---------------------------------------------------------------- counters and histograms
     Preset(

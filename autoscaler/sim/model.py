@@ -40,6 +40,15 @@ behind other prompts' prefills, not the request's own prefill. Where each server
   the prefilled request into a decode slot. Here a request takes its slot before its prefill, so those waits are
   the waits for the slot and for the prefill FIFO, and the insertion is its first token.
 
+TGI's two gauges split the requests it holds; none is in both. ``tgi_queue_size`` counts the entries not yet taken
+into a batch: it rises as a request is appended and is set to what is left each time ``State::next_batch`` takes
+some (router/src/infer/v3/queue.rs, ``queue_task``). ``tgi_batch_current_size`` is the size of the batch the last
+forward pass returned, set at the top of each pass of the batching loop, and 0 when the batch empties
+(router/src/infer/v3/scheduler.rs, ``batching_task``). A request taken for prefill is in neither until its prefill
+ends and its batch joins the running one. Here, where a request takes its slot before its prefill, the queue is
+the requests waiting for a slot or for their prefill (the simulated ``backlog``) and the batch is the decoding
+ones (``decoding``). The prompt being prefilled is in neither, as on TGI.
+
 Time to first token. vLLM's ``vllm:time_to_first_token_seconds`` counts from the request's arrival (the simulated
 ``ttft`` histogram: arrival to first token). JetStream's ``jetstream_time_to_first_token`` does not: the detokenize
 thread observes ``first_token_return_time - request.metadata.prefill_dequeue_time`` (jetstream/core/orchestrator.py,
@@ -219,7 +228,7 @@ class ReplicaGauges:
     queued: int  # waiting for a slot
     prefill_pending: int  # holding a slot, prefill not started
     running: int  # holding a slot (prefilling or decoding)
-    decoding: int
+    decoding: int  # prefilled, in the decode batch
     slots_used: float  # 0-1
     kv_usage: float  # 0-1
     prompt_tokens: float = 0.0  # counter

@@ -43,6 +43,7 @@ QUANTITIES: dict[str, Quantity] = {
     "backlog": lambda g: float(g.queued + g.prefill_pending),
     "queued": lambda g: float(g.queued),
     "running": lambda g: float(g.running),
+    "decoding": lambda g: float(g.decoding),
     "slots_used": lambda g: g.slots_used,
     "kv_usage": lambda g: g.kv_usage,
 }
