@@ -182,6 +182,7 @@ def learn_utilization(
     dt: float,
     judged_load: float | None = None,
     risk_load: float | None = None,
+    spare_evidence: bool = True,
 ) -> Headroom:
     """``c`` after ``dt`` seconds, from the measured latency against the objective (the ``slo`` type's rule 3).
 
@@ -203,14 +204,21 @@ def learn_utilization(
     ``proveOverWindow``: the lowest load over the quantile's window); only it may be proven.
     ``risk_load``: the load a quantile at risk is judged at, when it is not ``load`` (the ``slo`` type's
     ``breachOverWindow``: the highest load over the quantile's window); the model is content when it needed no more
-    than the ready replicas there."""
+    than the ready replicas there.
+    ``spare_evidence``: False while the measured quantile is no evidence of capacity to spare (the ``slo`` type's
+    ``observedAtEnd``: requests that waited have not all been observed yet); then ``c`` neither recovers nor probes,
+    and a risk still lowers it."""
     c = utilization
     at_risk = ratio is not None and ratio >= RISK_FRACTION
     h = hysteresis
     model_content = ceil_count((load if risk_load is None else risk_load) / c) <= ready
     if at_risk and starting == 0 and ratio is not None and model_content:
         c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
-    elif not latency_unknown and ((ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and demand_zero)):
+    elif (
+        spare_evidence
+        and not latency_unknown
+        and ((ratio is not None and ratio <= RELAX_FRACTION) or (ratio is None and demand_zero))
+    ):
         if c < target:
             c = target - (target - c) * math.exp(-dt / RECOVER_TAU_S)
         # The upward probe: a conservative prior (or targetUtilization) is never corrected by saturation,

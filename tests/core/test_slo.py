@@ -1870,3 +1870,51 @@ def test_an_unknown_queue_time_makes_what_users_feel_unknown() -> None:
 def test_after_queue_needs_both_latencies() -> None:
     with pytest.raises(ValidationError, match="ttftAfterQueue judges queue time \\+ TTFT"):
         policy(config(signals={"waiting": "waiting", "ttft": "ttfth"}, ttftAfterQueue=True))
+
+
+#: A 60 s latency quantile comfortably met whose histogram observes 2 requests ending per second (cumulative rates).
+ENDING = {0.5: 2.0, math.inf: 2.0}
+
+
+def _ending_steps(drv: Driver, seconds: float, waiting: float) -> list[float]:
+    """Evaluations for ``seconds`` at 0.75 replica-equivalents per replica on 4, 40 running, the latency comfortably
+    met with 2 requests observed per second; the utilization at the SLO after each."""
+    seen = []
+    for _ in range(int(seconds / STEP)):
+        drv.histograms = {"ttfth": ENDING}
+        drv.step(4, 4, waiting=waiting, running=40, prompt=4 * 0.75 * 5000, gen=300, ttfth=0.3)
+        assert drv.learned.utilization is not None
+        seen.append(drv.learned.utilization)
+    return seen
+
+
+@pytest.mark.parametrize("at_end", [True, False], ids=["observed-at-end", "as-before"])
+def test_a_window_is_no_evidence_of_capacity_to_spare_until_the_requests_that_waited_have_ended(at_end: bool) -> None:
+    """``observedAtEnd``: a server that observes a request's latency as it ends (TGI's queue time) has not observed
+    the requests that waited while they decode. While any waits, a window comfortably met neither recovers nor
+    probes the utilization at the SLO; after the last wait, not until the mean time in system has passed (Little's
+    law: 40 in the system / 2 observed per second = 20 s); then it does. Without the option it probes throughout."""
+    drv = Driver(config(**TOKENS_WINDOW, observedAtEnd=at_end))
+    drv.state = slo.SloState(ready=4, ready_since=T0 - 600, since=T0 - 600, last_t=T0 - STEP, utilization=0.8)
+    waiting = _ending_steps(drv, 300, waiting=3.0)
+    after = _ending_steps(drv, 15, waiting=0.0)  # 5, 10, 15 s after the last wait
+    later = _ending_steps(drv, 30, waiting=0.0)
+    if at_end:
+        assert waiting == [0.8] * len(waiting)
+        assert after == [0.8] * len(after)
+        assert later[-1] > 0.8
+        message = drv.step(4, 4, waiting=1, running=40, prompt=15000, gen=300, ttfth=0.3).message
+        assert "1 waiting, observed only as each ends: no evidence of capacity to spare" in message
+    else:
+        assert waiting[-1] > 0.8
+        assert after[-1] > waiting[-1]
+
+
+def test_a_risk_still_lowers_the_utilization_while_waits_are_unobserved() -> None:
+    drv = Driver(config(**TOKENS_WINDOW, observedAtEnd=True))
+    drv.state = slo.SloState(ready=4, ready_since=T0 - 600, since=T0 - 600, last_t=T0 - STEP, utilization=0.8)
+    for _ in range(12):
+        drv.histograms = {"ttfth": {1.0: 1.0, 2.5: 2.0, math.inf: 2.0}}
+        drv.step(4, 4, waiting=3, running=40, prompt=4 * 0.5 * 5000, gen=300, ttfth=1.9)  # at risk
+    assert drv.learned.utilization is not None
+    assert drv.learned.utilization < 0.8

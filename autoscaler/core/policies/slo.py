@@ -43,7 +43,10 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    objective. No probe near a load where a count was found short; a risk withdraws what was proven. With
    ``proveOverWindow`` (opt-in) only a load the quantile is evidence of is proven: the lowest load of its window
    (the requests of a load reached at the window's end are still waiting), nothing while requests wait, and
-   nothing until the history spans a window. Over the target with nothing starting, at least ``R + 1`` whatever
+   nothing until the history spans a window. With ``observedAtEnd`` (opt-in: the server observes a request's latency
+   as it ends, as TGI's queue time) a window is evidence of capacity to spare (recovery and probe) only once the
+   requests that waited have ended: not while any waits, nor until the mean time in system (Little's law) has
+   passed since the last wait. Over the target with nothing starting, at least ``R + 1`` whatever
    the model says. With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over the target is judged
    at the highest load of its window: the ``R + 1`` floor holds only while the load now is within the hysteresis
    of it, and ``c`` drops only where the model was content there.
@@ -392,6 +395,17 @@ class SloPolicyConfig(SpecModel):
         "For the same reason nothing is proven while requests wait (or signals.waiting is unknown or not given). "
         "Opt-in: measured, not shipped (docs/slo.md, Session 15).",
     )
+    observed_at_end: bool = Field(
+        default=False,
+        description="The latency quantiles are observed as each request ends (TGI's tgi_request_queue_duration, "
+        "vLLM's queue time), so a request that waited is in no window while it decodes. A window comfortably met is "
+        "then evidence of capacity to spare (the recovery of the utilization at the SLO and its upward probe) only "
+        "once the requests that waited have ended: not while any waits (signals.waiting above 0, unknown or not "
+        "given), nor until, since the last evaluation that saw one waiting, the mean time in system has passed: "
+        "Little's law, the requests in the system (running + waiting) over the rate at which the quantile observes "
+        "them (requests ending per second, from its histogram; unknown: the longest latency window). A quantile at "
+        "risk still lowers the utilization. Needs signals.waiting. Opt-in (docs/slo.md, Session 20).",
+    )
     breach_over_window: bool = Field(
         default=False,
         description="The floor of one replica more when a latency quantile is over its objective (\"the SLO is "
@@ -600,6 +614,8 @@ class SloState:
     evidence: float = 0.0
     recurred: float = 0.0
     released: float | None = None
+    #: ``observedAtEnd``: the last evaluation at which requests waited (or their number was unknown); None: none yet.
+    waited_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -872,11 +888,15 @@ class SloAlgorithm:
             if cfg.breach_over_window
             else None
         )
+        # ``observedAtEnd``: whether the quantile's window is evidence of capacity to spare yet.
+        waited_at, unobserved_text = (
+            self._unobserved_waits(ctx, reading, prev.waited_at) if cfg.observed_at_end else (None, "")
+        )
         headroom = learn_utilization(
             c, prev.proven, target=u_max, ratio=ratio, latency_unknown=reading.latency_unknown,
             demand_zero=reading.demand_zero, load=reading.load, served_load=reading.served_load, ready=ready,
             starting=starting, settled=settled, near_short=near_short, hysteresis=h, dt=dt,
-            judged_load=judged, risk_load=window_peak,
+            judged_load=judged, risk_load=window_peak, spare_evidence=not unobserved_text,
         )
         c, proven = headroom.utilization, headroom.proven
 
@@ -1068,6 +1088,7 @@ class SloAlgorithm:
             evidence=evidence,
             recurred=recurred,
             released=released,
+            waited_at=waited_at,
         )
 
         prior = cfg.replica.prior
@@ -1095,7 +1116,7 @@ class SloAlgorithm:
         if prefill_text:
             load_text += f"; {prefill_text}"
         slo_text = (
-            f"{reading.latency_text} ⇒ utilization {c:.2f} at the SLO"
+            f"{reading.latency_text}{unobserved_text} ⇒ utilization {c:.2f} at the SLO"
             if reading.latency_text
             else f"utilization {c:.2f} at the SLO (no latency measured)"
         )
@@ -1312,6 +1333,48 @@ class SloAlgorithm:
         if not history or history[0].t > since:
             return 0.0  # the window is not yet all in the history: nothing judged, nothing proven
         return min([load, *(x.load(kappa, slot_unit, scale) for x in history if x.t >= since)])
+
+    def _unobserved_waits(
+        self, ctx: Context, reading: _Reading, waited_at: float | None
+    ) -> tuple[float | None, str]:
+        """``observedAtEnd``: ``(waited_at, text)``, the last evaluation that saw requests waiting (for the state),
+        and why the latency window is not yet evidence of capacity to spare ("" when it is). A server that observes
+        a request's latency as the request ends has not observed those that waited and still decode: the window is
+        evidence once they have ended. While any waits (or the number is unknown), it is not; after the last wait,
+        not until the mean time in system has passed (Little's law: in the system, running + waiting, over the rate
+        at which the latency histograms observe requests, the lowest of them; without a histogram, or with none
+        observed while some are in the system, the longest latency window)."""
+        now = ctx.now
+        waiting = reading.waiting
+        if waiting is None or waiting > 0:
+            what = "unknown" if waiting is None else f"{waiting:.0f}"
+            return now, f"; {what} waiting, observed only as each ends: no evidence of capacity to spare"
+        if waited_at is None:
+            return None, ""
+        in_system = reading.running
+        windows, rates = [], []
+        for name in self._latency_names():
+            sig = ctx.signals[name]
+            quantile = ctx.spec.signal(name).quantile
+            if quantile is not None:
+                windows.append(quantile.window_seconds)
+            rates.append(sig.histogram.get(math.inf, 0.0) if sig.ok and sig.histogram is not None else 0.0)
+        rate = min(rates, default=0.0)
+        if in_system is None:
+            lag, how = math.inf, "requests running unknown"
+        elif in_system == 0:
+            lag, how = 0.0, "none in the system"
+        elif rate > 0:
+            lag, how = in_system / rate, f"{in_system:.0f} in the system / {rate:.2f} observed/s"
+        else:
+            lag, how = max(windows, default=math.inf), "no observation rate: the latency window"
+        since = now - waited_at
+        if since >= lag:
+            return None, ""
+        return waited_at, (
+            f"; requests waited {since:.0f}s ago and are observed only as each ends, in {lag:.0f}s on average "
+            f"({how}): no evidence of capacity to spare yet"
+        )
 
     def _window_peak(
         self, ctx: Context, history: tuple[LoadSample, ...], load: float, kappa: float, slot_unit: float, scale: float
