@@ -24,6 +24,7 @@ This module deliberately knows nothing of a policy's config or state types: thos
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -861,6 +862,87 @@ def fitted_level(samples: Sequence[tuple[float, float]], now: float) -> float | 
     return max(0.0, mf + slope * (now - mt))
 
 
+@dataclass(frozen=True, slots=True)
+class RampTrend:
+    """A slow ramp's trend (``ramp_trend``): the rise its slope predicts over one cold start."""
+
+    #: The rise over ``horizon`` at the fitted slope (replica-equivalents, > 0).
+    rise: float
+    #: The window it was fitted over (seconds), its slope and that slope's lower bound (per second).
+    window: float
+    slope: float
+    low: float
+    #: The effective number of independent samples (``n·(1 − r1)/(1 + r1)``) the standard error used.
+    effective: float
+
+
+def _autocorrelated_fit(samples: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """The least-squares slope through ``samples`` (``(t, load)``, oldest first), its standard error corrected for
+    the residuals' lag-1 autocorrelation ``r1``, and the effective number of samples; None when no slope or no
+    error can be had (fewer than 4 samples, all at one time, or an effective count of 2 or fewer).
+
+    An occupancy gauge read every few seconds is not a series of independent draws: a sequence that holds a slot
+    for tens of seconds is in many consecutive samples, so the residuals about a line are positively correlated
+    and the textbook error of the slope (``σ/√Σ(t − t̄)²``, independent samples) is too small. The standard
+    correction for an AR(1) residual (Bartlett 1935; Santer et al. 2000, J. Geophys. Res. 105(D6), eq. 6) replaces
+    ``n`` by ``n·(1 − r1)/(1 + r1)`` in the residual variance's degrees of freedom. A negative ``r1`` is taken as
+    0 (no credit for anti-correlation)."""
+    n = len(samples)
+    if n < 4:
+        return None
+    mt = math.fsum(t for t, _ in samples) / n
+    mv = math.fsum(v for _, v in samples) / n
+    var = math.fsum((t - mt) ** 2 for t, _ in samples)
+    if var <= 0:
+        return None
+    slope = math.fsum((t - mt) * (v - mv) for t, v in samples) / var
+    resid = [v - (mv + slope * (t - mt)) for t, v in samples]
+    ss = math.fsum(e * e for e in resid)
+    if ss <= EPSILON:  # on the line (within rounding): no noise to correct for
+        return slope, 0.0, float(n)
+    r1 = max(0.0, math.fsum(a * b for a, b in itertools.pairwise(resid)) / ss)
+    effective = n * (1.0 - r1) / (1.0 + r1)
+    if effective <= 2.0:
+        return None
+    return slope, math.sqrt(ss / (effective - 2.0) / var), effective
+
+
+def ramp_trend(samples: Sequence[tuple[float, float]], now: float, horizon: float, observed: float) -> RampTrend | None:
+    """A slow ramp's rise over one cold start ``horizon``, from the trend of ``samples`` (``(t, load)``, oldest
+    first, the calm ones) over windows longer than ``trend_and_burst``'s; None: no ramp the samples show.
+
+    ``trend_and_burst`` fits two cold starts. Its slope's standard error falls as the window's length to the power
+    3/2, so a ramp that adds a fraction of a replica per cold start is lost in the noise of an occupancy gauge
+    over two of them (docs/slo.md, Session 17: +0.03 replica-equivalents a minute against ±0.4 at 2 σ), though it
+    is plain over a few more. The windows here double from that span: 4, 8, … cold starts, as long as the history
+    kept (``lookback``) and observed (``observed``, seconds since the history began) covers them. In each, the
+    least-squares slope with its standard error corrected for autocorrelation (``_autocorrelated_fit``). A window
+    shows a ramp when its slope less 2 standard errors is positive (``trend_and_burst``'s bound: noise alone adds
+    nothing); the shortest such window speaks (the most recent evidence of one). Its rise is the fitted slope times
+    the cold start: once the bound has shown that there is a ramp, the slope is the estimate of how fast it rises,
+    and the bound again would discount the same noise twice, under-forecasting every real ramp by 2 standard errors
+    (a ramp too slow for the short trend has no other margin). Unless the last two cold starts contradict it: when
+    their own slope plus 2 of its standard errors is below the slope, the ramp has turned (the top of a swing), and
+    nothing is forecast. No constant fitted to a trace: the windows are multiples of the cold start, the bound the
+    trend's own."""
+    span = trend_span(horizon)
+    recent = _autocorrelated_fit([(t, v) for t, v in samples if t > now - span])
+    ceiling = None if recent is None else recent[0] + 2.0 * recent[1]
+    window = 2.0 * span
+    reach = min(lookback(horizon), observed)
+    while window <= reach:
+        fit = _autocorrelated_fit([(t, v) for t, v in samples if t > now - window])
+        if fit is not None:
+            slope, se, effective = fit
+            low = slope - 2.0 * se
+            if low > 0:
+                if ceiling is not None and ceiling < slope:
+                    return None
+                return RampTrend(slope * horizon, window, slope, low, effective)
+        window *= 2.0
+    return None
+
+
 def trend_and_burst(
     history: Sequence[tuple[float, float]],
     now: float,
@@ -971,6 +1053,7 @@ __all__ = [
     "Forecast",
     "Headroom",
     "Lengths",
+    "RampTrend",
     "Recurrence",
     "WorkSample",
     "capacity_alpha",
@@ -991,6 +1074,7 @@ __all__ = [
     "prefill_miss",
     "prefill_utilization_at_objective",
     "queued_on_every_replica",
+    "ramp_trend",
     "recurrence",
     "seasonal",
     "slot_release_rate",

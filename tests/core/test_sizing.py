@@ -621,3 +621,67 @@ def test_the_supported_quantile_of_a_sum_counts_the_fewer_requests() -> None:
     assert supported[1] == 5
     assert supported[0] == pytest.approx(sizing.quantile_of_sum(queue, ttft, 1.0))
     assert sizing.supported_quantile_of_sum({1.0: 0.0, math.inf: 0.0}, ttft, 0.99, 60.0) is None
+
+
+def _ar1(rng: random.Random, n: int, phi: float, sd: float) -> list[float]:
+    """``n`` samples of a stationary AR(1) series with lag-1 correlation ``phi`` and standard deviation ``sd``: an
+    occupancy gauge read every few seconds, whose sequences stay in many consecutive samples."""
+    x, out = 0.0, []
+    for _ in range(n):
+        x = phi * x + rng.gauss(0.0, sd * math.sqrt(1.0 - phi * phi))
+        out.append(x)
+    return out
+
+
+def _ramp(seed: str, per_minute: float, phi: float = 0.75, n: int = 200) -> list[tuple[float, float]]:
+    """A load read every 5 s: 2 replica-equivalents rising by ``per_minute``, with AR(1) noise of 0.3 sd."""
+    noise = _ar1(random.Random(seed), n, phi, 0.3)
+    return [(5.0 * i, 2.0 + per_minute / 60.0 * 5.0 * i + e) for i, e in enumerate(noise)]
+
+
+def test_a_slow_ramp_the_short_trend_misses_is_forecast_at_its_slope_over_the_cold_start() -> None:
+    """``ramp_trend`` (``forecast.ramp``): a ramp of +0.15 replica-equivalents a minute under a 60 s cold start,
+    0.15 per cold start against noise of 0.3 sd: over two cold starts the trend's lower bound is mostly not
+    positive, over 4-16 it mostly is. The rise is the fitted slope times the cold start (about 0.15), not the
+    lower bound's (about half that: a ramp too slow for the short trend would get no margin)."""
+    horizon, found, short, rises = 60.0, 0, 0, []
+    for k in range(100):
+        samples = _ramp(f"ramp/{k}", 0.15)
+        now = samples[-1][0]
+        got = sizing.ramp_trend(samples, now, horizon, now - samples[0][0])
+        if got is not None:
+            found += 1
+            rises.append(got.rise)
+            assert got.rise == pytest.approx(got.slope * horizon)
+            assert got.low > 0
+            assert got.window >= 4 * horizon
+        short += "trend" in sizing.trend_and_burst(samples, now, samples[-1][1], horizon, 2.0, None).text
+    assert found >= 80
+    assert short <= 50
+    assert 0.8 * 0.15 <= sum(rises) / len(rises) <= 1.4 * 0.15
+
+
+def test_autocorrelated_noise_on_a_flat_load_is_seldom_a_ramp() -> None:
+    """The slope's standard error counts the samples' lag-1 autocorrelation (effective samples n(1 - r1)/(1 + r1)):
+    on a flat load with AR(1) noise of correlation 0.9 few windows show a ramp. Counting every sample as
+    independent, the error is about four times too small (√((1 + 0.9)/(1 - 0.9))) and two in five would."""
+    horizon, found = 60.0, 0
+    for k in range(300):
+        samples = _ramp(f"flat/{k}", 0.0, phi=0.9)
+        now = samples[-1][0]
+        found += sizing.ramp_trend(samples, now, horizon, now - samples[0][0]) is not None
+    assert found <= 0.2 * 300
+
+
+def test_a_ramp_that_has_turned_or_was_not_observed_is_not_forecast() -> None:
+    """A ramp over 8 cold starts that has been flat for the last two: their own trend rejects the long one's
+    slope, and nothing is forecast. A history shorter than 4 cold starts has no long window."""
+    horizon = 60.0
+    rise = [(5.0 * i, 1.0 + 0.5 * (5.0 * i) / 60.0) for i in range(96)]  # +0.5 a minute for 480 s
+    top = rise[-1][1]
+    turned = rise + [(480.0 + 5.0 * i, top) for i in range(1, 25)]  # then flat for 120 s
+    now = turned[-1][0]
+    assert sizing.ramp_trend(rise, rise[-1][0], horizon, rise[-1][0]) is not None
+    assert sizing.ramp_trend(turned, now, horizon, now) is None
+    young = rise[-40:]  # 195 s observed
+    assert sizing.ramp_trend(young, young[-1][0], horizon, young[-1][0] - young[0][0]) is None

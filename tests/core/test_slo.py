@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -435,6 +436,46 @@ def test_at_its_level_a_held_queue_or_too_short_a_history_is_sized_now() -> None
     fresh = Driver(config(**GAUGES_WINDOW, loadLevel=True))
     fresh.steady(10, 2, waiting=0, running=55, ttfth=0.3)
     assert fresh.step(2, 2, waiting=0, running=68, ttfth=0.3).replicas == 3
+
+
+def _ar1(rng: random.Random, n: int, phi: float, sd: float) -> list[float]:
+    """``n`` samples of a stationary AR(1) series (lag-1 correlation ``phi``, standard deviation ``sd``)."""
+    x, out = 0.0, []
+    for _ in range(n):
+        x = phi * x + rng.gauss(0.0, sd * math.sqrt(1.0 - phi * phi))
+        out.append(x)
+    return out
+
+
+def test_the_slow_ramp_forecast_adds_ahead_of_a_ramp_and_never_removes() -> None:
+    """``forecast.ramp`` on and off on the same inputs: two replicas, a load rising from 0.6 by +0.06
+    replica-equivalents a minute (0.12 per 120 s cold start) with AR(1) noise of 0.15 sd, on ten seeded ramps.
+    Every recommendation with it is at least the one without (it only adds), and never below what the load now
+    needs at the utilization (0.8, nothing measured). On most ramps it starts the third replica earlier, at a lower
+    load, citing the slow ramp; on none later."""
+    earlier = 0
+    for seed in range(10):
+        noise = _ar1(random.Random(f"policy-ramp/{seed}"), 300, 0.75, 0.15)
+        with_ramp, without = Driver(config(forecast={"ramp": True})), Driver(config())
+        first: dict[bool, int] = {}
+        for k, e in enumerate(noise):
+            load = max(0.0, 0.6 + 0.06 / 60 * STEP * k + e)
+            a = with_ramp.step(2, 2, waiting=0, running=42 * load)
+            b = without.step(2, 2, waiting=0, running=42 * load)
+            assert a.replicas is not None
+            assert b.replicas is not None
+            assert a.replicas >= b.replicas, (a.message, b.message)
+            assert a.replicas >= math.ceil(float(a.message.split("load ")[1].split()[0]) / 0.8 - 1e-9)
+            for ramp, rec in ((True, a), (False, b)):
+                if ramp not in first and (rec.replicas or 0) > 2:
+                    first[ramp] = k
+                    if ramp and "slow ramp +" in rec.message:
+                        assert "over the cold start" in rec.message
+            if len(first) == 2:
+                break
+        assert first[True] <= first[False]
+        earlier += first[True] < first[False]
+    assert earlier >= 6
 
 
 def test_a_risk_withdraws_what_the_probe_proved() -> None:

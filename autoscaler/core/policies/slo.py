@@ -62,7 +62,11 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    ``promptTokens``, else the ``promptLength`` histogram's observation rate) whenever they are read: the forecast
    is the load now times the arrivals' forecast over their level (Little's law: at a given time in system the
    occupancy is proportional to the arrival rate), so servers filling from empty are not a trend; with no
-   arrival signal, or one unknown or zero now, the load's own trend and burst.
+   arrival signal, or one unknown or zero now, the load's own trend and burst. With ``forecast.ramp`` (opt-in) a
+   slow ramp, too slow for the trend over two cold starts to tell from an occupancy gauge's noise, is looked for over
+   4, 8, … cold starts (``sizing.ramp_trend``: least squares, the slope's error corrected for the samples' lag-1
+   autocorrelation); the shortest window whose slope's lower bound (2 standard errors) is positive, unless the last
+   two cold starts' own trend rejects it, adds its slope times the cold start to the level: only ever more.
 5. **Scale up** to ``need`` when above ``N``; while ``R < need ≤ N`` with starting replicas it waits for
    them (no cascading over-scale during a cold start). With ``loadLevel`` (opt-in) the scale-up sizes the lower of
    the load now and the value now of the line the trend fits (unless a queue has held on every replica as long as
@@ -148,6 +152,7 @@ from autoscaler.core.sizing import (
     prefill_utilization_at_objective,
     quantile_of_sum,
     queued_on_every_replica,
+    ramp_trend,
     recurrence,
     seasonal,
     slot_release_rate,
@@ -279,6 +284,17 @@ class ForecastSpec(SpecModel):
         "filling from empty (an occupancy gauge climbing while demand does not) are not a trend. Without an arrival "
         "signal, or with it unknown or zero now, the load's own trend and burst, as before. The arrivals' first "
         "window is not history (its rate ramps from nothing).",
+    )
+    ramp: bool = Field(
+        default=False,
+        description="Also forecast a slow ramp, one too slow for the trend over two cold starts to tell from the "
+        "noise: the load's least-squares trend over 4, 8, ... cold starts (as long as the history kept and observed "
+        "covers), its standard error corrected for the samples' lag-1 autocorrelation (effective samples n(1 - r1)/"
+        "(1 + r1)); the shortest window whose slope less 2 standard errors is positive (a ramp, not noise) adds its "
+        "slope times the cold start to the level the scale-up sizes, unless the last two cold starts' own trend "
+        "rejects it (its slope plus 2 standard errors below that slope: the ramp has turned). It only adds: the "
+        "forecast is never below the level. Samples with a queue on every replica are not fitted (they show "
+        "capacity, not demand). Opt-in (docs/slo.md, Session 19).",
     )
 
 
@@ -971,6 +987,11 @@ class SloAlgorithm:
                     reach=reach,
                 )
                 forecast, ftext, burst_at, further = trend.value, trend.text, trend.burst_at, trend.further
+            if fc.ramp and not queued:
+                ramped, ramp_text = self._ramp(series, calm_set, now, level, horizon)
+                if ramped > forecast:
+                    forecast, ftext = ramped, ftext + ramp_text
+                    further = max(further, forecast)
             if fc.seasonality_period_seconds is not None:
                 season, season_load = seasonal(
                     prev.seasonal, fc.seasonality_period_seconds, fc.seasonality_buckets, now, horizon,
@@ -1222,6 +1243,22 @@ class SloAlgorithm:
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
+
+    def _ramp(
+        self, series: tuple[tuple[float, float], ...], calm: set[float], now: float, level: float, horizon: float
+    ) -> tuple[float, str]:
+        """``forecast.ramp``: the level the scale-up sizes plus the rise a slow ramp's trend predicts over the cold
+        start (``sizing.ramp_trend``, on the calm samples), and its text; the level itself and "" when no ramp is
+        shown. Never below the level: it only adds capacity ahead of need."""
+        if not series:
+            return level, ""
+        trend = ramp_trend([(t, v) for t, v in series if t in calm], now, horizon, now - series[0][0])
+        if trend is None:
+            return level, ""
+        return level + trend.rise, (
+            f" (slow ramp +{trend.slope * 60:.3f}/min over the last {trend.window:g}s, ≥ +{trend.low * 60:.3f}/min "
+            f"at 2 standard errors on {trend.effective:.0f} effective samples: +{trend.rise:.2f} over the cold start)"
+        )
 
     def _latency(self, ctx: Context, name: str, waiting: float | None) -> tuple[float | None, str]:
         """A latency quantile signal as the loop takes it: ``(value, text)``. ``(None, "")``: unknown; ``(None,
