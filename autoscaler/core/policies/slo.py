@@ -294,7 +294,9 @@ class ForecastSpec(SpecModel):
         "slope times the cold start to the level the scale-up sizes, unless the last two cold starts' own trend "
         "rejects it (its slope plus 2 standard errors below that slope: the ramp has turned). It only adds: the "
         "forecast is never below the level. Samples with a queue on every replica are not fitted (they show "
-        "capacity, not demand). Opt-in (docs/slo.md, Session 19).",
+        "capacity, not demand). Opt-in: measured, not shipped (docs/slo.md, Session 21: with loadLevel it gained a "
+        "TPU row and lost SLO on TGI conversation rows and the TPU slow ramp; alone it raised the TPU slow ramp "
+        "94.29 -> 95.92 % at more hours elsewhere).",
     )
 
 
