@@ -12,6 +12,8 @@ import argparse
 import math
 from typing import TYPE_CHECKING, Any
 
+from autoscaler.replay.command import replica_count
+
 if TYPE_CHECKING:
     from autoscaler.core.sourcespec import SourceSpec
 
@@ -33,7 +35,7 @@ def register(sub: Any) -> None:
     observe.add_argument("--json", action="store_true", help="Print JSON (one document per refresh).")
     observe.add_argument(
         "--replicas",
-        type=_count,
+        type=replica_count,
         default=None,
         metavar="N",
         help="Current replica count outside a cluster (default: read from the cluster when credentials "
@@ -51,17 +53,6 @@ def register(sub: Any) -> None:
         help="Per-tick deadline for all sources (default 5 s).",
     )
     observe.set_defaults(func=run)
-
-
-def _count(text: str) -> int:
-    """``--replicas``: a whole number ≥ 0 (a usage error, exit 2, otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a replica count is ≥ 0")
-    return value
 
 
 def _deadline(text: str) -> float:

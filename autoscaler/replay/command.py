@@ -73,7 +73,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--initial-replicas",
-        type=_count,
+        type=replica_count,
         metavar="N",
         help="the count before the first recorded one; without recorded replicas, the recorded count "
         "throughout; in whatif, the starting count (default: first recorded, else minReplicas)",
@@ -107,7 +107,8 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
+def replica_count(text: str) -> int:
+    """A ``--replicas`` argument: a whole number ≥ 0 (a usage error, exit 2, otherwise); ``observe`` uses it too."""
     try:
         value = int(text)
     except ValueError:
