@@ -12,12 +12,14 @@ victim's grace period, and the policy's pass falls inside it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from autoscaler.core import arbitration
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import Observation, TrainingAction
+from autoscaler.core.spec import ScalingPolicy
 from autoscaler.policyfile.loader import load_file
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import kueue, traces
@@ -44,10 +46,18 @@ def _stops(sim: Simulation, pc: PolicyController, pool_name: str, now: float) ->
     return [d.workload.name for d in result.training if d.action is TrainingAction.DEACTIVATE]
 
 
-@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed-falls-back"])
-def test_chips_kueues_victim_for_our_waiting_replica_is_its_room(tmp_path: Path, named: bool) -> None:
-    # The TPU cluster: 48 chips, one serving replica (8) and five 8-chip trainers: full. A second replica is
-    # asked for at 300 s; Kueue preempts one trainer for it (its 60 s grace period).
+class KueueVictim(NamedTuple):
+    """``full_tpu_with_kueue_victim``'s world: the policy, its controller, the simulation, the trainer Kueue evicts."""
+
+    policy: ScalingPolicy
+    controller: PolicyController
+    sim: Simulation
+    victim: kueue.TrainingJob
+
+
+def full_tpu_with_kueue_victim(tmp_path: Path) -> KueueVictim:
+    """The TPU cluster: 48 chips, one serving replica (8) and five 8-chip trainers: full. A second replica is
+    asked for at 300 s; Kueue preempts one trainer for it (its 60 s grace period)."""
     _, _, cluster, policy_file = handoff.SCENARIOS[1]
     cl = cluster_mod.load(handoff.cluster_file(cluster, trainers="neither", into=tmp_path))
     policy = load_file(policy_file)[0]
@@ -57,6 +67,13 @@ def test_chips_kueues_victim_for_our_waiting_replica_is_its_room(tmp_path: Path,
     sim.set_desired(2, 300.0, pool=sim.pool)
     leaving = [j for j in sim.jobs if j.state is kueue.JobState.TERMINATING]
     assert len(leaving) == 1
+    return KueueVictim(policy, pc, sim, leaving[0])
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed-falls-back"])
+def test_chips_kueues_victim_for_our_waiting_replica_is_its_room(tmp_path: Path, named: bool) -> None:
+    policy, pc, sim, victim = full_tpu_with_kueue_victim(tmp_path)
+    leaving = [victim]
     assert leaving[0].evicted_for == policy.spec.target.ref().key
     if not named:
         leaving[0].evicted_for = ""  # as the controller reads a message that names no preemptor

@@ -12,30 +12,15 @@ from pathlib import Path
 import pytest
 
 from autoscaler.core import arbitration
-from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import Observation, TrainingAction
-from autoscaler.policyfile.loader import load_file
-from autoscaler.sim import cluster as cluster_mod
-from autoscaler.sim import kueue
-from autoscaler.sim.simulation import PolicyController, Simulation
-from bench import handoff
-from tests.sim.test_making_room import _trace
+from tests.sim.test_making_room import full_tpu_with_kueue_victim
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed-falls-back"])
 def test_chips_kueues_unselected_victim_for_our_waiting_replica_is_its_room(tmp_path: Path, named: bool) -> None:
-    # The TPU cluster: 48 chips, one serving replica (8) and five 8-chip trainers: full. A second replica is
-    # asked for at 300 s; Kueue preempts one trainer for it (its 60 s grace period). The policy is made not to
-    # select that trainer (a research team's job on the same ClusterQueue).
-    _, _, cluster, policy_file = handoff.SCENARIOS[1]
-    cl = cluster_mod.load(handoff.cluster_file(cluster, trainers="neither", into=tmp_path))
-    policy = load_file(policy_file)[0]
-    pc = PolicyController(compile_policy(policy), cl.pipeline_for(policy.metadata.name), "default")
-    sim = Simulation(cluster=cl, trace=_trace(), controller=pc, initial_replicas=1)
-    pc.start(sim)
-    sim.set_desired(2, 300.0, pool=sim.pool)
-    leaving = [j for j in sim.jobs if j.state is kueue.JobState.TERMINATING]
-    assert len(leaving) == 1
+    # The policy is made not to select the trainer Kueue evicts (a research team's job on the same ClusterQueue).
+    policy, pc, sim, victim = full_tpu_with_kueue_victim(tmp_path)
+    leaving = [victim]
     if not named:
         leaving[0].evicted_for = ""  # as the controller reads a message that names no preemptor
     target = policy.spec.target.ref()
