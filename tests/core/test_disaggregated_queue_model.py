@@ -8,20 +8,9 @@ import math
 
 import pytest
 
-from autoscaler.core.model import SignalState, SignalValue
 from autoscaler.core.policies import disaggregated as dg
-from autoscaler.core.spec import ScalingPolicy
-from tests.core.test_disaggregated import QUIET, T0, policy_doc
-
-
-def config() -> dg.DisaggregatedPolicyConfig:
-    c = ScalingPolicy.model_validate(policy_doc(budget=None)).spec.policy
-    assert isinstance(c, dg.DisaggregatedPolicyConfig)
-    return c
-
-
-def signals(**values: float) -> dict[str, SignalValue]:
-    return {k: SignalValue(k, SignalState.OK, v) for k, v in {**QUIET, **values}.items()}
+from tests.core.test_disaggregated import T0
+from tests.core.test_disaggregated_evidence import config, signals
 
 
 def test_the_comfortable_load_is_where_the_calibrated_wait_reaches_the_relax_fraction() -> None:
