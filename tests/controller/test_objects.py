@@ -17,7 +17,14 @@ from autoscaler.controller.config import ControllerConfig
 from autoscaler.controller.objects import ObjectRef
 from autoscaler.controller.reload import Conflict
 from autoscaler.controller.runtime import Runtime
-from tests.controller.helpers import ManualClock, TgiMetrics, pool_on, settle_serving, tutorial_cluster
+from tests.controller.helpers import (
+    ManualClock,
+    TgiMetrics,
+    pool_on,
+    settle_serving,
+    stop_watching,
+    tutorial_cluster,
+)
 from tests.controller.policies import tgi_policy
 from tests.kube.emulator import Emulator
 from tests.kube.kueue import Kueue
@@ -225,10 +232,7 @@ async def test_hot_reload_is_the_watch(
         kube.remove(API, "ScalingPolicy", "tgi-gemma", "llm")
         await _until(lambda: rt.store.policies == {})
     finally:
-        for _, task in rt.watchers.values():
-            task.cancel()
-        await asyncio.gather(*(t for _, t in rt.watchers.values()), return_exceptions=True)
-        await rt.observer.aclose()
+        await stop_watching(rt)
 
 
 async def test_an_object_deleted_while_its_watch_was_gone_stops_running(
@@ -249,10 +253,7 @@ async def test_an_object_deleted_while_its_watch_was_gone_stops_running(
         kube.compact()
         await _until(lambda: rt.store.policies == {})
     finally:
-        for _, task in rt.watchers.values():
-            task.cancel()
-        await asyncio.gather(*(t for _, t in rt.watchers.values()), return_exceptions=True)
-        await rt.observer.aclose()
+        await stop_watching(rt)
 
 
 async def test_the_runtime_gives_its_watches_their_own_connections(
@@ -271,10 +272,7 @@ async def test_the_runtime_gives_its_watches_their_own_connections(
         connector: Any = kube_client.rest_client.inner.pool_manager.connector  # type: ignore[attr-defined]
         assert connector.limit == kube_client.configuration.connection_pool_maxsize + len(rt.watchers)
     finally:
-        for _, task in rt.watchers.values():
-            task.cancel()
-        await asyncio.gather(*(t for _, t in rt.watchers.values()), return_exceptions=True)
-        await rt.observer.aclose()
+        await stop_watching(rt)
 
 
 async def _until(predicate: Any, timeout: float = 10.0) -> None:
