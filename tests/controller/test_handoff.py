@@ -795,6 +795,42 @@ def _text(version: str) -> Callable[[dict[str, Any], str], str]:
     return text
 
 
+def _someone_scales_serving_to_two(w: World, version: str) -> None:
+    """Someone else scales the TGI Deployment to 2 while the quota is full; Kueue (writing its ``Preempted`` text as
+    ``version`` does) takes 3 s to evict the Workload it preempts for that replica (a 300 s grace period, scaled
+    100×)."""
+    w.live.preempt_s, w.live.message = 3.0, _text(version)
+    w.metrics["tgi-gemma-deployment"].queue = 15  # 2 replicas = 4 GPUs
+    w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
+                  lambda d: d["spec"].__setitem__("replicas", 2))
+    run_kueue(w)
+
+
+@dataclass
+class SeenByKube:
+    """What the API server saw of our controller during Kueue's eviction."""
+
+    stopped: list[str] = field(default_factory=list)  # Workloads stopped: ``spec.active: false`` PATCHes that succeeded
+    lists_while_evicting: int = 0  # Workload lists made while the preempted Workload was admitted, the replica gated
+
+
+def _record_stops_and_reads_while_evicting(w: World, still_admitted: Callable[[], bool]) -> SeenByKube:
+    seen = SeenByKube()
+
+    def record() -> None:
+        last = w.kube.writes()[-1]
+        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is False:
+            seen.stopped.append(last.path.rsplit("/", 1)[-1])
+
+    def read_while_evicting() -> None:
+        if still_admitted() and w.live.gated():
+            seen.lists_while_evicting += 1
+
+    w.kube.after("PATCH", WORKLOADS, record, times=10_000)
+    w.kube.after("GET", "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads", read_while_evicting, times=10_000)
+    return seen
+
+
 @pytest.mark.parametrize(("version", "ours"), [
     pytest.param("v0.15", [], id="v0.15-names-the-preemptor-no-extra-stop"),
     pytest.param("v0.11", [], id="v0.11-names-the-preemptor-no-extra-stop"),
@@ -818,32 +854,16 @@ async def test_kueue_evicting_for_our_waiting_replica_is_its_room_not_a_reason_t
     other = w.kube.add(objects.job("finetune-other"))
     w.kube.add(objects.workload(OTHER, owner=other, priority=20))
     w.kueue.admit(OTHER)
-    w.live.preempt_s, w.live.message = 3.0, _text(version)
-    tgi.queue = 15  # 2 replicas = 4 GPUs
-    w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
-                  lambda d: d["spec"].__setitem__("replicas", 2))
-    run_kueue(w)
+    _someone_scales_serving_to_two(w, version)
     await until(lambda: w.live.preempted == [FINETUNE])
-    stopped: list[str] = []
-    seen_evicting: list[int] = []
-
-    def record() -> None:
-        last = w.kube.writes()[-1]
-        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is False:
-            stopped.append(last.path.rsplit("/", 1)[-1])
-
-    def read_while_evicting() -> None:
-        # The controller listed the Workloads while the fine-tune was still being evicted and the replica waited.
-        if w.workload(FINETUNE)["admitted"] and w.live.gated():
-            seen_evicting.append(1)
-
-    w.kube.after("PATCH", WORKLOADS, record, times=10_000)
-    w.kube.after("GET", "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads", read_while_evicting, times=10_000)
+    # The controller lists the Workloads while the fine-tune is still being evicted and the replica waits.
+    seen = _record_stops_and_reads_while_evicting(
+        w, lambda: bool(w.workload(FINETUNE)["admitted"]))
     (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
     w.start(w.runtime())
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
-    assert seen_evicting  # the premise: our passes saw Kueue's eviction in progress
-    assert stopped == ours
+    assert seen.lists_while_evicting  # the premise: our passes saw Kueue's eviction in progress
+    assert seen.stopped == ours
     assert w.live.preempted == [FINETUNE]  # Kueue preempted once, for the replica
 
 
@@ -878,30 +898,13 @@ async def test_kueue_evicting_an_unselected_workload_for_our_waiting_replica_is_
     other = w.kube.add(objects.job("finetune-other"))
     w.kube.add(objects.workload(OTHER, owner=other, priority=20))
     w.kueue.admit(OTHER)
-    w.live.preempt_s, w.live.message = 3.0, _text(version)
-    tgi.queue = 15  # 2 replicas = 4 GPUs
-    w.kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm",
-                  lambda d: d["spec"].__setitem__("replicas", 2))
-    run_kueue(w)
+    _someone_scales_serving_to_two(w, version)
     await until(lambda: w.live.preempted == [research])  # Kueue's order: the lowest priority first
-    stopped: list[str] = []
-    seen_evicting: list[int] = []
-
-    def record() -> None:
-        last = w.kube.writes()[-1]
-        if last.status < 300 and (last.body or {}).get("spec", {}).get("active") is False:
-            stopped.append(last.path.rsplit("/", 1)[-1])
-
-    def read_while_evicting() -> None:
-        wl = w.kube.get(V1BETA2, "Workload", research, where)
-        if (wl.get("status") or {}).get("admission") and w.live.gated():
-            seen_evicting.append(1)
-
-    w.kube.after("PATCH", WORKLOADS, record, times=10_000)
-    w.kube.after("GET", "/apis/kueue.x-k8s.io/*/namespaces/llm/workloads", read_while_evicting, times=10_000)
+    seen = _record_stops_and_reads_while_evicting(
+        w, lambda: bool((w.kube.get(V1BETA2, "Workload", research, where).get("status") or {}).get("admission")))
     (w.policies / "tgi.yaml").write_text(policy_text("tgi-gemma", "tgi-gemma-deployment", tgi.url))
     w.start(w.runtime(**config))
     await until(lambda: w.live.serving_ready(w.live.serving[0]) == 2)
-    assert seen_evicting  # the premise: our passes saw Kueue's eviction in progress
-    assert stopped == ours
+    assert seen.lists_while_evicting  # the premise: our passes saw Kueue's eviction in progress
+    assert seen.stopped == ours
     assert w.live.preempted == [research]  # Kueue preempted once, for the replica
