@@ -296,6 +296,9 @@ class ServingPool:
         #: Whether the per-token histogram is kept (``count_per_token_latency``): only when a policy reads it,
         #: since it costs a fifth of a simulation's time and the oracle's many runs read no metric at all.
         self._per_token = False
+        #: Whether the server's counters and histograms are kept at all (``keep_no_metrics``): a run whose
+        #: controller reads no metric (the oracle's schedules, a constant fleet) skips their bookkeeping.
+        self._metrics = True
         self._ready_cache: list[Replica] | None = None
         self.routing = routing
         #: Seeded: a run is a deterministic function of its inputs (the Service's random endpoint choice).
@@ -333,6 +336,11 @@ class ServingPool:
         """Keep the time-per-output-token histogram from now on (call before the run: a server counts from its
         start)."""
         self._per_token = True
+
+    def keep_no_metrics(self) -> None:
+        """Keep none of the server's counters and histograms (call before the run, for a controller that reads
+        no metric: ``gauges`` then refuses). What is scored (first tokens, misses, chips) is kept as ever."""
+        self._metrics = False
 
     def set_prefill_only(self) -> None:
         """A prefill pool of a disaggregated deployment: prompts are computed one at a time, so one request
@@ -574,15 +582,17 @@ class ServingPool:
         req = self.req
         rid = rep.prefill_fifo.popleft()
         req.first_token[rid] = now
-        rep.prompt_tokens += req.inputs[rid]
-        rep.prefill_s += req.inputs[rid] / self._prefill_tps
-        rep.prompt_hist[bisect_left(PROMPT_BOUNDS, req.inputs[rid])] += 1
-        rep.gen_done += 1  # the first token
-        rep.ttft_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.arrival[rid])] += 1
-        # JetStream's TTFT starts as the prefill thread dequeues the request: its own prefill (the module docstring).
-        rep.ttft_from_prefill_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.started[rid])] += 1
-        # JetStream observes the queue time as the prefilled request is inserted into a decode slot (here: now).
-        rep.queue_inserted_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
+        if self._metrics:
+            rep.prompt_tokens += req.inputs[rid]
+            rep.prefill_s += req.inputs[rid] / self._prefill_tps
+            rep.prompt_hist[bisect_left(PROMPT_BOUNDS, req.inputs[rid])] += 1
+            rep.gen_done += 1  # the first token
+            rep.ttft_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.arrival[rid])] += 1
+            # JetStream's TTFT starts as the prefill thread dequeues the request: its own prefill (the module
+            # docstring).
+            rep.ttft_from_prefill_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.started[rid])] += 1
+            # JetStream observes the queue time as the prefilled request is inserted into a decode slot (here: now).
+            rep.queue_inserted_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
         if now - req.arrival[rid] > self.slo_s:
             self.late += 1
         if self.on_first_token is not None:
@@ -596,7 +606,8 @@ class ServingPool:
             if self._per_token:
                 self._count_steps(rep)
             rep.n_dec += 1
-            rep.dec_joined += rep.V
+            if self._metrics:
+                rep.dec_joined += rep.V
             rep.kv_base += req.inputs[rid] - rep.V
             heapq.heappush(rep.dec_heap, (rep.V + remaining, rid))
         if rep.prefill_fifo:
@@ -621,12 +632,14 @@ class ServingPool:
         outputs, inputs = self.req.outputs, self.req.inputs
         # Tolerance: floating error must not leave a finished sequence waiting for another event.
         limit = rep.V + 1e-7
+        metrics = self._metrics
         while heap and heap[0][0] <= limit:
             finish_v, rid = heapq.heappop(heap)
             generated = outputs[rid] - 1
             rep.n_dec -= 1
-            rep.dec_joined -= finish_v - generated
-            rep.gen_done += generated
+            if metrics:
+                rep.dec_joined -= finish_v - generated
+                rep.gen_done += generated
             rep.kv_base -= inputs[rid] - (finish_v - generated)
             self._complete(rep, rid, now)
         if rep.n_dec == 0:
@@ -642,8 +655,9 @@ class ServingPool:
     def _complete(self, rep: Replica, rid: int, now: float) -> None:
         req = self.req
         req.done[rid] = now
-        # TGI and vLLM observe the queue time as the request ends (the module docstring).
-        rep.queue_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
+        if self._metrics:
+            # TGI and vLLM observe the queue time as the request ends (the module docstring).
+            rep.queue_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
         rep.n_out -= 1
         rep.kv_reserved -= req.inputs[rid] + req.outputs[rid]
         self.completed += 1
@@ -653,6 +667,8 @@ class ServingPool:
 
     # ----- gauges -------------------------------------------------------------------------------------
     def gauges(self, rep: Replica, now: float) -> ReplicaGauges:
+        if not self._metrics:
+            raise RuntimeError(f"pool {self.name} keeps no metrics (keep_no_metrics): nothing can scrape it")
         self._advance(rep, now)
         if self._per_token:
             self._count_steps(rep)
