@@ -57,6 +57,9 @@ def register(sub: Any) -> None:
                              "(an inference gateway); default: the pool's routing (service)")
     parser.add_argument("--skip-bad-rows", action="store_true", help="skip malformed trace rows (counted)")
     parser.add_argument("--no-plot", action="store_true", help="do not write timeline.png")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="processes that run independent simulations side by side (default: the CPUs this "
+                             "process may use; 1: all in one); the output is the same whatever N")
     parser.set_defaults(func=run)
 
 
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: `autoscaler simulate --help` then costs no policy models (pydantic), no
     # simulator and no plotting, and the command line builds only the parser of the command it runs.
     from autoscaler.policyfile.loader import PolicyFileError, load_file  # noqa: PLC0415
-    from autoscaler.sim import plot, report, runner  # noqa: PLC0415
+    from autoscaler.sim import forks, plot, report, runner  # noqa: PLC0415
     from autoscaler.sim.pipeline import BindingError  # noqa: PLC0415
     from autoscaler.sim.traces import TraceError  # noqa: PLC0415
     from autoscaler.sim.yamldoc import SimFileError  # noqa: PLC0415
@@ -112,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{flag} must be a positive, finite number, got {value:g}", 2)
     if args.initial_replicas is not None and args.initial_replicas < 0:
         return _fail(f"--initial-replicas must be ≥ 0, got {args.initial_replicas}", 2)
+    if args.workers is not None and args.workers < 1:
+        return _fail(f"--workers must be ≥ 1, got {args.workers}", 2)
     if args.start < 0:
         return _fail(f"--start must be ≥ 0, got {args.start:g}", 2)
     columns = None
@@ -146,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration, start_s=args.start, skip_bad_rows=args.skip_bad_rows, requests_columns=columns,
         pool=args.pool,
         initial_replicas=args.initial_replicas, routing=args.routing,
+        workers=args.workers if args.workers is not None else forks.available_cpus(),
     )
     progress = _Progress()
     try:

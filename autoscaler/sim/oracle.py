@@ -75,6 +75,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from autoscaler.sim import forks
 from autoscaler.sim.cluster import Cluster, PoolSpec
 from autoscaler.sim.simulation import RunResult, ScheduleController, Simulation
 from autoscaler.sim.traces import Trace
@@ -569,6 +570,7 @@ class Search:
         constant_fleets: bool = True,
         levels: bool = True,
         level_window_s: float = LEVEL_WINDOW_S,
+        workers: int = 1,
     ) -> None:
         self.cluster = cluster
         self.trace = trace
@@ -597,6 +599,11 @@ class Search:
         self._hull: list[LevelPlan] | None = None
         self._loads = {w: demand(trace, cluster, pool, w) for w in self.windows}
         self._by_schedule: dict[tuple[tuple[float, int], ...], Candidate] = {}
+        #: Processes that simulate the menu's constant fleets side by side (``forks``).
+        self.workers = workers
+        #: Runs simulated ahead of need, by (schedule, miss budget): ``_cached`` takes one instead of simulating
+        #: it again (a simulation is a deterministic function of these two), so the search is the same either way.
+        self._ahead: dict[tuple[tuple[tuple[float, int], ...], int | None], RunResult] = {}
         #: Per (window, floor): (u, candidate) sorted by u.
         self._by_window: dict[tuple[float, int], list[tuple[float, Candidate]]] = {(w, 0): [] for w in self.windows}
         self.evaluated = 0
@@ -635,7 +642,8 @@ class Search:
             self.evaluated += 1
             n = len(self.trace.arrivals)
             stop_after = misses_allowed(n, target) if target is not None else None
-            res = self._simulation(sched, stop_after).run()
+            ahead = self._ahead.pop((key, stop_after), None)
+            res = ahead if ahead is not None else self._simulation(sched, stop_after).run()
             # Stopped early, only an upper bound is known: at least ``late`` requests missed.
             att = (1.0 - res.late / max(n, 1)) if res.stopped_early else attainment(res, self.slo)
             cand = Candidate(window_s, u, sched, att, res.serving_chip_s, res, exact=not res.stopped_early,
@@ -645,6 +653,17 @@ class Search:
                 what = f"attainment {att:.4f}" if cand.exact else f"attainment < {att:.4f} (stopped early)"
                 self.progress(f"oracle: {label or family}: {what}")
         return cand
+
+    def _simulate_ahead(self, scheds: list[list[tuple[float, int]]], stop_after: int | None) -> None:
+        """Simulate, side by side in ``workers`` processes, the schedules not simulated yet that the search is
+        about to ask for, each with miss budget ``stop_after``: ``_cached`` then takes their runs as they are."""
+        todo = [s for s in scheds if tuple(s) not in self._by_schedule and self._simulate is None]
+        if self.workers <= 1 or len(todo) < 2:
+            return
+        runs = forks.run_all([lambda s=s: self._simulation(s, stop_after).run() for s in todo],  # type: ignore[misc]
+                             self.workers)
+        for s, res in zip(todo, runs, strict=True):
+            self._ahead[(tuple(s), stop_after)] = res
 
     def evaluate(self, window_s: float, u: float, *, target: float | None = None, floor: int = 0) -> Candidate:
         """Simulate the schedule of ``(window_s, u)`` (see ``_cached``)."""
@@ -743,6 +762,7 @@ class Search:
         the end once, its misses counted per window."""
         if self._menu is None:
             windows = max(1, math.ceil((self.trace.duration_s + 1e-9) / self.level_window_s))
+            self._simulate_ahead([[(0.0, k)] for k in range(self.lo, self.hi + 1)], None)
             misses = {k: misses_per_window(self._constant(k, None).result, self.slo, self.level_window_s, windows)
                       for k in range(self.lo, self.hi + 1)}
             self._menu = LevelMenu(misses=misses, window_s=self.level_window_s,

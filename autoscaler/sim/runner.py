@@ -12,7 +12,7 @@ from typing import Any
 
 from autoscaler.core.engine import compile_policy
 from autoscaler.core.spec import ScalingPolicy
-from autoscaler.sim import BASELINES, baselines, disagg, oracle, report, traces
+from autoscaler.sim import BASELINES, baselines, disagg, forks, oracle, report, traces
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim.simulation import Controller, FixedController, PolicyController, RunResult, Simulation
 
@@ -75,6 +75,9 @@ class Options:
     initial_replicas: int | None = None
     #: ``service`` or ``least-request``; None = the pool's ``routing``.
     routing: str | None = None
+    #: Processes that run independent simulations side by side (``forks``); 1: all in this one. The output is
+    #: the same whatever the number.
+    workers: int = 1
 
 
 @dataclass
@@ -124,6 +127,35 @@ def _tune_hpa(
                  for c in tried],
     }
     return baselines.TunedRun(result, info)
+
+
+@dataclass
+class _Row:
+    """One row's simulation, and for ``hpa-tuned`` how its grid search went."""
+
+    result: RunResult
+    tuned_info: dict[str, Any] | None = None
+
+
+def _tuned_row(
+    cluster: cluster_mod.Cluster, trace: traces.Trace, pool: cluster_mod.PoolSpec, slo: float, target: float,
+    n0: int, routing: str, seed: int, progress: Callable[[str], None] | None,
+) -> _Row:
+    tuned = _tune_hpa(cluster, trace, pool, slo, target, n0, routing, seed, progress)
+    return _Row(tuned.result, tuned.info)
+
+
+def _row(ctl: Controller, cluster: cluster_mod.Cluster, trace: traces.Trace, pool: cluster_mod.PoolSpec, n0: int,
+         routing: str, seed: int, progress: Callable[[str], None] | None) -> _Row:
+    if progress is not None:
+        progress(f"{ctl.name}: simulating")
+    sim = Simulation(cluster=cluster, trace=trace, controller=ctl, pool=pool, initial_replicas=n0,
+                     routing=routing, seed=seed)
+    tick = None
+    if progress is not None:
+        def tick(t: float, _name: str = ctl.name, _h: float = sim.horizon) -> None:
+            progress(f"{_name}: {t:.0f}/{_h:.0f} s")
+    return _Row(sim.run(tick))
 
 
 def header(trace: traces.Trace, cluster: cluster_mod.Cluster, pool: cluster_mod.PoolSpec, slo_ttft_s: float,
@@ -245,7 +277,7 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
     # target) holds at time 0, and each oracle schedule with its own.
     fixed_n0 = opts.initial_replicas if opts.initial_replicas is not None else pool.initial_replicas
     search = oracle.Search(cluster=cluster, trace=trace, pool=pool, slo_ttft_s=slo, initial_replicas=fixed_n0,
-                           progress=progress, routing=routing, seed=opts.seed)
+                           progress=progress, routing=routing, seed=opts.seed, workers=opts.workers)
     orc: oracle.OracleResult | None = None
     # The oracle also sizes static-peak, so it is computed whenever either is asked for.
     if "oracle" in opts.baselines or "static-peak" in opts.baselines:
@@ -259,22 +291,21 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
     if "static-peak" in opts.baselines and orc is not None:
         controllers.insert(0, FixedController("static-peak", orc.peak))
 
-    results: list[RunResult] = []
-    tuned_info: dict[str, Any] | None = None
+    # Every row is one simulation (hpa-tuned a grid search of them), independent of the others: they run side
+    # by side in ``opts.workers`` processes (``forks``) while this one re-solves the oracle at each row's
+    # attainment, in table order, as the rows come in.
+    row_progress = progress if opts.workers <= 1 else None
+    names: list[str] = []
+    tasks: list[Callable[[], _Row]] = []
     if "hpa-tuned" in opts.baselines:
-        tuned = _tune_hpa(cluster, trace, pool, slo, target, n0, routing, opts.seed, progress)
-        tuned_info = tuned.info
-        results.append(tuned.result)
+        names.append("hpa-tuned")
+        tasks.append(lambda: _tuned_row(cluster, trace, pool, slo, target, n0, routing, opts.seed, row_progress))
     for ctl in controllers:
-        if progress is not None:
-            progress(f"{ctl.name}: simulating")
-        sim = Simulation(cluster=cluster, trace=trace, controller=ctl, pool=pool, initial_replicas=n0,
-                         routing=routing, seed=opts.seed)
-        tick = None
-        if progress is not None:
-            def tick(t: float, _name: str = ctl.name, _h: float = sim.horizon) -> None:
-                progress(f"{_name}: {t:.0f}/{_h:.0f} s")
-        results.append(sim.run(tick))
+        names.append(ctl.name)
+        tasks.append(lambda _ctl=ctl: _row(_ctl, cluster, trace, pool, n0, routing, opts.seed,  # type: ignore[misc]
+                                           row_progress))
+    if progress is not None and opts.workers > 1:
+        progress(f"{', '.join(names)}: simulating in {min(opts.workers, len(tasks))} processes")
 
     bounds: dict[tuple[float, int], float] = {}
 
@@ -287,16 +318,24 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
 
     # Table order: the baselines as listed in BASELINES, then the policies.
     order = {name: i for i, name in enumerate(BASELINES)}
-    results.sort(key=lambda r: order.get(r.name, len(order)))
+    in_table = sorted(range(len(tasks)), key=lambda i: order.get(names[i], len(order)))
     with_oracle = "oracle" in opts.baselines
     rows = {}
-    for r in results:
-        att = oracle.attainment(r, slo)
-        # Re-solved at this run's own attainment, in the window length cheapest so far there.
-        at_equal = (search.at_equal_slo(att, r.serving_chip_s, quick_windows=RESOLVE_WINDOWS) if with_oracle
-                    else None)
-        rows[r.name] = report.score(r, slo_ttft_s=slo, oracle=at_equal, lower_bound_chip_s=bound(att))
-        rows[r.name]["tuned_with_hindsight"] = r.name == "hpa-tuned"
+    results: list[RunResult] = []
+    tuned_info: dict[str, Any] | None = None
+    with forks.Forks(tasks, opts.workers) as running:
+        for i in in_table:
+            row = running.result(i)
+            r = row.result
+            results.append(r)
+            if row.tuned_info is not None:
+                tuned_info = row.tuned_info
+            att = oracle.attainment(r, slo)
+            # Re-solved at this run's own attainment, in the window length cheapest so far there.
+            at_equal = (search.at_equal_slo(att, r.serving_chip_s, quick_windows=RESOLVE_WINDOWS) if with_oracle
+                        else None)
+            rows[r.name] = report.score(r, slo_ttft_s=slo, oracle=at_equal, lower_bound_chip_s=bound(att))
+            rows[r.name]["tuned_with_hindsight"] = r.name == "hpa-tuned"
     summary: dict[str, Any] = {"policies": rows}
     if tuned_info is not None:
         summary["hpa_tuned"] = tuned_info
