@@ -234,7 +234,7 @@ class StatusWriter:
             if previous is not None and _without_times(previous) == _without_times(status):
                 self.built_from[source] = inputs
                 continue
-            body = {"status": status}
+            body = {"status": {**_unset(status), **status}}
             custom: Any = client.CustomObjectsApi(self.api)
             await call(custom.patch_namespaced_custom_object_status(
                 crd.GROUP, crd.VERSION, ref.namespace, crd.PLURAL, ref.name, body,
@@ -374,6 +374,21 @@ def _keep_transitions(new: list[dict[str, Any]], old: list[dict[str, Any]]) -> l
         same = prev is not None and prev["status"] == cond["status"]
         out.append({**cond, "lastTransitionTime": prev["lastTransitionTime"]} if same and prev else cond)
     return out
+
+
+#: The status fields a pass may leave unset, by their wire names; ``lastScaleTime`` is not one of them: it is a
+#: fact about the past (the last scale this controller made), kept until the next scale replaces it.
+_PASS_FIELDS = tuple(
+    f.alias or name for name, f in crd.ScalingPolicyStatus.model_fields.items() if f.alias != "lastScaleTime"
+)
+
+
+def _unset(status: dict[str, Any]) -> dict[str, None]:
+    """A ``null`` for each field of the last pass that ``status`` does not set. The status is written as a JSON
+    merge patch (RFC 7386), in which an absent key keeps the stored value and only ``null`` deletes it: without
+    these, a policy that turned invalid kept its old ``currentReplicas``/``desiredReplicas`` and a policy that
+    went from several targets to one kept its old ``targets`` list beside the new decision."""
+    return {name: None for name in _PASS_FIELDS if name not in status}
 
 
 def _without_times(status: dict[str, Any]) -> dict[str, Any]:

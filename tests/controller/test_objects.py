@@ -164,6 +164,34 @@ async def test_a_write_builds_only_the_statuses_whose_inputs_moved(
     assert built == ["ScalingPolicy llm/tgi-gemma"]
 
 
+async def test_a_status_keeps_nothing_of_an_older_pass_but_the_last_scale(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    """The status is a merge patch: a key it leaves out keeps its stored value, on a real server as here. A policy
+    that scaled and then turned invalid must not show the old decision's counts beside InvalidPolicy; the time of
+    the last scale stays (it is a fact about the past)."""
+    tutorial_cluster(kube, kueue)
+    settle_serving(kube, kueue)
+    kube.add(policy_object(tgi.url))
+    rt = make_runtime(kube_client, tmp_path, ManualClock())
+    tgi.queue = 15
+    await rt.list_policy_objects()
+    rt.store.reload()
+    await rt.controller.run_once()
+    before = status(kube)
+    assert (before["currentReplicas"], before["desiredReplicas"], before["reason"]) == (1, 2, "ScaleUp")
+    kube.modify(API, "ScalingPolicy", "tgi-gemma", "llm", spec={"minReplicas": 5})  # above maxReplicas: refused
+    await rt.list_policy_objects()
+    rt.store.reload()
+    await rt.status.write()
+    st = status(kube)
+    assert st["reason"] == "InvalidPolicy"
+    assert st["observedGeneration"] == 2
+    for stale in ("currentReplicas", "desiredReplicas", "lastEvaluationTime"):
+        assert stale not in st, f"{stale} of the last good pass is still in the status: {st}"
+    assert st["lastScaleTime"] == before["lastScaleTime"]
+
+
 async def test_unknown_metrics_show_in_the_conditions(
     kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tmp_path: Path
 ) -> None:
