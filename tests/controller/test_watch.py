@@ -74,6 +74,50 @@ async def test_an_expired_resource_version_relists(kube: Emulator, watching: tup
     assert w.relists == 2
 
 
+@pytest.mark.parametrize(
+    ("code", "reason", "message", "relists"),
+    [
+        pytest.param(500, None, "etcdserver: request timed out", 1, id="500-resumes"),
+        pytest.param(504, None, "Too large resource version: 900, current: 120", 1, id="504-too-large-resumes"),
+        pytest.param(410, "Gone", "too old resource version: 1 (2)", 2, id="410-gone-relists"),
+        pytest.param(410, None, "The resourceVersion for the provided watch is too old.", 2,
+                     id="410-from-the-etcd-watcher-relists"),
+    ],
+)
+async def test_an_error_event_inside_the_stream(
+    kube: Emulator, kube_client: client.ApiClient, code: int, reason: str | None, message: str, relists: int
+) -> None:
+    """An accepted watch that fails sends 200 and one ERROR event (``Emulator.stream_error``). A 410, whatever its
+    reason (``Expired``, or ``Gone`` from older servers) or text, means the history is gone: relist. Anything else
+    (an internal error, a cache behind the version asked for) is a failure: back off, name it, and resume from the
+    last resourceVersion, which replays what happened meanwhile without a relist (client-go's reflector resumes on
+    an internal error too)."""
+    kube.add(objects.deployment(replicas=1))
+    seen, errors = Seen(), list[str]()
+    w = Watcher(kube_client, DEPLOYMENTS, seen, on_error=errors.append,
+                backoff=Backoff(base_s=0.01, cap_s=0.01, floor_s=0.0))
+    task = asyncio.create_task(w.run())
+    try:
+        assert await seen.next() == ("SYNC", "tgi-gemma-deployment", 1)
+        await kube.wait_for_watchers(1, plural="deployments")
+        kube.inject(code, "/apis/apps/v1/namespaces/llm/deployments", method="GET", in_stream=True, reason=reason,
+                    message=message)
+        kube.drop_watches()
+        scale(kube, 2)  # while the stream is gone
+        assert await seen.next() == ("MODIFIED" if relists == 1 else "SYNC", "tgi-gemma-deployment", 2)
+        assert w.relists == relists
+        if relists == 1:
+            (error,) = errors
+            assert error.startswith(f"watch {DEPLOYMENTS.path}: {code} ")
+            assert message in error
+        else:
+            assert errors == []  # a 410 is the protocol, not a failure
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_irrelevant_changes_do_not_wake_the_loop(kube: Emulator, watching: tuple[Watcher, Seen]) -> None:
     _w, seen = watching
     await seen.next()

@@ -27,7 +27,9 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
 7. ``watch``: JSON lines ``ADDED``/``MODIFIED``/``DELETED`` (and ``BOOKMARK`` when asked and allowed); without
    a resourceVersion the stream starts with the current objects as ``ADDED``; a resourceVersion older than the
    compaction point gets an ``ERROR`` event carrying ``410 Expired`` "too old resource version", as the watch
-   cache does. Tests can close every stream (``drop_watches``) to force a reconnect. As the watch cache, a
+   cache does; a resourceVersion the server has not reached is waited for up to 3 s, then answered with a 504
+   ``Too large resource version`` ERROR event. Tests can close every stream (``drop_watches``) to force a
+   reconnect. As the watch cache, a
    stream that allowed bookmarks gets one every ``bookmark_every_s`` (60 s, k8s.io/apiserver
    ``storage/cacher/cacher.go`` ``defaultBookmarkFrequency``; None: only ``bookmark()``) and one right
    before its ``timeoutSeconds`` ends it; ``timeoutSeconds`` is the stream's whole life, not a silence.
@@ -46,8 +48,10 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    (``before``: the request waits before it is processed; ``after``: it is processed, committed, then
    answered late, as a renewal the server stored but whose answer was delayed); ``black_hole`` never
    answers (the connection stays open until the client gives up, as behind a dead load balancer);
-   ``inject`` with 410 on a watch answers as the watch cache does (HTTP 200, then an ``ERROR`` event carrying
-   ``410 Expired``); ``clear_faults`` ends them all. Each may be limited to one client by its User-Agent
+   ``inject`` with 410 on a watch (or any code with ``in_stream=True``) answers as the watch cache does (HTTP
+   200, then an ``ERROR`` event carrying the Status apimachinery builds: ``410 Expired``, or ``Gone`` with
+   ``reason``; ``500 InternalError`` "Internal error occurred: ..."; ``504 Timeout``); ``clear_faults`` ends them
+   all. Each may be limited to one client by its User-Agent
    (``agent``), so a test can cut off one controller replica and not the other. All waits are on the event
    loop's clock (virtual under looptime).
 11. Event validation as the API server's (``ValidateEventCreate``/``ValidateEventUpdate``, ``_event_problems``):
@@ -293,6 +297,22 @@ class ApiError(Exception):
         body = status_body(self.code, self.reason, self.message, self.details)
         body["metadata"] = dict(self.list_meta)
         return body
+
+
+#: How long the watch cache waits for a resourceVersion it has not reached before it answers 504 (``blockTimeout``,
+#: k8s.io/apiserver storage/cacher/watch_cache.go).
+TOO_LARGE_WAIT_S = 3.0
+
+
+def too_large(requested: int, current: int) -> JsonObj:
+    """k8s.io/apiserver storage ``NewTooLargeResourceVersionError``: a 504 ``Timeout`` Status, its message prefixed
+    by ``NewTimeoutError``, a ``ResourceVersionTooLarge`` cause and ``retryAfterSeconds`` 1 (the cacher's
+    ``resourceVersionTooHighRetrySeconds``)."""
+    return status_body(
+        504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
+        {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+         "retryAfterSeconds": 1},
+    )
 
 
 def _details(rt: ResourceType, name: str | None) -> JsonObj:
@@ -609,6 +629,10 @@ class Fault:
     message: str
     retry_after: int | None = None
     agent: str | None = None  # only requests whose User-Agent contains this
+    #: On a watch: answer 200 and send the Status as an ``ERROR`` event (always so for 410), as the watch cache
+    #: and the etcd watcher do for errors met after the request was accepted.
+    in_stream: bool = False
+    reason: str | None = None  # the Status's reason (None: the usual one for the code)
 
     def matches(self, method: str, path: str, agent: str = "") -> bool:
         if self.method is not None and self.method != method:
@@ -920,10 +944,15 @@ class Emulator:
         message: str | None = None,
         retry_after: int | None = None,
         agent: str | None = None,
+        in_stream: bool = False,
+        reason: str | None = None,
     ) -> Fault:
         """Answer the next ``times`` requests matching ``path`` (an fnmatch pattern) with ``code`` (only those
-        from a client whose User-Agent contains ``agent``, if given). A 410 on a watch is sent in the stream."""
-        fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after, agent)
+        from a client whose User-Agent contains ``agent``, if given). On a watch, a 410, or any code with
+        ``in_stream``, is sent in the stream (``stream_error``); ``reason`` overrides the Status's reason (a 410
+        is ``Expired``; servers before 1.17's watch cache said ``Gone``)."""
+        fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after, agent,
+                      in_stream, reason)
         self._faults.append(fault)
         return fault
 
@@ -1251,8 +1280,8 @@ class Emulator:
         for fault in self._faults:
             if fault.remaining > 0 and fault.matches(entry.method, entry.path, agent):
                 fault.remaining -= 1
-                if fault.code == 410 and entry.verb == "watch":
-                    return await self._expired_watch(request)
+                if entry.verb == "watch" and (fault.code == 410 or fault.in_stream):
+                    return await self._error_watch(request, self.stream_error(fault))
                 error = ApiError(fault.code, fault.message)
                 if fault.code == 409:
                     error = conflict(rt, target.name or "")
@@ -1371,7 +1400,8 @@ class Emulator:
             except ValueError:
                 raise ApiError(400, f"invalid resource version {rv!r}") from None
             if requested > self._rv:
-                raise ApiError(504, f"Too large resource version: {requested}, current: {self._rv}", "Timeout")
+                body = too_large(requested, self._rv)
+                raise ApiError(504, body["message"], "Timeout", body["details"])
             if query.get("resourceVersionMatch") == "Exact" and requested < self._rv:
                 # Only the latest state is kept; an exact read of the past is available until compaction only,
                 # and this emulator keeps no snapshots, so it answers as the server does after compaction.
@@ -1445,6 +1475,18 @@ class Emulator:
                 await response.write((json.dumps({"type": "ERROR", "object": gone}) + "\n").encode())
                 await response.write_eof()
                 return response
+            if requested > self._rv:
+                # A resourceVersion this server has not reached (another apiserver's, behind a load balancer): the
+                # watch cache waits for it up to ``blockTimeout`` (3 s, k8s.io/apiserver storage/cacher
+                # watch_cache.go), then sends a 504 ``NewTooLargeResourceVersionError`` in the stream.
+                waited = asyncio.get_running_loop().time() + TOO_LARGE_WAIT_S
+                while requested > self._rv and asyncio.get_running_loop().time() < waited:
+                    await asyncio.sleep(0.05)
+                if requested > self._rv:
+                    await response.write((json.dumps({"type": "ERROR", "object": too_large(requested, self._rv)})
+                                          + "\n").encode())
+                    await response.write_eof()
+                    return response
             for event_rv, event, event_rt, obj in self._history:
                 if event_rt is rt and event_rv > requested and watcher.sees(obj):
                     initial.append({"type": event, "object": _convert(rt, obj, target.version)})
@@ -1480,12 +1522,30 @@ class Emulator:
             await response.write_eof()
         return response
 
-    async def _expired_watch(self, request: web.Request) -> web.StreamResponse:
-        """What the watch cache answers to a resourceVersion it no longer has: 200, one ERROR event, the end."""
+    def stream_error(self, fault: Fault) -> JsonObj:
+        """The Status an ``ERROR`` event carries for an injected fault, as the server builds it (k8s.io/apimachinery
+        ``pkg/api/errors``): 410 ``NewResourceExpired`` (the watch cache's "too old resource version: X (Y)"),
+        500 ``NewInternalError`` ("Internal error occurred: ...", the error as a cause), 504 ``NewTimeoutError``
+        ("Timeout: ..."), any other code with its usual reason."""
+        code = fault.code
+        reason = fault.reason or _REASONS.get(code, "Unknown")
+        if code == 410:
+            text = fault.message if fault.message != "injected fault 410" else (
+                f"too old resource version: {self._compacted} ({self._rv})")
+            return status_body(410, fault.reason or "Expired", text)
+        if code == 500:
+            return status_body(500, reason, f"Internal error occurred: {fault.message}",
+                               {"causes": [{"message": fault.message}]})
+        if code == 504:
+            return status_body(504, reason, f"Timeout: {fault.message}", {"retryAfterSeconds": fault.retry_after or 0})
+        return status_body(code, reason, fault.message)
+
+    async def _error_watch(self, request: web.Request, status: JsonObj) -> web.StreamResponse:
+        """How the server answers a watch that fails once accepted (the watch cache's ``newErrWatcher``, the etcd
+        watcher's error event): 200, one ``ERROR`` event carrying ``status``, the end of the stream."""
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         await response.prepare(request)
-        gone = status_body(410, "Expired", f"too old resource version: {self._compacted} ({self._rv})")
-        await response.write((json.dumps({"type": "ERROR", "object": gone}) + "\n").encode())
+        await response.write((json.dumps({"type": "ERROR", "object": status}) + "\n").encode())
         await response.write_eof()
         return response
 

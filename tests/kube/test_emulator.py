@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from kubernetes_asyncio import client, watch
@@ -281,6 +282,74 @@ async def test_watch_older_than_compaction_is_gone(kube: Emulator, kube_client: 
     await w.close()
     assert err.value.status == 410
     assert "too old resource version" in str(err.value.reason)
+
+
+async def _raw_watch(kube_client: client.ApiClient, query: str) -> tuple[int, list[dict[str, Any]]]:
+    """A watch of llm's Deployments read as the wire carries it: the HTTP status and every JSON line."""
+    async with aiohttp.ClientSession() as http, http.get(
+        f"{kube_client.configuration.host}/apis/apps/v1/namespaces/llm/deployments?watch=true&{query}"
+    ) as answer:
+        return answer.status, [json.loads(line) for line in (await answer.read()).decode().splitlines() if line]
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "message", "want_reason", "want_message"),
+    [
+        pytest.param(410, None, "injected fault 410", "Expired", "too old resource version: ", id="410-expired"),
+        pytest.param(410, "Gone", "too old resource version: 1 (2)", "Gone", "too old resource version: 1 (2)",
+                     id="410-gone-as-servers-before-the-watch-cache-said"),
+        pytest.param(410, None, "The resourceVersion for the provided watch is too old.", "Expired",
+                     "The resourceVersion for the provided watch is too old.", id="410-from-the-etcd-watcher"),
+        pytest.param(500, None, "etcdserver: request timed out", "InternalError",
+                     "Internal error occurred: etcdserver: request timed out", id="500-internal"),
+        pytest.param(504, None, "Too large resource version: 9, current: 8", "Timeout",
+                     "Timeout: Too large resource version: 9, current: 8", id="504-timeout"),
+    ],
+)
+async def test_an_error_met_inside_a_watch_is_an_error_event_after_200(
+    kube: Emulator, kube_client: client.ApiClient, code: int, reason: str | None, message: str, want_reason: str,
+    want_message: str,
+) -> None:
+    """The watch cache (``newErrWatcher``) and the etcd watcher answer an accepted watch with 200 and one ``ERROR``
+    event carrying the Status k8s.io/apimachinery's constructors build, then end the stream."""
+    kube.add(objects.deployment())
+    kube.inject(code, "/apis/apps/v1/namespaces/llm/deployments", in_stream=True, reason=reason, message=message)
+    status, lines = await _raw_watch(kube_client, "timeoutSeconds=30")
+    assert status == 200
+    assert [line["type"] for line in lines] == ["ERROR"]
+    body = lines[0]["object"]
+    assert (body["kind"], body["code"], body["reason"], body["status"]) == ("Status", code, want_reason, "Failure")
+    assert body["message"].startswith(want_message)
+
+
+async def test_a_watch_from_a_version_the_server_has_not_reached_times_out_in_the_stream(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """An apiserver behind a load balancer may not have reached the version another one served: its watch cache
+    waits up to 3 s for it, then sends 504 ``Too large resource version`` in the stream; a write that reaches the
+    version in time lets the watch go on."""
+    kube.add(objects.deployment())
+    ahead = kube.resource_version + 1
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    status, lines = await _raw_watch(kube_client, f"resourceVersion={ahead + 5}&timeoutSeconds=30")
+    assert status == 200
+    assert loop.time() - started >= 2.9
+    (error,) = lines
+    assert error["type"] == "ERROR"
+    body = error["object"]
+    assert (body["code"], body["reason"]) == (504, "Timeout")
+    assert body["message"] == f"Timeout: Too large resource version: {ahead + 5}, current: {ahead - 1}"
+    assert body["details"]["causes"] == [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+
+    def scale(n: int) -> None:
+        kube.modify("apps/v1", "Deployment", "tgi-gemma-deployment", "llm", spec={"replicas": n})
+
+    loop.call_later(0.5, scale, 2)  # reaches the version asked for: the watch goes on from it
+    loop.call_later(1.0, scale, 3)
+    loop.call_later(1.5, kube.drop_watches)
+    status, lines = await _raw_watch(kube_client, f"resourceVersion={ahead}&timeoutSeconds=30")
+    assert [(line["type"], line["object"]["spec"]["replicas"]) for line in lines] == [("MODIFIED", 3)]
 
 
 async def test_dropped_watch_ends_the_stream(kube: Emulator, kube_client: client.ApiClient) -> None:
