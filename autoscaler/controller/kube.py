@@ -114,7 +114,10 @@ def translate(exc: ApiException) -> KubeError:
         try:
             body = json.loads(exc.body)
         except (TypeError, ValueError):
-            message = str(exc.body)[:300]
+            # Not a Status: the max-in-flight and priority-and-fairness filters answer 429 with Go's http.Error
+            # plain text ("Too many requests, please try again later.\n"); a proxy may answer with HTML. One line.
+            text = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else str(exc.body)
+            message = " ".join(text.split())[:300]
     if isinstance(body, dict):
         reason = str(body.get("reason") or reason)
         message = str(body.get("message") or message)

@@ -112,6 +112,19 @@ async def test_status_errors_become_typed(
     assert "\n" not in str(err.value)
 
 
+async def test_the_filters_429_is_plain_text_and_reads_as_one_line(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """The max-in-flight and priority-and-fairness filters answer 429 before any handler: Go's ``http.Error`` plain
+    text with a newline, no Status, ``Retry-After: 1``. The error is one line and keeps the wait."""
+    kube.add(objects.deployment())
+    kube.inject(429, "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment")
+    with pytest.raises(ServerError) as err:
+        await call(client.AppsV1Api(kube_client).read_namespaced_deployment("tgi-gemma-deployment", "llm"))
+    assert str(err.value) == "429 Too Many Requests: Too many requests, please try again later."
+    assert err.value.retry_after_s == 1.0
+
+
 async def test_a_429_is_retried_no_sooner_than_its_retry_after(kube: Emulator, kube_client: client.ApiClient) -> None:
     """The API server's priority-and-fairness filter answers 429 with ``Retry-After: 1``; client-go waits it out
     before retrying (rest/request.go). ``retrying`` does too, whatever its own jitter (here none)."""

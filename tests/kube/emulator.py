@@ -39,7 +39,8 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    and ``resourceNames``; a RoleBinding grants only in its own namespace), and answers ``403`` to the rest,
    recording each in ``rbac_denied``; single denials (``deny``) answer ``403`` with the authorizer's message
    shape; injected faults (``inject``)
-   answer the next N requests to a path with a Status of the given code (``clear_faults`` ends them early);
+   answer the next N requests to a path with a Status of the given code (a 429 as the max-in-flight and
+   priority-and-fairness filters answer it: plain text and ``Retry-After``; ``clear_faults`` ends them early);
    every request is logged (``requests``); ``after`` runs a test's change right after a matching request was
    answered (a race); ``strict`` mode rejects and records any write not declared with ``expect_write``, and the
    ``kube`` fixture fails the test on it (as HPA's tests' ``PrependReactor`` ``assert.Fail``).
@@ -633,6 +634,8 @@ class Fault:
     #: and the etcd watcher do for errors met after the request was accepted.
     in_stream: bool = False
     reason: str | None = None  # the Status's reason (None: the usual one for the code)
+    #: A 429 from the max-in-flight / priority-and-fairness filters (plain text), not from a handler (a Status).
+    filtered: bool = True
 
     def matches(self, method: str, path: str, agent: str = "") -> bool:
         if self.method is not None and self.method != method:
@@ -946,13 +949,15 @@ class Emulator:
         agent: str | None = None,
         in_stream: bool = False,
         reason: str | None = None,
+        filtered: bool = True,
     ) -> Fault:
         """Answer the next ``times`` requests matching ``path`` (an fnmatch pattern) with ``code`` (only those
         from a client whose User-Agent contains ``agent``, if given). On a watch, a 410, or any code with
         ``in_stream``, is sent in the stream (``stream_error``); ``reason`` overrides the Status's reason (a 410
-        is ``Expired``; servers before 1.17's watch cache said ``Gone``)."""
+        is ``Expired``; servers before 1.17's watch cache said ``Gone``). A 429 answers as the filters in front of
+        every handler do (``_too_many_requests``: plain text), unless ``filtered=False`` (a handler's Status)."""
         fault = Fault(code, path, method, times, message or f"injected fault {code}", retry_after, agent,
-                      in_stream, reason)
+                      in_stream, reason, filtered)
         self._faults.append(fault)
         return fault
 
@@ -1282,6 +1287,8 @@ class Emulator:
                 fault.remaining -= 1
                 if entry.verb == "watch" and (fault.code == 410 or fault.in_stream):
                     return await self._error_watch(request, self.stream_error(fault))
+                if fault.code == 429 and fault.filtered and not fault.in_stream:
+                    return self._too_many_requests(fault)
                 error = ApiError(fault.code, fault.message)
                 if fault.code == 409:
                     error = conflict(rt, target.name or "")
@@ -1520,6 +1527,18 @@ class Emulator:
             self._watchers_changed.set()
         with contextlib.suppress(ConnectionResetError):
             await response.write_eof()
+        return response
+
+    @staticmethod
+    def _too_many_requests(fault: Fault) -> web.Response:
+        """What the max-in-flight and priority-and-fairness filters answer (k8s.io/apiserver server/filters
+        ``tooManyRequests``): no Status object, Go's ``http.Error`` plain text and a ``Retry-After`` header (1 s
+        unless the fault says). A JSON 429 Status (``NewTooManyRequests``, with ``details.retryAfterSeconds``)
+        comes from handlers behind the filters, as the eviction API: ``inject(429, ..., filtered=False)``."""
+        response = web.Response(status=429, text="Too many requests, please try again later.\n",
+                                content_type="text/plain", charset="utf-8")
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Retry-After"] = str(fault.retry_after if fault.retry_after is not None else 1)
         return response
 
     def stream_error(self, fault: Fault) -> JsonObj:
