@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 from autoscaler.controller.runtime import Runtime
 from tests.controller.helpers import ManualClock, TgiMetrics, deployment_runtime, replicas, runtime
 from tests.kube import objects
-from tests.kube.emulator import Emulator
+from tests.kube.emulator import Emulator, Webhook
 
 SCALE = "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/llm/events*"
@@ -62,7 +62,16 @@ async def test_a_conflict_is_retried_after_a_fresh_read(kube: Emulator, rt: Runt
 @pytest.mark.parametrize(
     ("setup", "expected"),
     [
-        pytest.param(lambda k: k.deny("patch", "deployments/scale"), "Forbidden", id="rbac-403"),
+        pytest.param(lambda k: k.deny("patch", "deployments/scale"),
+                     'Forbidden: deployments.apps "tgi-gemma-deployment" is forbidden: User '
+                     '"system:serviceaccount:autoscaler:autoscaler" cannot patch resource "deployments/scale" in API '
+                     'group "apps" in the namespace "llm"', id="rbac-403"),
+        pytest.param(lambda k: k.webhooks.append(Webhook(
+            "replicas-cap.example.com", "apps", ("deployments/scale",),
+            lambda new, _old: [f"spec.replicas: Invalid value: {new['spec']['replicas']}: at most 2"]
+            if new["spec"]["replicas"] > 2 else [])),
+            'Forbidden: admission webhook "replicas-cap.example.com" denied the request: spec.replicas: Invalid '
+            'value: 3: at most 2', id="admission-webhook-403"),
         pytest.param(lambda k: k.inject(503, SCALE, method="PATCH", times=100), "ServerError", id="server-5xx"),
     ],
 )

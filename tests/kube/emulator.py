@@ -62,6 +62,9 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    only its ``series`` on update (``422`` otherwise); core ``v1`` Events are held to the legacy rules only.
 12. Custom resources whose CRD this repository ships (ScalingPolicy) are pruned to their structural schema and
    validated against it (``422``), as apiextensions-apiserver does (``_structural``).
+13. Validating admission webhooks on updates made through HTTP (``webhooks``; Kueue's Workload webhook is
+   installed: ``spec.podSets`` immutable while quota is reserved, ``status.admission`` not changed in place);
+   a denial is a 403 "admission webhook ... denied the request: ...", as the API server relays it.
 
 Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
 Kueue ``v1beta1`` and ``v1beta2`` share one storage (v1beta2) with the priority-class field converted.
@@ -820,6 +823,41 @@ class _Target:
 StoreKey = tuple[str, str, str, str]  # group, plural, namespace ("" when cluster-scoped), name
 
 
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """A validating admission webhook on updates of ``resources`` (``workloads``, ``workloads/status``,
+    ``deployments/scale``: a Scale's webhook sees Scale objects): ``validate_update(new, old)`` returns the field
+    errors, as ``field.ErrorList`` prints them (none: allowed)."""
+
+    name: str
+    group: str
+    resources: tuple[str, ...]
+    validate_update: Callable[[JsonObj, JsonObj], list[str]]
+
+
+def _quota_reserved(wl: JsonObj) -> bool:
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+               for c in (wl.get("status") or {}).get("conditions") or [])
+
+
+def kueue_workload_update_problems(new: JsonObj, old: JsonObj) -> list[str]:
+    """Kueue's ``ValidateWorkloadUpdate`` (kueue ``pkg/webhooks/workload_webhook.go``), the rules an update by
+    another controller can trip: ``spec.podSets`` is immutable while the old object has quota reserved, and
+    ``status.admission`` may be set or unset but not changed. ``spec.active`` and metadata are free to change."""
+    out = []
+    if _quota_reserved(old) and (new.get("spec") or {}).get("podSets") != (old.get("spec") or {}).get("podSets"):
+        out.append("spec.podSets: Invalid value: \"array\": field is immutable")
+    new_adm, old_adm = (new.get("status") or {}).get("admission"), (old.get("status") or {}).get("admission")
+    if new_adm is not None and old_adm is not None and new_adm != old_adm:
+        out.append("status.admission: Invalid value: \"object\": field is immutable")
+    return out
+
+
+#: Kueue's validating webhook for Workloads (``vworkload.kb.io``, failurePolicy Fail).
+KUEUE_WORKLOAD_WEBHOOK = Webhook("vworkload.kb.io", "kueue.x-k8s.io", ("workloads", "workloads/status"),
+                                 kueue_workload_update_problems)
+
+
 class Emulator:
     """The emulated API server. Start it with ``start()``; point a client at ``url``."""
 
@@ -851,6 +889,8 @@ class Emulator:
         self._watchers_changed = asyncio.Event()
         #: Seconds between two bookmarks on a watch stream that allows them (None: only ``bookmark()`` sends).
         self.bookmark_every_s: float | None = 60.0
+        #: Validating admission webhooks run on every update through HTTP (``_admit``); Kueue's is installed.
+        self.webhooks: list[Webhook] = [KUEUE_WORKLOAD_WEBHOOK]
         self._uid_seq = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -1568,6 +1608,18 @@ class Emulator:
         await response.write_eof()
         return response
 
+    def _admit(self, rt: ResourceType, resource: str, new: JsonObj, old: JsonObj) -> None:
+        """Validating admission webhooks on an update (``webhooks``): the first denial answers as the API server
+        relays a controller-runtime denial (``webhookerrors.ToStatusErr``): 403 ``Forbidden``, "admission webhook
+        "<name>" denied the request: <errors>"."""
+        for hook in self.webhooks:
+            if hook.group != rt.group or resource not in hook.resources:
+                continue
+            problems = hook.validate_update(new, old)
+            if problems:
+                text = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
+                raise ApiError(403, f'admission webhook "{hook.name}" denied the request: {text}', "Forbidden")
+
     @staticmethod
     def _validate(rt: ResourceType, obj: JsonObj, old: JsonObj | None = None) -> None:
         """The server's validation where clients trip: Events (``_event_problems``), on create and on update
@@ -1705,6 +1757,7 @@ class Emulator:
         if new.get("spec") != stored.get("spec"):
             new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
         self._validate(rt, new, stored)
+        self._admit(rt, f"{rt.plural}/status" if target.subresource == "status" else rt.plural, new, stored)
         committed = self._commit(rt, key, new, "MODIFIED")
         return _convert(rt, committed, target.version)
 
@@ -1738,6 +1791,7 @@ class Emulator:
             )
         new = copy.deepcopy(stored)
         _put(new, rt.scale.spec_replicas, replicas)
+        self._admit(rt, f"{rt.plural}/scale", self._scale_of(rt, new), self._scale_of(rt, stored))
         if new != stored:
             new["metadata"]["generation"] = int(stored["metadata"].get("generation", 1)) + 1
             stored = self._commit(rt, key, new, "MODIFIED")

@@ -508,6 +508,40 @@ async def test_kueue_versions_share_storage(
     assert got["spec"][field] == value
 
 
+async def test_kueue_s_webhook_guards_an_admitted_workload(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """Kueue's validating webhook (``ValidateWorkloadUpdate``): while quota is reserved ``spec.podSets`` may not
+    change and ``status.admission`` may be cleared but not edited; ``spec.active`` and metadata are free, which is
+    all the controller writes. A denial is relayed as a 403 naming the webhook."""
+    kube.add(objects.workload("train"))
+
+    def reserve(obj: dict[str, Any]) -> None:
+        obj["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": 2}]},
+                         "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                                         "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+
+    kube.modify("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm", reserve)
+    custom = client.CustomObjectsApi(kube_client)
+    args = ("kueue.x-k8s.io", "v1beta2", "llm", "workloads", "train")
+    pod_sets = kube.get("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm")["spec"]["podSets"]
+    with pytest.raises(ApiException) as err:
+        await custom.patch_namespaced_custom_object(
+            *args, {"spec": {"podSets": [{**pod_sets[0], "count": 3}]}}, _content_type="application/merge-patch+json")
+    assert err.value.status == 403
+    assert _status(err.value)["message"] == (
+        'admission webhook "vworkload.kb.io" denied the request: spec.podSets: Invalid value: "array": field is '
+        "immutable")
+    with pytest.raises(ApiException) as err:
+        await custom.patch_namespaced_custom_object_status(
+            *args, {"status": {"admission": {"clusterQueue": "other"}}}, _content_type="application/merge-patch+json")
+    assert err.value.status == 403
+    await custom.patch_namespaced_custom_object(
+        *args, {"metadata": {"annotations": {"a": "b"}}, "spec": {"active": False}},
+        _content_type="application/merge-patch+json")
+    await custom.patch_namespaced_custom_object_status(  # Kueue's eviction clears the admission
+        *args, {"status": {"admission": None}}, _content_type="application/merge-patch+json")
+    assert kube.get("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm")["spec"]["active"] is False
+
+
 async def test_unserved_version_is_not_found(kube: Emulator, kube_client: client.ApiClient) -> None:
     kube.unserve("kueue.x-k8s.io", "v1beta2")
     with pytest.raises(ApiException) as err:
