@@ -65,6 +65,9 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
 13. Validating admission webhooks on updates made through HTTP (``webhooks``; Kueue's Workload webhook is
    installed: ``spec.podSets`` immutable while quota is reserved, ``status.admission`` not changed in place);
    a denial is a 403 "admission webhook ... denied the request: ...", as the API server relays it.
+14. Server-side field validation (``fieldValidation``: ``Warn`` by default, ``Strict``, ``Ignore``) of the fields the
+   server drops (``unknown_fields``): ``metadata`` fields ObjectMeta lacks, fields our CRD's schema lacks, a
+   Scale's and a Workload spec's unknown fields: a ``Warning`` header (recorded in ``warnings``), 400 under Strict.
 
 Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
 Kueue ``v1beta1`` and ``v1beta2`` share one storage (v1beta2) with the priority-class field converted.
@@ -372,6 +375,46 @@ def _structural(rt: ResourceType, obj: JsonObj) -> JsonObj:
     return pruned
 
 
+#: ObjectMeta's fields (k8s.io/apimachinery pkg/apis/meta/v1 types.go): any other ``metadata`` field is dropped.
+OBJECT_META = frozenset({
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields",
+})
+#: The fields of kinds whose full schema is not here, by (group, plural, subresource) and dotted parent path (""
+#: for the top level): autoscaling/v1 ``Scale`` (k8s.io/api autoscaling/v1 types.go), and Kueue's Workload ``spec``
+#: (kueue apis/kueue v1beta1 and v1beta2 workload_types.go, both versions' spellings of the priority class).
+KNOWN_FIELDS: dict[tuple[str, str, str | None], dict[str, frozenset[str]]] = {
+    **{(g, p, "scale"): {
+        "": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+        "spec": frozenset({"replicas"}), "status": frozenset({"replicas", "selector"}),
+    } for g, p in (("apps", "deployments"), ("apps", "statefulsets"),
+                   ("leaderworkerset.x-k8s.io", "leaderworkersets"))},
+    ("kueue.x-k8s.io", "workloads", None): {
+        "": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+        "spec": frozenset({"podSets", "queueName", "priorityClassName", "priority", "priorityClassSource",
+                           "priorityClassRef", "active", "maximumExecutionTimeSeconds"}),
+    },
+}
+
+
+def unknown_fields(rt: ResourceType, subresource: str | None, obj: JsonObj) -> list[str]:
+    """The dotted paths of the fields of ``obj`` the server drops on a write: ``metadata`` fields ObjectMeta does
+    not have (every kind), fields a shipped CRD's structural schema does not declare (``CRD_FILES``: what
+    ``_structural`` prunes), and fields of ``KNOWN_FIELDS``' kinds outside their lists. Other kinds' bodies are
+    not checked (their schemas are not here)."""
+    meta = obj.get("metadata")
+    out = [f"metadata.{k}" for k in meta if k not in OBJECT_META] if isinstance(meta, dict) else []
+    schema = _crd_schema(rt.group, rt.plural) if subresource != "scale" else None
+    if schema is not None:
+        out.extend(crd_schema.dropped(obj, crd_schema.prune(obj, schema)))
+    for parent, known in KNOWN_FIELDS.get((rt.group, rt.plural, subresource), {}).items():
+        node = _dig(obj, parent.split(".")) if parent else obj
+        if isinstance(node, dict):
+            out.extend(f"{parent}.{k}" if parent else k for k in node if k not in known)
+    return out
+
+
 #: k8s.io/kubernetes pkg/apis/core/validation/events.go: the limits of an Event written through events.k8s.io/v1.
 EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "note": 1024}
 _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -422,6 +465,33 @@ def _event_problems(rt: ResourceType, obj: JsonObj, old: JsonObj | None) -> list
         out.append(("regarding.namespace", "does not match event.namespace"))
     out.extend(_series_problems(obj.get("series")))
     return out
+
+
+#: Go's layouts (k8s.io/apimachinery pkg/apis/meta/v1): ``MicroTime`` decodes with ``RFC3339Micro``
+#: ("2006-01-02T15:04:05.000000Z07:00": exactly six fractional digits), ``Time`` with ``time.RFC3339`` (any or no
+#: fraction). A timestamp either layout refuses fails the body's decoding: 400.
+_MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|[+-]\d{2}:\d{2})$")
+_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+#: The timestamps of the kinds the controller writes with them, by (group, plural): (path, is MicroTime).
+_TIMESTAMPS: dict[tuple[str, str], tuple[tuple[tuple[str, ...], bool], ...]] = {
+    ("events.k8s.io", "events"): ((("eventTime",), True), (("series", "lastObservedTime"), True),
+                                  (("deprecatedFirstTimestamp",), False), (("deprecatedLastTimestamp",), False)),
+    ("", "events"): ((("eventTime",), True), (("series", "lastObservedTime"), True), (("firstTimestamp",), False),
+                     (("lastTimestamp",), False)),
+    ("coordination.k8s.io", "leases"): ((("spec", "acquireTime"), True), (("spec", "renewTime"), True)),
+}
+
+
+def _bad_time(rt: ResourceType, obj: JsonObj) -> str | None:
+    """Go's parse error for the first timestamp of ``obj`` its type's layout refuses (``_TIMESTAMPS``), or None."""
+    for path, micro in _TIMESTAMPS.get((rt.group, rt.plural), ()):
+        value = _dig(obj, path)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not (_MICRO_TIME if micro else _TIME).match(value):
+            layout = "2006-01-02T15:04:05.000000Z07:00" if micro else "2006-01-02T15:04:05Z07:00"
+            return f'{".".join(path)}: parsing time "{value}" as "{layout}": cannot parse'
+    return None
 
 
 def _series_problems(series: Any) -> list[tuple[str, str]]:
@@ -618,6 +688,8 @@ class Request:
     namespace: str | None = None
     name: str | None = None
     status: int = 0
+    #: The ``Warning`` headers answered (``unknown field "..."`` under ``fieldValidation`` Warn, the default).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def is_write(self) -> bool:
@@ -887,6 +959,8 @@ class Emulator:
         self._snapshots: dict[tuple[int, str, str, str, str | None, str | None], list[JsonObj]] = {}
         self._watchers: list[_Watcher] = []
         self._watchers_changed = asyncio.Event()
+        #: Every ``unknown field`` warning answered (``_fields``): "METHOD PATH: unknown field "x"".
+        self.warnings: list[str] = []
         #: Seconds between two bookmarks on a watch stream that allows them (None: only ``bookmark()`` sends).
         self.bookmark_every_s: float | None = 60.0
         #: Validating admission webhooks run on every update through HTTP (``_admit``); Kueue's is installed.
@@ -1280,6 +1354,9 @@ class Emulator:
         if delay is not None and delay.after:
             await delay.wait()
         entry.status = response.status
+        if entry.warnings and not response.prepared:
+            for text in entry.warnings:
+                response.headers.add("Warning", f'299 - "{text}"')
         for hook in self._hooks:
             if hook.matches(entry.method, entry.path):
                 hook.remaining -= 1
@@ -1359,9 +1436,9 @@ class Emulator:
         if entry.verb == "create":
             if target.name is not None:
                 raise ApiError(405, "the server does not allow this method on the requested resource")
-            return web.json_response(self._post(target, entry.body), status=201)
+            return web.json_response(self._post(target, entry.body, entry), status=201)
         if entry.verb == "update":
-            return web.json_response(self._put(target, entry.body))
+            return web.json_response(self._put(target, entry.body, entry))
         if entry.verb == "patch":
             return web.json_response(self._patch(target, entry, raw))
         if entry.verb == "delete":
@@ -1623,7 +1700,11 @@ class Emulator:
     @staticmethod
     def _validate(rt: ResourceType, obj: JsonObj, old: JsonObj | None = None) -> None:
         """The server's validation where clients trip: Events (``_event_problems``), on create and on update
-        (``old``: the stored object)."""
+        (``old``: the stored object); before it, the timestamps of Events and Leases must decode (``_bad_time``)."""
+        bad = _bad_time(rt, obj)
+        if bad is not None:
+            raise ApiError(400, f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: {bad}',
+                           "BadRequest")
         if rt.plural != "events":
             return
         problems = _event_problems(rt, obj, old)
@@ -1646,15 +1727,41 @@ class Emulator:
             )
         return body
 
-    def _post(self, target: _Target, body: Any) -> JsonObj:
+    def _fields(self, target: _Target, entry: Request, obj: JsonObj) -> None:
+        """Server-side field validation of a written object (``fieldValidation``, KEP-2885, GA in 1.27): the fields
+        the server would drop (``unknown_fields``) answer 400 under ``Strict`` (kubectl's default), are dropped with
+        a ``Warning: 299 - "unknown field \"spec.foo\""`` header under ``Warn`` (the default when a client sends
+        none, as the controller does) and silently under ``Ignore``. Recorded in ``warnings`` as well: the ``kube``
+        fixture fails a test in which the controller wrote a field the server drops."""
+        unknown = unknown_fields(target.rt, target.subresource, obj)
+        if not unknown:
+            return
+        mode = entry.query.get("fieldValidation") or "Warn"
+        if mode not in ("Ignore", "Warn", "Strict"):
+            raise ApiError(400, f'fieldValidation must be one of "Ignore", "Warn", or "Strict", got "{mode}"',
+                           "BadRequest")
+        if mode == "Strict":
+            kind = "Scale" if target.subresource == "scale" else target.rt.kind
+            text = ", ".join(f'unknown field "{u}"' for u in unknown)
+            raise ApiError(400, f'{kind} in version "{target.version}" cannot be handled as a {kind}: strict decoding '
+                                f"error: {text}", "BadRequest")
+        if mode == "Warn":
+            entry.warnings.extend(f'unknown field "{u}"' for u in unknown)
+            self.warnings.extend(f"{entry.method} {entry.path}: unknown field \"{u}\"" for u in unknown)
+
+    def _post(self, target: _Target, body: Any, entry: Request | None = None) -> JsonObj:
         obj = copy.deepcopy(self._check_body(target, body))
+        if entry is not None:
+            self._fields(target, entry, obj)
         rt = target.rt
         if obj.get("kind") not in (None, rt.kind):
             raise ApiError(400, f"the API version in the data ({obj.get('apiVersion')}) does not match the expected")
         return self._create(rt, target.version, target.namespace, obj)
 
-    def _put(self, target: _Target, body: Any) -> JsonObj:
+    def _put(self, target: _Target, body: Any, entry: Request | None = None) -> JsonObj:
         body = self._check_body(target, body)
+        if entry is not None:
+            self._fields(target, entry, body)
         key, stored = self._stored(target)
         rt = target.rt
         if target.subresource == "scale":
@@ -1702,6 +1809,7 @@ class Emulator:
             raise self._unsupported(content_type)
         if not isinstance(result, dict):
             raise ApiError(422, "the patched object is not a JSON object")
+        self._fields(target, entry, result)
         sent_rv = (result.get("metadata") or {}).get("resourceVersion")
         if sent_rv and sent_rv != stored["metadata"]["resourceVersion"]:
             raise conflict(rt, key[3])

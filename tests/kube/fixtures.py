@@ -2,7 +2,8 @@
 and ``kube_client`` (a ``kubernetes_asyncio`` ``ApiClient`` pointed at it).
 
 Register as a plugin (``pytest_plugins = ["tests.kube.fixtures"]``) or import the fixtures by name.
-At teardown, ``kube`` fails the test if strict mode saw a write nobody declared with ``expect_write``.
+At teardown, ``kube`` fails the test if strict mode saw a write nobody declared with ``expect_write``, or if a
+write carried a field the server drops (``Emulator.warnings``: its ``unknown field`` Warning headers).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ async def kube() -> AsyncIterator[Emulator]:
     if emulator.violations:
         pytest.fail(
             "strict mode: unexpected writes to the API server:\n  " + "\n  ".join(emulator.violations),
+            pytrace=False,
+        )
+    if emulator.warnings:
+        pytest.fail(
+            "a write carried fields the API server drops (its Warning headers; a test that means it clears "
+            "kube.warnings):\n  " + "\n  ".join(emulator.warnings),
             pytrace=False,
         )
 

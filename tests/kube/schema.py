@@ -52,3 +52,17 @@ def prune(value: Any, node: dict[str, Any], *, root: bool = True) -> Any:
     if isinstance(value, list) and isinstance(node.get("items"), dict):
         return [prune(item, node["items"], root=False) for item in value]
     return value
+
+
+def dropped(value: Any, kept: Any, path: str = "") -> list[str]:
+    """The dotted paths of the fields ``prune`` dropped from ``value`` (``kept`` is its result), as the server names
+    them in its ``unknown field "spec.foo"`` warnings (list items as ``[i]``)."""
+    out: list[str] = []
+    if isinstance(value, dict) and isinstance(kept, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else key
+            out.extend(dropped(item, kept[key], where) if key in kept else [where])
+    elif isinstance(value, list) and isinstance(kept, list):
+        for i, (item, left) in enumerate(zip(value, kept, strict=False)):
+            out.extend(dropped(item, left, f"{path}[{i}]"))
+    return out

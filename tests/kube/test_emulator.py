@@ -542,6 +542,23 @@ async def test_kueue_s_webhook_guards_an_admitted_workload(kube: Emulator, kube_
     assert kube.get("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm")["spec"]["active"] is False
 
 
+async def test_a_scale_and_a_workload_warn_of_the_fields_the_server_drops(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """The fields of a Scale and of a Workload's spec are known here: any other one is dropped with a Warning
+    (fieldValidation Warn, what a client that sends none gets), as a misspelt ``replica`` would be."""
+    kube.add(objects.deployment())
+    kube.add(objects.workload("train"))
+    await client.AppsV1Api(kube_client).patch_namespaced_deployment_scale(
+        "tgi-gemma-deployment", "llm", {"spec": {"replica": 3}}, _content_type="application/merge-patch+json")
+    await client.CustomObjectsApi(kube_client).patch_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", "llm", "workloads", "train", {"spec": {"activ": False}},
+        _content_type="application/merge-patch+json")
+    assert [r.warnings for r in kube.writes()] == [['unknown field "spec.replica"'], ['unknown field "spec.activ"']]
+    assert len(kube.warnings) == 2
+    kube.warnings.clear()
+
+
 async def test_unserved_version_is_not_found(kube: Emulator, kube_client: client.ApiClient) -> None:
     kube.unserve("kueue.x-k8s.io", "v1beta2")
     with pytest.raises(ApiException) as err:
@@ -743,11 +760,56 @@ async def test_a_custom_resource_is_pruned_and_validated_against_its_crd(
     obj = kube.get("autoscaler.dev/v1alpha1", "ScalingPolicy", "p", "llm")
     assert "bogus" not in obj["spec"]
     assert obj["status"] == {"reason": "ScaleUp"}
+    # fieldValidation Warn, the default: dropped with a Warning header each; the fixture fails a test on them.
+    assert [r.warnings for r in kube.writes()] == [['unknown field "spec.bogus"'],
+                                                   ['unknown field "status.notInTheSchema"']]
+    kube.warnings.clear()
+    with pytest.raises(ApiException) as info:  # Strict (kubectl's default): refused
+        await custom.patch_namespaced_custom_object_status(
+            *args, "p", {"status": {"notInTheSchema": 3}, "metadata": {"labelz": {}}},
+            _content_type="application/merge-patch+json", field_validation="Strict")
+    assert info.value.status == 400
+    assert _status(info.value)["message"] == (
+        'ScalingPolicy in version "v1alpha1" cannot be handled as a ScalingPolicy: strict decoding error: '
+        'unknown field "metadata.labelz", unknown field "status.notInTheSchema"')
     with pytest.raises(ApiException) as info:
         await custom.patch_namespaced_custom_object_status(
             *args, "p", {"status": {"currentReplicas": "three"}}, _content_type="application/merge-patch+json")
     assert info.value.status == 422
     assert "currentReplicas" in _status(info.value)["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "accepted"),
+    [
+        pytest.param("events.k8s.io/v1", {"eventTime": "2026-01-01T00:00:00Z"}, False, id="event-time-in-seconds"),
+        pytest.param("events.k8s.io/v1", {"eventTime": "2026-01-01T00:00:00.123Z"}, False,
+                     id="event-time-in-milliseconds"),
+        pytest.param("events.k8s.io/v1", {}, True, id="event-time-in-microseconds"),
+        pytest.param("coordination.k8s.io/v1", {"renewTime": "2026-01-01T00:00:00Z"}, False, id="lease-in-seconds"),
+        pytest.param("coordination.k8s.io/v1", {"renewTime": "2026-01-01T00:00:00.000001+01:00"}, True,
+                     id="lease-in-microseconds"),
+    ],
+)
+async def test_micro_times_decode_only_with_six_fractional_digits(
+    kube: Emulator, kube_client: client.ApiClient, path: str, body: dict[str, Any], accepted: bool
+) -> None:
+    """``metav1.MicroTime`` decodes with Go's ``RFC3339Micro`` layout, which takes exactly six fractional digits:
+    an Event's ``eventTime`` or a Lease's ``renewTime`` in whole seconds fails the body's decoding (400)."""
+    if path == "events.k8s.io/v1":
+        obj = _event(**body)
+        send = client.EventsV1Api(kube_client).create_namespaced_event
+    else:
+        obj = {"apiVersion": path, "kind": "Lease", "metadata": {"name": "l", "namespace": "llm"},
+               "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, **body}}
+        send = client.CoordinationV1Api(kube_client).create_namespaced_lease
+    if accepted:
+        await send("llm", obj)
+        return
+    with pytest.raises(ApiException) as info:
+        await send("llm", obj)
+    assert info.value.status == 400
+    assert "parsing time" in _status(info.value)["message"]
 
 
 def _event(**change: Any) -> dict[str, Any]:
