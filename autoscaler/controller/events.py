@@ -23,6 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from autoscaler.controller.config import EventsConfig
+from autoscaler.controller.kube import translate
 from autoscaler.controller.leader import micro_time
 from autoscaler.controller.logs import get_logger
 
@@ -110,8 +111,11 @@ class EventRecorder:
             self._expire(now_mono)
         except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
             status = getattr(exc, "status", None)
+            # The server's own message (which field, which limit, which verb RBAC refused), not the HTTP reason
+            # phrase ("Bad Request", "Forbidden") that ApiException.reason alone carries.
+            error = str(translate(exc)) if isinstance(exc, ApiException) else (str(exc) or type(exc).__name__)
             self._log.warning("event_write_failed", object=f"{obj.kind}/{obj.namespace}/{obj.name}",
-                              reason=reason, status=status, error=str(getattr(exc, "reason", exc)))
+                              reason=reason, status=status, error=error)
             if self._on_error:
                 self._on_error()
 

@@ -6,6 +6,7 @@ import time
 
 import pytest
 from kubernetes_asyncio import client
+from structlog.testing import capture_logs
 
 from autoscaler.controller.config import EventsConfig
 from autoscaler.controller.events import EventRecorder, ObjectRef
@@ -119,3 +120,22 @@ async def test_a_long_pod_name_still_reports(kube: Emulator, kube_client: client
     (event,) = kube.list("events.k8s.io/v1", "Event", "llm")
     assert event["reportingInstance"] == ("tgi-autoscaler-" + "x" * 200)[:128]
     assert event["series"]["count"] == 2
+
+
+async def test_a_refused_event_is_logged_with_the_server_s_message(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """An Event the server refuses is counted and logged, never raised; the log names what the server said (the
+    authorizer's verb and resource here), not only the HTTP reason phrase."""
+    kube.deny("create", "events")
+    errors: list[int] = []
+    config = EventsConfig.model_validate({"api": "events.k8s.io/v1"})
+    rec = EventRecorder(kube_client, config=config, instance="pod-a", wall=time.time, on_error=lambda: errors.append(1))
+    with capture_logs() as logs:
+        await rec.record(TARGET, type_="Normal", reason="ScaleUp", message="queue 30", action="scale")
+    assert errors == [1]
+    (log,) = [e for e in logs if e["event"] == "event_write_failed"]
+    assert log["status"] == 403
+    assert log["error"] == (
+        '403 Forbidden: events.events.k8s.io is forbidden: User "system:serviceaccount:autoscaler:autoscaler" '
+        'cannot create resource "events" in API group "events.k8s.io" in the namespace "llm"')
