@@ -118,6 +118,30 @@ async def test_an_error_event_inside_the_stream(
             await task
 
 
+async def test_a_bookmark_moves_the_version_a_watch_resumes_from(
+    kube: Emulator, watching: tuple[Watcher, Seen]
+) -> None:
+    """A quiet collection's own events stop at an old resourceVersion while the server's moves on (other namespaces,
+    other kinds). The bookmark carries the current one (``allowWatchBookmarks``, which the Watcher asks for): a
+    stream resumed after compaction from the bookmark's version goes on without a relist; from the last event's
+    it would meet 410 and list the whole collection again."""
+    w, seen = watching
+    await seen.next()
+    await kube.wait_for_watchers(1, plural="deployments")
+    assert kube.requests[-1].query.get("allowWatchBookmarks", "").lower() == "true"  # Go reads "True" as true
+    kube.add(objects.deployment(name="elsewhere", namespace="other"))  # moves the server's resourceVersion only
+    heard = w.heard_at
+    kube.bookmark()
+    while w.heard_at == heard:
+        await asyncio.sleep(0.01)
+    kube.compact()
+    kube.drop_watches()
+    await kube.wait_for_watchers(1, plural="deployments")
+    scale(kube, 2)
+    assert await seen.next() == ("MODIFIED", "tgi-gemma-deployment", 2)
+    assert w.relists == 1
+
+
 async def test_irrelevant_changes_do_not_wake_the_loop(kube: Emulator, watching: tuple[Watcher, Seen]) -> None:
     _w, seen = watching
     await seen.next()
