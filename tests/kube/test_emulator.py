@@ -520,7 +520,7 @@ async def test_kueue_s_webhook_guards_an_admitted_workload(kube: Emulator, kube_
                                          "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
 
     kube.modify("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm", reserve)
-    custom = client.CustomObjectsApi(kube_client)
+    custom: Any = client.CustomObjectsApi(kube_client)  # dict bodies and _content_type: beyond the stubs
     args = ("kueue.x-k8s.io", "v1beta2", "llm", "workloads", "train")
     pod_sets = kube.get("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm")["spec"]["podSets"]
     with pytest.raises(ApiException) as err:
@@ -549,9 +549,11 @@ async def test_a_scale_and_a_workload_warn_of_the_fields_the_server_drops(
     (fieldValidation Warn, what a client that sends none gets), as a misspelt ``replica`` would be."""
     kube.add(objects.deployment())
     kube.add(objects.workload("train"))
-    await client.AppsV1Api(kube_client).patch_namespaced_deployment_scale(
+    apps: Any = client.AppsV1Api(kube_client)  # dict bodies and _content_type: beyond the stubs
+    custom: Any = client.CustomObjectsApi(kube_client)
+    await apps.patch_namespaced_deployment_scale(
         "tgi-gemma-deployment", "llm", {"spec": {"replica": 3}}, _content_type="application/merge-patch+json")
-    await client.CustomObjectsApi(kube_client).patch_namespaced_custom_object(
+    await custom.patch_namespaced_custom_object(
         "kueue.x-k8s.io", "v1beta2", "llm", "workloads", "train", {"spec": {"activ": False}},
         _content_type="application/merge-patch+json")
     assert [r.warnings for r in kube.writes()] == [['unknown field "spec.replica"'], ['unknown field "spec.activ"']]
@@ -796,6 +798,7 @@ async def test_micro_times_decode_only_with_six_fractional_digits(
 ) -> None:
     """``metav1.MicroTime`` decodes with Go's ``RFC3339Micro`` layout, which takes exactly six fractional digits:
     an Event's ``eventTime`` or a Lease's ``renewTime`` in whole seconds fails the body's decoding (400)."""
+    send: Any  # dict bodies: beyond the stubs
     if path == "events.k8s.io/v1":
         obj = _event(**body)
         send = client.EventsV1Api(kube_client).create_namespaced_event
