@@ -827,6 +827,57 @@ class GroupAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class SlicedView:
+    """The slice inventory as a sliced scale-up places its groups into (``sliced_view``)."""
+
+    #: ``serving_view``, with the other serving targets' groups not placed yet holding free places.
+    inventory: topology.Inventory
+    #: Target key -> its groups holding a place (placed, or reserved by Kueue); the rest of its ``current``
+    #: groups wait for admission and are placed before any new one.
+    mine: dict[str, int]
+    #: The other targets' groups asked for and not placed yet (placed as the smallest shape asked for).
+    others: int
+
+
+def sliced_view(
+    capacity: CapacitySpec, quota: QuotaStatus, asks: Sequence[GroupAsk], training: Sequence[TrainingWorkload],
+    now: float,
+) -> SlicedView:
+    """The one view of the blocks a sliced scale-up places its groups into (``_grant_sliced``; the
+    ``disaggregated`` type's fit check reads the same, so a mix is never judged placeable on a place the grant
+    will not give): training stopped and not evicted yet, and training Kueue evicts for a waiting replica of
+    these targets, count as room (``serving_view``); the other targets' groups asked for and not placed yet take
+    free places first; ``mine`` says how many of each target's groups hold a place."""
+    slices = quota.slices
+    assert slices is not None
+    ours = {a.target for a in asks}
+    # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``);
+    # the eligible victims are marked preemptible.
+    inv = serving_view(capacity, slices.inventory, training, now,
+                       waiting=waiting_targets(quota, {a.target: a.gated for a in asks}), evicting=quota.evicting)
+    # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
+    # gates say: the inventory, read after the replicas, is the fresher word on that.
+    # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:
+    # then the replicas not gated are the placed ones, as the replicas say.
+    placed_by = Counter(slices.owners.values())
+    mine = {a.target: max(placed_by.get(a.target, 0), a.current - a.gated) for a in asks}
+    # Other targets' groups asked for and not placed yet take the free room first (placed as the smallest shape
+    # asked for here: their own shape is not in the ledger, ``estimate``).
+    smallest = min((a.shape for a in asks), key=lambda s: (s.chips, s))
+    if quota.asked:
+        others = sum(
+            a.gated if not placed_by.get(t) else max(0, min(a.gated, a.spec - placed_by[t]))
+            for t, a in quota.asked.items() if t not in ours
+        )
+    else:
+        others = math.ceil(quota.pending / smallest.chips - _EPS) if quota.pending > _EPS else 0
+    taken = topology.free_places(inv, smallest, others)
+    inv = inv.with_occupants((*inv.occupants, *(
+        topology.Occupant(key=f"pending-serving-{i}", regions=place) for i, place in enumerate(taken))))
+    return SlicedView(inv, mine, others)
+
+
+@dataclass(frozen=True, slots=True)
 class _SlicedGrant:
     """What ``_grant_sliced`` found, per target key (the callers word the messages)."""
 
@@ -860,30 +911,8 @@ def _grant_sliced(
     a super-slice over two blocks is one victim freeing both. The quota number still caps the chips."""
     slices = quota.slices
     assert slices is not None
-    ours = {a.target for a in asks}
-    # Training stopped and not evicted yet: its regions are being released (counted once, as ``freeing``);
-    # the eligible victims are marked preemptible.
-    inv = serving_view(capacity, slices.inventory, training, now,
-                       waiting=waiting_targets(quota, {a.target: a.gated for a in asks}), evicting=quota.evicting)
-    # Groups hold a place once Kueue reserved one for them (admitted or provisioning), whatever their pods'
-    # gates say: the inventory, read after the replicas, is the fresher word on that.
-    # Groups whose owner is not the target itself (Kueue's pod-group integration) are not recognised by it:
-    # then the replicas not gated are the placed ones, as the replicas say.
-    placed_by = Counter(slices.owners.values())
-    mine = {a.target: max(placed_by.get(a.target, 0), a.current - a.gated) for a in asks}
-    # Other targets' groups asked for and not placed yet take the free room first (placed as the smallest shape
-    # asked for here: their own shape is not in the ledger, ``estimate``).
-    smallest = min((a.shape for a in asks), key=lambda s: (s.chips, s))
-    if quota.asked:
-        others = sum(
-            a.gated if not placed_by.get(t) else max(0, min(a.gated, a.spec - placed_by[t]))
-            for t, a in quota.asked.items() if t not in ours
-        )
-    else:
-        others = math.ceil(quota.pending / smallest.chips - _EPS) if quota.pending > _EPS else 0
-    taken = topology.free_places(inv, smallest, others)
-    inv = inv.with_occupants((*inv.occupants, *(
-        topology.Occupant(key=f"pending-serving-{i}", regions=place) for i, place in enumerate(taken))))
+    view = sliced_view(capacity, quota, asks, training, now)
+    inv, mine, others = view.inventory, view.mine, view.others
     running = [w for w in training if w.active and w.admitted and w.chips > 0]
     held = {w.key: why for w in running if (why := _ineligible(capacity, w, now)) is not None}
     want = {a.target: max(0, a.desired - mine[a.target]) for a in asks}

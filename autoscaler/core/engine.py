@@ -621,12 +621,23 @@ def _decide_joint(
         # As the arbitration sees it: training this controller may stop is preemptible, stopped training's
         # regions are being freed (the inventory as read marks none: in full blocks no new group would ever
         # "fit", and the joint policy never grew in the codelab simulation).
-        inventory = arbitration.serving_view(spec.capacity, inventory, observation.training, now)
-        fits = disaggregated.inventory_fit(config, inventory, costs)
+        # The grant's own view (``arbitration.sliced_view``): training Kueue evicts for a group of ours waiting
+        # for admission is room, other targets' waiting groups hold free places, and our own groups that hold
+        # no place yet are placed with the new ones, so the plan never counts on a place the grant will not give.
+        assert observation.quota is not None
         assert slices is not None  # the inventory is the slices'
+        shapes = {v.name: v.slice_topology for _, v in config.variants()}
+        view = arbitration.sliced_view(spec.capacity, observation.quota, [
+            arbitration.GroupAsk(r.key, topology.Shape.parse(shapes[n]), members[r.key].spec, members[r.key].spec,
+                                 members[r.key].gated)
+            for n, r in refs.items()
+        ], observation.training, now)
+        inventory = view.inventory
+        pending = {n: max(0, members[r.key].spec - view.mine[r.key]) for n, r in refs.items()}
+        fits = disaggregated.inventory_fit(config, inventory, costs, pending)
         # Which group a scale-down of each variant frees first, where the cluster says (rule 4b's make-room).
         order = {n: slices.removal_order[r.key] for n, r in refs.items() if r.key in slices.removal_order}
-        room = disaggregated.inventory_room(config, inventory, costs, order) if order else None
+        room = disaggregated.inventory_room(config, inventory, costs, order, pending) if order else None
     # The token counters' longest rate window: until it has filled, a fresh controller's rates ramp from
     # nothing and are no history (the forecast would read the ramp as a trend).
     rate_window = max((rate.window_seconds for n in config.signal_refs() if (rate := spec.signal(n).rate) is not None),

@@ -76,7 +76,10 @@ group, a conservative prior from a profile):
 4. **Mix** (``choose_mix``): the counts per variant that carry the need at the fewest chips, then the fewest
    new groups, then the most capacity, then the fewest changes from the current counts; within each
    variant's min/max and the role's ``minGroups``; with an inventory (``core.topology``), only mixes whose
-   new groups can be placed (stopping preemptible training if it must). A variant's groups are removed
+   new groups can be placed (stopping preemptible training if it must), on the view the grant places into
+   (``arbitration.sliced_view``: training Kueue evicts for a waiting group is room; every pool's groups that
+   wait for admission take their places first, so no new group is counted on one of theirs; a mix adding no
+   group needs no place). A variant's groups are removed
    only while the ready groups left still carry the need: a shift to another variant adds the new groups
    first and removes the old once the new are serving.
 4b. **Make-room shift**: a larger shape may fit nowhere because the role's own smaller groups fragment the
@@ -1139,24 +1142,31 @@ def build(config: DisaggregatedPolicyConfig) -> DisaggregatedPolicy:
 
 
 def inventory_fit(
-    config: DisaggregatedPolicyConfig, inventory: Inventory, costs: Mapping[str, float]
+    config: DisaggregatedPolicyConfig, inventory: Inventory, costs: Mapping[str, float],
+    pending: Mapping[str, int] | None = None,
 ) -> FitCheck:
     """A ``FitCheck`` from the physical inventory (``core.topology``): the new groups, larger slices first,
-    placed one after another (stopping preemptible training where it must, at the least lost work)."""
+    placed one after another (stopping preemptible training where it must, at the least lost work).
+    ``pending``: variant name -> its groups asked for that hold no place yet (waiting for Kueue's admission):
+    placed with the new ones, as the grant places them (``arbitration.sliced_view``), so a new group is never
+    counted on a place a waiting one will take (no new group: nothing to place, it fits)."""
     by_name = {v.name: v for _, v in config.variants()}
-    return lambda more: _placeable(by_name, inventory, costs, more)
+    waiting = dict(pending or {})
+    return lambda more: not any(n > 0 for n in more.values()) or _placeable(
+        by_name, inventory, costs, _with_pending(more, waiting))
 
 
 def inventory_room(
     config: DisaggregatedPolicyConfig, inventory: Inventory, costs: Mapping[str, float],
-    removal_order: Mapping[str, Sequence[str]],
+    removal_order: Mapping[str, Sequence[str]], pending: Mapping[str, int] | None = None,
 ) -> RoomCheck:
     """A ``RoomCheck``: would the new groups fit once the named variants' next groups were removed?
     ``removal_order``: variant name -> its groups' occupant keys in the order a scale-down removes them
     (``SliceCapacity.removal_order``); a variant missing, or with fewer known groups than removed: False (the
     policy never counts on a place it cannot name). A removed group not in the inventory (pending) frees
-    nothing."""
+    nothing. ``pending``: as for ``inventory_fit``, placed with the new groups."""
     by_name = {v.name: v for _, v in config.variants()}
+    waiting = dict(pending or {})
 
     def room(removed: Mapping[str, int], more: Mapping[str, int]) -> bool:
         gone: list[str] = []
@@ -1165,9 +1175,14 @@ def inventory_room(
             if order is None or len(order) < n:
                 return False
             gone.extend(order[:n])
-        return _placeable(by_name, inventory.without(gone), costs, more)
+        return _placeable(by_name, inventory.without(gone), costs, _with_pending(more, waiting))
 
     return room
+
+
+def _with_pending(more: Mapping[str, int], pending: Mapping[str, int]) -> dict[str, int]:
+    """The groups to place: the new ones (``more``) and those asked for that hold no place yet."""
+    return {k: more.get(k, 0) + pending.get(k, 0) for k in {*more, *pending}}
 
 
 def _placeable(
