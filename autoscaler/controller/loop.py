@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from autoscaler.controller import kinds
+from autoscaler.controller.due import DueTimes
 from autoscaler.controller.events import EventRecorder, EventType, ObjectRef
 from autoscaler.controller.kube import Forbidden, NotFound
 from autoscaler.controller.logs import get_logger
@@ -274,6 +275,8 @@ class _Index:
     grace: dict[str, float] = field(default_factory=dict)
     #: Policies by their target's namespace (a pod watch event concerns those: ``policies_in_namespace``).
     namespaces: dict[str, set[str]] = field(default_factory=dict)
+    #: Whether a probed policy is on a ClusterQueue (``_chunks`` then keeps each queue's policies together).
+    queued: bool = False
 
 
 @dataclass
@@ -305,7 +308,8 @@ class Controller:
     #: longer holds the round's start (it did for 1.2-8 s a time at load 5, 2026-12-01 18:40 UTC).
     refresh_periods: float = 1.5
     states: dict[str, PolicyState] = field(default_factory=dict)
-    _due: dict[str, float] = field(default_factory=dict)
+    #: Each policy's next periodic due time, and which are due (``DueTimes``: heaps, not a walk per wake).
+    _due: DueTimes = field(default_factory=DueTimes)
     _pending: dict[str, str] = field(default_factory=dict)  # policy -> trigger
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
@@ -360,6 +364,8 @@ class Controller:
     #: The background re-read of vouched target views a round started (``_resync_views``), while it runs.
     _resyncing: asyncio.Task[None] | None = None
     _by: _Index | None = None
+    #: The policy set the per-screen records were last pruned for (``probe_round``).
+    _pruned_for: object = None
     #: Policies screened by probes so far (bench/controller_reaction.py reports CPU per screen from it).
     screens: int = 0
     #: Metric children by (metric, labels) (``_child``).
@@ -404,6 +410,7 @@ class Controller:
                 index.namespaces.setdefault(spec.target.namespace, set()).add(n)
                 if _fast(cp):
                     index.fast.append(cp)
+                    index.queued = index.queued or _queue_key(cp) is not None
                     if spec.capacity is None:  # a ClusterQueue's policies are read in their pass (the ledger)
                         index.grace[n] = spec.evaluation_period_seconds
                 if spec.capacity is None:
@@ -413,6 +420,7 @@ class Controller:
                 for ns in dict.fromkeys(p.namespace for p in spec.preemptible):
                     index.training.setdefault(ns, []).append(n)
             self._by = index
+            self._due.track(list(policies), index.grace)
         return self._by
 
     # one pass -----------------------------------------------------------------------------------------
@@ -1050,7 +1058,8 @@ class Controller:
                     continue
                 now = self.clock.monotonic()
                 policies = self.store.policies
-                gone = [name for name in self._due if name not in policies]
+                self._index()  # the due times follow the policy set
+                gone = self._due.strays()
                 for name in gone:
                     self._due.pop(name)
                     self.states.pop(name, None)
@@ -1092,21 +1101,18 @@ class Controller:
                     await t
 
     def due_now(self, now: float, *, probing: bool) -> list[str]:
-        """The policies the periodic pass evaluates now: never evaluated yet, or due. A policy probes screen
-        is left to them for its grace (one period) past its due time: the first clean screen after it is due
-        stands as its periodic evaluation (``_stand``, one ``decide`` on one read); the pass takes over only
-        when no screen did (rounds stalled, a signal failed, or every screen would act)."""
-        grace = self._index().grace if probing else {}
-        due = self._due
-        return [
-            n for n in self.store.policies
-            if (at := due.get(n)) is None or at + grace.get(n, 0.0) <= now + DUE_SLACK_S
-        ]
+        """The policies the periodic pass evaluates now, in the policy set's order: never evaluated yet, or due.
+        A policy probes screen is left to them for its grace (one period) past its due time: the first clean
+        screen after it is due stands as its periodic evaluation (``_stand``, one ``decide`` on one read); the pass
+        takes over only when no screen did (rounds stalled, a signal failed, or every screen would act).
+        Answered from heaps of due times (``DueTimes``), not a walk over every policy at each wake."""
+        self._index()
+        return self._due.due(now, DUE_SLACK_S, graced=probing)
 
     def next_due(self, now: float, *, probing: bool) -> float:
         """When ``due_now`` next finds a policy (``now`` + 1 s when none is scheduled)."""
-        grace = self._index().grace if probing else {}
-        return min((at + grace.get(n, 0.0) for n, at in self._due.items()), default=now + 1.0)
+        self._index()
+        return self._due.next(now + 1.0, graced=probing)
 
     def _count_full(self, batch: Mapping[str, str], *, probing: bool) -> None:
         """Count a pass's evaluations in ``autoscaler_full_evaluations`` by why each runs (``_why_full``)."""
@@ -1164,17 +1170,22 @@ class Controller:
         # Every fast policy evaluated once already (its first evaluation reads everything), due soon or not:
         # its periodic evaluation decides on this round's screen instead of reading again (``_reusable``).
         locks = self._locks
+        index = self._index()
         probes = [
-            cp for cp in self._index().fast
+            cp for cp in index.fast
             if cp.name in self._due and not (cp.name in locks and locks[cp.name].locked())
         ]
-        live = set(self.store.policies)
-        for gone in [n for n in self._screened if n not in live]:
-            self._screened.pop(gone)
-        for gone in [n for n in self._kept if n not in live]:
-            self._kept.pop(gone)
-        for gone in [n for n in self._misses if n not in live]:
-            self._misses.pop(gone)
+        if self._pruned_for is not index.policies:
+            # What is kept per screened policy goes with the policy, once per policy set (not a walk each round):
+            # only a round's chunks write it, and the previous round's were all done when this one started.
+            live = index.policies
+            for gone in [n for n in self._screened if n not in live]:
+                self._screened.pop(gone)
+            for gone in [n for n in self._kept if n not in live]:
+                self._kept.pop(gone)
+            for gone in [n for n in self._misses if n not in live]:
+                self._misses.pop(gone)
+            self._pruned_for = live
         # Least recently screened first (never screened: before all): every policy waits one round between two
         # screens, however long rounds take. (Signals that moved lately went first before: when every signal
         # moves, as real queues do, that reversed the order each round, and a policy screened first in one
@@ -1197,7 +1208,7 @@ class Controller:
             async with slots:
                 await self._probe_chunk(part, at)
 
-        await asyncio.gather(*(chunk(part) for part in _chunks(probes, self.probe_chunk)))
+        await asyncio.gather(*(chunk(part) for part in _chunks(probes, self.probe_chunk, ungrouped=not index.queued)))
         if self.after_round is not None:
             self.after_round()
 
@@ -1396,11 +1407,15 @@ class Controller:
 
 
 def _chunks(
-    policies: list[CompiledPolicy], size: int, group: Callable[[CompiledPolicy], object] | None = None
+    policies: list[CompiledPolicy], size: int, group: Callable[[CompiledPolicy], object] | None = None,
+    *, ungrouped: bool = False,
 ) -> list[list[CompiledPolicy]]:
     """``policies`` in chunks of about ``size``, in order, the policies of one ClusterQueue (by default; of one
     ``group``: the loop's is the cohort's, once known) kept together in the chunk of the first of them (they
-    decide one after the other on one ledger, filled by one bulk read)."""
+    decide one after the other on one ledger, filled by one bulk read). ``ungrouped``: the caller knows none is
+    on a ClusterQueue, so the chunks are plain slices (the same chunks, without a key per policy)."""
+    if ungrouped:
+        return [policies[i:i + size] for i in range(0, len(policies), size)]
     groups: dict[object, list[CompiledPolicy]] = {}
     for i, cp in enumerate(policies):
         key = _queue_key(cp) if group is None else group(cp)
