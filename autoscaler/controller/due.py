@@ -99,8 +99,10 @@ class DueTimes(MutableMapping[str, float]):
         return list(self._strays)
 
     # the questions ------------------------------------------------------------------------------------------
-    def _live(self, at: float, name: str, grace: float) -> bool:
-        return self._at.get(name) == at and name in self._order and self._grace.get(name, 0.0) == grace
+    def _live(self, at: float, name: str) -> bool:
+        """Whether a heap entry is its policy's due time (heaps hold only the set's names, each in its grace's
+        heap: both change only with ``track``, which rebuilds them)."""
+        return self._at.get(name) == at
 
     def due(self, now: float, slack: float, *, graced: bool) -> list[str]:
         """The policies of the set due at ``now``, in the set's order: none set, or due time (+ grace when
@@ -113,7 +115,7 @@ class DueTimes(MutableMapping[str, float]):
             while heap and heap[0][0] + g <= limit:
                 entry = heapq.heappop(heap)
                 self._entries -= 1
-                if self._live(entry[0], entry[1], grace) and entry[1] not in found:
+                if self._live(entry[0], entry[1]) and entry[1] not in found:
                     taken.append(entry)
                     found.add(entry[1])
             for entry in taken:  # a question, not a removal: they stay due until their time is set again
@@ -127,7 +129,7 @@ class DueTimes(MutableMapping[str, float]):
         ``default`` when none is."""
         best = min((self._at[n] for n in self._strays), default=None)
         for grace, heap in self._heaps.items():
-            while heap and not self._live(heap[0][0], heap[0][1], grace):
+            while heap and not self._live(heap[0][0], heap[0][1]):
                 heapq.heappop(heap)
                 self._entries -= 1
             if heap:

@@ -126,3 +126,23 @@ def test_a_wake_of_the_loop_does_not_walk_the_policy_set() -> None:
     assert c.due_now(25.0, probing=True) == ["p0"]  # due at 10, and its grace (one period) is over
     assert c.next_due(0.0, probing=True) == 25.0
     assert c.due_now(12.0, probing=False) == ["p0", "p1", "p2"]
+
+
+def test_a_due_time_moved_or_removed_or_regraced_counts_as_it_is_now() -> None:
+    """The cases a heap with stale entries can get wrong, named (the random test finds them only by chance)."""
+    due = DueTimes()
+    due.track(["a", "b"], {"a": 15.0})
+    due["a"], due["b"] = 5.0, 5.0
+    due["a"], due["b"] = 30.0, 30.0  # moved later: the entries at 5 are stale
+    assert due.due(10.0, DUE_SLACK_S, graced=False) == []
+    assert due.next(99.0, graced=False) == 30.0
+    assert due.next(99.0, graced=True) == 30.0  # b at 30; a at 30 + 15
+    del due["b"]  # no time: due at once, and no longer the next
+    assert due.due(10.0, DUE_SLACK_S, graced=False) == ["b"]
+    assert due.next(99.0, graced=True) == 45.0
+    due.track(["b", "a"], {})  # a new set: a's grace gone, the order the set's
+    assert due.due(30.0, DUE_SLACK_S, graced=True) == ["b", "a"]
+    due["c"] = 1.0  # not in the set: a stray, never due, but the next due time counts it (the loop drops it)
+    assert due.strays() == ["c"]
+    assert due.due(30.0, DUE_SLACK_S, graced=True) == ["b", "a"]
+    assert due.next(99.0, graced=True) == 1.0
