@@ -11,6 +11,8 @@ import dataclasses
 import math
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from kubernetes_asyncio import client
@@ -113,6 +115,25 @@ def test_a_pass_is_chunked_with_each_cluster_queue_in_one_chunk() -> None:
     assert len(with_queue) == 1  # p0, p3, p6, p9 share cluster-queue: one chunk, the first one's
     assert [cp.name for cp in chunks[0]][:1] == ["p0"]
     assert all(len(c) <= 3 for i, c in enumerate(chunks) if i not in with_queue)
+
+
+def test_a_round_with_no_policy_on_a_cluster_queue_is_chunked_in_plain_slices_that_are_the_same_chunks() -> None:
+    """``_chunks(..., ungrouped=True)`` (a round whose index has no probed policy on a ClusterQueue) gives the
+    chunks the grouping gives, in the same order: the round screens the same policies together."""
+    texts = [tgi_policy(name=f"p{i}", target=f"t{i}", capacity=False) for i in range(23)]
+    policies = [compile_policy(lp.policy) for lp in load_text("---\n".join(texts), "many.yaml")]
+    for size in (1, 4, 5, 23, 250):
+        grouped = _chunks(policies, size)
+        assert [[cp.name for cp in c] for c in _chunks(policies, size, ungrouped=True)] == [
+            [cp.name for cp in c] for c in grouped]
+    assert _chunks([], 5, ungrouped=True) == _chunks([], 5) == []
+    # The round takes the slices only when its index says no probed policy is on a ClusterQueue.
+    anything = cast(Any, None)
+    for capacity in (False, True):
+        queued = [compile_policy(lp.policy) for lp in load_text(tgi_policy(capacity=capacity), "one.yaml")]
+        c = Controller(store=cast(Any, SimpleNamespace(policies={cp.name: cp for cp in policies + queued})),
+                       observer=anything, actuator=anything, telemetry=anything, clock=anything, leader=anything)
+        assert c._index().queued is capacity
 
 
 async def test_a_pass_in_chunks_reads_the_targets_once(
