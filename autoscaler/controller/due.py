@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from typing import TypeVar, overload
+
+T = TypeVar("T")
 
 
 class DueTimes(MutableMapping[str, float]):
@@ -73,6 +76,18 @@ class DueTimes(MutableMapping[str, float]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._at
+
+    @overload
+    def get(self, name: str, /) -> float | None: ...
+    @overload
+    def get(self, name: str, default: float, /) -> float: ...
+    @overload
+    def get(self, name: str, default: T, /) -> float | T: ...
+
+    def get(self, name: str, default: object = None, /) -> object:
+        """The dict's own ``get`` (the mapping mixin's goes through ``__getitem__`` and an exception: a round
+        asks once per screened policy)."""
+        return self._at.get(name, default)
 
     # the policy set -----------------------------------------------------------------------------------------
     def track(self, names: Sequence[str], grace: Mapping[str, float]) -> None:

@@ -72,6 +72,7 @@ def test_due_times_answer_as_the_walk_over_every_policy(ops: list[tuple[str, obj
             # ``next`` asks about the names with a due time, the set's and the strays (which the loop drops).
             assert due.next(b + 1.0, graced=graced) == walk_next(plain, used, b)
         assert dict(due) == plain
+        assert [due.get(n) for n in NAMES] == [plain.get(n) for n in NAMES]
         assert sorted(due.strays()) == sorted(n for n in plain if n not in policies)
 
 
