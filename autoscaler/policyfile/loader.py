@@ -650,6 +650,17 @@ def load_model(path: str | Path, model: type[M]) -> M:
     return result
 
 
+def locate(path: str | Path, loc: Loc) -> tuple[int, int] | None:
+    """Where the field at ``loc`` (``("spec", "profilesFile")``) is written in a one-document file that
+    ``load_model`` already read: its 1-based (line, column), or None when the file no longer parses. For an
+    error found after loading (a file the field names) that should point at the field."""
+    state = _FileState(str(path), [])
+    text = _read_text(state.file, state)
+    parsed = _compose(text, state) if text is not None else []
+    roots = [n for n, _ in parsed if isinstance(n, MappingNode)]
+    return _at(roots[0], loc) if len(roots) == 1 and not state.problems else None
+
+
 # --- the node graph ------------------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.spec import DNS_LABEL_PATTERN, Metadata
 from autoscaler.core.specbase import SpecModel
 from autoscaler.core.topology import Shape
+from autoscaler.policyfile import loader
 from autoscaler.sim import profiles as profiles_mod
 from autoscaler.sim.yamldoc import SimFileError, load_model
 
@@ -417,5 +418,18 @@ def load(path: str | Path | None = None) -> Cluster:
     """Load a cluster file (default: the bundled one) and its profiles."""
     p = Path(path) if path is not None else bundled("cluster.yaml")
     doc = load_model(p, SimulatedCluster)
-    prof_path = p.parent / doc.spec.profiles_file if doc.spec.profiles_file else bundled("profiles.yaml")
-    return Cluster(doc, profiles_mod.load(prof_path), str(p))
+    if not doc.spec.profiles_file:
+        return Cluster(doc, profiles_mod.load(bundled("profiles.yaml")), str(p))
+    prof_path = p.parent / doc.spec.profiles_file
+    try:
+        profiles = profiles_mod.load(prof_path)
+    except SimFileError as exc:
+        # The profiles file's own problems (FILE:LINE:COL in it), after the cluster field that names it: a
+        # missing file said "nothere.yaml:1:1: (file): no such file" without saying which file asked for it.
+        at = loader.locate(p, ("spec", "profilesFile"))
+        field = f"{p}:{at[0]}:{at[1]}: spec.profilesFile" if at else f"{p}: spec.profilesFile"
+        head = f"{field}: {doc.spec.profiles_file!r} (relative to the cluster file)"
+        if len(exc.problems) == 1:
+            raise SimFileError([f"{head}: {exc.problems[0]}"]) from None
+        raise SimFileError([f"{head} has {len(exc.problems)} problems:", *exc.problems]) from None
+    return Cluster(doc, profiles, str(p))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,29 @@ def test_unknown_profile(tmp_path: Path) -> None:
 def test_not_yaml(tmp_path: Path) -> None:
     with pytest.raises(SimFileError, match=r"cluster.yaml:\d+:\d+: \(yaml\): "):
         cluster_mod.load(_write(tmp_path, "spec: [unclosed\n"))
+
+
+@pytest.mark.parametrize(
+    ("profiles_text", "fragment"),
+    [
+        pytest.param(
+            None, r"'nothere.yaml' \(relative to the cluster file\): .*nothere.yaml:1:1: \(file\): no such file",
+            id="missing",
+        ),
+        pytest.param("", r"nothere.yaml:1:1: \(yaml\): expected one document", id="empty"),
+        pytest.param("profiles: [unclosed\n", r"nothere.yaml:\d+:\d+: \(yaml\): ", id="not-yaml"),
+    ],
+)
+def test_a_bad_profiles_file_names_the_cluster_field_that_names_it(
+    tmp_path: Path, profiles_text: str | None, fragment: str
+) -> None:
+    """The profiles file's problem comes after the cluster file's ``spec.profilesFile`` line: the user sees
+    which file asked for it and where (it used to say only ``nothere.yaml:1:1: (file): no such file``)."""
+    if profiles_text is not None:
+        (tmp_path / "nothere.yaml").write_text(profiles_text)
+    p = _write(tmp_path, GOOD.replace("  quota:", "  profilesFile: nothere.yaml\n  quota:"))
+    with pytest.raises(SimFileError) as err:
+        cluster_mod.load(p)
+    assert len(err.value.problems) == 1
+    assert err.value.problems[0].startswith(f"{p}:6:17: spec.profilesFile: "), err.value.problems
+    assert re.search(fragment, err.value.problems[0]), err.value.problems
