@@ -26,12 +26,14 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--requests", type=Path, metavar="FILE",
-                        help="request trace CSV with a header: Azure's TIMESTAMP,ContextTokens,GeneratedTokens or "
-                             "arrival_s,input_tokens,output_tokens columns, in any order, others ignored; another "
-                             "layout with --requests-columns (default: the bundled conversation trace)")
+                        help="request trace: CSV with a header (Azure's TIMESTAMP,ContextTokens,GeneratedTokens, "
+                             "BurstGPT's Timestamp,Request tokens,Response tokens or arrival_s,input_tokens,"
+                             "output_tokens, in any order, other columns ignored) or JSON Lines (Mooncake's "
+                             "timestamp in ms, input_length, output_length); another layout with --requests-columns "
+                             "(default: the bundled conversation trace)")
     parser.add_argument("--requests-columns", metavar="ARRIVAL,INPUT,OUTPUT",
-                        help="the header names of the trace's arrival, prompt-token and output-token columns "
-                             "(e.g. 'Timestamp,Request tokens,Response tokens'); an arrival is seconds (see "
+                        help="the header names (JSON Lines: the keys) of the trace's arrival, prompt-token and "
+                             "output-token columns (e.g. 't,prompt,completion'); an arrival is seconds (see "
                              "--requests-time-unit) or an ISO 8601 date-time")
     parser.add_argument("--requests-time-unit", choices=("s", "ms", "us"),
                         help="unit of a numeric arrival in the --requests-columns layout (default: s)")

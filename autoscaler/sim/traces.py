@@ -4,9 +4,25 @@ A CSV with a header row; three of its columns are read, by name, in any order (o
 
 * the Azure LLM inference trace's ``TIMESTAMP,ContextTokens,GeneratedTokens`` (timestamps
   ``YYYY-MM-DD HH:MM:SS.fffffff``, read as UTC), found by those names;
+* BurstGPT's ``Timestamp,Request tokens,Response tokens`` (seconds from 0:00 of the trace's first day; its
+  other columns ``Model,Total tokens,Log Type`` ignored; HPMLL/BurstGPT README.md, "Schema"), found by those
+  names. Its ``BurstGPT_1.csv``/``_2.csv`` keep failed requests with ``Response tokens`` 0: each is read as a
+  request with one output token (it arrived and took a prefill);
 * ``arrival_s,input_tokens,output_tokens`` (seconds from any origin), found by those names;
 * any other layout with its three columns named (``Columns``; ``autoscaler simulate --requests-columns
-  ARRIVAL,INPUT,OUTPUT``): e.g. BurstGPT's ``Timestamp,Request tokens,Response tokens``.
+  ARRIVAL,INPUT,OUTPUT``).
+
+Or JSON Lines (the file's first character other than a blank is ``{``): one object per line, three of its
+keys read, other keys ignored:
+
+* Mooncake's ``timestamp``, ``input_length``, ``output_length`` (and ``hash_ids``, ignored): the arrival in
+  milliseconds since the first request. Keys: kvcache-ai/Mooncake ``FAST25-release/traces/*.jsonl`` and its
+  README; the unit: NVIDIA dynamo ``benchmarks/data_generator/README.md`` ("the arrival time (in milliseconds)
+  of the request since the first request"), which the traces' 3,000-step timestamps agree with;
+* any other keys, named the same way as CSV columns (``--requests-columns``, ``--requests-time-unit``).
+
+A line that is not one JSON object, a key written twice in one object, or a value of the wrong JSON type
+(``true``, ``null``, a list) is a bad row.
 
 An arrival is a number (seconds, or ``time_unit`` ``ms``/``us``) or an ISO 8601 date-time (``T`` or a blank
 between date and time, any number of fractional digits, an optional ``Z`` or UTC offset; without one, UTC).
@@ -19,6 +35,7 @@ so the first request arrives at 0. A bad row is an error naming the file and lin
 from __future__ import annotations
 
 import csv
+import json
 import math
 import random
 import re
@@ -34,7 +51,11 @@ from autoscaler.policyfile import files
 MAX_REQUESTS = 1_000_000
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+#: HPMLL/BurstGPT README.md, "Schema": Timestamp (seconds), Request tokens, Response tokens.
+BURSTGPT_HEADER = ("Timestamp", "Request tokens", "Response tokens")
 GENERIC_HEADER = ("arrival_s", "input_tokens", "output_tokens")
+#: The layouts found by their names, in this order.
+KNOWN_HEADERS = {"Azure": AZURE_HEADER, "BurstGPT": BURSTGPT_HEADER, "generic": GENERIC_HEADER}
 #: Seconds per unit of a numeric arrival.
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -62,6 +83,10 @@ class Columns:
 
     def names(self) -> tuple[str, str, str]:
         return (self.arrival, self.input, self.output)
+
+
+#: Mooncake's JSON Lines keys and the unit of its ``timestamp`` (module docstring for the sources).
+MOONCAKE_KEYS = Columns("timestamp", "input_length", "output_length", "ms")
 
 
 class TraceError(ValueError):
@@ -147,15 +172,16 @@ def _parse_tokens(text: str, column: str) -> int:
 def _columns_of(header: tuple[str, ...], columns: Columns | None, where: str) -> tuple[Columns, list[int]]:
     """The columns read and their positions in the header; TraceError naming what is missing."""
     if columns is None:
-        for known in (AZURE_HEADER, GENERIC_HEADER):
+        for known in KNOWN_HEADERS.values():
             if all(name in header for name in known):
                 columns = Columns(*known)
                 break
         else:
+            layouts = "; ".join(f"{','.join(names)} ({name})" for name, names in KNOWN_HEADERS.items())
             raise TraceError(
                 f"{where}:1: unknown header {','.join(header) or '(empty file)'}; expected the columns "
-                f"{','.join(AZURE_HEADER)} (Azure) or {','.join(GENERIC_HEADER)}, or name yours with "
-                "--requests-columns ARRIVAL,INPUT,OUTPUT"
+                f"{layouts}, or JSON Lines with Mooncake's keys {','.join(MOONCAKE_KEYS.names())}; "
+                "or name yours with --requests-columns ARRIVAL,INPUT,OUTPUT"
             )
     missing = [name for name in columns.names() if name not in header]
     if missing:
@@ -172,9 +198,21 @@ def load(path: str | Path, *, skip_bad_rows: bool = False, columns: Columns | No
     arrival and the token counts (default: the Azure or the generic layout, found by their header names)."""
     p = Path(path)
     try:
-        text = files.read_text(p, limit=files.MAX_TRACE_BYTES, what="CSV trace")
+        text = files.read_text(p, limit=files.MAX_TRACE_BYTES, what="trace (CSV or JSON Lines)")
     except files.InputError as exc:
         raise TraceError(str(exc)) from None
+    first = text.lstrip()[:1]
+    if first == "[":
+        raise TraceError(f"{p}:1: a JSON array; write the requests as JSON Lines (one object per line) or as CSV")
+    if first == "{":
+        return _trace(p, *_jsonl(text, p, columns or MOONCAKE_KEYS, skip_bad_rows))
+    return _trace(p, *_csv(text, p, columns, skip_bad_rows))
+
+
+def _csv(
+    text: str, p: Path, columns: Columns | None, skip_bad_rows: bool
+) -> tuple[list[tuple[float, int, int]], int]:
+    """CSV with a header row; ``columns`` names the columns read (default: a layout found by its names)."""
     rows = csv.reader(text.splitlines())
     header = tuple(h.strip() for h in next(rows, []))
     used, (at, prompt_at, output_at) = _columns_of(header, columns, str(p))
@@ -199,6 +237,77 @@ def load(path: str | Path, *, skip_bad_rows: bool = False, columns: Columns | No
             raise TraceError(
                 f"{p}:{lineno}: bad row {','.join(row)!r}: {exc}; fix the row or pass --skip-bad-rows"
             ) from None
+    return records, skipped
+
+
+def _jsonl(text: str, p: Path, used: Columns, skip_bad_rows: bool) -> tuple[list[tuple[float, int, int]], int]:
+    """JSON Lines: each non-blank line one object; ``used`` names the keys read (default Mooncake's)."""
+    parse_time = _arrival_parser(TIME_UNITS[used.time_unit])
+    records: list[tuple[float, int, int]] = []
+    skipped = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = _json_object(line, used.names())
+            missing = [k for k in used.names() if k not in row]
+            if missing:
+                raise ValueError(
+                    f"no key {', '.join(repr(k) for k in missing)} (keys: {', '.join(row) or 'none'}); "
+                    "--requests-columns names the arrival, prompt-token and output-token keys"
+                )
+            t = _json_arrival(row[used.arrival], parse_time, TIME_UNITS[used.time_unit])
+            if not math.isfinite(t):
+                raise ValueError(f"arrival {row[used.arrival]!r} is not a finite number")
+            records.append((t, _json_tokens(row[used.input], used.input), _json_tokens(row[used.output], used.output)))
+        except ValueError as exc:
+            if skip_bad_rows:
+                skipped += 1
+                continue
+            shown = line if len(line) <= 200 else line[:200] + "..."
+            raise TraceError(f"{p}:{lineno}: bad row {shown!r}: {exc}; fix the row or pass --skip-bad-rows") from None
+    return records, skipped
+
+
+def _json_object(line: str, read: tuple[str, ...]) -> dict[str, object]:
+    """One line's object; ValueError for anything else, or for a key it reads written twice (``json`` would keep
+    the last silently)."""
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for key, value in items:
+            if key in out and key in read:
+                twice.append(key)
+            out[key] = value
+        return out
+
+    try:
+        row = json.loads(line, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"a JSON {type(row).__name__}, expected one object per line")
+    if twice:
+        raise ValueError(f"key {twice[0]!r} written twice in one object")
+    return row
+
+
+def _json_arrival(value: object, parse_time: Callable[[str], float], unit: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"arrival {json.dumps(value)} is neither a number nor a date-time string")
+    if isinstance(value, str):
+        return parse_time(value)
+    return float(value) * unit
+
+
+def _json_tokens(value: object, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{key} {json.dumps(value)} is not a number of tokens")
+    return _parse_tokens(value if isinstance(value, str) else repr(value), key)
+
+
+def _trace(p: Path, records: list[tuple[float, int, int]], skipped: int) -> Trace:
     if not records:
         raise TraceError(f"{p}: no usable requests (skipped {skipped} bad rows)")
     # Files are normally sorted; a stable sort makes an unsorted one usable without reordering ties.

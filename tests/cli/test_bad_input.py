@@ -47,8 +47,8 @@ class Files:
 BAD_TEXTS = {
     # A replica count no policy may hold (MAX_REPLICAS): it overflowed the bulk path's int64 columns.
     "huge-replicas.csv": "timestamp,backlog,slots_used,replicas\n1700000000,1,0.5,1e300\n1700000015,1,0.5,3\n",
-    # Another provider's request trace (BurstGPT's header): read only with its columns named.
-    "burstgpt.csv": "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,18,490,x\n",
+    # A request trace in a layout not known by its names: read only with its columns named.
+    "other-layout.csv": "t,model,prompt,completion\n5,ChatGPT,472,18\n",
 }
 
 
@@ -130,11 +130,11 @@ CASES = [
                       "FIFO"), id="simulate-cluster-fifo"),
     pytest.param(Case("simulate", lambda f: ["--requests", "/dev/zero", "--no-plot", "--out", str(f.dir / "o")], 1,
                       "character device"), id="simulate-requests-device"),
-    pytest.param(Case("simulate", lambda f: ["--requests", str(f.dir / "burstgpt.csv"), "--no-plot", "--out",
-                                             str(f.dir / "o")], 1, "burstgpt.csv:1: unknown header"),
+    pytest.param(Case("simulate", lambda f: ["--requests", str(f.dir / "other-layout.csv"), "--no-plot", "--out",
+                                             str(f.dir / "o")], 1, "other-layout.csv:1: unknown header"),
                  id="simulate-requests-other-layout"),
-    pytest.param(Case("simulate", lambda f: ["--requests", str(f.dir / "burstgpt.csv"), "--requests-columns",
-                                             "Timestamp,Request tokens,Input", "--no-plot", "--out", str(f.dir / "o")],
+    pytest.param(Case("simulate", lambda f: ["--requests", str(f.dir / "other-layout.csv"), "--requests-columns",
+                                             "t,prompt,Input", "--no-plot", "--out", str(f.dir / "o")],
                       1, "no column 'Input' in the header"), id="simulate-requests-columns-missing"),
     pytest.param(Case("simulate", lambda f: ["--requests-columns", "Timestamp,Request tokens", "--no-plot", "--out",
                                              str(f.dir / "o")], 2, "expected three column names"),

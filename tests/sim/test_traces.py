@@ -139,17 +139,85 @@ def test_a_layout_read_by_column_names(tmp_path: Path, text: str) -> None:
     assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 4.5], [374, 396], [44, 109])
 
 
-def test_another_providers_layout_with_its_columns_named(tmp_path: Path) -> None:
-    # BurstGPT's header (seconds from the trace's start): named with --requests-columns.
+def test_burstgpt_is_read_by_its_column_names(tmp_path: Path) -> None:
+    # BurstGPT's header as its README's "Schema" lists it (Timestamp in seconds from the first day's 0:00);
+    # a failed request (Response tokens 0, kept in BurstGPT_1.csv) is a request with one output token.
     text = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-            "5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,38,1125,Conversation log\n")
+            "5,ChatGPT,472,18,490,Conversation log\n45,GPT-4,1087,0,1087,API log\n")
+    tr = traces.load(_write(tmp_path, text))
+    assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 40.0], [472, 1087], [18, 1])
+
+
+def test_another_providers_layout_with_its_columns_named(tmp_path: Path) -> None:
+    text = "t,prompt,completion\n5,472,18\n45,1087,38\n"
     p = _write(tmp_path, text)
     with pytest.raises(traces.TraceError, match="--requests-columns ARRIVAL,INPUT,OUTPUT"):
         traces.load(p)
-    tr = traces.load(p, columns=traces.Columns.parse("Timestamp,Request tokens,Response tokens"))
+    tr = traces.load(p, columns=traces.Columns.parse("t,prompt,completion"))
     assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 40.0], [472, 1087], [18, 38])
     ms = _write(tmp_path, "t_ms,in,out\n1000,1,2\n2500,3,4\n")
     assert traces.load(ms, columns=traces.Columns.parse("t_ms,in,out", "ms")).arrivals == [0.0, 1.5]
+
+
+#: The first lines of Mooncake's FAST25-release/traces/conversation_trace.jsonl (hash_ids shortened).
+MOONCAKE = (
+    '{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, 3]}\n'
+    '{"timestamp": 0, "input_length": 7322, "output_length": 490, "hash_ids": [0, 14, 15]}\n'
+    '{"timestamp": 3000, "input_length": 13544, "output_length": 71, "hash_ids": [0, 219]}\n'
+)
+
+
+def test_mooncake_json_lines_are_read_in_milliseconds(tmp_path: Path) -> None:
+    tr = traces.load(_write(tmp_path, MOONCAKE))
+    assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 0.0, 3.0], [6758, 7322, 13544], [500, 490, 71])
+    # Blank lines, CRLF, a BOM and keys in another order are the same trace.
+    other = "\ufeff" + MOONCAKE.replace('"timestamp": 3000, ', "").replace(
+        '"output_length": 71,', '"output_length": 71, "timestamp": 3000,').replace("\n", "\r\n\r\n")
+    again = traces.load(_write(tmp_path, other))
+    assert (again.arrivals, again.inputs, again.outputs) == (tr.arrivals, tr.inputs, tr.outputs)
+
+
+def test_json_lines_with_other_keys_named(tmp_path: Path) -> None:
+    p = _write(tmp_path, '{"at": "2024-05-10T00:00:00Z", "in": 3, "out": 4.0}\n'
+                         '{"at": 1715299201.5, "in": 5, "out": 6}\n')
+    with pytest.raises(traces.TraceError, match=r":1: bad row .*no key 'timestamp'.*--requests-columns"):
+        traces.load(p)
+    tr = traces.load(p, columns=traces.Columns.parse("at,in,out"))
+    assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 1.5], [3, 5], [4, 6])
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        pytest.param('{"timestamp": 0, "timestamp": 5, "input_length": 1, "output_length": 2}',
+                     "key 'timestamp' written twice", id="duplicate-key"),
+        pytest.param('{"timestamp": true, "input_length": 1, "output_length": 2}',
+                     "arrival true is neither a number nor a date-time", id="bool-arrival"),
+        pytest.param('{"timestamp": 1, "input_length": true, "output_length": 2}',
+                     "input_length true is not a number of tokens", id="bool-tokens"),
+        pytest.param('{"timestamp": NaN, "input_length": 1, "output_length": 2}', "not a finite number", id="nan"),
+        pytest.param('{"timestamp": 1e400, "input_length": 1, "output_length": 2}', "not a finite number",
+                     id="overflow"),
+        pytest.param('{"timestamp": 1, "input_length": null, "output_length": 2}', "null is not a number of tokens",
+                     id="null"),
+        pytest.param('{"timestamp": 1, "input_length": 1.5, "output_length": 2}', "not a whole number", id="half"),
+        pytest.param('{"timestamp": 1, "input_length": -3, "output_length": 2}', "negative", id="negative"),
+        pytest.param('[1, 2, 3]', "a JSON list, expected one object per line", id="not-an-object"),
+        pytest.param('{"timestamp": 2, "input', "not JSON: Unterminated string", id="cut-short"),
+    ],
+)
+def test_a_bad_json_line_names_file_line_and_what(tmp_path: Path, line: str, fragment: str) -> None:
+    p = _write(tmp_path, MOONCAKE + line + "\n")
+    with pytest.raises(traces.TraceError) as err:
+        traces.load(p)
+    assert str(err.value).startswith(f"{p}:4: bad row "), err.value
+    assert fragment in str(err.value)
+    assert len(traces.load(p, skip_bad_rows=True)) == 3
+
+
+def test_a_json_array_is_refused_with_what_to_write(tmp_path: Path) -> None:
+    with pytest.raises(traces.TraceError, match=r":1: a JSON array; write the requests as JSON Lines"):
+        traces.load(_write(tmp_path, "[" + MOONCAKE.replace("}\n", "},").rstrip(",") + "]"))
 
 
 @pytest.mark.parametrize(
