@@ -642,12 +642,12 @@ def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
         return [s for name in names for s in samples.get(name, ()) if all(
             s.labels.get(k) == v for k, v in want.items())]
 
-    num = pick(plan.metrics)
+    num = _one_per_process(pick(plan.metrics))
     if not num:
         return None
     stamps = [s.timestamp for s in num if s.timestamp is not None]
     if plan.denominator:
-        den = pick(plan.denominator)
+        den = _one_per_process(pick(plan.denominator))
         if not den:
             return None
         total = math.fsum(s.value for s in den)
@@ -656,6 +656,21 @@ def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
     else:
         value = combine([s.value for s in num], plan.how)
     return PodValue(value, min(stamps) if stamps else None)
+
+
+def _one_per_process(samples: list[Sample]) -> list[Sample]:
+    """The copies of one gauge that differ only by ``pid`` (prometheus-client's multiprocess mode, one per
+    process: ``presets.PROCESS_LABEL``) read as one sample, their largest, as PromQL's ``max without (pid)``
+    does (a NaN copy loses to any number); samples without the label pass unchanged."""
+    if not any(presets.PROCESS_LABEL in s.labels for s in samples):
+        return samples
+    kept: dict[tuple[tuple[str, str], ...], Sample] = {}
+    for s in samples:
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != presets.PROCESS_LABEL))
+        best = kept.get(key)
+        if best is None or s.value > best.value or (math.isnan(best.value) and not math.isnan(s.value)):
+            kept[key] = s
+    return list(kept.values())
 
 
 def _first_spelling(names: Sequence[str], samples: Exposition, want: dict[str, str]) -> list[tuple[str, Sample]]:

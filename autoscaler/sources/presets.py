@@ -17,9 +17,30 @@ import re
 
 from autoscaler.core.catalog import PRESETS, Combine, Preset, PresetError, get
 
-__all__ = ["PRESETS", "Aggregate", "Preset", "PresetError", "get", "matchers", "quote", "selector"]
+__all__ = [
+    "PRESETS", "PROCESS_LABEL", "Aggregate", "Preset", "PresetError", "get", "matchers", "one_per_process", "quote",
+    "selector",
+]
 
 Aggregate = Combine
+
+#: The label prometheus-client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``) adds to a gauge whose
+#: ``multiprocess_mode`` is ``all`` (the default) or ``liveall``: one copy of the series per process, labelled
+#: with its pid (prometheus_client/multiprocess.py, ``_read_metrics``; counters and histograms are summed over
+#: the processes instead, without the label). vLLM runs one process per API server (``--api-server-count``);
+#: its ``vllm:kv_cache_usage_perc`` had no mode (vllm/v1/metrics/loggers.py at 0.10; later releases set
+#: ``mostrecent``, which drops the label), and its scheduler sends each step's stats to one front end only
+#: (vllm/v1/core/sched/scheduler.py, ``update_from_output``: "Return stats to only one of the front-ends"). So
+#: the copies are the same gauge as each process last saw it, and the exposition carries no time to tell the
+#: newest: they are read as one series, their largest (``one_per_process``), never summed (a queue would count
+#: once per process) or averaged (a stale idle copy would halve a full cache).
+PROCESS_LABEL = "pid"
+
+
+def one_per_process(by: str) -> str:
+    """PromQL keeping one series per label set but ``pid`` (the copies of a multiprocess gauge): their largest.
+    A selector without the label passes unchanged (each group is one series)."""
+    return f"max without ({PROCESS_LABEL}) ({by})"
 
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

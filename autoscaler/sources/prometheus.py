@@ -84,9 +84,10 @@ class _Selection:
         return f"{self.labels.namespace}, {self.labels.pod}"
 
     def numerator(self, m: list[str]) -> str:
-        """The selector of every spelling, rated over the window for counters and histogram buckets."""
+        """The selector of every spelling (a gauge's copies per process read as one: ``presets.one_per_process``),
+        rated over the window for counters and histogram buckets."""
         if self.rate_s is None:
-            return presets.selector(self.names, m)
+            return presets.one_per_process(presets.selector(self.names, m))
         return presets.selector(self.names, m, wrap="rate", range_s=self.rate_s)
 
 
@@ -198,8 +199,8 @@ def _per_pod(sel: _Selection, how: presets.Aggregate, m: list[str]) -> str:
     num = f"{how} by ({sel.by}) ({sel.numerator(m)})"
     if not sel.denominator:
         return num
-    used = f"sum by ({sel.by}) ({presets.selector(sel.names, m)})"
-    total = f"sum by ({sel.by}) ({presets.selector(sel.denominator, m)})"
+    used = f"sum by ({sel.by}) ({presets.one_per_process(presets.selector(sel.names, m))})"
+    total = f"sum by ({sel.by}) ({presets.one_per_process(presets.selector(sel.denominator, m))})"
     return f"({used}) / ({total})"
 
 

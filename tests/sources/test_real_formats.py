@@ -16,19 +16,29 @@ each source says it emits; no server code copied), read the way Prometheus store
   ``vllm:time_per_output_token_seconds`` and ``vllm:inter_token_latency_seconds`` ("Deprecated in 0.11") with
   the same observations. A preset lists both spellings; the Prometheus source joins them with PromQL ``or``,
   which keeps one series per label set; the pods source summed both, doubling a histogram's observations.
+- vLLM with several API-server processes runs prometheus-client in multiprocess mode: a gauge without a
+  ``multiprocess_mode`` (``vllm:kv_cache_usage_perc`` at 0.10) is exported once per process with a ``pid`` label
+  (prometheus_client/multiprocess.py). The fixture is written by prometheus-client itself (its multiprocess
+  files and collector); the copies are read as one series, their largest (``presets.PROCESS_LABEL``), by the
+  pods source and, through a real Prometheus, by the Prometheus source alike.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest, values
+from prometheus_client.multiprocess import MultiProcessCollector
 
-from autoscaler.core.sourcespec import PodsSourceSpec
+from autoscaler.core.sourcespec import PodsSourceSpec, PrometheusSourceSpec
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.pods import PodsSource, parse
+from autoscaler.sources.prometheus import PrometheusSource
 from tests.sources.helpers import request
-from tests.sources.realprom import TextServer
+from tests.sources.realprom import ScrapeTarget, TextServer, have_prometheus, running
 
 POD = "tgi-7d9f8c6b5-abcde"
 
@@ -142,3 +152,84 @@ async def test_a_metric_exported_under_its_old_and_new_name_is_read_once() -> No
     assert tpot.per_replica == {POD: pytest.approx(40.0)}
     assert (tpot.buckets or {})[POD] == pytest.approx({0.01: 0.0, 0.025: 20.0, 0.05: 36.0, float("inf"): 40.0})
     assert got["kv"].value == 0.5
+
+
+def vllm_multiprocess(kv: dict[int, dict[str, float]]) -> str:
+    """vLLM 0.10's /metrics with several API-server processes, as prometheus-client's multiprocess collector
+    renders it: ``kv`` is process id -> engine -> that process's copy of ``vllm:kv_cache_usage_perc`` (no
+    ``multiprocess_mode``: a copy per process, labelled ``pid``); ``vllm:num_requests_waiting`` has ``mostrecent``
+    (one series) and ``vllm:prompt_tokens`` is a counter (summed over the processes). Each process writes its own
+    file through the library's own value class, as each API-server process does."""
+    directory = tempfile.mkdtemp(prefix="vllm-multiproc-")
+    saved, env = values.ValueClass, os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    try:
+        for pid, engines in kv.items():
+            values.ValueClass = values.MultiProcessValue(lambda pid=pid: pid)
+            labels = ["model_name", "engine"]
+            gauge = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels,
+                          registry=None)
+            waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels,
+                            registry=None, multiprocess_mode="mostrecent")
+            tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=None)
+            for engine, value in engines.items():
+                gauge.labels("m", engine).set(value)
+                waiting.labels("m", engine).set(3)
+                tokens.labels("m", engine).inc(10)
+    finally:
+        values.ValueClass = saved
+        if env is None:
+            del os.environ["PROMETHEUS_MULTIPROC_DIR"]
+        else:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = env
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)
+    return generate_latest(registry).decode()
+
+
+#: Two API-server processes, two engines: engine 0's copies 0.9 and 0.3, engine 1's 0.2 and 0.4.
+COPIES = {101: {"0": 0.9, "1": 0.2}, 102: {"0": 0.3, "1": 0.4}}
+#: One series per engine, the largest copy (0.9, 0.4): the preset averages the engines, a ``sum`` adds them.
+#: Averaging the four copies read 0.45; adding them, 1.8.
+KV_AVG, KV_SUM = 0.65, 1.3
+
+
+async def test_a_gauges_copies_per_process_are_read_as_one_series() -> None:
+    body = vllm_multiprocess(COPIES)
+    assert body.count('vllm:kv_cache_usage_perc{engine="0",model_name="m",pid=') == 2  # the layout under test
+    got = await _two_reads((body,), {
+        "kv": {"preset": "vllm.kv_cache_usage"},
+        "kv_sum": {"metric": "vllm:kv_cache_usage_perc", "aggregate": "sum"},
+        "waiting": {"preset": "vllm.waiting"},
+    })
+    for name in got:
+        assert got[name].error is None, (name, got[name].error)
+    assert got["kv"].value == pytest.approx(KV_AVG)
+    assert got["kv_sum"].value == pytest.approx(KV_SUM)
+    assert got["waiting"].value == 6  # two engines, one series each (mostrecent): nothing to combine
+
+
+@pytest.mark.prometheus
+async def test_prometheus_reads_the_copies_per_process_as_the_pods_source_does() -> None:
+    if not have_prometheus():
+        pytest.skip("the prometheus binary is not installed")
+    server = TextServer(vllm_multiprocess(COPIES))
+    pod = "vllm-6b7c8d-aaaaa"
+    try:
+        with running([ScrapeTarget(server.address, {"namespace": "llm", "pod": pod})]) as prom:
+            prom.wait_for('count(vllm:kv_cache_usage_perc{pod="vllm-6b7c8d-aaaaa"})', bool)
+            spec = PrometheusSourceSpec(type="prometheus", url=prom.url)
+            source = PrometheusSource(spec)
+            reqs = {name: request("Deployment/llm/vllm", spec, sig, name=name, pods=(PodRef(pod),)) for name, sig in {
+                "kv": {"preset": "vllm.kv_cache_usage"},
+                "kv_sum": {"metric": "vllm:kv_cache_usage_perc", "aggregate": "sum"},
+            }.items()}
+            try:
+                got = await source.read(list(reqs.values()), deadline_s=5)
+            finally:
+                await source.aclose()
+    finally:
+        server.close()
+    assert dict(got[reqs["kv"].key].per_replica or {}) == {pod: pytest.approx(KV_AVG)}
+    assert dict(got[reqs["kv_sum"].key].per_replica or {}) == {pod: pytest.approx(KV_SUM)}
+
