@@ -635,12 +635,7 @@ def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
     want = plan.request.signal.labels
 
     def pick(names: tuple[str, ...]) -> list[Sample]:
-        if len(names) > 1:
-            return [sample for _, sample in _first_spelling(names, samples, want)]
-        if not want:
-            return [s for name in names for s in samples.get(name, ())]
-        return [s for name in names for s in samples.get(name, ()) if all(
-            s.labels.get(k) == v for k, v in want.items())]
+        return [sample for _, sample in _first_spelling(names, samples, want)]
 
     num = _one_per_process(pick(plan.metrics))
     if not num:
@@ -680,18 +675,28 @@ def _first_spelling(names: Sequence[str], samples: Exposition, want: dict[str, s
     ``vllm:gpu_cache_usage_perc`` and ``vllm:kv_cache_usage_perc``, 0.11 both ``vllm:time_per_output_token_seconds``
     and ``vllm:inter_token_latency_seconds``, later releases with ``show_hidden_metrics``:
     vllm/v1/metrics/loggers.py, "Deprecated in 0.9/0.11") is read
-    once, not twice (a summed queue or a histogram's observations would double)."""
+    once, not twice (a summed queue or a histogram's observations would double).
+
+    A series written twice in one exposition (the same name and labels) is read once, its first sample, as
+    Prometheus stores it: the scrape's second sample at the same time is refused ("duplicate sample for
+    timestamp", counted in ``prometheus_target_scrapes_sample_duplicate_timestamp_total``). Summed, the pods
+    source read a queue of 3 written twice (3, then 5) as 8 where Prometheus had 3."""
     present = [name for name in names if name in samples]
-    if len(present) <= 1:  # the usual case, one spelling served: nothing to compare
-        return [(name, s) for name in present for s in samples[name] if all(
-            s.labels.get(k) == v for k, v in want.items())]
+    if len(present) == 1 and len(samples[present[0]]) == 1:  # the usual case: one spelling, one series
+        name = present[0]
+        return [(name, s) for s in samples[name] if all(s.labels.get(k) == v for k, v in want.items())]
     out: list[tuple[str, Sample]] = []
     seen: set[tuple[tuple[str, str], ...]] = set()
     for name in present:
-        got = [s for s in samples.get(name, ()) if all(s.labels.get(k) == v for k, v in want.items())]
-        keys = [tuple(sorted(s.labels.items())) for s in got]
-        out += [(name, s) for s, key in zip(got, keys, strict=True) if key not in seen]
-        seen.update(keys)
+        mine: set[tuple[tuple[str, str], ...]] = set()
+        for s in samples[name]:
+            if not all(s.labels.get(k) == v for k, v in want.items()):
+                continue
+            key = tuple(sorted(s.labels.items()))
+            if key not in seen and key not in mine:
+                out.append((name, s))
+                mine.add(key)
+        seen |= mine
     return out
 
 

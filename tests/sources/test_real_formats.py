@@ -233,3 +233,40 @@ async def test_prometheus_reads_the_copies_per_process_as_the_pods_source_does()
     assert dict(got[reqs["kv"].key].per_replica or {}) == {pod: pytest.approx(KV_AVG)}
     assert dict(got[reqs["kv_sum"].key].per_replica or {}) == {pod: pytest.approx(KV_SUM)}
 
+
+#: A series written twice in one exposition (the same name and labels), a gauge and a counter.
+TWICE = (
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 3\n'
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 5\n'
+)
+
+
+async def test_a_series_written_twice_is_read_once_as_prometheus_stores_it() -> None:
+    got = await _two_reads((TWICE,), {"waiting": {"preset": "vllm.waiting"}})
+    assert got["waiting"].value == 3  # summed: 8
+    counter = 'vllm:prompt_tokens_total{{engine="0",model_name="m"}} {n}\n'
+    got = await _two_reads((counter.format(n=1000) * 2, counter.format(n=1600) * 2),
+                           {"tokens": {"preset": "vllm.prompt_tokens", "rate": {"windowSeconds": 60}}})
+    assert got["tokens"].value == pytest.approx(60.0)  # 600 over 10 s; summed: 120
+
+
+@pytest.mark.prometheus
+async def test_prometheus_keeps_the_first_of_a_series_written_twice() -> None:
+    """What the pods source copies: Prometheus stores the first sample and refuses the second."""
+    if not have_prometheus():
+        pytest.skip("the prometheus binary is not installed")
+    server = TextServer(TWICE)
+    pod = "vllm-6b7c8d-aaaaa"
+    try:
+        with running([ScrapeTarget(server.address, {"namespace": "llm", "pod": pod})]) as prom:
+            prom.wait_for('count(vllm:num_requests_waiting{pod="vllm-6b7c8d-aaaaa"})', bool)
+            spec = PrometheusSourceSpec(type="prometheus", url=prom.url)
+            source = PrometheusSource(spec)
+            req = request("Deployment/llm/vllm", spec, {"preset": "vllm.waiting"}, pods=(PodRef(pod),))
+            try:
+                got = (await source.read([req], deadline_s=5))[req.key]
+            finally:
+                await source.aclose()
+    finally:
+        server.close()
+    assert dict(got.per_replica or {}) == {pod: 3}
