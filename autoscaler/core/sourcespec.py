@@ -5,11 +5,23 @@ Pure configuration; the I/O lives in ``autoscaler.sources``.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from autoscaler.core.specbase import SpecModel
+
+#: An HTTP(S) URL with a host: what aiohttp can send a request to. ``frontend:9090`` (no scheme) and ``ftp://x``
+#: passed validation and then failed every read ("request to frontend:9090 failed").
+_HTTP_URL = re.compile(r"https?://[^/\s?#]+(?:[/?#]\S*)?")
+
+
+def _http_url(value: str, what: str) -> str:
+    if _HTTP_URL.fullmatch(value) is None:
+        raise ValueError(f"{what} must be an http:// or https:// URL with a host, e.g. "
+                         f"http://prometheus.monitoring.svc:9090 (got {value!r})")
+    return value
 
 
 class PrometheusSourceSpec(SpecModel):
@@ -21,6 +33,11 @@ class PrometheusSourceSpec(SpecModel):
         default=None, description="Add cluster=\"...\" to preset queries (a Prometheus shared by clusters)."
     )
     timeout_seconds: float = Field(default=5.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value, "url")
 
 
 class GmpSourceSpec(SpecModel):
@@ -53,6 +70,13 @@ class PodsSourceSpec(SpecModel):
     path: str = "/metrics"
     scheme: Literal["http", "https"] = "http"
     timeout_seconds: float = Field(default=2.0, gt=0, le=300)
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints(cls, value: list[str] | None) -> list[str] | None:
+        for url in value or ():
+            _http_url(url, "each endpoint")
+        return value
 
 
 SourceSpec = Annotated[

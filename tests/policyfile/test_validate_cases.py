@@ -154,6 +154,17 @@ CASES = [
                  [("p.yaml:1:1: base: ", "unknown field 'base'"),
                   ("p.yaml:9:5: spec.target.nmae: ", "did you mean 'name'?")],
                  id="merge-key-and-misspelt-field"),
+    # A source URL without http(s):// passed and then failed every read ("request to frontend:9090 failed").
+    pytest.param(edit("  minReplicas: 1", "  minReplicas: 1\n  source:\n    type: prometheus\n    url: frontend:9090"),
+                 [("p.yaml:12:10: spec.source.url: ", "must be an http:// or https:// URL with a host, e.g. "
+                   "http://prometheus.monitoring.svc:9090 (got 'frontend:9090')")],
+                 id="source-url-without-scheme"),
+    pytest.param(edit("  minReplicas: 1", "  minReplicas: 1\n  source:\n    type: prometheus\n    url: ftp://x"),
+                 [("p.yaml:12:10: spec.source.url: ", "(got 'ftp://x')")], id="source-url-not-http"),
+    pytest.param(edit("  minReplicas: 1",
+                      "  minReplicas: 1\n  source: {type: pods, endpoints: ['http://a:8000/metrics', 'b:8000']}"),
+                 [("p.yaml:10:35: spec.source.endpoints: ", "each endpoint must be an http:// or https:// URL "
+                   "with a host")], id="pods-endpoint-without-scheme"),
 ]
 
 
