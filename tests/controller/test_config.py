@@ -37,22 +37,33 @@ def test_a_full_file_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param("mode: act\nmdoe: dryRun\n", ":2: mdoe: Extra inputs are not permitted", id="unknown-field"),
-        pytest.param("mode: wild\n", ":1: mode: Input should be 'act' or 'dryRun'", id="bad-enum"),
+        pytest.param("mode: act\nmdoe: dryRun\n", ":2:1: mdoe: unknown field 'mdoe'; did you mean 'mode'?",
+                     id="unknown-field"),
+        pytest.param("mode: wild\n", ":1:7: mode: 'wild' is not allowed; allowed: act, dryRun", id="bad-enum"),
         pytest.param(
-            "ports:\n  metrics: 8080\n  health: 70000\n", ":3: ports.health: Input should be less than or equal",
-            id="nested-field-line",
+            "ports:\n  metrics: 8080\n  health: 70000\n",
+            ":3:11: ports.health: input should be less than or equal to 65535 (got 70000)", id="nested-field-line",
         ),
         pytest.param(
-            "leaderElection:\n  leaseDurationSeconds: 5\n", ":2: leaderElection: Value error, need "
+            "leaderElection:\n  leaseDurationSeconds: 5\n", ":2:3: leaderElection: need "
             "leaseDurationSeconds > renewDeadlineSeconds", id="lease-timing-order",
         ),
-        pytest.param("- a\n- b\n", ":1: the config must be a mapping, got list", id="not-a-mapping"),
-        pytest.param("mode: [\n", ": not valid YAML", id="bad-yaml"),
+        pytest.param("- a\n- b\n", ":1:1: (yaml): expected a mapping (a ControllerConfig)", id="not-a-mapping"),
+        pytest.param("mode: [\n", ":2:1: (yaml): expected the node content", id="bad-yaml"),
         pytest.param(
-            "defaultSource: {type: graphite}\n", ":1: defaultSource: Input tag 'graphite' found using 'type'",
+            "defaultSource: {type: graphite}\n", ":1:23: defaultSource.type: unknown defaultSource type 'graphite'",
             id="unknown-source-type",
         ),
+        # Found by robust2's sweep (2026-12-07): the config's own loader said '(top): Value error, ...' for these
+        # and took the last of a key written twice.
+        pytest.param("fastPollSeconds: .nan\n", ":1:18: fastPollSeconds: should be a finite number, not nan",
+                     id="nan"),
+        pytest.param("fastPollSeconds: 1e400\n", ":1:18: fastPollSeconds: should be a finite number, not inf",
+                     id="overflow"),
+        pytest.param("fastPollSeconds: 1\nfastPollSeconds: 2\n",
+                     ":2:1: fastPollSeconds: duplicate key 'fastPollSeconds' (first at line 1)", id="duplicate-key"),
+        pytest.param("defaultSource: {type: prometheus, url: prom:9090}\n",
+                     ":1:40: defaultSource.url: url must be an http:// or https:// URL", id="url-without-scheme"),
     ],
 )
 def test_errors_name_the_field_and_line(tmp_path: Path, text: str, expected: str) -> None:
@@ -62,6 +73,13 @@ def test_errors_name_the_field_and_line(tmp_path: Path, text: str, expected: str
         load_config(f)
     assert expected in str(err.value)
     assert str(err.value).startswith(str(f))
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n...\n"])
+def test_a_file_without_a_document_gives_the_defaults(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    assert load_config(f) == ControllerConfig()
 
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
