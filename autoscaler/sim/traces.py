@@ -1,6 +1,8 @@
 """Request traces: loading, validating and reshaping them for the simulator.
 
-A CSV with a header row; three of its columns are read, by name, in any order (other columns are ignored):
+A CSV with a header row (comma-separated; a header holding no comma but tabs or semicolons sets that separator);
+three of its columns are read, by name, in any order (other columns are ignored; a column read that appears
+twice in the header is refused):
 
 * the Azure LLM inference trace's ``TIMESTAMP,ContextTokens,GeneratedTokens`` (timestamps
   ``YYYY-MM-DD HH:MM:SS.fffffff``, read as UTC), found by those names;
@@ -160,7 +162,10 @@ def _parse_tokens(text: str, column: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        number = float(text)  # "374.0", as a spreadsheet or a dataframe with gaps writes a count
+        try:
+            number = float(text)  # "374.0", as a spreadsheet or a dataframe with gaps writes a count
+        except ValueError:
+            raise ValueError(f"{column} {text!r} is not a number of tokens") from None
         if not number.is_integer():
             raise ValueError(f"{column} {text!r} is not a whole number of tokens") from None
         value = int(number)
@@ -183,6 +188,10 @@ def _columns_of(header: tuple[str, ...], columns: Columns | None, where: str) ->
                 f"{layouts}, or JSON Lines with Mooncake's keys {','.join(MOONCAKE_KEYS.names())}; "
                 "or name yours with --requests-columns ARRIVAL,INPUT,OUTPUT"
             )
+    repeated = [name for name in columns.names() if header.count(name) > 1]
+    if repeated:  # which of the two is meant cannot be told; the first was read silently
+        raise TraceError(f"{where}:1: column {', '.join(repr(r) for r in repeated)} appears more than once in the "
+                         "header; rename or drop the other")
     missing = [name for name in columns.names() if name not in header]
     if missing:
         raise TraceError(
@@ -213,7 +222,8 @@ def _csv(
     text: str, p: Path, columns: Columns | None, skip_bad_rows: bool
 ) -> tuple[list[tuple[float, int, int]], int]:
     """CSV with a header row; ``columns`` names the columns read (default: a layout found by its names)."""
-    rows = csv.reader(text.splitlines())
+    lines = text.splitlines()
+    rows = csv.reader(lines, delimiter=_delimiter(lines[0] if lines else ""))
     header = tuple(h.strip() for h in next(rows, []))
     used, (at, prompt_at, output_at) = _columns_of(header, columns, str(p))
     parse_time = _arrival_parser(TIME_UNITS[used.time_unit])
@@ -238,6 +248,14 @@ def _csv(
                 f"{p}:{lineno}: bad row {','.join(row)!r}: {exc}; fix the row or pass --skip-bad-rows"
             ) from None
     return records, skipped
+
+
+def _delimiter(header: str) -> str:
+    """A comma, or the tab or semicolon of a header line holding no comma (a TSV file; a spreadsheet saved with
+    a decimal-comma locale writes semicolons). A header's names hold no separator, so this is unambiguous."""
+    if "," in header:
+        return ","
+    return next((d for d in ("\t", ";") if d in header), ",")
 
 
 def _jsonl(text: str, p: Path, used: Columns, skip_bad_rows: bool) -> tuple[list[tuple[float, int, int]], int]:

@@ -139,6 +139,32 @@ def test_a_layout_read_by_column_names(tmp_path: Path, text: str) -> None:
     assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 4.5], [374, 396], [44, 109])
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("arrival_s\tinput_tokens\toutput_tokens\n0\t374\t44\n4.5\t396\t109\n", id="tabs"),
+        pytest.param("arrival_s;input_tokens;output_tokens\n0;374;44\n4.5;396;109\n", id="semicolons"),
+        pytest.param("arrival_s,input_tokens,output_tokens\r\n0,374,44\r\n4.5,396,109", id="crlf-no-last-newline"),
+    ],
+)
+def test_a_separator_other_than_a_comma_is_taken_from_the_header(tmp_path: Path, text: str) -> None:
+    tr = traces.load(_write(tmp_path, text))
+    assert (tr.arrivals, tr.inputs, tr.outputs) == ([0.0, 4.5], [374, 396], [44, 109])
+
+
+def test_a_column_read_twice_in_the_header_is_refused(tmp_path: Path) -> None:
+    # Which of the two is meant cannot be told; the first was read silently.
+    p = _write(tmp_path, "arrival_s,input_tokens,output_tokens,input_tokens\n0,5,3,9\n")
+    with pytest.raises(traces.TraceError, match=r":1: column 'input_tokens' appears more than once in the header"):
+        traces.load(p)
+
+
+def test_a_token_count_that_is_no_number_says_so(tmp_path: Path) -> None:
+    p = _write(tmp_path, "arrival_s,input_tokens,output_tokens\n0,0x10,3\n")
+    with pytest.raises(traces.TraceError, match=r":2: bad row '0,0x10,3': input_tokens '0x10' is not a number of"):
+        traces.load(p)
+
+
 def test_burstgpt_is_read_by_its_column_names(tmp_path: Path) -> None:
     # BurstGPT's header as its README's "Schema" lists it (Timestamp in seconds from the first day's 0:00);
     # a failed request (Response tokens 0, kept in BurstGPT_1.csv) is a request with one output token.
