@@ -55,7 +55,10 @@ class Profile(SpecModel):
     hardware: str
     chips: int = Field(gt=0, description="Accelerator chips one replica (or LWS group) holds.")
     slots: int = Field(gt=0)
-    prefill_tokens_per_second: float = Field(gt=0)
+    #: At least 10 tokens/s: a rate of 0.001 made the oracle's lower bound walk millions of
+    #: replica levels (one per replica a prefill deadline asks for) and ``simulate`` never ended.
+    prefill_tokens_per_second: float = Field(ge=10, description="At least 10 (estimate: 500x below the bundled "
+                                             "profiles' slowest, 5,000; a slower rate is a typo or another unit).")
     decode_step: DecodeStepSpec
     kv_cache_tokens: int = Field(gt=0)
     cold_start: ColdStartSpec

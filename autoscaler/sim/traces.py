@@ -58,6 +58,11 @@ BURSTGPT_HEADER = ("Timestamp", "Request tokens", "Response tokens")
 GENERIC_HEADER = ("arrival_s", "input_tokens", "output_tokens")
 #: The layouts found by their names, in this order.
 KNOWN_HEADERS = {"Azure": AZURE_HEADER, "BurstGPT": BURSTGPT_HEADER, "generic": GENERIC_HEADER}
+#: Most tokens one request's prompt or output may count (estimate: ten times the longest context windows models
+#: advertise, about 10 million tokens). A count above it is a typo or another unit: a trace with a fifth of its
+#: rows at 10^15 tokens made ``simulate`` run for ever (its lower bound walked the replica levels such prefills
+#: ask for).
+MAX_TOKENS = 100_000_000
 #: Seconds per unit of a numeric arrival.
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -171,6 +176,8 @@ def _parse_tokens(text: str, column: str) -> int:
         value = int(number)
     if value < 0:
         raise ValueError(f"{column} is negative ({value})")
+    if value > MAX_TOKENS:
+        raise ValueError(f"{column} {value:,} is more tokens than any model takes (at most {MAX_TOKENS:,})")
     return value
 
 

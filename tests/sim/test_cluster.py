@@ -111,3 +111,12 @@ def test_a_bad_profiles_file_names_the_cluster_field_that_names_it(
     assert len(err.value.problems) == 1
     assert err.value.problems[0].startswith(f"{p}:6:17: spec.profilesFile: "), err.value.problems
     assert re.search(fragment, err.value.problems[0]), err.value.problems
+
+
+def test_a_prefill_rate_below_ten_tokens_a_second_is_refused(tmp_path: Path) -> None:
+    """1e-3 tokens/s made the oracle's lower bound walk millions of replica levels: simulate never ended."""
+    text = cluster_mod.bundled("profiles.yaml").read_text()
+    slow = tmp_path / "profiles.yaml"
+    slow.write_text(re.sub(r"prefillTokensPerSecond: \d+", "prefillTokensPerSecond: 1e-3", text, count=1))
+    with pytest.raises(SimFileError, match=r"prefillTokensPerSecond: input should be greater than or equal to 10"):
+        profiles.load(slow)

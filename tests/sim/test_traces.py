@@ -165,6 +165,14 @@ def test_a_token_count_that_is_no_number_says_so(tmp_path: Path) -> None:
         traces.load(p)
 
 
+def test_a_token_count_beyond_any_context_is_refused(tmp_path: Path) -> None:
+    # A fifth of the rows at 10^15 tokens made simulate run for ever (its lower bound's replica levels).
+    p = _write(tmp_path, "arrival_s,input_tokens,output_tokens\n0,5,3\n1,1000000000000000,3\n")
+    with pytest.raises(traces.TraceError, match=r":3: bad row .*input_tokens 1,000,000,000,000,000 is more tokens"):
+        traces.load(p)
+    assert traces.load(_write(tmp_path, "arrival_s,input_tokens,output_tokens\n0,100000000,3\n")).inputs == [10**8]
+
+
 def test_burstgpt_is_read_by_its_column_names(tmp_path: Path) -> None:
     # BurstGPT's header as its README's "Schema" lists it (Timestamp in seconds from the first day's 0:00);
     # a failed request (Response tokens 0, kept in BurstGPT_1.csv) is a request with one output token.
