@@ -84,6 +84,9 @@ class PoolSpec(SpecModel):
     def _bounds(self) -> PoolSpec:
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"minReplicas ({self.min_replicas}) is greater than maxReplicas ({self.max_replicas})")
+        if self.initial_replicas is not None and self.initial_replicas > self.max_replicas:
+            raise ValueError(f"initialReplicas ({self.initial_replicas}) is greater than maxReplicas "
+                             f"({self.max_replicas})")
         _check_shape(self.slice_topology, self.chips_per_replica, "chipsPerReplica")
         return self
 

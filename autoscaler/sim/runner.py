@@ -275,6 +275,10 @@ def run(opts: Options, *, progress: Callable[[str], None] | None = None,
 
     # Warm start: a fixed fleet if asked for; else every run starts with the fleet the oracle (at the SLO
     # target) holds at time 0, and each oracle schedule with its own.
+    if opts.initial_replicas is not None and opts.initial_replicas > pool.max_replicas:
+        # 10^8 ready replicas ran for ever (robust2's sweep); no controller may hold more than maxReplicas.
+        raise ValueError(f"--initial-replicas {opts.initial_replicas} is more than pool {pool.name}'s maxReplicas "
+                         f"({pool.max_replicas}, {cluster.source})")
     fixed_n0 = opts.initial_replicas if opts.initial_replicas is not None else pool.initial_replicas
     search = oracle.Search(cluster=cluster, trace=trace, pool=pool, slo_ttft_s=slo, initial_replicas=fixed_n0,
                            progress=progress, routing=routing, seed=opts.seed, workers=opts.workers)

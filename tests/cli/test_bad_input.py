@@ -139,6 +139,10 @@ CASES = [
     pytest.param(Case("simulate", lambda f: ["--requests-columns", "Timestamp,Request tokens", "--no-plot", "--out",
                                              str(f.dir / "o")], 2, "expected three column names"),
                  id="simulate-requests-columns-two-names"),
+    # 10^8 ready replicas at the start ran for ever.
+    pytest.param(Case("simulate", lambda f: ["--initial-replicas", "100000000", "--no-plot", "--out", str(f.dir / "o")],
+                      1, "--initial-replicas 100000000 is more than pool tgi-gemma's maxReplicas (8"),
+                 id="simulate-initial-replicas-over-max"),
     pytest.param(Case("simulate", lambda f: ["--policy", str(f.long_expression), "--no-plot", "--out",
                                              str(f.dir / "o")], 1, "limit is"), id="simulate-2988-terms"),
     # observe

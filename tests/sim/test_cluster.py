@@ -66,6 +66,8 @@ def test_minimal_cluster_defaults(tmp_path: Path) -> None:
                      "needs a 'default' pipeline", id="no-default-pipeline"),
         pytest.param("      maxReplicas: 4", "      maxReplicas: 4\n      minReplicas: 9", "8:7", "greater than",
                      id="min-over-max"),
+        pytest.param("      maxReplicas: 4", "      maxReplicas: 4\n      initialReplicas: 100000000", "8:7",
+                     "initialReplicas (100000000) is greater than maxReplicas (4)", id="initial-over-max"),
     ],
 )
 def test_problems_point_at_the_line(tmp_path: Path, old: str, new: str, where: str, fragment: str) -> None:
