@@ -25,6 +25,7 @@ each source says it emits; no server code copied), read the way Prometheus store
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from typing import Any
@@ -270,3 +271,79 @@ async def test_prometheus_keeps_the_first_of_a_series_written_twice() -> None:
     finally:
         server.close()
     assert dict(got.per_replica or {}) == {pod: 3}
+
+
+def _hist(n: int, buckets: tuple[tuple[str, float], ...] = (("0.1", 0.2), ("1.0", 0.8), ("+Inf", 1.0)),
+          exemplar: str = "", created: bool = True) -> str:
+    name = "vllm:time_to_first_token_seconds"
+    out = f"# TYPE {name} histogram\n"
+    out += "".join(f'{name}_bucket{{engine="0",le="{le}"}} {n * share}{exemplar}\n' for le, share in buckets)
+    out += f'{name}_count{{engine="0"}} {n}\n{name}_sum{{engine="0"}} {n * 0.5}\n'
+    return out + (f'{name}_created{{engine="0"}} 1.7e9\n' if created else "")
+
+
+W = 'vllm:num_requests_waiting{engine="0",model_name="m"}'
+OM = "application/openmetrics-text; version=1.0.0"
+WAITING = {"s": {"preset": "vllm.waiting"}}
+TTFT = {"s": {"preset": "vllm.ttft", "quantile": {"q": 0.5, "windowSeconds": 60}}}
+TOKENS = {"s": {"preset": "vllm.prompt_tokens", "rate": {"windowSeconds": 60}}}
+C = 'vllm:prompt_tokens_total{{engine="0"}} {n}\n'
+
+
+#: Scrape oddities and what the pods source reads from each (robust2's sweep, 2026-12-07; docs/sources.md lists
+#: them). ``value``: the signal's value (NaN, ±Inf and negatives are passed on and judged unknown by the core);
+#: ``per``: a quantile's per-pod observation rate; ``error``: a fragment of the reason the reading is unknown.
+ODDITIES = [
+    pytest.param((f"# TYPE vllm:num_requests_waiting gauge\r\n{W} 3\r\n",), WAITING, "text/plain", {"value": 3.0},
+                 id="crlf"),
+    pytest.param((f"\ufeff# TYPE vllm:num_requests_waiting gauge\n{W} 3\n",), WAITING, "text/plain", {"value": 3.0},
+                 id="bom-before-a-comment"),
+    pytest.param((f"{W}\t3\n",), WAITING, "text/plain", {"value": 3.0}, id="tab-separated"),
+    pytest.param((f"{W} 3 # {{trace_id=\"a\"}} 1\n",), WAITING, "text/plain", {"value": 3.0}, id="exemplar-in-text"),
+    pytest.param((f"# TYPE vllm:num_requests_waiting gauge\n# UNIT vllm:num_requests_waiting requests\n{W} 3\n",),
+                 WAITING, "text/plain", {"value": 3.0}, id="unit-line-in-text"),
+    pytest.param(('vllm:num_requests_waiting{engine="0",model_name="a\\"b\\\\c\\nd"} 3\n',), WAITING, "text/plain",
+                 {"value": 3.0}, id="escaped-label-value"),
+    pytest.param(('vllm:num_requests_waiting{engine="0",model_name="a}b,c#d"} 3\n',), WAITING, "text/plain",
+                 {"value": 3.0}, id="brace-comma-hash-in-a-label-value"),
+    pytest.param((f"{W} 3 1700000000000\n",), WAITING, "text/plain", {"value": 3.0}, id="timestamp-in-ms"),
+    pytest.param((f"{W} NaN\n",), WAITING, "text/plain", {"value": math.nan}, id="nan"),
+    pytest.param((f"{W} +Inf\n",), WAITING, "text/plain", {"value": math.inf}, id="inf"),
+    pytest.param((f"{W} 1e400\n",), WAITING, "text/plain", {"value": math.inf}, id="overflow"),
+    pytest.param((f"{W} 3\n{W} 5\n",), WAITING, "text/plain", {"value": 3.0}, id="series-written-twice"),
+    pytest.param((f"# TYPE vllm:num_requests_waiting gauge\n{W} 3\n",), WAITING, OM, {"error": "Missing # EOF"},
+                 id="openmetrics-cut-short"),
+    pytest.param(("<html>oops</html>",), WAITING, "text/plain", {"error": "unparseable exposition"}, id="html"),
+    pytest.param(("",), WAITING, "text/plain", {"value": None}, id="empty-body"),
+    pytest.param((_hist(100), _hist(200)), TTFT, "text/plain", {"per": 10.0}, id="histogram-with-created"),
+    pytest.param((_hist(100, exemplar=' # {trace_id="a"} 0.05 1.7e9', created=False) + "# EOF\n",
+                  _hist(200, exemplar=' # {trace_id="b"} 0.05 1.7e9', created=False) + "# EOF\n"), TTFT, OM,
+                 {"per": 10.0}, id="openmetrics-exemplars"),
+    pytest.param((_hist(100, (("+Inf", 1.0),)), _hist(200, (("+Inf", 1.0),))), TTFT, "text/plain", {"per": 10.0},
+                 id="only-the-inf-bucket"),
+    pytest.param((_hist(100, (("0.1", 0.2), ("1.0", 0.8))), _hist(200, (("0.1", 0.2), ("1.0", 0.8)))), TTFT,
+                 "text/plain", {"per": math.nan}, id="no-inf-bucket"),
+    pytest.param((C.format(n=1000), C.format(n=50)), TOKENS, "text/plain", {"value": 5.0}, id="counter-reset"),
+    pytest.param((C.format(n=1000) + 'vllm:prompt_tokens_created{engine="0"} 1.7e9\n',
+                  C.format(n=1600) + 'vllm:prompt_tokens_created{engine="0"} 1.7e9\n'), TOKENS, "text/plain",
+                 {"value": 60.0}, id="counter-with-created"),
+    pytest.param((C.format(n=1000) * 2, C.format(n=1600) * 2), TOKENS, "text/plain", {"value": 60.0},
+                 id="counter-written-twice"),
+]
+
+
+@pytest.mark.parametrize(("bodies", "signals", "content_type", "expected"), ODDITIES)
+async def test_what_the_pods_source_reads_from_a_scrape_oddity(
+    bodies: tuple[str, ...], signals: dict[str, dict[str, Any]], content_type: str, expected: dict[str, Any]
+) -> None:
+    got = (await _two_reads(bodies, signals, content_type=content_type))["s"]
+    if "error" in expected:
+        assert got.value is None, got
+        assert expected["error"] in (got.error or ""), got
+        return
+    assert got.error is None, got.error
+    if "value" in expected:
+        want = expected["value"]
+        assert (got.value is None) if want is None else (got.value == pytest.approx(want, nan_ok=True)), got
+    if "per" in expected:
+        assert dict(got.per_replica or {}) == {POD: pytest.approx(expected["per"], nan_ok=True)}, got
