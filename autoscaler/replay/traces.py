@@ -218,6 +218,11 @@ def read_csv(path: Path) -> Trace:
             names = [h.strip() for h in header]
             lowered = [n.lower() for n in names]
             if TIMESTAMP not in lowered:
+                other = next((name for sep, name in (("\t", "tabs"), (";", "semicolons")) if len(names) == 1
+                              and sep in names[0] and TIMESTAMP in names[0].lower().split(sep)), None)
+                if other is not None:  # a TSV file, or a spreadsheet saved with a decimal-comma locale
+                    raise TraceError(f"{where}:1: the columns are separated by {other}; replay reads comma-separated "
+                                     "values (with a decimal point): save the file as CSV")
                 raise TraceError(f"{where}:1: no '{TIMESTAMP}' column in the header (columns: {', '.join(names)})")
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
@@ -338,7 +343,15 @@ def read_query_range(path: Path) -> list[Series]:
     except files.InputError as exc:
         raise TraceError(str(exc)) from None
     fast = _columnar(text)
-    return fast if fast is not None else _parsed(text, where)
+    series = fast if fast is not None else _parsed(text, where)
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for i, one in enumerate(series):
+        if one.labels in seen:  # Prometheus returns each series once: two dumps pasted together, say
+            shown = ", ".join(f"{k}={v}" for k, v in one.labels)
+            raise TraceError(f"{where}: $.data.result[{i}]: the series {{{shown}}} appears twice; each is read once, "
+                             "so which one holds its samples cannot be told (its values would be added)")
+        seen.add(one.labels)
+    return series
 
 
 def _parsed(text: str, where: str) -> list[Series]:

@@ -127,6 +127,10 @@ BAD = [
     pytest.param(_bad_csv("time,backlog\n1,2\n"), "trace.csv:1: no 'timestamp' column", id="csv-no-timestamp"),
     pytest.param(_bad_csv("timestamp\n1\n"), "trace.csv:1: no signal columns", id="csv-no-signals"),
     pytest.param(_bad_csv("timestamp,a,a\n1,2,3\n"), "trace.csv:1: repeated column(s) a", id="csv-dup-column"),
+    pytest.param(_bad_csv("timestamp\tb\n1\t2\n"), "trace.csv:1: the columns are separated by tabs; replay reads "
+                 "comma-separated values", id="csv-tabs"),
+    pytest.param(_bad_csv("timestamp;b\n1;2,5\n"), "trace.csv:1: the columns are separated by semicolons",
+                 id="csv-semicolons"),
     pytest.param(_bad_csv("timestamp,queue depth\n1,2\n"), "trace.csv:1: column 'queue depth'", id="csv-bad-name"),
     pytest.param(_bad_csv("timestamp,b\n1,2\nyesterday,3\n"), "trace.csv:3: timestamp 'yesterday'", id="csv-bad-time"),
     pytest.param(
@@ -195,6 +199,10 @@ BAD = [
     ),
     pytest.param(
         _bad_json(_matrix([[10, "1"]]), "queue-depth.json"), "queue-depth.json: the file name", id="json-name"
+    ),
+    pytest.param(
+        _bad_json(_matrix([[10, "1"]], [[10, "7"]], labels=[{"pod": "a"}, {"pod": "a"}])),
+        "backlog.json: $.data.result[1]: the series {pod=a} appears twice", id="json-series-twice",
     ),
 ]
 
