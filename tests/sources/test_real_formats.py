@@ -79,9 +79,9 @@ class Clock:
         return self.t
 
 
-async def _two_reads(bodies: tuple[str, str], signals: dict[str, dict[str, Any]], *, gap_s: float = 10.0,
+async def _two_reads(bodies: tuple[str, ...], signals: dict[str, dict[str, Any]], *, gap_s: float = 10.0,
                      content_type: str = "text/plain; version=0.0.4") -> dict[str, Any]:
-    """The readings of ``signals`` after two scrapes ``gap_s`` apart (a rate needs two)."""
+    """The readings of ``signals`` after one scrape per body, ``gap_s`` apart (a rate needs two)."""
     clock = Clock()
     server = TextServer(content_type=content_type)
     source = PodsSource(clock=clock)
@@ -166,7 +166,7 @@ def vllm_multiprocess(kv: dict[int, dict[str, float]]) -> str:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     try:
         for pid, engines in kv.items():
-            values.ValueClass = values.MultiProcessValue(lambda pid=pid: pid)
+            values.ValueClass = values.MultiProcessValue(lambda pid=pid: pid)  # type: ignore[no-untyped-call]
             labels = ["model_name", "engine"]
             gauge = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels,
                           registry=None)
@@ -184,7 +184,7 @@ def vllm_multiprocess(kv: dict[int, dict[str, float]]) -> str:
         else:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = env
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=directory)
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
     return generate_latest(registry).decode()
 
 
