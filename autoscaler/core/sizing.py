@@ -184,6 +184,7 @@ def learn_utilization(
     judged_load: float | None = None,
     risk_load: float | None = None,
     spare_evidence: bool = True,
+    admitting: int = 0,
 ) -> Headroom:
     """``c`` after ``dt`` seconds, from the measured latency against the objective (the ``slo`` type's rule 3).
 
@@ -208,12 +209,15 @@ def learn_utilization(
     than the ready replicas there.
     ``spare_evidence``: False while the measured quantile is no evidence of capacity to spare (the ``slo`` type's
     ``observedAtEnd``: requests that waited have not all been observed yet); then ``c`` neither recovers nor probes,
-    and a risk still lowers it."""
+    and a risk still lowers it.
+    ``admitting``: replicas asked for that wait for Kueue's admission (the ``slo`` type's ``waitForAdmission``).
+    Like starting ones they are the answer to the risk already given: until they serve, a risk persisting is the
+    same evidence again, not a new measure of ``c``, so ``c`` does not fall (it still recovers and probes)."""
     c = utilization
     at_risk = ratio is not None and ratio >= RISK_FRACTION
     h = hysteresis
     model_content = ceil_count((load if risk_load is None else risk_load) / c) <= ready
-    if at_risk and starting == 0 and ratio is not None and model_content:
+    if at_risk and starting == 0 and admitting == 0 and ratio is not None and model_content:
         c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
     elif (
         spare_evidence

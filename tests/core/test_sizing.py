@@ -36,6 +36,7 @@ def test_at_risk_c_drops_in_proportion_to_the_excess_and_the_time() -> None:
     "kw",
     [
         pytest.param({"starting": 1}, id="something-starting"),
+        pytest.param({"admitting": 1}, id="something-waiting-for-admission"),
         pytest.param({"load": 2.5, "ready": 3, "c": 0.8}, id="the-model-already-asks-for-more"),
     ],
 )

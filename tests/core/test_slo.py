@@ -116,6 +116,8 @@ class Driver:
         self.histograms: Mapping[str, Mapping[float, float]] = {}
         #: A source's error for the next step (``step``), by signal (e.g. a histogram window with no request).
         self.errors: Mapping[str, str] = {}
+        #: Of ``spec``, replicas waiting for Kueue's admission (``ReplicaStatus.gated``), for every step.
+        self.gated = 0
 
     def step(self, spec: int, ready: int, starting: int = 0, /, **values: float | None) -> Recommendation:
         readings = {k: SignalReading(math.nan if v is None else v, self.now - 1) for k, v in values.items()}
@@ -128,7 +130,8 @@ class Driver:
         self.errors = {}
         signals = self.judge.judge_all(readings, self.now)
         ctx = Context(
-            self.now, TARGET, ReplicaStatus(spec, ready, starting), signals, self.pol.spec, self.per_replica,
+            self.now, TARGET, ReplicaStatus(spec, ready, starting, gated=self.gated), signals, self.pol.spec,
+            self.per_replica,
             self.eviction_s,
         )
         rec, self.state = self.algo.recommend(ctx, self.state)
@@ -277,6 +280,79 @@ def test_the_latency_loop_lowers_utilization_at_risk_and_recovers_when_met() -> 
     assert recovered is not None
     assert lowered < recovered <= 0.8
     assert recovered == pytest.approx(0.8, abs=0.01)
+
+
+def _at_risk_while_one_replica_waits(cfg: dict[str, Any], *, gated: int, starting: int) -> tuple[float, float]:
+    """4 ready replicas the model finds enough (load 1.6 at c 0.8), the TTFT p99 over its objective: the loop lowers
+    ``c`` once and the floor asks for a fifth. Then 600 s with that fifth not serving (``gated`` waiting for
+    Kueue's admission, or ``starting``), the quantile still over. ``c`` after the first step and at the end."""
+    drv = Driver(cfg)
+    drv.state = slo.SloState(ready=4, ready_since=T0 - 600, since=T0 - 600, last_t=T0 - STEP, utilization=0.8)
+    obs = {"waiting": 0, "running": 40, "prompt": 4 * 0.4 * 5000, "gen": 300, "ttft": 2.4}
+    first = drv.step(4, 4, **obs)
+    assert first.replicas == 5, first.message  # the SLO missed with 4 ready: at least 5
+    after_first = drv.learned.utilization
+    assert after_first is not None
+    drv.gated = gated
+    for _ in range(int(600 / STEP)):
+        drv.step(5, 4, starting, **obs)
+    assert drv.learned.utilization is not None
+    return after_first, drv.learned.utilization
+
+
+@pytest.mark.parametrize("option", [True, False], ids=["waitForAdmission", "as-before"])
+def test_a_risk_while_a_replica_asked_for_waits_for_admission_does_not_lower_the_utilization(option: bool) -> None:
+    """``waitForAdmission``: a replica waiting for Kueue's admission is the answer to the risk already given, like
+    one starting: until it serves, the risk persisting is the same evidence again, so ``c`` does not fall however
+    long the wait for chips. Without the option ``c`` falls all the while (ho4: 0.844 → 0.580 over one wait)."""
+    before, after = _at_risk_while_one_replica_waits(
+        config(**TOKENS, waitForAdmission=option), gated=1, starting=0
+    )
+    assert before < 0.8
+    if option:
+        assert after == before
+    else:
+        assert after < before * 0.8
+
+
+def test_a_replica_starting_holds_the_utilization_with_or_without_the_option() -> None:
+    """The rule that already held for a replica starting: the option makes admission the same, nothing more."""
+    for option in (True, False):
+        before, after = _at_risk_while_one_replica_waits(
+            config(**TOKENS, waitForAdmission=option), gated=0, starting=1
+        )
+        assert after == before
+
+
+def test_the_utilization_falls_again_once_the_replica_waited_for_serves_and_the_risk_remains() -> None:
+    """The hold lasts only while a replica asked for does not serve: with all five ready and the quantile still
+    over its objective while the model finds them enough, the loop lowers ``c`` again. The message says why it
+    held, with the count."""
+    drv = Driver(config(**TOKENS, waitForAdmission=True))
+    drv.state = slo.SloState(ready=4, ready_since=T0 - 600, since=T0 - 600, last_t=T0 - STEP, utilization=0.8)
+    obs = {"waiting": 0, "running": 40, "prompt": 4 * 0.4 * 5000, "gen": 300, "ttft": 2.4}
+    drv.step(4, 4, **obs)
+    drv.gated = 1
+    message = drv.step(5, 4, **obs).message
+    assert "not lowered: 1 replica(s) asked for wait for Kueue's admission" in message, message
+    held = drv.learned.utilization
+    assert held is not None
+    drv.gated = 0
+    for _ in range(24):
+        message = drv.step(5, 5, **obs).message
+    assert drv.learned.utilization is not None
+    assert drv.learned.utilization < held
+    assert "wait for Kueue's admission" not in message
+
+
+def test_a_quantile_comfortably_met_still_raises_the_utilization_while_a_replica_waits_for_admission() -> None:
+    drv = Driver(config(**TOKENS, waitForAdmission=True))
+    drv.state = slo.SloState(ready=4, ready_since=T0 - 600, since=T0 - 600, last_t=T0 - STEP, utilization=0.5)
+    drv.gated = 1
+    for _ in range(60):
+        drv.step(5, 4, waiting=0, running=40, prompt=4 * 0.4 * 5000, gen=300, ttft=0.3)
+    assert drv.learned.utilization is not None
+    assert drv.learned.utilization > 0.5
 
 
 def test_the_upward_probe_raises_utilization_where_the_slo_holds_at_loaded_replicas() -> None:

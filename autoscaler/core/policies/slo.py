@@ -47,9 +47,11 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    as it ends, as TGI's queue time) a window is evidence of capacity to spare (recovery and probe) only once the
    requests that waited have ended: not while any waits, nor until the mean time in system (Little's law) has
    passed since the last wait. Over the target with nothing starting, at least ``R + 1`` whatever
-   the model says. With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over the target is judged
-   at the highest load of its window: the ``R + 1`` floor holds only while the load now is within the hysteresis
-   of it, and ``c`` drops only where the model was content there.
+   the model says. With ``waitForAdmission`` (opt-in) a replica waiting for Kueue's admission is, to the loop, as
+   one starting: ``c`` does not fall until every replica asked for serves (the risk that asked for it is not new
+   evidence while it waits for chips). With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over
+   the target is judged at the highest load of its window: the ``R + 1`` floor holds only while the load now is
+   within the hysteresis of it, and ``c`` drops only where the model was content there.
    With ``ttftAfterQueue`` (opt-in, for a TTFT counted from the queue's end, as JetStream's) the TTFT the loop
    judges is what users feel, queue time + TTFT: the quantile of the sum of the two windows, whose latencies are
    independent (a FIFO wait does not depend on the request's own prefill; ``sizing.quantile_of_sum``).
@@ -448,6 +450,18 @@ class SloPolicyConfig(SpecModel):
         "the burst (the forecast's floor is the level) and the scale-down band are as before. Opt-in: measured, not "
         "shipped (docs/slo.md, Session 17: it lost the TPU slow ramp, where the samples' noise had been the margin "
         "ahead of a ramp too slow for the trend).",
+    )
+    wait_for_admission: bool = Field(
+        default=False,
+        description="The latency loop lowers the utilization at the SLO only when every replica asked for serves: "
+        "not while one starts (as always) nor while one waits for Kueue's admission (its pods carry Kueue's "
+        "scheduling gate, or do not exist yet). A quantile at risk with the ready replicas the model found enough "
+        "lowers the utilization once and asks for more (the floor of one replica more); until the replica asked "
+        "for serves, the risk persisting is that same evidence again, however long the wait for chips, not a new "
+        "measure of what a replica can carry. Without this, the longer a replica waits for chips, the further the "
+        "utilization falls, and the low value it reaches costs later. The replica asked for is still asked for, the "
+        "floor still holds, and a quantile comfortably met still raises it. Replay's recorded mode counts every "
+        "replica not ready as starting, so it reads the same either way. Opt-in (docs/slo.md, Session 23).",
     )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
@@ -910,11 +924,19 @@ class SloAlgorithm:
         waited_at, unobserved_text = (
             self._unobserved_waits(ctx, reading, prev.waited_at) if cfg.observed_at_end else (None, "")
         )
+        # ``waitForAdmission``: a risk while replicas asked for wait for admission lowers nothing.
+        admitting = self._admitting(ctx)
+        admission_text = (
+            f" (not lowered: {admitting} replica(s) asked for wait for Kueue's admission)"
+            if admitting and at_risk and starting == 0
+            else ""
+        )
         headroom = learn_utilization(
             c, prev.proven, target=u_max, ratio=ratio, latency_unknown=reading.latency_unknown,
             demand_zero=reading.demand_zero, load=reading.load, served_load=reading.served_load, ready=ready,
             starting=starting, settled=settled, near_short=near_short, hysteresis=h, dt=dt,
             judged_load=judged, risk_load=window_peak, spare_evidence=not unobserved_text,
+            admitting=admitting,
         )
         c, proven = headroom.utilization, headroom.proven
 
@@ -1139,7 +1161,7 @@ class SloAlgorithm:
         if prefill_text:
             load_text += f"; {prefill_text}"
         slo_text = (
-            f"{reading.latency_text}{unobserved_text} ⇒ utilization {c:.2f} at the SLO"
+            f"{reading.latency_text}{unobserved_text} ⇒ utilization {c:.2f} at the SLO{admission_text}"
             if reading.latency_text
             else f"utilization {c:.2f} at the SLO (no latency measured)"
         )
@@ -1245,6 +1267,13 @@ class SloAlgorithm:
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
+
+    def _admitting(self, ctx: Context) -> int:
+        """Replicas asked for that wait for Kueue's admission, for the latency loop (``waitForAdmission``; 0
+        without it). ``ReplicaStatus.gated``: the controller counts pods carrying Kueue's scheduling gate and
+        replicas whose pods do not exist yet, the simulator its pending replicas; replay's recorded mode counts
+        them as starting, which the loop treats alike."""
+        return ctx.replicas.gated if self.config.wait_for_admission else 0
 
     def _ramp(
         self, series: tuple[tuple[float, float], ...], calm: set[float], now: float, level: float, horizon: float
