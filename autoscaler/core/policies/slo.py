@@ -47,7 +47,7 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    as it ends, as TGI's queue time) a window is evidence of capacity to spare (recovery and probe) only once the
    requests that waited have ended: not while any waits, nor until the mean time in system (Little's law) has
    passed since the last wait. Over the target with nothing starting, at least ``R + 1`` whatever
-   the model says. With ``waitForAdmission`` (opt-in) a replica waiting for Kueue's admission is, to the loop, as
+   the model says. With ``waitForAdmission`` (the default) a replica waiting for Kueue's admission is, to the loop, as
    one starting: ``c`` does not fall until every replica asked for serves (the risk that asked for it is not new
    evidence while it waits for chips). With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over
    the target is judged at the highest load of its window: the ``R + 1`` floor holds only while the load now is
@@ -452,7 +452,7 @@ class SloPolicyConfig(SpecModel):
         "ahead of a ramp too slow for the trend).",
     )
     wait_for_admission: bool = Field(
-        default=False,
+        default=True,
         description="The latency loop lowers the utilization at the SLO only when every replica asked for serves: "
         "not while one starts (as always) nor while one waits for Kueue's admission (its pods carry Kueue's "
         "scheduling gate, or do not exist yet). A quantile at risk with the ready replicas the model found enough "
@@ -461,7 +461,8 @@ class SloPolicyConfig(SpecModel):
         "measure of what a replica can carry. Without this, the longer a replica waits for chips, the further the "
         "utilization falls, and the low value it reaches costs later. The replica asked for is still asked for, the "
         "floor still holds, and a quantile comfortably met still raises it. Replay's recorded mode counts every "
-        "replica not ready as starting, so it reads the same either way. Opt-in (docs/slo.md, Session 23).",
+        "replica not ready as starting, so it reads the same either way. On by default since 2026-12-07 (docs/slo.md, "
+        "Session 23: no row of the grid or the hand-off bench changed its verdict); false restores the old rule.",
     )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
@@ -1269,10 +1270,10 @@ class SloAlgorithm:
         ), new_state
 
     def _admitting(self, ctx: Context) -> int:
-        """Replicas asked for that wait for Kueue's admission, for the latency loop (``waitForAdmission``; 0
-        without it). ``ReplicaStatus.gated``: the controller counts pods carrying Kueue's scheduling gate and
-        replicas whose pods do not exist yet, the simulator its pending replicas; replay's recorded mode counts
-        them as starting, which the loop treats alike."""
+        """Replicas asked for that wait for Kueue's admission, for the latency loop (``waitForAdmission``, the
+        default; 0 with it off). ``ReplicaStatus.gated``: the controller counts pods carrying Kueue's scheduling
+        gate and replicas whose pods do not exist yet, the simulator its pending replicas; replay's recorded mode
+        counts them as starting, which the loop treats alike."""
         return ctx.replicas.gated if self.config.wait_for_admission else 0
 
     def _ramp(
