@@ -86,12 +86,19 @@ from itertools import accumulate
 from autoscaler.sim.profiles import Profile
 
 #: Upper bounds (seconds) of the simulated servers' latency histograms: vLLM V1's time-to-first-token buckets
-#: (``vllm/v1/metrics/loggers.py``), used for every server and for queue time too (an estimate: JetStream and
-#: TGI bucket differently; the buckets only bound how finely a quantile is interpolated).
+#: (``vllm/v1/metrics/loggers.py``), used for every server and for queue time too, JetStream's queue time excepted
+#: (``JETSTREAM_QUEUE_BOUNDS``). JetStream's TTFT buckets are these up to 10 s; TGI's differ (an estimate: the
+#: buckets bound how finely a quantile is interpolated).
 HISTOGRAM_BOUNDS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
     160.0, 640.0, 2560.0,
 )
+#: Upper bounds (seconds) of JetStream's ``jetstream_queue_duration`` histogram, its own (``buckets=[0.01, ...,
+#: 100.0]`` in ``JetstreamMetricsCollector``, jetstream/core/metrics/prometheus.py, AI-Hypercomputer/JetStream,
+#: stored commit 006919e): the simulated ``queue_time_inserted``, which only ``jetstream.queue_time`` reads. Its
+#: edges differ from the TTFT buckets' (2.0 where those have 2.5), and a quantile read from a histogram is
+#: interpolated within a bucket, so the bounds decide what a policy reading it sees near an objective.
+JETSTREAM_QUEUE_BOUNDS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 #: Upper bounds (seconds) of the per-token latency histogram: vLLM V1's inter-token latency buckets
 #: (``vllm/v1/metrics/loggers.py``; the older ``time_per_output_token_seconds`` has the same ones).
 TPOT_BOUNDS = (
@@ -196,7 +203,7 @@ class Replica:
         #: Queue time (arrival to the start of the request's prefill: the module docstring), observed as the request
         #: ends (TGI, vLLM) and as it joins the decode batch (JetStream).
         self.queue_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
-        self.queue_inserted_hist = [0] * (len(HISTOGRAM_BOUNDS) + 1)
+        self.queue_inserted_hist = [0] * (len(JETSTREAM_QUEUE_BOUNDS) + 1)
         #: Prompts served, per bucket of ``PROMPT_BOUNDS`` (tokens; the last is +Inf), not cumulative.
         self.prompt_hist = [0] * (len(PROMPT_BOUNDS) + 1)
         #: Inter-token intervals per bucket of ``TPOT_BOUNDS`` (the last is +Inf): one observation per token a
@@ -240,7 +247,7 @@ class ReplicaGauges:
     ttft_from_prefill: tuple[int, ...] = ()
     #: Queue time (the module docstring) of the requests that ended here (TGI, vLLM) ...
     queue_time: tuple[int, ...] = ()
-    #: ... and of those that joined the decode batch here (JetStream).
+    #: ... and of those that joined the decode batch here (JetStream; per bound of ``JETSTREAM_QUEUE_BOUNDS``, +Inf).
     queue_time_inserted: tuple[int, ...] = ()
     #: Time per output token (vLLM's inter-token latency): cumulative counts per bound of ``TPOT_BOUNDS``, +Inf.
     tpot: tuple[int, ...] = ()
@@ -592,7 +599,7 @@ class ServingPool:
             # docstring).
             rep.ttft_from_prefill_hist[bisect_left(HISTOGRAM_BOUNDS, now - req.started[rid])] += 1
             # JetStream observes the queue time as the prefilled request is inserted into a decode slot (here: now).
-            rep.queue_inserted_hist[bisect_left(HISTOGRAM_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
+            rep.queue_inserted_hist[bisect_left(JETSTREAM_QUEUE_BOUNDS, req.started[rid] - req.arrival[rid])] += 1
         if now - req.arrival[rid] > self.slo_s:
             self.late += 1
         if self.on_first_token is not None:

@@ -34,7 +34,7 @@ from autoscaler.core.model import SignalReading
 from autoscaler.core.signals import aggregate_of, combine
 from autoscaler.core.spec import SignalSpec, Spec
 from autoscaler.sim.cluster import PipelineSpec
-from autoscaler.sim.model import HISTOGRAM_BOUNDS, PROMPT_BOUNDS, TPOT_BOUNDS, ReplicaGauges
+from autoscaler.sim.model import HISTOGRAM_BOUNDS, JETSTREAM_QUEUE_BOUNDS, PROMPT_BOUNDS, TPOT_BOUNDS, ReplicaGauges
 
 Quantity = Callable[[ReplicaGauges], float]
 
@@ -49,7 +49,8 @@ QUANTITIES: dict[str, Quantity] = {
 }
 
 #: The cumulative series a simulated replica keeps: counters (a number) and histograms (cumulative counts per
-#: upper bound, then +Inf: ``HISTOGRAM_BOUNDS`` for TTFT and queue time, ``TPOT_BOUNDS`` per output token,
+#: upper bound, then +Inf: ``HISTOGRAM_BOUNDS`` for TTFT and queue time (``JETSTREAM_QUEUE_BOUNDS`` for JetStream's
+#: queue time, its own), ``TPOT_BOUNDS`` per output token,
 #: ``PROMPT_BOUNDS`` for the prompt lengths served).
 COUNTERS: dict[str, Callable[[ReplicaGauges], float]] = {
     "prompt_tokens": lambda g: g.prompt_tokens,
@@ -82,7 +83,7 @@ BOUNDS: dict[str, tuple[float, ...]] = {
     "ttft": _LATENCY_BOUNDS,
     "ttft_from_prefill": _LATENCY_BOUNDS,
     "queue_time": _LATENCY_BOUNDS,
-    "queue_time_inserted": _LATENCY_BOUNDS,
+    "queue_time_inserted": (*JETSTREAM_QUEUE_BOUNDS, math.inf),
     "tpot": (*TPOT_BOUNDS, math.inf),
     "prompt_length": (*(float(b) for b in PROMPT_BOUNDS), math.inf),
 }

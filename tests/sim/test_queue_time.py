@@ -10,9 +10,10 @@ from bisect import bisect_left
 
 import pytest
 
+from autoscaler.core import counters
 from autoscaler.core.spec import Spec
 from autoscaler.sim import pipeline
-from autoscaler.sim.model import HISTOGRAM_BOUNDS, ReplicaGauges
+from autoscaler.sim.model import HISTOGRAM_BOUNDS, JETSTREAM_QUEUE_BOUNDS, ReplicaGauges
 from autoscaler.sim.simulation import Simulation
 from autoscaler.sim.traces import Trace
 from tests.sim.test_model import PROFILES, make_cluster
@@ -61,10 +62,14 @@ def _counts(cumulative: tuple[int, ...]) -> list[int]:
     return [c - (cumulative[i - 1] if i else 0) for i, c in enumerate(cumulative)]
 
 
-def _one_at(value: float) -> list[int]:
-    counts = [0] * (len(HISTOGRAM_BOUNDS) + 1)
-    counts[bisect_left(HISTOGRAM_BOUNDS, value)] += 1
+def _one_at(value: float, bounds: tuple[float, ...] = HISTOGRAM_BOUNDS) -> list[int]:
+    counts = [0] * (len(bounds) + 1)
+    counts[bisect_left(bounds, value)] += 1
     return counts
+
+
+def _two(first: float, second: float, bounds: tuple[float, ...] = HISTOGRAM_BOUNDS) -> list[int]:
+    return [a + b for a, b in zip(_one_at(first, bounds), _one_at(second, bounds), strict=True)]
 
 
 def test_a_request_behind_a_long_prefill_counts_that_wait_as_queue_time() -> None:
@@ -74,9 +79,8 @@ def test_a_request_behind_a_long_prefill_counts_that_wait_as_queue_time() -> Non
     # The short request took a slot on arrival and began its prefill when the long one's ended.
     assert req.started[1] - req.arrival[1] == pytest.approx(BEHIND_S)
     assert req.first_token[1] - req.started[1] == pytest.approx(SHORT / PREFILL_TPS)
-    expected = [a + b for a, b in zip(_one_at(0.0), _one_at(BEHIND_S), strict=True)]
-    assert _counts(gauges.queue_time) == expected
-    assert _counts(gauges.queue_time_inserted) == expected
+    assert _counts(gauges.queue_time) == _two(0.0, BEHIND_S)
+    assert _counts(gauges.queue_time_inserted) == _two(0.0, BEHIND_S, JETSTREAM_QUEUE_BOUNDS)
 
 
 def test_queue_time_is_observed_as_the_request_ends_and_as_it_joins_the_decode_batch() -> None:
@@ -86,9 +90,21 @@ def test_queue_time_is_observed_as_the_request_ends_and_as_it_joins_the_decode_b
     req = sim.requests
     assert req.first_token[1] < 5.0 < req.done[1], "the short request decodes at 5 s"
     assert _counts(gauges.queue_time) == _one_at(0.0)
-    assert _counts(gauges.queue_time_inserted) == [
-        a + b for a, b in zip(_one_at(0.0), _one_at(BEHIND_S), strict=True)
-    ]
+    assert _counts(gauges.queue_time_inserted) == _two(0.0, BEHIND_S, JETSTREAM_QUEUE_BOUNDS)
+
+
+def test_jetstreams_queue_time_has_jetstreams_own_buckets() -> None:
+    """``jetstream_queue_duration``'s buckets are JetStream's own, not its TTFT's (``JetstreamMetricsCollector``,
+    jetstream/core/metrics/prometheus.py): an edge at 2.0 s where the TTFT buckets have 2.5 s. A quantile is
+    interpolated within its bucket, so the edges decide what a policy reads near a 2 s objective: the p99 of the two
+    waits here (0 s and 1.2 s) is 1.98 s in JetStream's (1, 2] and would be 2.47 s in (1, 2.5]."""
+    assert pipeline.BOUNDS["queue_time_inserted"][:-1] == (
+        0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0
+    )
+    _, gauges = _run(50.0)
+    histogram = dict(zip(pipeline.BOUNDS["queue_time_inserted"], gauges.queue_time_inserted, strict=True))
+    assert counters.histogram_quantile(0.99, histogram) == pytest.approx(1.98)
+    assert pytest.approx(1.2) == BEHIND_S
 
 
 @pytest.mark.parametrize(

@@ -227,8 +227,9 @@ def _simulated(preset: Preset) -> None:
         hist = (0,) * 9 + (n // 2,) * 12 + (n,) * 2  # half the observations at or below 0.5 s
         tpot = (0,) * 5 + (n // 2,) * 13 + (n,) * 2  # vLLM's inter-token buckets (19 bounds and +Inf)
         plen = (0,) * 9 + (n // 2,) * 6 + (n,) * 2  # prompt lengths (16 bounds and +Inf): half at or below 500
+        jq = (0,) * 5 + (n // 2,) * 7 + (n,) * 2  # JetStream's queue time (13 bounds and +Inf): half at or below 0.5 s
         gauges = ReplicaGauges(2, 1, 3, 3, 0.375, 0.5, prompt_tokens=10.0 * n, generation_tokens=20.0 * n,
-                               ttft=hist, ttft_from_prefill=hist, queue_time=hist, queue_time_inserted=hist, tpot=tpot,
+                               ttft=hist, ttft_from_prefill=hist, queue_time=hist, queue_time_inserted=jq, tpot=tpot,
                                prompt_length=plen)
         # The router's own counters (router.* presets), which no replica exports.
         pipe.scrape(t, {POD: gauges}, pipeline.RouterCounts(n, 40.0 * n, 10.0 * n, 20.0 * n))
