@@ -11,6 +11,10 @@ row, for the README table). Rows:
 - the synthetic traces of ``bench.synthetic`` (long prompts, flash crowds, compressed daily swings, a slow
   ramp, chat + documents), the whole hour at rate 1, on both clusters.
 
+``--held-out`` runs instead the held-out group of ``bench.synthetic`` (``HELD_OUT``: the synthetic shapes with
+seeds the grid never used, and shapes with the statistics of other providers' traces), the whole hour at rate 1
+on both clusters. It is held out: no constant of a policy is chosen on it (docs/slo.md, Session 25).
+
 Goal per row: where the oracle reaches the cluster's attainment target (99 %): ≥ 99 % at ≤ 1.15× the oracle's
 accelerator-hours at equal SLO; elsewhere within 1 point of the oracle's attainment; in every row better than
 the strongest HPA baseline on SLO or cost without being worse on the other. The oracle's cost at the policy's
@@ -101,9 +105,34 @@ def judge(row: dict[str, Any]) -> tuple[str, str]:
     return goal, vs
 
 
+def explain(out: runner.Outcome, name: str, minute_share: float = 0.01) -> str:
+    """Where a run lost its SLO: each minute with more than ``minute_share`` of its requests late (TTFT over the
+    objective, or not served), its ready replicas, and the policy's decisions from two minutes before it."""
+    res = next(r for r in out.results if r.name == name)
+    req, slo = res.requests, out.slo_ttft_s
+    start = min(req.arrival, default=0.0)
+    counts: dict[int, list[int]] = {}
+    for a, f, o in zip(req.arrival, req.first_token, req.outcome, strict=True):
+        tally = counts.setdefault(int((a - start) // 60), [0, 0])
+        tally[0] += 1
+        tally[1] += int(o != 0 or not f - a <= slo)  # NaN (never served in the window) counts late
+    lines = []
+    shown: set[int] = set()
+    for minute, (n, late) in sorted(counts.items()):
+        if n and late / n > minute_share:
+            lo, hi = start + 60 * minute, start + 60 * (minute + 1)
+            ready = [p.ready for p in res.timeline if lo <= p.t < hi]
+            lines.append(f"  minute {minute}: {late}/{n} late, ready {min(ready, default=-1)}-{max(ready, default=-1)}")
+            for i, ev in enumerate(res.scale_events):
+                if lo - 120 <= ev.time < hi and i not in shown:
+                    shown.add(i)
+                    lines.append(f"    t={ev.time - start:.0f}s {ev.before}->{ev.after} {ev.reason}: {ev.message}")
+    return "\n".join(lines) or "  no minute over the share"
+
+
 def run_one(
     trace: Path, trace_name: str, cluster: str, rate: float, start: float, duration: float | None,
-    policy: Path | None = None,
+    policy: Path | None = None, show: bool = False,
 ) -> Row:
     cluster_file, policy_file = CLUSTERS[cluster]
     policy_file = policy or policy_file
@@ -121,6 +150,8 @@ def run_one(
     t0 = time.perf_counter()
     out = runner.run(opts)
     seconds = time.perf_counter() - t0
+    if show:
+        print(explain(out, pols[0][0]), flush=True)
     ours = out.summary["policies"][pols[0][0]]
     orc = out.summary["oracle"]
     hpa = out.summary["policies"][hpa_name]
@@ -158,12 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="whole hour at rate 1 only")
     ap.add_argument("--synthetic-only", action="store_true")
     ap.add_argument("--bundled-only", action="store_true")
+    ap.add_argument("--held-out", action="store_true",
+                    help="only the held-out group of bench.synthetic (never tuned on), the whole hour at rate 1")
     ap.add_argument("--clusters", default="tgi,tpu")
     ap.add_argument("--traces", default="", help="comma-separated trace names to keep (default all)")
     ap.add_argument("--rates", default="", help="comma-separated rate scales to keep, e.g. 1 (default 0.5,1,1.5)")
     ap.add_argument("--windows", default="",
                     help="comma-separated windows to keep: hour, 0-15, 15-30, 30-45, 45-60 (default all)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--explain", action="store_true",
+                    help="print each row's minutes with late requests and the policy's decisions around them")
     ap.add_argument("--policy", action="append", default=[], metavar="CLUSTER=FILE",
                     help="score another policy file on a cluster (default the recommended ones)")
     args = ap.parse_args(argv)
@@ -184,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cases: list[tuple[Path, str, str, tuple[float, ...], tuple[tuple[float, float | None], ...]]] = []
         for cluster in clusters:
+            if args.held_out:
+                for name, path in synthetic.write_held_out(Path(tmp), cluster).items():
+                    cases.append((path, name, cluster, (1.0,), WINDOWS[-1:]))
+                continue
             if not args.synthetic_only:
                 for name in ("conv", "code"):
                     cases.append((_bundled_trace(name), name, cluster, rates, windows))
@@ -196,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for rate in case_rates:
                 for start, duration in case_windows:
-                    row = run_one(path, name, cluster, rate, start, duration, override.get(cluster))
+                    row = run_one(path, name, cluster, rate, start, duration, override.get(cluster), args.explain)
                     rows.append(row)
-                    print(f"{name:>13} {cluster} ×{rate:g} {row.window:>11}: {row.attainment:.2%} at "
+                    print(f"{name:>24} {cluster} ×{rate:g} {row.window:>11}: {row.attainment:.2%} at "
                           f"{row.hours:.2f} h (oracle {row.oracle_attainment:.2%} at {row.oracle_hours:.2f} h, "
                           f"{row.hpa_name} {row.hpa_attainment:.2%} at {row.hpa_hours:.2f} h) → {row.goal}; "
                           f"{row.vs_hpa} than {row.hpa_name} [{row.seconds:.0f}s]", flush=True)
