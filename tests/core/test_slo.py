@@ -1338,6 +1338,57 @@ def test_an_unknown_distribution_keeps_the_last_one() -> None:
     assert drv.learned.prefill_unit == unit
 
 
+# --- kvFromTokens: the KV cache the replica states bounds the slots at the tokens a sequence reserves ---------
+
+KV_FROM_TOKENS = {**PROMPT_LENGTH, "kvFromTokens": True}
+
+
+@pytest.mark.parametrize(
+    ("gen", "bounded"),
+    [
+        pytest.param(1_500.0, False, id="short-outputs-the-slots-bind"),
+        pytest.param(15_000.0, True, id="long-outputs-the-cache-binds"),
+    ],
+)
+def test_the_kv_cache_bounds_the_slots_at_the_tokens_a_sequence_reserves(gen: float, bounded: bool) -> None:
+    """60 sequences on 2 replicas of 48 slots and a 64,000-token cache. Prompts of ~300 tokens at 10/s (3,000
+    prompt tok/s): with 150 generated tokens each (1,500 tok/s) a sequence reserves ~450 tokens and the cache holds
+    more than the slots, so the slots size as before; with 1,500 each (15,000 tok/s) a sequence reserves ~1,800
+    and the cache holds ~36 of the 48: more replicas, and the message says why. Without the option, as before."""
+    values = {"waiting": 0.0, "running": 60.0, "prompt": 3000.0, "gen": gen, "ttft": 0.5}
+    plain, kv = Driver(config(**PROMPT_LENGTH)), Driver(config(**KV_FROM_TOKENS))
+    plain.histograms = kv.histograms = {"plen": SHORT_PROMPTS}
+    before, after = plain.step(2, 2, **values), kv.step(2, 2, **values)
+    assert before.replicas is not None
+    assert after.replicas is not None
+    assert "sequences of" in after.message, after.message
+    if bounded:
+        assert after.replicas > before.replicas, after.message
+    else:
+        assert after.replicas == before.replicas, after.message
+
+
+def test_unknown_tokens_per_sequence_bound_nothing() -> None:
+    """No requests in the windows (no prompt tokens, or no prompt-length buckets): the slots are not bounded."""
+    values = {"waiting": 0.0, "running": 60.0, "prompt": 0.0, "gen": 0.0, "ttft": 0.5}
+    drv = Driver(config(**KV_FROM_TOKENS))
+    drv.histograms = {"plen": SHORT_PROMPTS}
+    rec = drv.step(2, 2, **values)
+    assert "KV per sequence unknown" in rec.message, rec.message
+    assert rec.replicas == Driver(config(**PROMPT_LENGTH)).step(2, 2, **values).replicas
+
+
+@pytest.mark.parametrize(
+    "replica",
+    [pytest.param({**BASE["replica"], "kvCacheTokens": None}, id="no-kv-cache-stated")],
+)
+def test_kv_from_tokens_needs_the_cache_and_the_prompt_lengths(replica: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="kvFromTokens"):
+        policy(config(**{**KV_FROM_TOKENS, "replica": {k: v for k, v in replica.items() if v is not None}}))
+    with pytest.raises(ValidationError, match="kvFromTokens"):
+        policy(config(**{**TOKENS, "kvFromTokens": True}))
+
+
 def test_prompt_length_needs_the_prompt_tokens() -> None:
     with pytest.raises(ValidationError, match="promptLength"):
         policy(config(signals={"waiting": "waiting", "promptLength": "plen"}))

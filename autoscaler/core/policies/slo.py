@@ -208,7 +208,9 @@ class ReplicaFactsSpec(SpecModel):
     slots: int = Field(
         gt=0, description="Concurrent sequences: TGI --max-batch-size, vLLM --max-num-seqs, JetStream decode slots."
     )
-    kv_cache_tokens: int | None = Field(default=None, gt=0, description="Tokens of KV cache (for the messages).")
+    kv_cache_tokens: int | None = Field(
+        default=None, gt=0, description="Tokens of KV cache (for the messages; kvFromTokens bounds the slots with it)."
+    )
     cold_start_seconds: float = Field(
         ge=0, description="Admission to serving: scheduling, image pull, model load (and compilation)."
     )
@@ -464,12 +466,35 @@ class SloPolicyConfig(SpecModel):
         "replica not ready as starting, so it reads the same either way. On by default since 2026-12-07 (docs/slo.md, "
         "Session 23: no row of the grid or the hand-off bench changed its verdict); false restores the old rule.",
     )
+    kv_from_tokens: bool = Field(
+        default=False,
+        description="The KV cache the replica states (replica.kvCacheTokens) bounds the sequences it can hold, at the "
+        "tokens a sequence reserves as measured now: a server admits a request only when its prompt and its output "
+        "fit in the cache (TGI's token budget, --max-batch-total-tokens; vLLM's blocks), so with long prompts or "
+        "long outputs the cache, not --max-batch-size, is what fills. A sequence's tokens are the prompt lengths' "
+        "mean (signals.promptLength's buckets) times 1 + generated/prompt tokens per second (the output per request "
+        "over the prompt per request, both from the token counters over the same window). The usable slots are then "
+        "at most kvCacheTokens over that (never more than the slots times the learned share); a running sequence is on "
+        "average longer than an arriving one (long outputs run longer), so this bound is an upper one: the cache "
+        "holds at most that many, often fewer. For servers that export no KV gauge (TGI); with "
+        "signals.kvCacheUsage the gauge counts already. Unknown (no requests in the windows): no bound. Needs "
+        "replica.kvCacheTokens, signals.promptLength, promptTokens and generationTokens. Opt-in: measured on a "
+        "held-out set and the bundled TGI rows, not shipped (docs/slo.md, Session 25).",
+    )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
 
     @model_validator(mode="after")
     def _usable(self) -> SloPolicyConfig:
         s = self.signals
+        if self.kv_from_tokens and (
+            self.replica.kv_cache_tokens is None or s.prompt_length is None or s.prompt_tokens is None
+        ):
+            raise FieldError(
+                "kvFromTokens bounds the slots by the KV cache at the measured tokens per sequence: it needs "
+                "replica.kvCacheTokens, signals.promptLength, promptTokens and generationTokens",
+                "kvFromTokens",
+            )
         if (s.prompt_tokens is None) != (s.generation_tokens is None):
             given = "promptTokens" if s.prompt_tokens is not None else "generationTokens"
             raise FieldError(
@@ -849,8 +874,16 @@ class SloAlgorithm:
         scale = self._prefill_scale(prefill_rate)
         peak_prev = self._peakedness(prev.burstiness, ready)
         wait_prev = _Wait.of(prev.release_rate, prev.slacks)
+        # ``kvFromTokens``: the slots the KV cache holds at the tokens a sequence reserves now bound the learned share
+        # for sizing (the learned share itself is not changed by it).
+        kv_scale, kv_text = self._kv_slot_scale(ctx)
+
+        def sizing(share: float) -> float:
+            return share if kv_scale is None else min(share, kv_scale)
+
         probe = self._read(
-            ctx, kappa, slot_scale, prev.prefill_unit, self._prefill_scale(prev.prefill_rate), peak_prev, wait_prev
+            ctx, kappa, sizing(slot_scale), prev.prefill_unit, self._prefill_scale(prev.prefill_rate), peak_prev,
+            wait_prev,
         )
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
@@ -894,10 +927,13 @@ class SloAlgorithm:
         wait = _Wait.of(release_rate, slacks)
         if wait_text:
             prefill_text = f"{prefill_text}; {wait_text}" if prefill_text else wait_text
+        if kv_text:
+            prefill_text = f"{prefill_text}; {kv_text}" if prefill_text else kv_text
         changed = (kappa, slot_scale, prefill_unit, prefill_rate, peak, wait) != (
             prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate, peak_prev, wait_prev
         )
-        reading = self._read(ctx, kappa, slot_scale, prefill_unit, scale, peak, wait) if changed else probe
+        share = sizing(slot_scale)
+        reading = self._read(ctx, kappa, share, prefill_unit, scale, peak, wait) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
@@ -909,7 +945,7 @@ class SloAlgorithm:
         near_short = any(reading.served_load >= (1.0 - h) * x.served for x in prev.short)
         judged = (
             self._judged_load(ctx, prev.history, reading.load, reading.waiting, kappa * prefill_unit,
-                              self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale)
+                              self.slot_unit(share, peak, wait) / cfg.replica.slots, scale)
             if cfg.prove_over_window
             else None
         )
@@ -917,7 +953,7 @@ class SloAlgorithm:
         # evidence the count was short at.
         window_peak = (
             self._window_peak(ctx, prev.history, reading.load, kappa * prefill_unit,
-                              self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale)
+                              self.slot_unit(share, peak, wait) / cfg.replica.slots, scale)
             if cfg.breach_over_window
             else None
         )
@@ -975,7 +1011,7 @@ class SloAlgorithm:
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
         series = tuple(
-            (x.t, x.load(kappa * prefill_unit, self.slot_unit(slot_scale, peak, wait) / cfg.replica.slots, scale))
+            (x.t, x.load(kappa * prefill_unit, self.slot_unit(share, peak, wait) / cfg.replica.slots, scale))
             for x in history
         )
         # ``loadLevel``: what the scale-up sizes, the lower of the load now and the trend's fitted line now.
@@ -1684,6 +1720,26 @@ class SloAlgorithm:
         return unit, (
             f"prefill queue ({model} per replica, prompts {lengths.mean:.0f} tok mean, residual {residual:.2f}s at "
             f"{rate:.0f} tok/s): ≤ {allowed:.2f} utilization holds the TTFT p{cfg.objective.percentile * 100:g}"
+        )
+
+    def _kv_slot_scale(self, ctx: Context) -> tuple[float | None, str]:
+        """``kvFromTokens``: the share of the stated slots the KV cache holds at the tokens a sequence reserves now
+        (None: not configured, or unknown now), and its text."""
+        cfg = self.config
+        s, kv_tokens = cfg.signals, cfg.replica.kv_cache_tokens
+        if not cfg.kv_from_tokens or kv_tokens is None or s.prompt_length is None:
+            return None, ""
+        sig = ctx.signals[s.prompt_length]
+        lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
+        prompt = _target_total(ctx, s.prompt_tokens) if s.prompt_tokens is not None else None
+        gen = _target_total(ctx, s.generation_tokens) if s.generation_tokens is not None else None
+        if lengths is None or prompt is None or gen is None or prompt <= 0 or lengths.mean <= 0:
+            return None, "KV per sequence unknown (no requests in the windows): slots not bounded by the KV cache"
+        per_sequence = lengths.mean * (1.0 + gen / prompt)
+        held = kv_tokens / per_sequence
+        return min(1.0, max(1.0, held) / cfg.replica.slots), (
+            f"KV {kv_tokens} tok holds {held:.0f} sequences of {per_sequence:.0f} tok (prompts {lengths.mean:.0f} "
+            f"tok mean × (1 + {gen:.0f}/{prompt:.0f} generated/prompt tok/s))"
         )
 
     def _handoff_lead(self, ctx: Context, horizon: float) -> float:
