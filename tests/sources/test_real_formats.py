@@ -210,29 +210,39 @@ async def test_a_gauges_copies_per_process_are_read_as_one_series() -> None:
     assert got["waiting"].value == 6  # two engines, one series each (mostrecent): nothing to combine
 
 
-@pytest.mark.prometheus
-async def test_prometheus_reads_the_copies_per_process_as_the_pods_source_does() -> None:
+POD = "vllm-6b7c8d-aaaaa"
+
+
+async def _read_through_prometheus(exposition: str, metric: str, signals: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each signal read by the Prometheus source from a real Prometheus that scraped ``exposition`` as pod ``POD``
+    (GMP's label layout), once ``metric`` is stored; signal name -> its reading."""
     if not have_prometheus():
         pytest.skip("the prometheus binary is not installed")
-    server = TextServer(vllm_multiprocess(COPIES))
-    pod = "vllm-6b7c8d-aaaaa"
+    server = TextServer(exposition)
     try:
-        with running([ScrapeTarget(server.address, {"namespace": "llm", "pod": pod})]) as prom:
-            prom.wait_for('count(vllm:kv_cache_usage_perc{pod="vllm-6b7c8d-aaaaa"})', bool)
+        with running([ScrapeTarget(server.address, {"namespace": "llm", "pod": POD})]) as prom:
+            prom.wait_for(f'count({metric}{{pod="{POD}"}})', bool)
             spec = PrometheusSourceSpec(type="prometheus", url=prom.url)
             source = PrometheusSource(spec)
-            reqs = {name: request("Deployment/llm/vllm", spec, sig, name=name, pods=(PodRef(pod),)) for name, sig in {
-                "kv": {"preset": "vllm.kv_cache_usage"},
-                "kv_sum": {"metric": "vllm:kv_cache_usage_perc", "aggregate": "sum"},
-            }.items()}
+            reqs = {name: request("Deployment/llm/vllm", spec, sig, name=name, pods=(PodRef(POD),))
+                    for name, sig in signals.items()}
             try:
                 got = await source.read(list(reqs.values()), deadline_s=5)
             finally:
                 await source.aclose()
     finally:
         server.close()
-    assert dict(got[reqs["kv"].key].per_replica or {}) == {pod: pytest.approx(KV_AVG)}
-    assert dict(got[reqs["kv_sum"].key].per_replica or {}) == {pod: pytest.approx(KV_SUM)}
+    return {name: got[req.key] for name, req in reqs.items()}
+
+
+@pytest.mark.prometheus
+async def test_prometheus_reads_the_copies_per_process_as_the_pods_source_does() -> None:
+    got = await _read_through_prometheus(vllm_multiprocess(COPIES), "vllm:kv_cache_usage_perc", {
+        "kv": {"preset": "vllm.kv_cache_usage"},
+        "kv_sum": {"metric": "vllm:kv_cache_usage_perc", "aggregate": "sum"},
+    })
+    assert dict(got["kv"].per_replica or {}) == {POD: pytest.approx(KV_AVG)}
+    assert dict(got["kv_sum"].per_replica or {}) == {POD: pytest.approx(KV_SUM)}
 
 
 #: A series written twice in one exposition (the same name and labels), a gauge and a counter.
@@ -254,23 +264,8 @@ async def test_a_series_written_twice_is_read_once_as_prometheus_stores_it() -> 
 @pytest.mark.prometheus
 async def test_prometheus_keeps_the_first_of_a_series_written_twice() -> None:
     """What the pods source copies: Prometheus stores the first sample and refuses the second."""
-    if not have_prometheus():
-        pytest.skip("the prometheus binary is not installed")
-    server = TextServer(TWICE)
-    pod = "vllm-6b7c8d-aaaaa"
-    try:
-        with running([ScrapeTarget(server.address, {"namespace": "llm", "pod": pod})]) as prom:
-            prom.wait_for('count(vllm:num_requests_waiting{pod="vllm-6b7c8d-aaaaa"})', bool)
-            spec = PrometheusSourceSpec(type="prometheus", url=prom.url)
-            source = PrometheusSource(spec)
-            req = request("Deployment/llm/vllm", spec, {"preset": "vllm.waiting"}, pods=(PodRef(pod),))
-            try:
-                got = (await source.read([req], deadline_s=5))[req.key]
-            finally:
-                await source.aclose()
-    finally:
-        server.close()
-    assert dict(got.per_replica or {}) == {pod: 3}
+    got = await _read_through_prometheus(TWICE, "vllm:num_requests_waiting", {"waiting": {"preset": "vllm.waiting"}})
+    assert dict(got["waiting"].per_replica or {}) == {POD: 3}
 
 
 def _hist(n: int, buckets: tuple[tuple[str, float], ...] = (("0.1", 0.2), ("1.0", 0.8), ("+Inf", 1.0)),
