@@ -5,7 +5,9 @@ the status subresource) with the decision, signals, held Workloads and condition
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -240,15 +242,27 @@ async def test_a_refused_object_does_not_act_and_its_status_says_why(
     assert kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"] == 1
 
 
-async def test_hot_reload_is_the_watch(
+@contextlib.asynccontextmanager
+async def _watching(
     kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
-) -> None:
+) -> AsyncIterator[Runtime]:
+    """The tutorial's cluster with its ScalingPolicy object, and a runtime watching namespace ``llm`` that has
+    loaded it; its watches stopped after (``stop_watching``: a watch task's own failure is re-raised)."""
     tutorial_cluster(kube, kueue)
     kube.add(policy_object(tgi.url))
     rt = make_runtime(kube_client, tmp_path, ManualClock(), namespaces=["llm"])
     rt.sync_watches()
     try:
         await _until(lambda: "tgi-gemma" in rt.store.policies)
+        yield rt
+    finally:
+        await stop_watching(rt)
+
+
+async def test_hot_reload_is_the_watch(
+    kube: Emulator, kube_client: client.ApiClient, kueue: Kueue, tgi: TgiMetrics, tmp_path: Path
+) -> None:
+    async with _watching(kube, kube_client, kueue, tgi, tmp_path) as rt:
         assert rt.store.policies["tgi-gemma"].policy.spec.max_replicas == 3
         kube.modify(API, "ScalingPolicy", "tgi-gemma", "llm", spec={"maxReplicas": 2})
         await _until(lambda: rt.store.policies["tgi-gemma"].policy.spec.max_replicas == 2)
@@ -259,8 +273,6 @@ async def test_hot_reload_is_the_watch(
         assert rt.telemetry.reloads.labels("ok")._value.get() == reloads
         kube.remove(API, "ScalingPolicy", "tgi-gemma", "llm")
         await _until(lambda: rt.store.policies == {})
-    finally:
-        await stop_watching(rt)
 
 
 async def test_an_object_deleted_while_its_watch_was_gone_stops_running(
@@ -269,19 +281,12 @@ async def test_an_object_deleted_while_its_watch_was_gone_stops_running(
     """A ScalingPolicy deleted while the watch was away (an API server restart) and its history compacted: the
     server answers the resumed watch ``410 Expired`` and sends no DELETED; only the relist says it is gone. The
     policy must stop, not scale its target until the controller restarts (``observer.Watcher._replace``)."""
-    tutorial_cluster(kube, kueue)
-    kube.add(policy_object(tgi.url))
-    rt = make_runtime(kube_client, tmp_path, ManualClock(), namespaces=["llm"])
-    rt.sync_watches()
-    try:
-        await _until(lambda: "tgi-gemma" in rt.store.policies)
+    async with _watching(kube, kube_client, kueue, tgi, tmp_path) as rt:
         await kube.wait_for_watchers(1, plural="scalingpolicies")
         kube.drop_watches()
         kube.remove(API, "ScalingPolicy", "tgi-gemma", "llm")
         kube.compact()
         await _until(lambda: rt.store.policies == {})
-    finally:
-        await stop_watching(rt)
 
 
 async def test_the_runtime_gives_its_watches_their_own_connections(
@@ -289,18 +294,11 @@ async def test_the_runtime_gives_its_watches_their_own_connections(
 ) -> None:
     """Every watch the runtime runs holds a connection: the pool grows by them (``kube.reserve_watch_connections``),
     so calls keep the configuration's ``connection_pool_maxsize`` however many namespaces are watched."""
-    tutorial_cluster(kube, kueue)
-    kube.add(policy_object(tgi.url))
-    rt = make_runtime(kube_client, tmp_path, ManualClock(), namespaces=["llm"])
-    rt.sync_watches()
-    try:
-        await _until(lambda: "tgi-gemma" in rt.store.policies)
+    async with _watching(kube, kube_client, kueue, tgi, tmp_path) as rt:
         rt.sync_watches()  # the policy's target and pod watches join the ScalingPolicy watch
         assert len(rt.watchers) >= 3
         connector: Any = kube_client.rest_client.inner.pool_manager.connector  # type: ignore[attr-defined]
         assert connector.limit == kube_client.configuration.connection_pool_maxsize + len(rt.watchers)
-    finally:
-        await stop_watching(rt)
 
 
 async def _until(predicate: Any, timeout: float = 10.0) -> None:
