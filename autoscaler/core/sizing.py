@@ -163,6 +163,9 @@ class Headroom:
     utilization: float
     #: The highest load per ready replica at which the quantile was comfortably met on a settled count.
     proven: float
+    #: ``admitting``: a risk the model was content with would have lowered ``c``, and did not because replicas
+    #: asked for wait for Kueue's admission (for the message: what held it).
+    held_for_admission: bool = False
 
 
 def learn_utilization(
@@ -217,7 +220,8 @@ def learn_utilization(
     at_risk = ratio is not None and ratio >= RISK_FRACTION
     h = hysteresis
     model_content = ceil_count((load if risk_load is None else risk_load) / c) <= ready
-    if at_risk and starting == 0 and admitting == 0 and ratio is not None and model_content:
+    would_drop = at_risk and starting == 0 and model_content
+    if would_drop and admitting == 0 and ratio is not None:
         c *= math.exp(-(dt / DROP_TAU_S) * min(1.0, ratio - RISK_FRACTION))
     elif (
         spare_evidence
@@ -241,7 +245,7 @@ def learn_utilization(
         # A utilization at risk is not proven: the probe restarts below it.
         proven = min(proven, load / ready * (1.0 - h))
     c = min(max(target, PROBE_MAX_UTILIZATION), max(MIN_UTILIZATION, c))
-    return Headroom(c, proven)
+    return Headroom(c, proven, held_for_admission=would_drop and admitting > 0)
 
 
 # ---------------------------------------------------------------------------------------------------------

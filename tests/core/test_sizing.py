@@ -45,6 +45,15 @@ def test_a_risk_the_model_explains_or_capacity_on_its_way_does_not_lower_c(kw: d
     assert _learn(c=c, ratio=1.3, **kw).utilization == c  # type: ignore[arg-type]
 
 
+def test_only_a_drop_the_wait_for_admission_held_is_said_to_be_held_by_it() -> None:
+    # The message's "not lowered: … wait for Kueue's admission" comes from here: only where c would have fallen.
+    assert _learn(ratio=1.3, admitting=1).held_for_admission
+    assert not _learn(ratio=1.3).held_for_admission  # nothing waits: c fell
+    assert not _learn(ratio=1.3, admitting=1, starting=1).held_for_admission  # a replica starting holds it anyway
+    assert not _learn(c=0.8, ratio=1.3, admitting=1, load=2.5).held_for_admission  # the model asks for more anyway
+    assert not _learn(ratio=0.3, admitting=1).held_for_admission  # not at risk
+
+
 def test_comfortably_met_c_recovers_and_probes_up_to_what_was_proven() -> None:
     low = _learn(c=0.4, ratio=0.3, load=1.2, ready=3, dt=300.0)
     assert low.utilization == pytest.approx(0.8 - 0.4 * math.exp(-1.0))

@@ -963,11 +963,6 @@ class SloAlgorithm:
         )
         # ``waitForAdmission``: a risk while replicas asked for wait for admission lowers nothing.
         admitting = self._admitting(ctx)
-        admission_text = (
-            f" (not lowered: {admitting} replica(s) asked for wait for Kueue's admission)"
-            if admitting and at_risk and starting == 0
-            else ""
-        )
         headroom = learn_utilization(
             c, prev.proven, target=u_max, ratio=ratio, latency_unknown=reading.latency_unknown,
             demand_zero=reading.demand_zero, load=reading.load, served_load=reading.served_load, ready=ready,
@@ -976,6 +971,11 @@ class SloAlgorithm:
             admitting=admitting,
         )
         c, proven = headroom.utilization, headroom.proven
+        admission_text = (
+            f" (not lowered: {admitting} replica(s) asked for wait for Kueue's admission)"
+            if headroom.held_for_admission
+            else ""
+        )
 
         # 4. History, burst, trend, seasonality.
         load = reading.load
