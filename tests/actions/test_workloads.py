@@ -49,7 +49,8 @@ def tutorial(kube: Emulator, kueue: Kueue, *, api_version: str = V1BETA2) -> dic
     kube.add(objects.local_queue())
     kube.add(objects.workload_priority_class("low-priority-preempting", 100, api_version=api_version))
     job = kube.add(objects.job())
-    kube.add(objects.workload(WL_NAME, owner=job, priority_class="low-priority-preempting", api_version=api_version))
+    kube.add(objects.workload(WL_NAME, owner=job, priority_class="low-priority-preempting", priority=100,
+                                api_version=api_version))
     pod = kube.add(objects.pod("tgi-gemma-deployment-6cb95cc7f5-cbxg2"))
     kube.add(objects.workload("pod-tgi-gemma-deployment-6cb95cc7f5-cbxg2-d9fe7", owner=pod, pods=1, priority=1000))
     assert kueue.admit_pending() == ["pod-tgi-gemma-deployment-6cb95cc7f5-cbxg2-d9fe7", WL_NAME]
@@ -111,9 +112,11 @@ async def test_selector_matching(
     ("workload_kwargs", "priority"),
     [
         pytest.param({"priority": 7}, 7, id="spec-priority"),
-        pytest.param({"priority_class": "low"}, 100, id="v1beta2-priorityClassRef"),
+        # Kueue copies the class's value into spec.priority: a Workload with a priorityClassRef and no priority is
+        # refused by its CRD's rule (``!has(self.priorityClassRef) || has(self.priority)``).
+        pytest.param({"priority_class": "low", "priority": 100}, 100, id="v1beta2-priorityClassRef"),
         pytest.param({"labels": {"kueue.x-k8s.io/priority-class": "low"}}, 100, id="priority-class-label"),
-        pytest.param({"priority_class": "missing"}, 0, id="unknown-class-is-0"),
+        pytest.param({"labels": {"kueue.x-k8s.io/priority-class": "missing"}}, 0, id="unknown-class-is-0"),
         pytest.param({}, 0, id="none-is-0"),
     ],
 )

@@ -94,6 +94,7 @@ import jsonschema
 import yaml
 from aiohttp import web
 
+from tests.kube import crds
 from tests.kube import schema as crd_schema
 
 JsonObj = dict[str, Any]
@@ -271,6 +272,13 @@ def _convert(rt: ResourceType, obj: JsonObj, version: str) -> JsonObj:
 # --- Status objects, with the messages the real server sends ---------------------------------------------
 
 
+def warning_header(text: str) -> str:
+    """A ``Warning`` header value as the API server writes it (k8s.io/apimachinery ``pkg/util/net``
+    ``NewWarningHeader``): code 299, agent ``-``, the text quoted with ``"`` and ``\\`` escaped."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
+
+
 def status_body(code: int, reason: str, message: str, details: JsonObj | None = None) -> JsonObj:
     body: JsonObj = {
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -361,7 +369,7 @@ def _structural(rt: ResourceType, obj: JsonObj) -> JsonObj:
     as apiextensions-apiserver does. Other kinds pass as they are (their schemas are not here)."""
     schema = _crd_schema(rt.group, rt.plural)
     if schema is None:
-        return obj
+        return crds.prune(rt.group, rt.plural, obj) if (rt.group, rt.plural) in crds.FIELDS else obj
     pruned: JsonObj = crd_schema.prune(obj, schema)
     problems = sorted(
         jsonschema.Draft7Validator(crd_schema.as_json_schema(schema, closed=False)).iter_errors(pruned),
@@ -381,20 +389,15 @@ OBJECT_META = frozenset({
     "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
     "managedFields",
 })
-#: The fields of kinds whose full schema is not here, by (group, plural, subresource) and dotted parent path (""
-#: for the top level): autoscaling/v1 ``Scale`` (k8s.io/api autoscaling/v1 types.go), and Kueue's Workload ``spec``
-#: (kueue apis/kueue v1beta1 and v1beta2 workload_types.go, both versions' spellings of the priority class).
+#: The fields of built-in kinds whose full schema is not here, by (group, plural, subresource) and dotted parent path
+#: ("" for the top level): autoscaling/v1 ``Scale`` (k8s.io/api autoscaling/v1 types.go). Third-party CRDs (Kueue,
+#: LeaderWorkerSet, JobSet) are in ``crds.FIELDS``.
 KNOWN_FIELDS: dict[tuple[str, str, str | None], dict[str, frozenset[str]]] = {
     **{(g, p, "scale"): {
         "": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
         "spec": frozenset({"replicas"}), "status": frozenset({"replicas", "selector"}),
     } for g, p in (("apps", "deployments"), ("apps", "statefulsets"),
                    ("leaderworkerset.x-k8s.io", "leaderworkersets"))},
-    ("kueue.x-k8s.io", "workloads", None): {
-        "": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
-        "spec": frozenset({"podSets", "queueName", "priorityClassName", "priority", "priorityClassSource",
-                           "priorityClassRef", "active", "maximumExecutionTimeSeconds"}),
-    },
 }
 
 
@@ -408,6 +411,8 @@ def unknown_fields(rt: ResourceType, subresource: str | None, obj: JsonObj) -> l
     schema = _crd_schema(rt.group, rt.plural) if subresource != "scale" else None
     if schema is not None:
         out.extend(crd_schema.dropped(obj, crd_schema.prune(obj, schema)))
+    if subresource != "scale":
+        out.extend(crds.undeclared(rt.group, rt.plural, obj))
     for parent, known in KNOWN_FIELDS.get((rt.group, rt.plural, subresource), {}).items():
         node = _dig(obj, parent.split(".")) if parent else obj
         if isinstance(node, dict):
@@ -492,6 +497,78 @@ def _bad_time(rt: ResourceType, obj: JsonObj) -> str | None:
             layout = "2006-01-02T15:04:05.000000Z07:00" if micro else "2006-01-02T15:04:05Z07:00"
             return f'{".".join(path)}: parsing time "{value}" as "{layout}": cannot parse'
     return None
+
+
+#: k8s.io/apimachinery ``pkg/util/validation``: a qualified name (label and annotation keys) and a label value.
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+#: ``TotalAnnotationSizeLimitB`` (k8s.io/apimachinery pkg/api/validation/objectmeta.go): 256 KiB of keys and values.
+ANNOTATIONS_MAX_BYTES = 256 * 1024
+
+
+def _qualified_name_problem(key: str) -> str | None:
+    """``IsQualifiedName``: an optional DNS-subdomain prefix (at most 253) and ``/``, then a name of at most 63
+    characters, alphanumeric at both ends, ``-``, ``_``, ``.`` inside."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "prefix part must be a lowercase RFC 1123 subdomain"
+    if not name or len(name) > 63 or not _NAME_PART.match(name):
+        return ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                "alphanumeric character, and be at most 63 characters")
+    return None
+
+
+def name_problem(name: str) -> str | None:
+    """``NameIsDNSSubdomain`` (k8s.io/apimachinery pkg/util/validation ``IsDNS1123Subdomain``), the name rule of
+    every kind this emulator serves: at most 253 characters, lowercase alphanumeric, ``-`` and ``.``, each
+    ``.``-separated part starting and ending alphanumeric. None when valid."""
+    if len(name) > 253:
+        return "must be no more than 253 characters"
+    if not _DNS_SUBDOMAIN.match(name):
+        return ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and "
+                "must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+    return None
+
+
+def meta_problems(meta: JsonObj) -> list[str]:
+    """``ValidateObjectMeta``'s rules on labels and annotations (k8s.io/apimachinery pkg/api/validation
+    objectmeta.go ``ValidateAnnotations``, pkg/apis/meta/v1/validation ``ValidateLabels``): every key a qualified
+    name; annotations at most 256 KiB together; label values at most 63 characters of the label alphabet."""
+    out = []
+    annotations = meta.get("annotations") or {}
+    for key in annotations:
+        why = _qualified_name_problem(str(key).lower())
+        if why:
+            out.append(f'metadata.annotations: Invalid value: "{key}": {why}')
+    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        out.append(f"metadata.annotations: Too long: must have at most {ANNOTATIONS_MAX_BYTES} bytes")
+    for key, value in (meta.get("labels") or {}).items():
+        why = _qualified_name_problem(str(key))
+        if why:
+            out.append(f'metadata.labels: Invalid value: "{key}": {why}')
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            out.append(f'metadata.labels: Invalid value: "{value}": a valid label must be an empty string or consist '
+                       "of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                       "character, at most 63 characters")
+    return out
+
+
+def _hpa_problems(spec: JsonObj) -> list[str]:
+    """``validateHorizontalPodAutoscalerSpec`` (k8s.io/kubernetes pkg/apis/autoscaling/validation): ``minReplicas``
+    at least 1 (0 only behind the HPAScaleToZero gate, off by default), ``maxReplicas`` at least 1 and at least
+    ``minReplicas``."""
+    out = []
+    low, high = spec.get("minReplicas"), spec.get("maxReplicas")
+    if low is not None and int(low) < 1:
+        out.append(f"spec.minReplicas: Invalid value: {low}: must be greater than or equal to 1")
+    if high is not None and int(high) < 1:
+        out.append(f"spec.maxReplicas: Invalid value: {high}: must be greater than 0")
+    elif high is not None and low is not None and int(high) < int(low):
+        out.append(f"spec.maxReplicas: Invalid value: {high}: must be greater than or equal to `minReplicas`")
+    return out
 
 
 def _series_problems(series: Any) -> list[tuple[str, str]]:
@@ -949,6 +1026,8 @@ class Emulator:
         self._hooks: list[Hook] = []
         self._dry_run = False
         self._unserved: set[tuple[str, str]] = set()
+        #: Served but deprecated versions (``deprecate``): every request to one answers with their warning.
+        self._deprecated: dict[tuple[str, str], str] = {}
         self._objects: dict[StoreKey, JsonObj] = {}
         #: The keys of ``_objects`` by (group, plural): a list reads its kind only, not the whole store.
         self._kinds: dict[tuple[str, str], set[StoreKey]] = {}
@@ -1126,6 +1205,13 @@ class Emulator:
         """Stop serving ``group/version`` (paths answer 404), e.g. a Kueue without v1beta2."""
         self._unserved.add((group, version))
 
+    def deprecate(self, group: str, version: str, warning: str | None = None) -> None:
+        """Mark ``group/version`` deprecated, as a CRD version's ``deprecated: true`` does: every request to it is
+        answered with a ``Warning`` header: ``warning`` (the CRD's ``deprecationWarning``), else
+        apiextensions-apiserver's default "<group>/<version> <Kind> is deprecated; use <group>/<newer> <Kind>"
+        (``defaultDeprecationWarning``, the newest served version later than this one)."""
+        self._deprecated[(group, version)] = warning or ""
+
     def expect_write(self, method: str, path: str, *, times: int | None = None) -> None:
         """Strict mode: allow ``method`` on paths matching ``path`` (fnmatch), ``times`` times or any."""
         self._expectations.append(Expectation(method.upper(), path, times))
@@ -1153,7 +1239,22 @@ class Emulator:
         rt = self.resource(obj["apiVersion"], obj["kind"])
         version = obj["apiVersion"].rpartition("/")[2]
         meta = obj.get("metadata", {})
+        self._fixture_check(rt, obj)
         return self._create(rt, version, meta.get("namespace"), copy.deepcopy(obj))
+
+    @staticmethod
+    def _fixture_check(rt: ResourceType, obj: JsonObj, old: JsonObj | None = None) -> None:
+        """A test's stand-in for another controller (Kueue, the LWS controller...) writes through the API server
+        too: a field the real CRD does not declare would be pruned, and a Workload write its CEL rules refuse
+        would fail. Either is a mistake in the test, so it raises rather than store what no server would."""
+        undeclared = crds.undeclared(rt.group, rt.plural, obj)
+        if undeclared:
+            raise ValueError(f"a test writes {rt.kind} fields its CRD does not declare (a real server prunes them): "
+                             f"{', '.join(undeclared)}")
+        if (rt.group, rt.plural) == ("kueue.x-k8s.io", "workloads"):
+            problems = crds.workload_rule_problems(obj, old)
+            if problems:
+                raise ValueError(f"a test writes a Workload its CRD's rules refuse: {'; '.join(problems)}")
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> JsonObj:
         rt = self.resource(api_version, kind)
@@ -1192,6 +1293,7 @@ class Emulator:
             obj = merge_patch(obj, merge)
         if change is not None:
             change(obj)
+        self._fixture_check(rt, obj, _convert(rt, self._objects[key], version))
         obj = self._to_storage(rt, obj)
         if obj.get("spec") != self._objects[key].get("spec"):
             obj["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
@@ -1251,6 +1353,12 @@ class Emulator:
         meta["generation"] = 1
         obj["apiVersion"], obj["kind"] = rt.api_version(version), rt.kind
         obj = _structural(rt, obj)
+        bad_name = name_problem(str(meta["name"]))
+        if bad_name:
+            qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+            raise ApiError(422, f'{qualified} "{meta["name"]}" is invalid: metadata.name: Invalid value: '
+                                f'"{meta["name"]}": {bad_name}', "Invalid",
+                           {"group": rt.group, "kind": rt.kind, "name": meta["name"]})
         self._validate(rt, obj)
         stored = self._commit(rt, key, self._to_storage(rt, obj), "ADDED")
         return _convert(rt, stored, version)
@@ -1356,7 +1464,7 @@ class Emulator:
         entry.status = response.status
         if entry.warnings and not response.prepared:
             for text in entry.warnings:
-                response.headers.add("Warning", f'299 - "{text}"')
+                response.headers.add("Warning", warning_header(text))
         for hook in self._hooks:
             if hook.matches(entry.method, entry.path):
                 hook.remaining -= 1
@@ -1371,6 +1479,8 @@ class Emulator:
             raise ApiError(404, "the server could not find the requested resource", "NotFound", {})
         rt = target.rt
         entry.group, entry.version = rt.group, target.version
+        if (rt.group, target.version) in self._deprecated:
+            entry.warnings.append(self._deprecated[(rt.group, target.version)] or self._deprecation(rt, target.version))
         entry.namespace, entry.name = target.namespace, target.name
         entry.resource = f"{rt.plural}/{target.subresource}" if target.subresource else rt.plural
         watch = entry.query.get("watch", "").lower() in ("true", "1")
@@ -1418,6 +1528,12 @@ class Emulator:
 
         if entry.verb == "watch":
             return await self._watch(request, target)
+        if entry.is_write and "dryRun" in entry.query and entry.query["dryRun"] != "All":
+            # apimachinery ValidateCreateOptions/UpdateOptions/PatchOptions/DeleteOptions: only "All" exists.
+            options = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}.get(
+                entry.verb, "DeleteOptions")
+            raise ApiError(422, f'{options}.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
+                                f'["{entry.query["dryRun"]}"]: supported values: "All"', "Invalid")
         if entry.is_write and entry.query.get("dryRun") == "All":
             self._dry_run = True
             try:
@@ -1431,6 +1547,12 @@ class Emulator:
         if entry.verb == "get":
             return web.json_response(self._get(target))
         raise ApiError(405, "the server does not allow this method on the requested resource")
+
+    @staticmethod
+    def _deprecation(rt: ResourceType, version: str) -> str:
+        text = f"{rt.group}/{version} {rt.kind} is deprecated"
+        newer = rt.versions[rt.versions.index(version) + 1:]
+        return f"{text}; use {rt.group}/{newer[-1]} {rt.kind}" if newer else text
 
     def _dispatch_write(self, target: _Target, entry: Request, raw: bytes) -> web.StreamResponse:
         if entry.verb == "create":
@@ -1705,16 +1827,26 @@ class Emulator:
         if bad is not None:
             raise ApiError(400, f'{rt.kind} in version "{rt.storage_version}" cannot be handled as a {rt.kind}: {bad}',
                            "BadRequest")
+        name = (obj.get("metadata") or {}).get("name", "")
+        problems = meta_problems(obj.get("metadata") or {})
+        if (rt.group, rt.plural) == ("kueue.x-k8s.io", "workloads"):
+            problems += crds.workload_rule_problems(obj, old)
+        if (rt.group, rt.plural) == ("autoscaling", "horizontalpodautoscalers"):
+            problems += _hpa_problems(obj.get("spec") or {})
+        if problems:
+            text = problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]"
+            qualified = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+            raise ApiError(422, f'{qualified} "{name}" is invalid: {text}', "Invalid",
+                           {"group": rt.group, "kind": rt.kind, "name": name})
         if rt.plural != "events":
             return
-        problems = _event_problems(rt, obj, old)
-        if problems:
-            name = (obj.get("metadata") or {}).get("name", "")
+        invalid = _event_problems(rt, obj, old)
+        if invalid:
             kind = "Event.events.k8s.io" if rt.group else "Event"
             raise ApiError(
-                422, f'{kind} "{name}" is invalid: ' + ", ".join(f"{f}: {why}" for f, why in problems), "Invalid",
+                422, f'{kind} "{name}" is invalid: ' + ", ".join(f"{f}: {why}" for f, why in invalid), "Invalid",
                 {"group": rt.group, "kind": "Event", "name": name,
-                 "causes": [{"reason": "FieldValueInvalid", "field": f, "message": why} for f, why in problems]},
+                 "causes": [{"reason": "FieldValueInvalid", "field": f, "message": why} for f, why in invalid]},
             )
 
     def _check_body(self, target: _Target, body: Any) -> JsonObj:
@@ -1866,6 +1998,10 @@ class Emulator:
             new["metadata"]["generation"] = int(old_meta.get("generation", 1)) + 1
         self._validate(rt, new, stored)
         self._admit(rt, f"{rt.plural}/status" if target.subresource == "status" else rt.plural, new, stored)
+        if {**new, "metadata": {**new["metadata"], "resourceVersion": old_meta.get("resourceVersion")}} == stored:
+            # Nothing changed: etcd3's GuaranteedUpdate writes nothing (k8s.io/apiserver storage/etcd3/store.go:
+            # the new bytes equal the stored ones), so the resourceVersion stays and no watch hears of it.
+            return _convert(rt, stored, target.version)
         committed = self._commit(rt, key, new, "MODIFIED")
         return _convert(rt, committed, target.version)
 

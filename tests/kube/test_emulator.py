@@ -500,7 +500,8 @@ async def test_strict_mode_rejects_and_records_unexpected_writes(
 async def test_kueue_versions_share_storage(
     kube: Emulator, kube_client: client.ApiClient, write_version: str, read_version: str, field: str, value: Any
 ) -> None:
-    kube.add(objects.workload("wl", priority_class="low-priority", api_version=f"kueue.x-k8s.io/{write_version}"))
+    kube.add(objects.workload("wl", priority_class="low-priority", priority=10,
+                              api_version=f"kueue.x-k8s.io/{write_version}"))
     got = await client.CustomObjectsApi(kube_client).get_namespaced_custom_object(
         "kueue.x-k8s.io", read_version, "llm", "workloads", "wl"
     )
@@ -859,3 +860,236 @@ async def test_an_events_v1_update_may_change_only_its_series(kube: Emulator, ku
         await events.patch_namespaced_event("e", "llm", {"note": "another"}, _content_type=merge)
     assert info.value.status == 422
     assert "note: field is immutable" in _status(info.value)["message"]
+
+
+# --- kube3: third-party CRDs, no-op writes, dryRun, metadata, Warning headers -------------------------------------
+
+KUEUE_V1BETA2 = ("kueue.x-k8s.io", "v1beta2", "llm", "workloads")
+MERGE = "application/merge-patch+json"
+
+
+async def test_third_party_crds_prune_the_fields_they_do_not_declare(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """Kueue's, LeaderWorkerSet's and JobSet's structural schemas (``tests.kube.crds.FIELDS``, read from their Go
+    types) prune what they do not declare, at every level listed: a misspelt field is a Warning and is not stored,
+    on the main resource and on ``/status``. A lenient server would store it and a controller reading it back
+    would believe a field no real cluster keeps."""
+    kube.add(objects.leader_worker_set())
+    kube.add(objects.cluster_queue())
+    custom: Any = client.CustomObjectsApi(kube_client)  # dict bodies and _content_type: beyond the stubs
+    await custom.patch_namespaced_custom_object(
+        *LWS, "jetstream", {"spec": {"leaderWorkerTemplate": {"sise": 8}}}, _content_type=MERGE)
+    await custom.patch_cluster_custom_object_status(
+        "kueue.x-k8s.io", "v1beta2", "clusterqueues", "cluster-queue",
+        {"status": {"flavorsReservation": [{"name": "default-flavor", "resources": [
+            {"name": objects.GPU, "total": "2", "borowed": "0"}]}]}}, _content_type=MERGE)
+    assert [r.warnings for r in kube.writes()] == [
+        ['unknown field "spec.leaderWorkerTemplate.sise"'],
+        ['unknown field "status.flavorsReservation[0].resources[0].borowed"'],
+    ]
+    kube.warnings.clear()
+    lws = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream", "llm")
+    assert "sise" not in lws["spec"]["leaderWorkerTemplate"]
+    cq = kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "cluster-queue")
+    assert cq["status"]["flavorsReservation"][0]["resources"][0] == {"name": objects.GPU, "total": "2"}
+
+
+def test_a_fixture_may_not_write_what_a_real_crd_prunes_or_refuses(kube: Emulator) -> None:
+    """A test's stand-in for Kueue or the LWS controller writes through the API server in a real cluster too: a
+    field the CRD does not declare, or a Workload its rules refuse, is the test's mistake and raises."""
+    lws = objects.leader_worker_set()
+    lws["status"]["readyGroups"] = 1
+    with pytest.raises(ValueError, match=r"does not declare .*: status\.readyGroups"):
+        kube.add(lws)
+    kube.add(objects.workload("train"))
+    with pytest.raises(ValueError, match="priority should not be nil"):
+        kube.modify("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm", spec={"priorityClassRef": {
+            "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "low"}})
+
+
+def _reserve(obj: dict[str, Any]) -> None:
+    condition = {"status": "True", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    obj["status"] = {
+        "admission": {"clusterQueue": "cq", "podSetAssignments": [{"name": "main", "count": 2}]},
+        "conditions": [{"type": "QuotaReserved", "reason": "QuotaReserved", **condition},
+                       {"type": "Admitted", "reason": "Admitted", **condition}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        pytest.param({"spec": {"queueName": "other"}},
+                     '<nil>: Invalid value: "object": queueName is immutable while workload quota reserved',
+                     id="queueName-while-reserved"),
+        pytest.param({"spec": {"priorityClassRef": {"group": "scheduling.k8s.io", "kind": "PriorityClass",
+                                                    "name": "high"}, "priority": 5}},
+                     '<nil>: Invalid value: "object": priorityClassRef is immutable while workload quota reserved',
+                     id="priority-class-appears-while-reserved"),
+        pytest.param({"spec": {"maximumExecutionTimeSeconds": 600}},
+                     '<nil>: Invalid value: "object": maximumExecutionTimeSeconds is immutable while workload quota '
+                     "reserved", id="max-execution-time-while-admitted"),
+        pytest.param({"status": {"admission": {"podSetAssignments": [{"name": "main"}, {"name": "extra"}]}}},
+                     '<nil>: Invalid value: "object": podSetAssignments must have the same number of podSets as the '
+                     "spec", id="assignments-per-podset"),
+    ],
+)
+async def test_kueue_s_workload_crd_rules_refuse_what_kueue_refuses(
+    kube: Emulator, kube_client: client.ApiClient, patch: dict[str, Any], message: str
+) -> None:
+    """The Workload CRD's CEL rules (kueue ``apis/kueue/v1beta2/workload_types.go``, ``x-kubernetes-validations``
+    on ``Workload``): while quota is reserved its queue, its priority class and (admitted) its execution limit stay,
+    and an admission has one assignment per podSet. A refusal is 422 ``Invalid`` with the rule's message at the
+    root's path ``<nil>``. What the controller writes (``spec.active`` and annotations, with the version read)
+    passes."""
+    kube.webhooks.clear()  # the CRD's own rules, not Kueue's webhook (``test_kueue_s_webhook_guards_...``)
+    kube.add(objects.workload("train"))
+    kube.modify("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm", _reserve)
+    custom: Any = client.CustomObjectsApi(kube_client)
+    write = custom.patch_namespaced_custom_object_status if "status" in patch else custom.patch_namespaced_custom_object
+    with pytest.raises(ApiException) as err:
+        await write(*KUEUE_V1BETA2, "train", patch, _content_type=MERGE)
+    assert err.value.status == 422
+    assert _status(err.value)["message"] == f'Workload.kueue.x-k8s.io "train" is invalid: {message}'
+    rv = kube.get("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm")["metadata"]["resourceVersion"]
+    ours = {"metadata": {"resourceVersion": rv, "annotations": {"autoscaler.dev/deactivated-by": "llm/tgi"}},
+            "spec": {"active": False}}
+    await custom.patch_namespaced_custom_object(*KUEUE_V1BETA2, "train", ours, _content_type=MERGE)
+    assert kube.get("kueue.x-k8s.io/v1beta2", "Workload", "train", "llm")["spec"]["active"] is False
+
+
+async def test_a_workload_created_with_a_priority_class_needs_its_priority(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """``WorkloadSpec``'s rule ``!has(self.priorityClassRef) || has(self.priority)`` (v1beta1: with
+    ``priorityClassName``), and ``podSets`` between 1 and 8 items, are checked on create."""
+    custom: Any = client.CustomObjectsApi(kube_client)
+    wl = objects.workload("train", priority_class="low")
+    with pytest.raises(ApiException) as err:
+        await custom.create_namespaced_custom_object(*KUEUE_V1BETA2, wl)
+    assert _status(err.value)["message"] == (
+        'Workload.kueue.x-k8s.io "train" is invalid: spec: Invalid value: "object": priority should not be nil when '
+        "priorityClassRef is set")
+    wl["spec"]["priority"], wl["spec"]["podSets"] = 10, []
+    with pytest.raises(ApiException) as err:
+        await custom.create_namespaced_custom_object(*KUEUE_V1BETA2, wl)
+    assert err.value.status == 422
+    assert "spec.podSets in body should have at least 1 items" in _status(err.value)["message"]
+
+
+async def test_a_write_that_changes_nothing_keeps_its_resource_version_and_tells_no_watch(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """etcd3's ``GuaranteedUpdate`` stores nothing when the updated object equals the stored one: the answer keeps
+    the resourceVersion and no watch hears a MODIFIED. A server that bumped it would wake every watcher of the
+    object (and a controller watching what it writes would wake itself) where a real one stays quiet."""
+    kube.add(objects.deployment(annotations={"a": "1"}))
+    before = kube.resource_version
+    apps: Any = client.AppsV1Api(kube_client)
+    answer = await apps.patch_namespaced_deployment(
+        "tgi-gemma-deployment", "llm", {"metadata": {"annotations": {"a": "1"}}}, _content_type=MERGE)
+    assert answer.metadata.resource_version == str(before)
+    assert kube.resource_version == before
+    changed = await apps.patch_namespaced_deployment(
+        "tgi-gemma-deployment", "llm", {"metadata": {"annotations": {"a": "2"}}}, _content_type=MERGE)
+    assert int(changed.metadata.resource_version) == before + 1
+    events = []
+    async with watch.Watch().stream(apps.list_namespaced_deployment, "llm", resource_version=str(before),
+                                    timeout_seconds=1) as stream:
+        async for event in stream:
+            events.append(event["type"])
+    assert events == ["MODIFIED"]
+
+
+async def test_dry_run_takes_only_all(kube: Emulator, kube_client: client.ApiClient) -> None:
+    """``dryRun`` has one value, ``All`` (apimachinery ``ValidatePatchOptions``): any other is 422 and nothing is
+    written. A server that ignored an unknown value would store what the client meant to try."""
+    kube.add(objects.deployment())
+    api: Any = client.ApiClient(client.Configuration(host=kube.url))
+    try:
+        with pytest.raises(ApiException) as err:
+            await api.call_api(
+                "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale", "PATCH",
+                query_params=[("dryRun", "true")], header_params={"Content-Type": MERGE},
+                body={"spec": {"replicas": 5}}, response_types_map={200: "object"}, _return_http_data_only=True)
+        await api.call_api(
+            "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale", "PATCH",
+            query_params=[("dryRun", "All")], header_params={"Content-Type": MERGE},
+            body={"spec": {"replicas": 4}}, response_types_map={200: "object"}, _return_http_data_only=True)
+    finally:
+        await api.close()
+    assert err.value.status == 422
+    assert _status(err.value)["message"] == (
+        'PatchOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: ["true"]: supported values: "All"')
+    assert kube.get("apps/v1", "Deployment", "tgi-gemma-deployment", "llm")["spec"]["replicas"] == 1
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        pytest.param({"annotations": {"autoscaler.dev/held for": "x"}},
+                     'metadata.annotations: Invalid value: "autoscaler.dev/held for": name part must consist of',
+                     id="annotation-key"),
+        pytest.param({"annotations": {"autoscaler.dev/x": "y" * (256 * 1024)}},
+                     "metadata.annotations: Too long: must have at most 262144 bytes", id="annotations-256KiB"),
+        pytest.param({"labels": {"autoscaler.dev/owner": "llm/tgi"}},
+                     'metadata.labels: Invalid value: "llm/tgi": a valid label must be', id="label-value"),
+    ],
+)
+async def test_labels_and_annotations_are_validated(
+    kube: Emulator, kube_client: client.ApiClient, metadata: dict[str, Any], message: str
+) -> None:
+    """``ValidateObjectMeta`` on every kind: label and annotation keys are qualified names, annotations hold at most
+    256 KiB, label values at most 63 characters of ``[-A-Za-z0-9_.]``. Every annotation the controller writes
+    (claims, deactivation records, checkpoint requests, HPA floors) passes through this in the suite."""
+    kube.add(objects.deployment())
+    apps: Any = client.AppsV1Api(kube_client)
+    with pytest.raises(ApiException) as err:
+        await apps.patch_namespaced_deployment("tgi-gemma-deployment", "llm", {"metadata": metadata},
+                                               _content_type=MERGE)
+    assert err.value.status == 422
+    assert _status(err.value)["message"].startswith(
+        f'Deployment.apps "tgi-gemma-deployment" is invalid: {message}')
+
+
+async def test_warning_headers_are_written_as_the_server_writes_them(kube: Emulator) -> None:
+    """``Warning: 299 - "<text>"`` with the text's quotes escaped (apimachinery ``NewWarningHeader``), and a
+    deprecated CRD version warns on every request with apiextensions-apiserver's default text."""
+    kube.add(objects.workload("train"))
+    kube.deprecate("kueue.x-k8s.io", "v1beta1")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{kube.url}/apis/kueue.x-k8s.io/v1beta1/namespaces/llm/workloads/train") as got:
+            assert got.status == 200
+            assert got.headers.getall("Warning") == [
+                '299 - "kueue.x-k8s.io/v1beta1 Workload is deprecated; use kueue.x-k8s.io/v1beta2 Workload"']
+        async with session.patch(f"{kube.url}/apis/kueue.x-k8s.io/v1beta2/namespaces/llm/workloads/train",
+                                 json={"spec": {"activ": False}}, headers={"Content-Type": MERGE}) as got:
+            assert got.headers.getall("Warning") == ['299 - "unknown field \\"spec.activ\\""']
+    kube.warnings.clear()
+
+
+async def test_names_are_dns_subdomains_and_an_hpa_s_bounds_are_checked(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """Every kind served here names its objects with ``NameIsDNSSubdomain`` (422 otherwise), Events included; an
+    HPA's ``minReplicas`` is at least 1 and at most ``maxReplicas`` (``validateHorizontalPodAutoscalerSpec``),
+    which the controller's floor must respect."""
+    events: Any = client.EventsV1Api(kube_client)
+    with pytest.raises(ApiException) as err:
+        await events.create_namespaced_event("llm", {
+            "metadata": {"name": "tgi-.1f2e", "namespace": "llm"}, "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reportingController": "autoscaler.dev/controller", "reportingInstance": "pod-a", "action": "scale",
+            "reason": "ScaleUp", "type": "Normal", "regarding": {"namespace": "llm"}})
+    assert err.value.status == 422
+    assert _status(err.value)["message"].startswith(
+        'Event.events.k8s.io "tgi-.1f2e" is invalid: metadata.name: Invalid value: "tgi-.1f2e": a lowercase RFC 1123 '
+        "subdomain must consist of")
+    kube.add(objects.hpa("tgi-hpa", min_replicas=1, max_replicas=3))
+    autoscaling: Any = client.AutoscalingV2Api(kube_client)
+    with pytest.raises(ApiException) as err:
+        await autoscaling.patch_namespaced_horizontal_pod_autoscaler(
+            "tgi-hpa", "llm", {"spec": {"minReplicas": 4}}, _content_type=MERGE)
+    assert _status(err.value)["message"] == (
+        'HorizontalPodAutoscaler.autoscaling "tgi-hpa" is invalid: spec.maxReplicas: Invalid value: 3: must be '
+        "greater than or equal to `minReplicas`")
