@@ -189,6 +189,8 @@ def _cut(text: str) -> str:
 
 
 def _event_name(obj: ObjectRef, key: tuple[str, ...], wall: float) -> str:
-    """``<object>.<hash>``: unique per series start, like the ``<name>.<hex>`` names kubectl shows."""
+    """``<object>.<hash>``: unique per series start, like the ``<name>.<hex>`` names kubectl shows. A name must be
+    a DNS subdomain (422 otherwise): an object name (up to 253) is cut to 200 and loses a trailing ``-`` or ``.``,
+    which would leave ``x-.<hash>``, no subdomain (every name starts alphanumeric, so something is left)."""
     digest = hashlib.sha256(repr((key, wall)).encode()).hexdigest()[:16]
-    return f"{obj.name[:200]}.{digest}"
+    return f"{obj.name[:200].rstrip('-.')}.{digest}"

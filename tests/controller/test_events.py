@@ -122,6 +122,22 @@ async def test_a_long_pod_name_still_reports(kube: Emulator, kube_client: client
     assert event["series"]["count"] == 2
 
 
+@pytest.mark.parametrize("api_version", ["events.k8s.io/v1", "v1"])
+async def test_an_event_of_a_long_named_object_has_a_valid_name(
+    kube: Emulator, kube_client: client.ApiClient, api_version: str
+) -> None:
+    """An Event's name is ``<object name>.<hash>``, a DNS subdomain like every name (the server answers 422
+    otherwise). An object name may be 253 characters: cut to 200, it may end in ``-`` or ``.``, and ``x-.<hash>``
+    is no subdomain, so every Event of that object would be lost. The cut drops a trailing ``-`` or ``.``."""
+    errors: list[int] = []
+    long_named = ObjectRef("apps/v1", "Deployment", "llm", "a" * 199 + "-" + "b" * 53, "uid-2")
+    await recorder(kube_client, api_version, errors).record(long_named, type_="Normal", reason="ScaleUp",
+                                                            message="1 -> 2", action="scale")
+    assert errors == []
+    (event,) = kube.list(api_version if api_version != "v1" else "v1", "Event", "llm")
+    assert event["metadata"]["name"].startswith("a" * 199 + ".")
+
+
 async def test_a_refused_event_is_logged_with_the_server_s_message(
     kube: Emulator, kube_client: client.ApiClient
 ) -> None:
