@@ -42,6 +42,7 @@ from tenacity import (
 )
 from yarl import URL
 
+from autoscaler.controller.logs import get_logger
 from autoscaler.policyfile import files
 
 T = TypeVar("T")
@@ -370,6 +371,8 @@ class DeadlineRest:
     def __init__(self, inner: Any, deadline_s: float) -> None:
         self.inner = inner
         self.deadline_s = deadline_s
+        #: The server's ``Warning`` headers logged so far (each text once: see ``warned``).
+        self.warnings_seen: set[str] = set()
 
     def timeout_for(self, query_params: Any) -> aiohttp.ClientTimeout:
         query = dict(query_params or [])
@@ -382,11 +385,37 @@ class DeadlineRest:
         self, method: str, url: str, query_params: Any = None, headers: Any = None, body: Any = None,
         post_params: Any = None, _preload_content: bool = True, _request_timeout: Any = None,
     ) -> Any:
-        return await self.inner.request(
-            method, url, query_params=query_params, headers=headers, body=body, post_params=post_params,
-            _preload_content=_preload_content,
-            _request_timeout=_request_timeout or self.timeout_for(query_params),
-        )
+        try:
+            response = await self.inner.request(
+                method, url, query_params=query_params, headers=headers, body=body, post_params=post_params,
+                _preload_content=_preload_content,
+                _request_timeout=_request_timeout or self.timeout_for(query_params),
+            )
+        except ApiException as exc:
+            self.warned(method, url, getattr(exc, "headers", None))
+            raise
+        answered = response.getheaders() if hasattr(response, "getheaders") else getattr(response, "headers", None)
+        self.warned(method, url, answered)
+        return response
+
+    def warned(self, method: str, url: str, headers: Any) -> None:
+        """Log the server's ``Warning`` headers (RFC 7234 ``299 - "text"``), each distinct text once per process.
+
+        The API server warns where it still answers: a deprecated API version (``<group>/<version> <Kind> is
+        deprecated; use ...``), a field it dropped from what we wrote (``unknown field "spec.x"``, under
+        ``fieldValidation`` Warn, the default), an admission webhook's warnings. kubernetes_asyncio drops them;
+        client-go logs them (``rest.WarningLogger``). A dropped field is a write that silently did less than we
+        meant, and a deprecated version is one the next upgrade removes: an operator must be able to see both.
+        Once per text (as client-go's deduplicating ``WarningWriter``): watches are re-opened every few minutes
+        and each re-open repeats a deprecation warning."""
+        values = headers.getall("Warning", []) if hasattr(headers, "getall") else []
+        for value in values:
+            text = warning_text(str(value))
+            if text in self.warnings_seen or len(self.warnings_seen) >= WARNINGS_REMEMBERED:
+                continue
+            self.warnings_seen.add(text)
+            get_logger(component="kube").warning("api_warning", warning=text, method=method,
+                                                 path=URL(url).path)
 
     # The REST client's per-verb entry points (``ApiClient.request`` calls these), all through ``request``.
     async def GET(self, url: str, **kwargs: Any) -> Any:
@@ -415,6 +444,19 @@ class DeadlineRest:
 
     def __getattr__(self, name: str) -> Any:  # pool_manager and the rest of the REST client
         return getattr(self.inner, name)
+
+
+#: How many distinct ``Warning`` texts one client logs (an estimate: a handful in practice; past this, none more,
+#: so a server that puts a changing value in its warnings cannot grow the set without bound).
+WARNINGS_REMEMBERED = 256
+_WARNING = re.compile(r'^\s*\d{3}\s+\S+\s+"((?:[^"\\]|\\.)*)"')
+
+
+def warning_text(value: str) -> str:
+    """The text of one ``Warning`` header value (``299 - "text"``, quotes and backslashes escaped); the value as
+    it is when it does not have that form."""
+    match = _WARNING.match(value)
+    return re.sub(r"\\(.)", r"\1", match.group(1)) if match else value.strip()
 
 
 def with_deadlines(api: client.ApiClient, deadline_s: float = DEFAULT_DEADLINE_S) -> client.ApiClient:

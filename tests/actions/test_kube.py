@@ -11,6 +11,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
+from structlog.testing import capture_logs
 
 from autoscaler import cli
 from autoscaler.controller import kube as kubemod
@@ -184,6 +185,36 @@ async def test_watches_leave_the_pool_s_connections_to_calls(kube: Emulator, res
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await api.close()
+
+
+async def test_the_server_s_warnings_are_logged_once_each(kube: Emulator) -> None:
+    """The API server's ``Warning`` headers (a deprecated version, a field it dropped from a write), which
+    kubernetes_asyncio drops, are logged by the client's REST layer (``DeadlineRest.warned``): each text once,
+    with the call that met it first, on success and on failure alike."""
+    kube.add(objects.deployment())
+    kube.add(objects.workload("train"))
+    kube.deprecate("kueue.x-k8s.io", "v1beta1")
+    api = kubemod.with_deadlines(client.ApiClient(client.Configuration(host=kube.url)))
+    path = "/apis/kueue.x-k8s.io/v1beta1/namespaces/llm/workloads"
+    try:
+        with capture_logs() as logs:
+            with pytest.raises(NotFound):
+                await kubemod.get_json(api, f"{path}/gone")
+            for _ in range(2):
+                await kubemod.get_json(api, f"{path}/train")
+            await kubemod.request_json(
+                api, "PATCH", "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale",
+                body={"spec": {"replica": 3}}, content_type=kubemod.MERGE_PATCH)
+    finally:
+        await api.close()
+    kube.warnings.clear()  # the dropped field was this test's point
+    warned = [(e["warning"], e["method"], e["path"]) for e in logs if e["event"] == "api_warning"]
+    assert warned == [
+        ("kueue.x-k8s.io/v1beta1 Workload is deprecated; use kueue.x-k8s.io/v1beta2 Workload", "GET",
+         f"{path}/gone"),
+        ('unknown field "spec.replica"', "PATCH",
+         "/apis/apps/v1/namespaces/llm/deployments/tgi-gemma-deployment/scale"),
+    ]
 
 
 async def test_not_found_carries_the_server_message(kube_client: client.ApiClient) -> None:
