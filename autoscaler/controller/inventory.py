@@ -110,10 +110,13 @@ def assigned_domains(assignment: JsonObj) -> AssignedDomains:
         count = int(piece.get("domainCount") or 0)
         per_level: list[list[str]] = []
         for values in piece.get("valuesPerLevel") or []:
-            if values.get("universal") is not None:
-                per_level.append([str(values["universal"])] * count)
+            universal = values.get("universal", values.get("universalValue"))
+            if universal is not None:
+                per_level.append([str(universal)] * count)
             else:
-                ind = values.get("individual") or {}
+                # ``individual: {prefix, roots, suffix}``, or the same fields flat on the level (the form one
+                # v1beta2 revision declared, with ``universalValue``: kueue workload_types.go at 02237e7).
+                ind = values.get("individual") or values
                 prefix = ind.get("prefix") or ind.get("commonPrefix") or ""
                 suffix = ind.get("suffix") or ind.get("commonSuffix") or ""
                 per_level.append([f"{prefix}{root}{suffix}" for root in ind.get("roots") or []])

@@ -107,6 +107,11 @@ def test_partition_labels_nest_into_coordinates() -> None:
         pytest.param({"levels": ["kubernetes.io/hostname"], "slices": [{
             "domainCount": 2, "valuesPerLevel": [{"individual": {"prefix": "h-", "roots": ["1", "2"]}}],
             "podCounts": {"universal": 1}}]}, id="v1beta2-individual"),
+        # The flat form one version of v1beta2 declared (kueue apis/kueue/v1beta2/workload_types.go at 02237e7:
+        # TopologyAssignmentSliceLevelValues{prefix, suffix, roots, universalValue}, podCounts a list).
+        pytest.param({"levels": ["kubernetes.io/hostname"], "slices": [{
+            "domainCount": 2, "valuesPerLevel": [{"prefix": "h-", "roots": ["1", "2"]}], "universalPodCount": 1}]},
+            id="v1beta2-flat"),
     ],
 )
 def test_both_topology_assignment_forms(assignment: dict[str, Any]) -> None:
@@ -118,6 +123,10 @@ def test_universal_values_repeat_per_domain() -> None:
     assignment = {"levels": ["block", "kubernetes.io/hostname"], "slices": [{
         "domainCount": 2, "valuesPerLevel": [{"universal": "b"}, {"individual": {"roots": ["x", "y"]}}]}]}
     assert inventory.assigned_domains(assignment).domains == [["b", "x"], ["b", "y"]]
+    flat = {"levels": ["block", "kubernetes.io/hostname"], "slices": [{
+        "domainCount": 2, "valuesPerLevel": [{"universalValue": "b"}, {"roots": ["x", "y"], "suffix": "-0"}],
+        "podCounts": [1, 1]}]}
+    assert inventory.assigned_domains(flat).domains == [["b", "x-0"], ["b", "y-0"]]
 
 
 @pytest.mark.parametrize("declare", [True, False], ids=["declared", "not-declared"])
