@@ -67,7 +67,16 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    a denial is a 403 "admission webhook ... denied the request: ...", as the API server relays it.
 14. Server-side field validation (``fieldValidation``: ``Warn`` by default, ``Strict``, ``Ignore``) of the fields the
    server drops (``unknown_fields``): ``metadata`` fields ObjectMeta lacks, fields our CRD's schema lacks, a
-   Scale's and a Workload spec's unknown fields: a ``Warning`` header (recorded in ``warnings``), 400 under Strict.
+   Scale's unknown fields, the Kueue, LeaderWorkerSet and JobSet CRDs' undeclared fields (``tests.kube.crds``,
+   pruned as well): a ``Warning`` header (recorded in ``warnings``), 400 under Strict. A test fixture (``add``,
+   ``modify``) that writes an undeclared field, or a Workload Kueue's CEL rules refuse, raises ``ValueError``.
+15. Kueue's Workload CEL rules (``crds.workload_rule_problems``) on create and update: 422 ``Invalid``.
+16. A write that changes nothing stores nothing: same resourceVersion, no watch event (etcd3 ``GuaranteedUpdate``).
+17. ``ValidateObjectMeta``: names are DNS subdomains (on create), label and annotation keys qualified names,
+   annotations at most 256 KiB, label values at most 63 characters; an HPA's ``minReplicas``/``maxReplicas``
+   bounds; ``dryRun`` other than ``All`` is 422.
+18. ``Warning`` headers as the server writes them (``warning_header``: the text quoted, ``"`` escaped); a deprecated
+   version (``deprecate``) warns on every request with apiextensions-apiserver's default text.
 
 Events of ``v1`` and ``events.k8s.io/v1`` are stored apart (the real server converts between them).
 Kueue ``v1beta1`` and ``v1beta2`` share one storage (v1beta2) with the priority-class field converted.
@@ -366,7 +375,8 @@ def _crd_schema(group: str, plural: str) -> JsonObj | None:
 def _structural(rt: ResourceType, obj: JsonObj) -> JsonObj:
     """A custom resource as the server stores it, for the CRDs this repository ships (``CRD_FILES``): fields its
     structural schema does not declare are pruned, and what is left must validate (422 ``Invalid`` otherwise),
-    as apiextensions-apiserver does. Other kinds pass as they are (their schemas are not here)."""
+    as apiextensions-apiserver does. The third-party CRDs of ``crds.FIELDS`` are pruned to their declared fields
+    (no schema validation); other kinds pass as they are (their schemas are not here)."""
     schema = _crd_schema(rt.group, rt.plural)
     if schema is None:
         return crds.prune(rt.group, rt.plural, obj) if (rt.group, rt.plural) in crds.FIELDS else obj
@@ -404,8 +414,9 @@ KNOWN_FIELDS: dict[tuple[str, str, str | None], dict[str, frozenset[str]]] = {
 def unknown_fields(rt: ResourceType, subresource: str | None, obj: JsonObj) -> list[str]:
     """The dotted paths of the fields of ``obj`` the server drops on a write: ``metadata`` fields ObjectMeta does
     not have (every kind), fields a shipped CRD's structural schema does not declare (``CRD_FILES``: what
-    ``_structural`` prunes), and fields of ``KNOWN_FIELDS``' kinds outside their lists. Other kinds' bodies are
-    not checked (their schemas are not here)."""
+    ``_structural`` prunes), fields the third-party CRDs of ``crds.FIELDS`` do not declare, and fields of
+    ``KNOWN_FIELDS``' kinds outside their lists. Other kinds' bodies are not checked (their schemas are not
+    here)."""
     meta = obj.get("metadata")
     out = [f"metadata.{k}" for k in meta if k not in OBJECT_META] if isinstance(meta, dict) else []
     schema = _crd_schema(rt.group, rt.plural) if subresource != "scale" else None
