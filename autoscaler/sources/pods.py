@@ -1,7 +1,10 @@
 """Direct pod scraping: ``GET /metrics`` on the target's pods (or static endpoints), parse, combine per target.
 
-Sub-second freshness: the value is what the server holds at the moment of the request, so its age is the
-time since the response arrived (or the sample's own timestamp when the exposition carries one).
+Sub-second freshness: the value is what the server holds at the moment of the request, so a sample's time is
+when the request was sent (or the sample's own timestamp when the exposition carries one), as Prometheus
+stamps a scrape's samples at the scrape's start (``scrapeclient``'s docstring cites its scrape loop): its
+age counts from then, and a counter's rate divides by the time between two requests, not between two readings
+of their answers (a busy event loop reads an answer late, by a lag that differs from scrape to scrape).
 
 - Each URL is fetched once per tick however many signals need it, all concurrently within the deadline.
 - The exposition is parsed with prometheus-client's parser (classic text; OpenMetrics when the server
@@ -78,6 +81,8 @@ class _Fetched(NamedTuple):
     status: int
     content_type: str
     text: str
+    #: The source's clock when the request was sent (``Scrape.sent_at``).
+    sent_at: float
 
 
 class _Planned(NamedTuple):
@@ -89,10 +94,13 @@ class _Planned(NamedTuple):
 
 @dataclass(frozen=True)
 class Scrape:
-    """One endpoint's answer: the parsed samples and when they arrived, or why there are none."""
+    """One endpoint's answer: the parsed samples and when they were asked for, or why there are none."""
 
     samples: Exposition | None
-    received_at: float
+    #: When the request that got ``samples`` was sent: their time, unless a sample carries its own (the
+    #: server's values are as of a moment after it; the answer may be read much later). For a failure, when
+    #: it was judged.
+    sent_at: float
     error: str | None = None
 
 
@@ -298,7 +306,10 @@ class PodsSource:
         #: When each URL was last scraped: circuits of URLs gone for ``FORGET_S`` are dropped (pod churn).
         self._last_used: dict[str, float] = {}
         self._session: aiohttp.ClientSession | None = None  # https endpoints (and URLs with credentials)
-        self._fast = scrapeclient.ScrapeClient()
+        self._fast = scrapeclient.ScrapeClient(clock=clock)
+        #: aiohttp's requests are stamped when their headers are sent (``_on_headers_sent``).
+        self._trace = aiohttp.TraceConfig()
+        self._trace.on_request_headers_sent.append(self._on_headers_sent)
         #: HTTP requests sent, for tests that check each URL is fetched once per tick.
         self.fetches = 0
         #: Each counter and histogram bucket read so far, per endpoint: rates are deltas between scrapes.
@@ -332,16 +343,29 @@ class PodsSource:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=64), trace_configs=[self._trace]
+            )
         return self._session
 
+    async def _on_headers_sent(
+        self, _: aiohttp.ClientSession, context: object, __: aiohttp.TraceRequestHeadersSentParams
+    ) -> None:
+        sent = getattr(context, "trace_request_ctx", None)
+        if isinstance(sent, list):
+            sent.append(self._clock())
+
     async def _fetch_aiohttp(self, url: str, timeout_s: float) -> _Fetched:
+        # When the request's headers went out (after any wait for one of the connector's connections, and after
+        # a redirect: the last one's); the time before asking stands for it if the signal never came.
+        sent = [self._clock()]
         try:
             async with self._client().get(
-                url, headers={"Accept": ACCEPT}, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                url, headers={"Accept": ACCEPT}, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                trace_request_ctx=sent,  # handed to ``_on_headers_sent``
             ) as resp:
                 text = await resp.text(errors="replace")
-                return _Fetched(resp.status, resp.headers.get("Content-Type", ""), text)
+                return _Fetched(resp.status, resp.headers.get("Content-Type", ""), text, sent[-1])
         except aiohttp.ClientConnectionError as exc:
             raise TransientError(f"cannot reach {url}: {exc}") from None
         except aiohttp.ClientError as exc:
@@ -363,24 +387,23 @@ class PodsSource:
                 got = await self._fast.get(url, accept=ACCEPT)
             except scrapeclient.ScrapeFailed as exc:
                 raise TransientError(f"cannot reach {url}: {exc}") from None
-            status, content_type, text = got.status, got.content_type, got.text
+            status, content_type, text, sent_at = got.status, got.content_type, got.text, got.sent_at
         else:
             fetched = await self._fetch_aiohttp(url, timeout_s)
-            status, content_type, text = fetched.status, fetched.content_type, fetched.text
-        return self._scraped(url, status, content_type, text, wanted)
+            status, content_type, text, sent_at = fetched
+        return self._scraped(url, status, content_type, text, wanted, sent_at)
 
     def _scraped(
-        self, url: str, status: int, content_type: str, text: str, wanted: frozenset[str] | None
+        self, url: str, status: int, content_type: str, text: str, wanted: frozenset[str] | None, sent_at: float
     ) -> Scrape:
-        """An answer judged and parsed: TransientError for a 5xx, PermanentError for another non-200 status or
-        a body that is no exposition."""
-        received = self._clock()
+        """An answer judged and parsed, stamped with when its request was sent: TransientError for a 5xx,
+        PermanentError for another non-200 status or a body that is no exposition."""
         if status >= 500:
             raise TransientError(f"{url} answered HTTP {status}")
         if status != 200:
             raise PermanentError(f"{url} answered HTTP {status}")
         try:
-            return Scrape(parse(text, content_type, wanted), received)
+            return Scrape(parse(text, content_type, wanted), sent_at)
         except ValueError as exc:
             raise PermanentError(f"{url}: {exc}") from None
 
@@ -473,7 +496,7 @@ class PodsSource:
             try:
                 if isinstance(got, scrapeclient.ScrapeFailed):
                     raise TransientError(f"cannot reach {url}: {got}")
-                scrape = self._scraped(url, got.status, got.content_type, got.text, wanted.get(url))
+                scrape = self._scraped(url, got.status, got.content_type, got.text, wanted.get(url), got.sent_at)
             except TransientError:
                 task = asyncio.ensure_future(self._second_try(url, limit, wanted.get(url), out))
                 again.add(task)
@@ -743,7 +766,7 @@ def _pod_rate(req: SignalRequest, url: str, scrape: Scrape, history: History) ->
     # Each label set once over the spellings (``_first_spelling``: what PromQL's ``or`` keeps).
     for name, s in _first_spelling(spellings, scrape.samples, sig.labels):
         found = True
-        at = s.timestamp if s.timestamp is not None else scrape.received_at
+        at = s.timestamp if s.timestamp is not None else scrape.sent_at
         r = history.rate(url, name, s.labels, at, s.value, window)
         if r is None:
             pending = True
@@ -784,7 +807,7 @@ def _reading(plan: _Plan, by_url: dict[str, Scrape], history: History) -> Signal
                 lacking.append(pod)
                 continue
             per_pod[pod] = rated.rate
-            stamps[pod] = scrape.received_at
+            stamps[pod] = scrape.sent_at
             if rated.buckets is not None:
                 bucket_rates[pod] = rated.buckets
             continue
@@ -793,7 +816,7 @@ def _reading(plan: _Plan, by_url: dict[str, Scrape], history: History) -> Signal
             lacking.append(pod)
             continue
         per_pod[pod] = got.value
-        stamps[pod] = got.timestamp if got.timestamp is not None else scrape.received_at
+        stamps[pod] = got.timestamp if got.timestamp is not None else scrape.sent_at
     # A signal accepting partial data (minReportingFraction) passes on the pods that answered; the core then
     # counts them against the ready pods. Otherwise the first failure is the most useful reason to show.
     partial_ok = req.signal.min_reporting_fraction is not None

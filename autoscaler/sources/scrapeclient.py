@@ -22,6 +22,15 @@ connection open, as Prometheus scrapes. So this client does exactly that and not
   requests in flight is a plain first-come first-served counter (``_Slots``), not ``asyncio.Semaphore``, whose
   ``acquire`` in Python 3.11 walks every waiter.
 
+Each response carries ``sent_at``: the client's clock when its request was written to the connection (the
+retry's, for a kept connection the server had closed). The server's values are as of a moment just after it,
+so that is the samples' time, as Prometheus stamps a scrape's samples at the scrape's start
+(prometheus/prometheus ``scrape/scrape.go``: ``scrapeLoop.run`` takes ``scrapeTime := time.Now()`` before
+``scrapeAndReport(last, scrapeTime, errc)``, whose ``sl.append(app, b, contentType, appendTime)`` gives every
+sample without its own timestamp that time), not when the answer was read: on a busy event loop the answer
+can wait long after the server wrote it, and a counter's rate divided by the time between two such late
+readings is too high when the first waited longer than the second.
+
 Deadlines are the caller's (``asyncio.timeout``); a cancelled request closes its connection (a half-read
 response must never be reused). Errors are ``ScrapeFailed`` with the reason in words.
 """
@@ -31,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import time
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -57,6 +67,8 @@ class Response:
     status: int
     content_type: str
     text: str
+    #: The client's clock when the request was written (see the module docstring): the samples' time.
+    sent_at: float
 
 
 class _Answer(NamedTuple):
@@ -350,7 +362,16 @@ def _request(url: str, accept: str) -> bytes:
 class ScrapeClient:
     """Keep-alive ``GET`` over asyncio streams (see the module docstring)."""
 
-    def __init__(self, *, max_idle: int = 1024, max_active: int = MAX_ACTIVE, max_body: int = MAX_BODY) -> None:
+    def __init__(
+        self,
+        *,
+        max_idle: int = 1024,
+        max_active: int = MAX_ACTIVE,
+        max_body: int = MAX_BODY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        #: Read when each request is written: ``Response.sent_at``.
+        self.clock = clock
         self.max_idle = max_idle
         self.max_body = max_body
         self.max_active = max_active
@@ -414,9 +435,10 @@ class ScrapeClient:
     async def _exchange(self, conn: _Conn, host: str, port: int, request: bytes) -> Response:
         keep = False
         try:
+            sent_at = self.clock()
             answer = await conn.request(request)
             keep = answer.keep
-            return _response(answer, host, port)
+            return _response(answer, host, port, sent_at)
         except ConnectionError:
             keep = False
             raise  # the caller retries once on a kept connection, else says the connection was lost
@@ -560,7 +582,8 @@ class _Batch:
 
     def _send(self, conn: _Conn, url: str, where: _Where, *, fresh: bool) -> None:
         self._busy.add(conn)
-        conn.send(_request(url, self.accept), functools.partial(self._answered, conn, url, where, fresh))
+        answered = functools.partial(self._answered, conn, url, where, fresh, self.client.clock())
+        conn.send(_request(url, self.accept), answered)
 
     def _connect(self, url: str, where: _Where) -> None:
         task = asyncio.ensure_future(self._connect_then_send(url, where))
@@ -579,7 +602,9 @@ class _Batch:
             return
         self._send(conn, url, where, fresh=True)
 
-    def _answered(self, conn: _Conn, url: str, where: _Where, fresh: bool, got: _Answer | Exception) -> None:
+    def _answered(
+        self, conn: _Conn, url: str, where: _Where, fresh: bool, sent_at: float, got: _Answer | Exception
+    ) -> None:
         self._busy.discard(conn)
         if self._stopped:
             conn.close()
@@ -587,7 +612,7 @@ class _Batch:
         host, port = where.host, where.port
         if isinstance(got, _Answer):
             try:
-                answer: Response | ScrapeFailed = _response(got, host, port)
+                answer: Response | ScrapeFailed = _response(got, host, port, sent_at)
             except ScrapeFailed as exc:
                 answer = exc
             except (OSError, zlib.error, EOFError) as exc:
@@ -636,8 +661,8 @@ class _Batch:
         self._lanes = 0
 
 
-def _response(answer: _Answer, host: str, port: int) -> Response:
-    """The answer's body decoded (``Content-Encoding``, then its charset)."""
+def _response(answer: _Answer, host: str, port: int, sent_at: float) -> Response:
+    """The answer's body decoded (``Content-Encoding``, then its charset), stamped with when it was asked for."""
     body = answer.body
     headers = answer.headers
     encoding = headers.get("content-encoding", "identity").strip().lower()
@@ -648,7 +673,7 @@ def _response(answer: _Answer, host: str, port: int) -> Response:
     elif encoding not in ("identity", ""):
         raise ScrapeFailed(f"{host}:{port} answered in an unsupported encoding {encoding!r}")
     content_type = headers.get("content-type", "")
-    return Response(answer.status, content_type, body.decode(_charset(content_type), errors="replace"))
+    return Response(answer.status, content_type, body.decode(_charset(content_type), errors="replace"), sent_at)
 
 
 @functools.lru_cache(maxsize=256)

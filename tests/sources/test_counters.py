@@ -191,6 +191,76 @@ async def test_pods_source_counter_reset_and_window() -> None:
     assert "no rate yet" in (values[3].error or "")
 
 
+class LaggingServer:
+    """A vLLM server whose prompt-token counter grows at ``RATE`` tokens/s on the test's clock, and a waiting
+    gauge. Having written each answer's values, it moves the clock on by the next of ``lags``: the time our
+    event loop takes to read that answer (busy elsewhere), so the answer is read ``lag`` seconds after the
+    server took its values. With ``fail_first``, each read's first request is answered 503 (no lag): the source
+    tries once more (``PodsSource._second_try``, through ``ScrapeClient.get``)."""
+
+    RATE = 1_000.0
+
+    def __init__(self, clock: Clock, lags: list[float], *, fail_first: bool = False) -> None:
+        self.clock, self.lags, self.fail_first = clock, lags, fail_first
+        self.server = TextServer()
+        self.server.render = self._render
+        self.failed = False
+
+    def _render(self, _: str) -> str:
+        if self.fail_first and not self.failed:
+            self.failed = True
+            self.server.status = 503
+            return "busy\n"
+        self.failed = False
+        self.server.status = 200
+        body = f"vllm:prompt_tokens_total {self.RATE * (self.clock.t - 1_000.0)}\nvllm:num_requests_waiting 3\n"
+        self.clock.t += self.lags.pop(0)  # the answer is read this much later than the values were taken
+        return body
+
+
+@pytest.mark.parametrize(
+    ("path", "fail_first"),
+    [
+        pytest.param("plain-http", False, id="batched-scrape-client"),
+        pytest.param("plain-http", True, id="second-try-through-get"),
+        pytest.param("credentials", False, id="aiohttp"),
+    ],
+)
+async def test_pods_source_stamps_a_scrape_when_its_request_was_sent_not_when_its_answer_was_read(
+    path: str, fail_first: bool
+) -> None:
+    """Event-loop lag between the server's answer and our reading it is not in the rate, nor in the age.
+
+    The first scrape is read 0.4 s after the server took its values, the second at once, one second later: the
+    counter grew 1,000 tokens in that second. Stamped when each answer was read, the rate was 1,000 / 0.6 =
+    1,667 tokens/s (+67 %); stamped when each request was sent (as Prometheus stamps a scrape at its start),
+    it is 1,000. The gauge of the late answer is as old as its request, not 0.4 s younger."""
+    clock = Clock()
+    lagging = LaggingServer(clock, [0.4, 0.0], fail_first=fail_first)
+    url = lagging.server.url if path == "plain-http" else lagging.server.url.replace("http://", "http://u:p@")
+    source = PodsSource(clock=clock)
+    spec = PodsSourceSpec(type="pods")
+    pods = (PodRef(PODS[0], url=url),)
+    rate = request("Deployment/llm/srv", spec, {"preset": "vllm.prompt_tokens", "rate": {"windowSeconds": 10}},
+                   name="r", pods=pods)
+    waiting = request("Deployment/llm/srv", spec, {"preset": "vllm.waiting"}, name="w", pods=pods)
+    try:
+        first = await source.read([rate, waiting], deadline_s=5)
+        assert clock.t == 1_000.4  # the answer was read late
+        clock.t = 1_001.0
+        second = await source.read([rate, waiting], deadline_s=5)
+    finally:
+        await source.aclose()
+        lagging.server.close()
+    assert lagging.server.hits == (4 if fail_first else 2)
+    got = second[rate.key]
+    assert got.error is None, got.error
+    assert got.value == pytest.approx(LaggingServer.RATE)
+    assert got.timestamp == 1_001.0
+    assert first[waiting.key].value == 3.0
+    assert first[waiting.key].timestamp == 1_000.0  # its request's time: 0.4 s old when read
+
+
 def test_histogram_quantile_follows_prometheus() -> None:
     buckets = {0.1: 8.0, 0.5: 24.0, 1.0: 37.0, INF: 40.0}
     assert counters.histogram_quantile(0.7, buckets) == pytest.approx(0.5 + 0.5 * 4 / 13)
