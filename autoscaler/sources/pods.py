@@ -102,6 +102,8 @@ class Scrape:
     #: it was judged.
     sent_at: float
     error: str | None = None
+    #: When the answer was read (None for a failure): the server took its values between ``sent_at`` and this.
+    read_at: float | None = None
 
 
 def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = None) -> Exposition:
@@ -398,12 +400,13 @@ class PodsSource:
     ) -> Scrape:
         """An answer judged and parsed, stamped with when its request was sent: TransientError for a 5xx,
         PermanentError for another non-200 status or a body that is no exposition."""
+        read_at = self._clock()
         if status >= 500:
             raise TransientError(f"{url} answered HTTP {status}")
         if status != 200:
             raise PermanentError(f"{url} answered HTTP {status}")
         try:
-            return Scrape(parse(text, content_type, wanted), sent_at)
+            return Scrape(parse(text, content_type, wanted), sent_at, read_at=read_at)
         except ValueError as exc:
             raise PermanentError(f"{url}: {exc}") from None
 
@@ -729,18 +732,38 @@ class History:
     A rate needs two scrapes within the window: a new pod has none yet, so it does not report until its
     second scrape (partial data, unknown). A counter that went down was reset (a restarted server):
     ``core.counters.increase`` counts the new value as the increase.
+
+    A point is kept only in the order its values were taken. Stamped by us (the request's send time), a
+    scrape's values were taken somewhere between its request and the reading of its answer, so two scrapes of
+    one endpoint in flight at once (a probe round's read beside a pass's) have no known order: the server may
+    take the later request's values first, and kept in send order the counter would seem to go down (a reset:
+    its whole value counted as the increase, a rate many times the true one). So a point whose request was sent
+    before the last kept point's answer was read is not kept (its reading is the rate of the points kept), as
+    Prometheus, which scrapes a target one scrape at a time, never has two. A sample carrying its own timestamp
+    is ordered by it.
     """
 
     def __init__(self) -> None:
         self._points: dict[tuple[str, str, tuple[tuple[str, str], ...]], deque[tuple[float, float]]] = {}
+        #: When the answer of each series' last kept point was read (absent: the point carried its own time).
+        self._read: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
 
     def rate(
-        self, url: str, name: str, labels: dict[str, str], at: float, value: float, window_s: float
+        self, url: str, name: str, labels: dict[str, str], at: float, value: float, window_s: float,
+        read_at: float | None = None,
     ) -> float | None:
+        """The series' rate over the window once the point (``at``, ``value``) is kept; ``read_at``: when the
+        answer was read, for a point stamped with its request's send time (None: the sample's own time)."""
         key = (url, name, tuple(sorted(labels.items())))
         points = self._points.setdefault(key, deque())
-        if not points or at > points[-1][0]:
+        last_read = self._read.get(key)
+        overlapped = read_at is not None and last_read is not None and at < last_read
+        if not points or (at > points[-1][0] and not overlapped):
             points.append((at, value))
+            if read_at is None:
+                self._read.pop(key, None)
+            else:
+                self._read[key] = read_at
         while len(points) > 2 and points[1][0] < at - window_s:
             points.popleft()  # one point older than the window is dropped once the next is too
         return counters.rate(list(points), window_s)
@@ -749,6 +772,7 @@ class History:
         """Drop series not scraped since ``before`` (pods come and go)."""
         for key in [k for k, p in self._points.items() if p[-1][0] < before]:
             del self._points[key]
+            self._read.pop(key, None)
 
 
 def _pod_rate(req: SignalRequest, url: str, scrape: Scrape, history: History) -> PodRate | str | None:
@@ -766,8 +790,10 @@ def _pod_rate(req: SignalRequest, url: str, scrape: Scrape, history: History) ->
     # Each label set once over the spellings (``_first_spelling``: what PromQL's ``or`` keeps).
     for name, s in _first_spelling(spellings, scrape.samples, sig.labels):
         found = True
-        at = s.timestamp if s.timestamp is not None else scrape.sent_at
-        r = history.rate(url, name, s.labels, at, s.value, window)
+        if s.timestamp is not None:
+            r = history.rate(url, name, s.labels, s.timestamp, s.value, window)
+        else:
+            r = history.rate(url, name, s.labels, scrape.sent_at, s.value, window, scrape.read_at)
         if r is None:
             pending = True
             continue

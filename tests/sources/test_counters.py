@@ -10,6 +10,7 @@ with the true values. Counter resets and new pods are checked on the pods source
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from autoscaler.core.engine import compile_policy
 from autoscaler.core.model import PodStatus, ReplicaStatus, SignalReading
 from autoscaler.core.sourcespec import PodsSourceSpec, PrometheusSourceSpec
 from autoscaler.core.spec import ScalingPolicy
+from autoscaler.sources import pods as pods_module
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.pods import PodsSource
 from autoscaler.sources.prometheus import PrometheusSource, target_query
@@ -259,6 +261,79 @@ async def test_pods_source_stamps_a_scrape_when_its_request_was_sent_not_when_it
     assert got.timestamp == 1_001.0
     assert first[waiting.key].value == 3.0
     assert first[waiting.key].timestamp == 1_000.0  # its request's time: 0.4 s old when read
+
+
+class Ticks:
+    """A clock that moves on 1 ms at every reading: every request and every answer has a time of its own."""
+
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def __call__(self) -> float:
+        self.t += 0.001
+        return self.t
+
+
+async def test_two_scrapes_of_one_pod_in_flight_at_once_never_read_as_a_counter_reset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two reads of one pod overlap (a probe round's beside a pass's): A's request is sent first, B's second, but
+    the server takes B's values first (counter 200) and A's after (300), answers A at once and B only once A's
+    answer was read. In send order the counter went 300 -> 200, which a rate reads as a reset (the whole 200
+    counted as the increase). B's request was sent before A's answer was read, so their order is unknown and
+    B's point is not kept: both readings are the rate from the first scrape (100) to A's (300)."""
+    server = TextServer()
+    taken = 0
+    lock = threading.Lock()
+    a_arrived, b_taken, a_read = threading.Event(), threading.Event(), threading.Event()
+
+    def render(_: str) -> str:
+        nonlocal taken
+        with lock:
+            arrival = server.hits  # 1: the first scrape, 2: A, 3: B
+        if arrival == 2:
+            a_arrived.set()
+            assert b_taken.wait(5)  # B's values are taken first
+        with lock:
+            taken += 1
+            body = f"vllm:prompt_tokens_total {100 * taken}\nvllm:num_requests_waiting 1\n"
+        if arrival == 3:
+            b_taken.set()
+            assert a_read.wait(5)  # B is answered once A's answer was read
+        return body
+
+    server.render = render
+    real_parse = pods_module.parse
+
+    def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = None) -> pods_module.Exposition:
+        if "300" in text:
+            a_read.set()
+        return real_parse(text, content_type, wanted)
+
+    monkeypatch.setattr(pods_module, "parse", parse)  # only to know when A's answer was read
+    source = PodsSource(clock=Ticks())
+    pods = (PodRef(PODS[0], url=server.url),)
+    spec = PodsSourceSpec(type="pods")
+    req = request("Deployment/llm/srv", spec, {"preset": "vllm.prompt_tokens", "rate": {"windowSeconds": 60}},
+                  name="r", pods=pods)
+    sent = request("Deployment/llm/srv", spec, {"preset": "vllm.waiting"}, name="w", pods=pods)  # its stamp
+    try:
+        first = await source.read([req, sent], deadline_s=5)
+        read_a = asyncio.create_task(source.read([req], deadline_s=5))
+        assert await asyncio.to_thread(a_arrived.wait, 5)
+        read_b = asyncio.create_task(source.read([req], deadline_s=5))
+        a, b = (await read_a)[req.key], (await read_b)[req.key]
+    finally:
+        await source.aclose()
+        server.close()
+    assert "no rate yet" in (first[req.key].error or "")
+    t0 = first[sent.key].timestamp
+    assert t0 is not None
+    assert a.timestamp is not None
+    assert b.timestamp is not None
+    assert t0 < a.timestamp < b.timestamp  # the requests' send times
+    assert a.value == pytest.approx(200 / (a.timestamp - t0))
+    assert b.value == pytest.approx(200 / (a.timestamp - t0))  # B's point was not kept
 
 
 def test_histogram_quantile_follows_prometheus() -> None:
