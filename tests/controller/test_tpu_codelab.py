@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -29,7 +30,6 @@ from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 from kubernetes_asyncio import client
 
 from autoscaler.controller.config import ControllerConfig
@@ -37,12 +37,13 @@ from autoscaler.controller.loop import LoopClock
 from autoscaler.controller.runtime import Runtime
 from autoscaler.controller.workloads import DEACTIVATED_BY, LAST_CHECKPOINT
 from autoscaler.core.model import Reason
-from tests.controller.helpers import MetricsServer, pool_on
+from tests.controller.helpers import pool_on
 from tests.controller.test_disaggregated_loop import FakePrometheus
 from tests.kube import codelab
 from tests.kube.emulator import Emulator
 from tests.kube.kueue import V1BETA2
 from tests.kube.tas import LWS, LiveTas, assigned_hosts
+from tests.sources.realprom import TextServer
 
 NS = codelab.NAMESPACE
 EXAMPLE = Path(__file__).parents[2] / "policies" / "lws-prefill-decode.yaml"
@@ -54,12 +55,21 @@ FINETUNES = {f"ft-{i}": 60.0 * (9 - i) for i in range(1, 9)}
 
 
 @dataclass
-class VllmMetrics(MetricsServer):
+class VllmMetrics:
     """A stand-in for a pool's vLLM servers: ``/metrics`` with the V1 gauges, counters and histograms the presets
     read. The prompt-token counter grows at ``prompt_rate`` tokens/s (the generated-token one at a thousandth of it:
     a prefill pool's first tokens); while requests run, wait or arrive, each scrape observes one more request at
     ``ttft`` / ``tpot`` seconds in the latency histograms, so the quantiles are known (an idle server observes
-    nothing, and an empty window has no quantile)."""
+    nothing, and an empty window has no quantile).
+
+    Served from a thread of its own (``TextServer``), as a real server is another process: it takes its values
+    when the request reaches it, whatever the controller's event loop is doing. Served from that loop, as it was
+    until 2026-12-07, it took them only once the loop got round to its handler, a wait no product stamp can see
+    (at load 7, 21:28 UTC: up to 73 ms after the request was sent). On its thread, at load 12-14 (four runs,
+    21:31-21:38 UTC), the values were taken at most 65 ms after the request was sent and the answer read up to
+    105 ms after that; the prompt rate over the 2 s window, stamped at the request (as the pods source does), was
+    within -2.7 % and +5.1 % of the true rate, and would have been within -20 % and +8 % stamped when read. The
+    counter's clock is ``time.monotonic``, the loop's."""
 
     running: float = 0.0
     waiting: float = 0.0
@@ -70,8 +80,25 @@ class VllmMetrics(MetricsServer):
     observed: int = 0
     prompt_total: float = 0.0
     last: float | None = None
+    url: str = ""
+    _server: TextServer | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    async def _metrics(self, _: web.Request) -> web.Response:
+    async def start(self) -> str:
+        self._server = TextServer(content_type="text/plain")
+        self._server.render = self._metrics
+        self.url = self._server.url
+        return self.url
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    def _metrics(self, _: str) -> str:
+        with self._lock:  # one answer at a time (the server answers each request in a thread)
+            return self._exposition()
+
+    def _exposition(self) -> str:
         labels = 'model_name="Qwen/Qwen3.5-397B-A17B-FP8",engine="0"'
         now = time.monotonic()
         self.prompt_total += self.prompt_rate * (now - (self.last if self.last is not None else now))
@@ -95,7 +122,7 @@ class VllmMetrics(MetricsServer):
             text += f'vllm:{name}_bucket{{{labels},le="+Inf"}} {self.observed}\n'
             text += f"vllm:{name}_sum{{{labels}}} {self.observed * value}\n"
             text += f"vllm:{name}_count{{{labels}}} {self.observed}\n"
-        return web.Response(text=text, content_type="text/plain")
+        return text
 
 
 def shipped_policies(prefill_url: str, decode_url: str) -> list[dict[str, Any]]:
@@ -281,15 +308,18 @@ async def test_two_policies_growing_while_kueue_evicts_never_ask_for_more_groups
     world: Codelab,
 ) -> None:
     """The two policies both grow on full blocks while Kueue still holds the first one's victims: the victims'
-    grace period here is 3 s (30 s unscaled 10×, where the other tests scale 100×), so every pass of both 1 s
-    policies falls inside it. The second must count neither the places the first one's victims are freeing nor
-    its groups waiting for them (the pass ledger, ``arbitration.in_pass``): checked at every scale write, the
-    groups asked for plus the slices active training holds never exceed the blocks' 16 places. (This stand-in
-    Kueue never preempts by itself: a policy that overspends has its groups wait and stops their victims a pass
-    later, so only the check at the write sees it; the simulator's Kueue preempts one more Workload there.)"""
+    grace period here is 10 s (30 s unscaled 3×, where the other tests scale 100×), so every pass of both 1 s
+    policies falls inside it: prefill grows once its rate is known (two scrapes), decode from the first pass on
+    its gauges; prefill's first write came 0.65 s after decode's stops at load 14 (21:37 UTC) and 4 s after them
+    at load 17 (21:45 UTC), past the 3 s grace it had until 2026-12-07 (its premise failed there). The second
+    must count neither the places the first one's victims are freeing nor its groups waiting for them (the pass
+    ledger, ``arbitration.in_pass``): checked at every scale write, the groups asked for plus the slices active
+    training holds never exceed the blocks' 16 places. (This stand-in Kueue never preempts by itself: a policy that
+    overspends has its groups wait and stops their victims a pass later, so only the check at the write sees it;
+    the simulator's Kueue preempts one more Workload there.)"""
     w = world
     _full(w)
-    w.tas.timing = dataclasses.replace(w.tas.timing, evict_s=3.0)
+    w.tas.timing = dataclasses.replace(w.tas.timing, evict_s=10.0)
     over: list[str] = []
     seen: list[tuple[str, list[str]]] = []
 
@@ -304,7 +334,9 @@ async def test_two_policies_growing_while_kueue_evicts_never_ask_for_more_groups
 
     w.kube.after("PATCH", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{NS}/leaderworkersets/*", check,
                  times=10_000)
-    # Both loads are there from the first pass: 3 groups each (as in the test above).
+    # Both loads are there from the first pass: 3 groups each (as in the test above). Prefill's 100,000 tokens/s
+    # need 2.39 groups (with its first tokens, at 60,000 a group and utilization 0.7): 3 groups for a measured rate
+    # from 83,600 to 125,700 tokens/s, -16 % to +26 % (the rate's error under load: the stand-in's docstring).
     w.prefill.prompt_rate = 100_000
     w.decode.running, w.decode.kv = 400, 0.6
     w.start()
@@ -508,7 +540,13 @@ def fragmented_world(kube: Emulator, *, index_annotation: bool = True) -> LiveTa
 def shift_policy(url: str) -> dict[str, Any]:
     """One ``disaggregated`` policy for prefill and two decode variants: 2x2x2 groups (2,000 generated tokens/s
     each) and 2x4x4 groups (10,000 on 32 chips: more per chip, an estimate for the test, as in
-    tests/core/test_disaggregated); only the fine-tunes (label ``team: finetune``) may be stopped."""
+    tests/core/test_disaggregated); only the fine-tunes (label ``team: finetune``) may be stopped.
+
+    ``scaleDownDelaySeconds`` 6: rule 4b adds the larger group only within that delay of the smaller one's removal,
+    once its place is free (the stand-in Kueue has deleted the removed group's Workload). At 2 s (until 2026-12-07)
+    a loaded machine missed it: at load 8-12 (21:30 UTC, main 186d6be) decode went 5 -> 4 and then held 4 small
+    groups for 45 s, the shift given up. A cluster's delay (minutes) is many times a group's removal; 6 s is three
+    times the 2 s within which an idle run adds it."""
     def variant(name: str, lws_name: str, topology: str, tps: float, low: int, high: int) -> dict[str, Any]:
         return {"name": name, "target": {"kind": "LeaderWorkerSet", "name": lws_name, "namespace": NS},
                 "sliceTopology": topology, "tokensPerSecond": tps, "minReplicas": low, "maxReplicas": high}
@@ -521,7 +559,7 @@ def shift_policy(url: str) -> dict[str, Any]:
                 "signals": [{"name": "prompt_tokens", "query": "prompt", "pool": "prefill"},
                             {"name": "generation_tokens", "query": "gen"}],
                 "policy": {
-                    "type": "disaggregated", "scaleDownDelaySeconds": 2,
+                    "type": "disaggregated", "scaleDownDelaySeconds": 6,
                     "prefill": {"ttftSeconds": 2, "signals": {"promptTokens": "prompt_tokens"},
                                 "variants": [variant("prefill", PREFILL, "2x2x2", 8000, 1, 4)]},
                     "decode": {"timePerOutputTokenSeconds": 0.05,
@@ -578,7 +616,7 @@ async def test_a_make_room_shift_frees_the_place_a_larger_group_needs_then_moves
     try:
         prom.values = {"prompt": 1_000.0, "gen": 4_900.0}
         w.start()
-        await until(lambda: w.groups(BIG) == 1 and tas.ready_groups(BIG) == 1, timeout=60.0)
+        await until(lambda: w.groups(BIG) == 1 and tas.ready_groups(BIG) == 1, timeout=120.0)
         writes = scale_writes(kube)
         # The small group went first, before any 2x4x4 group was asked for: the shift, not a growth.
         assert writes[0] == (DECODE, 4), writes
@@ -597,7 +635,7 @@ async def test_a_make_room_shift_frees_the_place_a_larger_group_needs_then_moves
         assert w.training()["jobset-other-tenant"] == (True, True)
         # Then the small groups go, once the larger one serves, and the fine-tunes resume in the half they free.
         await until(lambda: w.groups(DECODE) == 0 and all(a and ad for a, ad in w.training().values()),
-                    timeout=90.0)
+                    timeout=150.0)
         assert (w.groups(PREFILL), w.groups(BIG)) == (1, 1)
         assert resumed_while_waiting == []
         assert tas.violations == []
