@@ -738,9 +738,12 @@ class History:
     one endpoint in flight at once (a probe round's read beside a pass's) have no known order: the server may
     take the later request's values first, and kept in send order the counter would seem to go down (a reset:
     its whole value counted as the increase, a rate many times the true one). So a point whose request was sent
-    before the last kept point's answer was read is not kept (its reading is the rate of the points kept), as
-    Prometheus, which scrapes a target one scrape at a time, never has two. A sample carrying its own timestamp
-    is ordered by it.
+    before the last kept point's answer was read, and whose value is below that point's, is not kept (its
+    reading is the rate of the points kept): its values were taken first. Prometheus, which scrapes a target one
+    scrape at a time, never has two. At or above, the order is the send order's (a counter never goes down but
+    by a reset, and a reset between two overlapping requests of one pod is not told from this), and the point
+    is kept: under load, when answers are read late, most scrapes of a pod overlap another read's. A sample
+    carrying its own timestamp is ordered by it.
     """
 
     def __init__(self) -> None:
@@ -756,9 +759,10 @@ class History:
         answer was read, for a point stamped with its request's send time (None: the sample's own time)."""
         key = (url, name, tuple(sorted(labels.items())))
         points = self._points.setdefault(key, deque())
-        last_read = self._read.get(key)
-        overlapped = read_at is not None and last_read is not None and at < last_read
-        if not points or (at > points[-1][0] and not overlapped):
+        last_read = self._read.get(key)  # an overlapping request's value below the last: taken before it
+        if not points or (at > points[-1][0] and not (
+            read_at is not None and last_read is not None and at < last_read and value < points[-1][1]
+        )):
             points.append((at, value))
             if read_at is None:
                 self._read.pop(key, None)

@@ -274,18 +274,24 @@ class Ticks:
         return self.t
 
 
+@pytest.mark.parametrize(
+    "reordered",
+    [pytest.param(True, id="values-taken-in-the-other-order"), pytest.param(False, id="values-taken-in-send-order")],
+)
 async def test_two_scrapes_of_one_pod_in_flight_at_once_never_read_as_a_counter_reset(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, reordered: bool
 ) -> None:
-    """Two reads of one pod overlap (a probe round's beside a pass's): A's request is sent first, B's second, but
-    the server takes B's values first (counter 200) and A's after (300), answers A at once and B only once A's
-    answer was read. In send order the counter went 300 -> 200, which a rate reads as a reset (the whole 200
-    counted as the increase). B's request was sent before A's answer was read, so their order is unknown and
-    B's point is not kept: both readings are the rate from the first scrape (100) to A's (300)."""
+    """Two reads of one pod overlap (a probe round's beside a pass's): A's request is sent first, B's second; A's
+    is answered once B's is in, and B's only once A's answer was read. Reordered, the server takes B's values
+    first (counter 200) and A's after (300): in send order the counter went 300 -> 200, which a rate reads as a
+    reset (the whole 200 counted as the increase); B's point is not kept, and both readings are the rate from
+    the first scrape (100) to A's (300). In send order (A 200, B 300), B's point is kept: a pod whose scrapes
+    overlap (answers read late under load) still has its rate from every scrape."""
     server = TextServer()
     taken = 0
     lock = threading.Lock()
-    a_arrived, b_taken, a_read = threading.Event(), threading.Event(), threading.Event()
+    a_arrived, b_arrived = threading.Event(), threading.Event()
+    first_taken, a_read = threading.Event(), threading.Event()
 
     def render(_: str) -> str:
         nonlocal taken
@@ -293,20 +299,27 @@ async def test_two_scrapes_of_one_pod_in_flight_at_once_never_read_as_a_counter_
             arrival = server.hits  # 1: the first scrape, 2: A, 3: B
         if arrival == 2:
             a_arrived.set()
-            assert b_taken.wait(5)  # B's values are taken first
+        if arrival == 3:
+            b_arrived.set()
+        if (arrival == 2 and reordered) or (arrival == 3 and not reordered):
+            assert first_taken.wait(5)  # the other request's values are taken first
         with lock:
             taken += 1
             body = f"vllm:prompt_tokens_total {100 * taken}\nvllm:num_requests_waiting 1\n"
+        if arrival > 1:
+            first_taken.set()
+        if arrival == 2:
+            assert b_arrived.wait(5)  # A is answered only once B's request is in: the two overlap
         if arrival == 3:
-            b_taken.set()
             assert a_read.wait(5)  # B is answered once A's answer was read
         return body
 
     server.render = render
     real_parse = pods_module.parse
+    a_value = "300" if reordered else "200"
 
     def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = None) -> pods_module.Exposition:
-        if "300" in text:
+        if a_value in text:
             a_read.set()
         return real_parse(text, content_type, wanted)
 
@@ -332,8 +345,12 @@ async def test_two_scrapes_of_one_pod_in_flight_at_once_never_read_as_a_counter_
     assert a.timestamp is not None
     assert b.timestamp is not None
     assert t0 < a.timestamp < b.timestamp  # the requests' send times
-    assert a.value == pytest.approx(200 / (a.timestamp - t0))
-    assert b.value == pytest.approx(200 / (a.timestamp - t0))  # B's point was not kept
+    if reordered:
+        assert a.value == pytest.approx(200 / (a.timestamp - t0))
+        assert b.value == pytest.approx(200 / (a.timestamp - t0))  # B's point was not kept
+    else:
+        assert a.value == pytest.approx(100 / (a.timestamp - t0))
+        assert b.value == pytest.approx(200 / (b.timestamp - t0))  # B's point was kept
 
 
 def test_histogram_quantile_follows_prometheus() -> None:
