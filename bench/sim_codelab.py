@@ -46,11 +46,15 @@ VARIANTS_POLICY = ROOT / "policies" / "tpu7x-disaggregated-variants.yaml"
 CODELAB_NAMESPACE = "llm-d-pd-disaggregation"
 
 
-def adapted_joint_policy(path: Path, namespace: str = "llm-d-pd-joint") -> ScalingPolicy:
+def adapted_joint_policy(path: Path, namespace: str = "llm-d-pd-joint", *,
+                         slot_occupancy: bool | None = None) -> ScalingPolicy:
     """A one-policy example in the codelab's namespace (each ships in its own so that the examples validate
-    side by side), every signal kept."""
+    side by side), every signal kept; ``slot_occupancy``: decode's opt-in rule 0c set so (None: as shipped)."""
     text = path.read_text(encoding="utf-8").replace(namespace, CODELAB_NAMESPACE)
-    return ScalingPolicy.model_validate(yaml.safe_load(text))
+    doc = yaml.safe_load(text)
+    if slot_occupancy is not None:
+        doc["spec"]["policy"]["decode"]["slotOccupancy"] = slot_occupancy
+    return ScalingPolicy.model_validate(doc)
 
 
 def main(argv: list[str]) -> int:
@@ -62,17 +66,20 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--duration", type=float, help="seconds simulated (default: the cluster file's)")
     ap.add_argument("--variants", action="store_true",
                     help="the decode role on a 2x2x2 and a 2x4x4 LWS, with the variants example policy")
+    ap.add_argument("--slot-occupancy", action="store_true",
+                    help="the one-policy examples with decode's opt-in rule 0c (slotOccupancy: true)")
     args = ap.parse_args(argv)
     cluster = VARIANTS_CLUSTER if args.variants else CLUSTER
+    slots = True if args.slot_occupancy else None
     if args.policies:
         pols = [(p.metadata.name, p) for a in args.policies for p in load_file(a)]
     elif args.variants:
-        variants = adapted_joint_policy(VARIANTS_POLICY, "llm-d-pd-variants")
+        variants = adapted_joint_policy(VARIANTS_POLICY, "llm-d-pd-variants", slot_occupancy=slots)
         pols = [(variants.metadata.name, variants)]
     else:
         pols = [(p.metadata.name, p) for p in load_file(DEFAULT_POLICY)]
         if JOINT_POLICY.is_file():
-            joint = adapted_joint_policy(JOINT_POLICY)
+            joint = adapted_joint_policy(JOINT_POLICY, slot_occupancy=slots)
             pols.append((joint.metadata.name, joint))
     options = runner.Options(cluster=cluster, policies=pols, requests=args.requests, rate_scale=args.rate_scale,
                              start_s=args.start, duration_s=args.duration)

@@ -599,7 +599,8 @@ def _decide_joint(
         ]
         return Decided(list(held), nxt.freeze())
     status = {
-        name: disaggregated.VariantStatus(members[r.key].spec, members[r.key].ready, members[r.key].starting)
+        name: disaggregated.VariantStatus(members[r.key].spec, members[r.key].ready, members[r.key].starting,
+                                          members[r.key].gated)
         for name, r in refs.items()
     }
     # The flavor's slice inventory (the cluster's blocks and what holds them), when the controller read one:
@@ -651,11 +652,14 @@ def _decide_joint(
         role: window for role, name in latency_names.items()
         if name is not None and (window := quantile_window(spec, name))
     }
+    # Rule 0c: the share of requests that may wait for a decode slot is what the TTFT objective's quantile
+    # leaves (a slot wait delays the first token): 1 − q.
+    ttft_q = quantile_q(spec, config.prefill.signals.ttft) if config.prefill.signals.ttft is not None else None
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
         fits=fits, room=room, group_budget=spec.max_replicas, rate_window_s=rate_window,
         arrival_window_s=(signal_window(spec, arriving) or 0.0) if arriving is not None else 0.0,
-        latency_windows=latency_windows,
+        latency_windows=latency_windows, slot_wait_fraction=None if ttft_q is None else 1.0 - ttft_q,
     )
     planned = {c.name: c.desired for c in joint.counts}
     desired = dict(planned)
@@ -721,6 +725,12 @@ def quantile_window(spec: Spec, name: str) -> float | None:
     """The time a latency quantile covers: its ``quantile`` window; for an ``expr``, the longest window of the
     quantiles it names (its value may come from any of them); None when it names none."""
     return _window(spec, name, lambda s: s.quantile.window_seconds if s.quantile is not None else None, max)
+
+
+def quantile_q(spec: Spec, name: str) -> float | None:
+    """The quantile a latency signal reads (its ``quantile.q``); for an ``expr``, the lowest of the quantiles it
+    names (the one with the largest share of requests above it); None when it names none."""
+    return _window(spec, name, lambda s: s.quantile.q if s.quantile is not None else None, min)
 
 
 def signal_window(spec: Spec, name: str) -> float | None:

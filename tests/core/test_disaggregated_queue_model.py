@@ -44,11 +44,11 @@ def test_the_headroom_lands_a_shrink_at_the_comfortable_load_never_above_c() -> 
     # Without a model: the 20 % of HYSTERESIS (lands at c·0.8).
     assert dg.shrink_headroom(0.8, None) == dg.HYSTERESIS
     below = dg.QueueModel(0.5, dg.QueueSample(T0, 0.5, 0.5))
-    assert dg.shrink_headroom(0.8, below) == pytest.approx(dg.HYSTERESIS)  # the model never adds headroom
+    assert dg.shrink_headroom(0.8, below.load) == pytest.approx(dg.HYSTERESIS)  # the model never adds headroom
     between = dg.QueueModel(0.72, dg.QueueSample(T0, 0.6, 0.3))
-    assert dg.shrink_headroom(0.8, between) == pytest.approx(1 - 0.72 / 0.8)
+    assert dg.shrink_headroom(0.8, between.load) == pytest.approx(1 - 0.72 / 0.8)
     above = dg.QueueModel(0.95, dg.QueueSample(T0, 0.6, 0.1))
-    assert dg.shrink_headroom(0.8, above) == pytest.approx(0.0)  # at most c: no shrink the need undoes at once
+    assert dg.shrink_headroom(0.8, above.load) == pytest.approx(0.0)  # at most c: no shrink the need undoes at once
 
 
 def _three_groups(samples: tuple[dg.QueueSample, ...]) -> dg.DisaggState:
