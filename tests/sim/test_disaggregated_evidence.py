@@ -30,12 +30,15 @@ def prefill_steps(res: RunResult) -> list[tuple[float, int, int, str]]:
 def test_a_ttft_quantile_still_holding_fewer_groups_adds_no_group() -> None:
     # conv ×10, min 15-28: the third prefill group (asked for at 225 s) serves from 690 s. The 60 s TTFT p99
     # read at 705 s (2.32 s) still holds the minute on two groups; it used to add a fourth group on it (and
-    # cut c to 0.53). Now the fourth comes only on what the three groups serve (the token need, at 720 s).
-    steps = prefill_steps(run(900.0, 780.0, {"prefill": 2, "decode": 2}))
+    # cut c to 0.53). Now the fourth comes only on what the three groups serve: the token need (at 720 s
+    # before waitForAdmission kept c from falling while the third group waited for admission), or a TTFT at
+    # risk over a minute of three groups only (at 780 s since).
+    steps = prefill_steps(run(900.0, 840.0, {"prefill": 2, "decode": 2}))
     assert [(b, a) for _, b, a, _ in steps] == [(2, 3), (3, 4)], steps
     t, _, _, message = steps[1]
-    assert BUMP not in message, message
-    assert t >= 690.0 + 60.0 - 30.0, steps  # the token need at 720 s, never the stale quantile at 705 s
+    assert t >= 690.0 + 60.0 - 30.0, steps  # never the stale quantile at 705 s
+    if BUMP in message:
+        assert t >= 690.0 + 60.0, steps  # the quantile's window holds no minute before the third group served
 
 
 def test_past_needs_sized_at_the_utilization_learned_since_let_prefill_go_sooner() -> None:
