@@ -13,6 +13,8 @@ pair, so for every 60 s window (ending every 5 s, at least 20 first tokens in it
 - ``ttft-buckets``: the convolution read from histograms with the TTFT's buckets for both (what the simulator
   exported for JetStream's queue time before 2026-12-07 19:00 UTC);
 - ``jetstream-buckets``: with JetStream's own queue-time buckets (``model.JETSTREAM_QUEUE_BOUNDS``);
+- ``jetstream-exponential``: the same histograms, each bucket read as an exponential fitted from its neighbours'
+  counts (``sizing.quantile_of_sum(within="exponential")``, the ``slo`` type's ``bucketReading: exponential``);
 
 each at the p99 and at the rank the window supports (``latencyEvidence``), with the count of false alarms (read
 over the objective, true within it) and misses (the reverse), and the median and 90th percentile of the error.
@@ -76,7 +78,7 @@ def _report(args: argparse.Namespace, trace: Path) -> int:
         for i in range(len(req.arrival)) if not math.isnan(req.first_token[i])
     )
     times = [s[0] for s in served]
-    names = ("exact-independent", "ttft-buckets", "jetstream-buckets")
+    names = ("exact-independent", "ttft-buckets", "jetstream-buckets", "jetstream-exponential")
     errors: dict[str, list[float]] = {f"{n}{at}": [] for n in names for at in ("", " @supported")}
     false_alarms = dict.fromkeys(errors, 0)
     misses = dict.fromkeys(errors, 0)
@@ -100,10 +102,14 @@ def _report(args: argparse.Namespace, trace: Path) -> int:
             "exact-independent": broken[math.ceil(Q * m) - 1],
             "exact-independent @supported": broken[max(0, math.ceil(k / n * m) - 1)],
         }
-        for name, bounds in (("ttft-buckets", HISTOGRAM_BOUNDS), ("jetstream-buckets", JETSTREAM_QUEUE_BOUNDS)):
+        readings: tuple[tuple[str, Sequence[float], sizing.Within], ...] = (
+            ("ttft-buckets", HISTOGRAM_BOUNDS, "uniform"), ("jetstream-buckets", JETSTREAM_QUEUE_BOUNDS, "uniform"),
+            ("jetstream-exponential", JETSTREAM_QUEUE_BOUNDS, "exponential"),
+        )
+        for name, bounds, within in readings:
             hq, ht = _histogram(queue, bounds), _histogram(ttft, HISTOGRAM_BOUNDS)
-            read[name] = sizing.quantile_of_sum(hq, ht, Q)
-            supported = sizing.supported_quantile_of_sum(hq, ht, Q, WINDOW_S)
+            read[name] = sizing.quantile_of_sum(hq, ht, Q, within=within)
+            supported = sizing.supported_quantile_of_sum(hq, ht, Q, WINDOW_S, within=within)
             read[name + " @supported"] = supported[0] if supported else math.nan
         for key, value in read.items():
             truth = true[" @supported" if key.endswith("@supported") else ""]
