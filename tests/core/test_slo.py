@@ -2040,6 +2040,44 @@ def test_after_queue_needs_both_latencies() -> None:
         policy(config(signals={"waiting": "waiting", "ttft": "ttfth"}, ttftAfterQueue=True))
 
 
+#: A window of the simulated code trace ×0.5, 30-45 min at 218 s (docs/slo.md Session 24; rates per second of a 60 s
+#: window, 133 requests): 29 waits in (1, 2] s, really 1.34-1.61 s, none above; the true p99 of queue time + TTFT
+#: is 1.69 s, within the 2 s objective.
+FALLING_IN_A_WIDE_BUCKET = (
+    {k: v / 60 for k, v in {0.01: 33, 0.02: 34, 0.05: 43, 0.1: 51, 0.2: 60, 0.5: 77, 1.0: 104, 2.0: 133, 5.0: 133,
+                            math.inf: 133}.items()},
+    {k: v / 60 for k, v in {0.001: 3, 0.005: 13, 0.01: 21, 0.02: 34, 0.04: 49, 0.06: 67, 0.08: 74, 0.1: 79,
+                            0.25: 111, 0.5: 133, 0.75: 133, math.inf: 133}.items()},
+)
+
+
+def test_a_wide_bucket_read_exponential_raises_no_false_alarm() -> None:
+    """Read uniform within its buckets (as histogram_quantile reads one), the wide (1, 2] bucket puts the supported
+    p99 of the sum over 2 s and the loop adds a replica no request needed; read exponential, fitted from the
+    neighbouring buckets' counts, it is within the objective (at risk: over 0.8 of it) and nothing is added."""
+    uniform = _after_queue(AFTER_QUEUE, FALLING_IN_A_WIDE_BUCKET)
+    assert (uniform.replicas, uniform.reason) == (3, Reason.SCALE_UP), uniform.message
+    assert "queue time + TTFT p99 2.02s vs 2s (independent sum of the two windows, supported" in uniform.message
+    fitted = _after_queue({**AFTER_QUEUE, "bucketReading": "exponential"}, FALLING_IN_A_WIDE_BUCKET)
+    assert fitted.replicas == 2, fitted.message
+    assert "SLO missed" not in fitted.message, fitted.message
+    assert ("queue time + TTFT p99 1.9s vs 2s (independent sum of the two windows, exponential within buckets, "
+            "supported by their 133 requests at 95%; point estimate 2.02s)") in fitted.message
+
+
+def test_an_exponential_reading_still_sees_a_miss() -> None:
+    """10 % of the requests wait in (1, 1.9] s with nothing in (0.001, 1]: the counts say nothing of a falling density
+    there, and the sum's p99 is still over the objective read exponential: a replica is added."""
+    rec = _after_queue({**AFTER_QUEUE, "bucketReading": "exponential"}, LONG_WAITS)
+    assert (rec.replicas, rec.reason) == (3, Reason.SCALE_UP), rec.message
+    assert "exponential within buckets" in rec.message
+
+
+def test_a_bucket_reading_needs_ttft_after_queue() -> None:
+    with pytest.raises(ValidationError, match="bucketReading is how ttftAfterQueue reads"):
+        policy(config(signals=AFTER_QUEUE_SIGNALS, bucketReading="exponential"))
+
+
 #: A 60 s latency quantile comfortably met whose histogram observes 2 requests ending per second (cumulative rates).
 ENDING = {0.5: 2.0, math.inf: 2.0}
 

@@ -54,7 +54,9 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    within the hysteresis of it, and ``c`` drops only where the model was content there.
    With ``ttftAfterQueue`` (opt-in, for a TTFT counted from the queue's end, as JetStream's) the TTFT the loop
    judges is what users feel, queue time + TTFT: the quantile of the sum of the two windows, whose latencies are
-   independent (a FIFO wait does not depend on the request's own prefill; ``sizing.quantile_of_sum``).
+   independent (a FIFO wait does not depend on the request's own prefill; ``sizing.quantile_of_sum``), each read
+   uniform within its buckets, or with ``bucketReading: exponential`` (opt-in) as an exponential fitted from the
+   neighbouring buckets' counts (``sizing.bucket_pieces``).
 4. **Forecast** over the cold start ``H``: the load's linear trend over the last ``H`` (only upward, at most
    doubling the load, never extrapolated further ahead than the history spans), a burst flag (the last
    ``BURST_SHORT_S`` average ≥ ``burstRatio`` × the window's), and, when ``seasonality`` is set and a previous
@@ -137,6 +139,7 @@ from autoscaler.core.sizing import (
     RISK_FRACTION,
     SATURATED_EVALUATIONS,
     SETTLE_S,
+    Within,
     WorkSample,
     capacity_alpha,
     fitted_level,
@@ -407,6 +410,15 @@ class SloPolicyConfig(SpecModel):
         "observed while the other has some) makes it unknown; both quiet, quiet. Needs signals.ttft and "
         "signals.queueTime. Opt-in (docs/slo.md, Session 19).",
     )
+    bucket_reading: Within = Field(
+        default="uniform",
+        description="How ttftAfterQueue reads the observations within each histogram bucket when it convolves the "
+        "two windows. uniform: spread evenly, as histogram_quantile reads a bucket (a wide bucket where the "
+        "density falls is read too high: +0.3 to +0.8 s median on the sum's p99, docs/slo.md Session 24). "
+        "exponential: a density proportional to exp(-theta x) within the bucket, theta fitted by maximum "
+        "likelihood to the counts of the bucket and its two neighbours (the bucket's own count kept; falling or "
+        "rising as those counts say). Needs ttftAfterQueue. Opt-in (docs/slo.md, Session 29).",
+    )
     prove_over_window: bool = Field(
         default=False,
         description="The upward probe proves only a load the measured quantile is evidence of: the lowest load over "
@@ -542,6 +554,11 @@ class SloPolicyConfig(SpecModel):
             raise FieldError(
                 "ttftAfterQueue judges queue time + TTFT: it needs signals.ttft and signals.queueTime",
                 "ttftAfterQueue",
+            )
+        if self.bucket_reading != "uniform" and not self.ttft_after_queue:
+            raise FieldError(
+                "bucketReading is how ttftAfterQueue reads the two histograms' buckets: set ttftAfterQueue too",
+                "bucketReading",
             )
         if s.time_per_output_token is not None and self.objective.time_per_output_token_seconds is None:
             raise FieldError(
@@ -1378,20 +1395,22 @@ class SloAlgorithm:
             assert vq is not None
             assert vt is not None
             return vq + vt, f" (the sum of the two quantiles: {vq:.3g}s + {vt:.3g}s)"
-        point = quantile_of_sum(sq.histogram, st.histogram, q)
+        within = self.config.bucket_reading
+        point = quantile_of_sum(sq.histogram, st.histogram, q, within=within)
+        how = "independent sum of the two windows" + ("" if within == "uniform" else f", {within} within buckets")
         if not self.config.latency_evidence:
-            return point, " (independent sum of the two windows)"
+            return point, f" ({how})"
         window = min(q_spec.window_seconds, t_spec.window_seconds)
-        supported = supported_quantile_of_sum(sq.histogram, st.histogram, q, window)
+        supported = supported_quantile_of_sum(sq.histogram, st.histogram, q, window, within=within)
         if supported is None:
             if waiting is not None and waiting == 0:
                 return None, f"their windows support no p{q * 100:g}, none waiting (quiet)"
             return None, ""
         value, n = supported
         if value >= point - 1e-12:
-            return point, " (independent sum of the two windows)"
+            return point, f" ({how})"
         return value, (
-            f" (independent sum of the two windows, supported by their {n} requests at {QUANTILE_CONFIDENCE:.0%}; "
+            f" ({how}, supported by their {n} requests at {QUANTILE_CONFIDENCE:.0%}; "
             f"point estimate {point:.3g}s)"
         )
 
