@@ -92,6 +92,7 @@ from autoscaler.core.model import (
     Observation,
     QueueQuota,
     QuotaStatus,
+    Reacquire,
     Reason,
     ReplicaStatus,
     ScaleDecision,
@@ -348,6 +349,66 @@ def handoff_eviction_s(capacity: CapacitySpec, training: Sequence[TrainingWorklo
         and (e := eviction_s(w)) is not None
     ]
     return max(known, default=None)
+
+
+def reacquire(
+    *,
+    capacity: CapacitySpec,
+    quota: QuotaStatus,
+    training: Sequence[TrainingWorkload],
+    replicas: ReplicaStatus,
+    target: str,
+    max_replicas: int,
+    now: float,
+) -> Reacquire | None:
+    """What getting back the replicas a scale-down releases now would take (``Reacquire``): for releasing 1, 2, ...
+    replicas, the training ``_reactivate`` would resume on their chips, and the most replicas the target could
+    then have with every running Workload the arbitration may stop (``_ineligible``: the per-job cap on stops in
+    the last hour, ``minRunSeconds`` after a resume), against what it can have now; and when the budget lets it
+    reach that again (a stop ageing out of the hour, a resume out of ``minRunSeconds``). The reactivation is taken
+    without the policy's forecast hysteresis or the yield rule (each can only keep training down, so the cost is
+    not understated). None with a slice inventory (where a group goes is the placement's, not a chip count)."""
+    if quota.slices is not None and replicas.slice is not None:
+        return None
+    per, current, gated = capacity.per_replica, replicas.spec, replicas.gated
+    room = budget(quota=quota, training=training, own_pending=gated * per,
+                  waiting=waiting_targets(quota, {target: gated})).for_serving
+
+    def reach(count: int, free: float, ws: Sequence[TrainingWorkload], at: float) -> int:
+        stoppable = sum(
+            w.chips for w in ws if w.active and w.admitted and w.chips > 0 and _ineligible(capacity, w, at) is None
+        )
+        return min(max_replicas, max(count, count + math.floor((free + stoppable) / per + _EPS)))
+
+    reachable = reach(current, room, training, now)
+    after: list[int] = []
+    regained: list[float] = []
+    resumed: list[str] = []
+    for k in range(1, current + 1):
+        back = {d.workload.key for d in _reactivate(capacity, quota, training, current, current - k, gated).training}
+        ws = [
+            dataclasses.replace(w, active=True, admitted=True, deactivated_by_us=False, resumed_at=now)
+            if w.key in back else w
+            for w in training
+        ]
+        # Removing k replicas frees their chips (the gated ones first: their ask); the training resumed takes its
+        # chips back (a Workload still admitted was counted as being released).
+        free = room + k * per - sum(w.chips for w in training if w.key in back)
+        got = reach(current - k, free, ws, now)
+        wait = 0.0
+        if got < reachable:
+            ends = sorted({t for w in ws for t in (
+                *(p + HOUR_S for p in w.preempted_at),
+                *((w.resumed_at + capacity.min_run_seconds,) if w.resumed_at is not None else ()),
+            ) if t > now})
+            wait = next((t - now for t in ends if reach(current - k, free, ws, t) >= reachable), math.inf)
+        after.append(got)
+        regained.append(wait)
+        resumed.append(", ".join(
+            f"{w.key} (stopped {sum(1 for p in w.preempted_at if now - p < HOUR_S)}× in the last hour)"
+            for w in training if w.key in back
+        ))
+    return Reacquire(reachable, tuple(after), tuple(regained), tuple(resumed))
 
 
 def work_at_risk(w: TrainingWorkload) -> float | None:

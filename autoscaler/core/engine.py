@@ -183,8 +183,15 @@ def decide(
     eviction = (
         None if spec.capacity is None else arbitration.handoff_eviction_s(spec.capacity, observation.training, now)
     )
-    ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica, eviction)
     algorithm = compiled.algorithm
+    reacquire = (
+        arbitration.reacquire(capacity=spec.capacity, quota=observation.quota, training=observation.training,
+                              replicas=observation.replicas, target=observation.target.key,
+                              max_replicas=spec.max_replicas, now=now)
+        if spec.capacity is not None and observation.quota is not None and getattr(algorithm, "prices_release", False)
+        else None
+    )
+    ctx = Context(now, observation.target, observation.replicas, signals, spec, per_replica, eviction, reacquire)
     rec, algorithm_state = algorithm.recommend(ctx, state.algorithm)
     nxt = _Next(state, algorithm_state, now)
     if algorithm.uses_behavior and not nxt.recommendations:

@@ -256,6 +256,28 @@ class Ahead:
 
 
 @dataclass(frozen=True, slots=True)
+class Reacquire:
+    """What getting back serving replicas released now would take, in the training stops the preemption budget
+    still allows (``arbitration.reacquire``, for ``scaleDown.priceReacquire`` of type ``slo``).
+
+    A replica released while training this controller stopped waits for chips is resumed on them
+    (``arbitration._reactivate``); getting it back then takes a stop, and a Workload stopped
+    ``maxPreemptionsPerHour`` times in the last hour (or within ``minRunSeconds`` of its resume) cannot be stopped
+    again until that ages out. Index ``k - 1`` of each tuple is about releasing ``k`` replicas."""
+
+    #: The most replicas the target could have now: its count plus the room for serving and the chips of every
+    #: running Workload the arbitration may stop now, at most ``maxReplicas``.
+    reachable: int
+    #: After releasing ``k`` replicas and the training resumed on their chips: the same count, as things stand.
+    after: tuple[int, ...]
+    #: Seconds until, after that release, the budget lets the target reach ``reachable`` again (0: at once, the
+    #: release costs no reach; ``math.inf``: not within the budget's hour as now known).
+    regained_in_s: tuple[float, ...]
+    #: The Workloads resumed on the released chips, with their stops in the last hour, for messages.
+    resumed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QueueQuota:
     """One ClusterQueue of a cohort, for one resource, as ``arbitration.kueue_borrowable`` needs it (summed
     over the queue's flavors)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from autoscaler.core.fast import quick_init
-from autoscaler.core.model import Ahead, Reason, ReplicaStatus, SignalValue, TargetRef
+from autoscaler.core.model import Ahead, Reacquire, Reason, ReplicaStatus, SignalValue, TargetRef
 
 if TYPE_CHECKING:
     from autoscaler.core.spec import Spec
@@ -36,6 +36,10 @@ class Context:
     #: training Workloads a hand-off may stop now (``arbitration.handoff_eviction_s``): a hand-off's lead is
     #: this plus serving's cold start. None without ``capacity`` or when no victim's grace period was read.
     eviction_s: float | None = None
+    #: With ``capacity``, for a type that prices its releases (``prices_release``: ``slo``'s
+    #: ``scaleDown.priceReacquire``): what getting back replicas released now would take in training stops
+    #: (``arbitration.reacquire``). None otherwise.
+    reacquire: Reacquire | None = None
 
 
 @quick_init

@@ -139,6 +139,7 @@ from autoscaler.core.sizing import (
     RISK_FRACTION,
     SATURATED_EVALUATIONS,
     SETTLE_S,
+    RampTrend,
     Within,
     WorkSample,
     capacity_alpha,
@@ -362,6 +363,21 @@ class ScaleDownSpec(SpecModel):
         "a replacement started, or while the demand came back on average within the lead; released on that "
         "record (6 falls at least) even where the hold window's peak and the largest rise within a cold start "
         "would keep it; with less evidence those margins decide.",
+    )
+    price_reacquire: bool = Field(
+        default=False,
+        description="Price a release against what getting the replica back will cost in training stops (with "
+        "spec.capacity). A replica released while training this controller stopped waits for chips is resumed on "
+        "them, and getting it back takes a stop; a job stopped maxPreemptionsPerHour times in the last hour (or "
+        "within minRunSeconds of its resume) cannot be stopped again until that ages out, so the release can leave "
+        "the pool unable to reach, for that long, the count it can reach now (arbitration.reacquire). Such a "
+        "replica takes that long plus a hand-off's lead to come back, and is released as the hold window's rule "
+        "releases one that takes a cold start: only on a history observed and kept that spans that time, and only "
+        "when the load expected over it fits the count below at the scale-down utilization (the highest load of "
+        "that time and, where a slow ramp shows, the load now plus the ramp's slope over that time, no further "
+        "than the window that showed it). A release that costs no reach (the chips stay free, or the job resumed "
+        "can still be stopped) is as before. Without spec.capacity, or with a TPU slice inventory, nothing changes. "
+        "Opt-in (docs/slo.md, Session 27).",
     )
 
 
@@ -743,6 +759,11 @@ class SloAlgorithm:
     config: SloPolicyConfig
     #: The hold window and the hysteresis band are this type's smoothing.
     uses_behavior = False
+
+    @property
+    def prices_release(self) -> bool:
+        """The engine gives ``Context.reacquire`` (``scaleDown.priceReacquire``)."""
+        return self.config.scale_down.price_reacquire
 
     def _read(
         self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0, prefill_scale: float = 1.0,
@@ -1286,6 +1307,12 @@ class SloAlgorithm:
         lead_keep = _ceil(further / down_u) if ahead is not None else 0
         lead_keep = lead_keep if lead_keep > need else 0
         down = max(down, lead_keep)
+        # ``scaleDown.priceReacquire``: not below what a release the preemption budget could not buy back needs.
+        reacquire_keep, reacquire_text = self._reacquire_keep(
+            ctx, series, calm, down=down, current=current, load=max(load, forecast), down_u=down_u, lead=reach,
+            observed=observed, kept=keep,
+        )
+        down = max(down, reacquire_keep)
         band = (
             (
                 f"scale-down keeps max(load {load:.2f}, forecast) at ≤ {down_u:.2f} utilization (hysteresis "
@@ -1305,7 +1332,7 @@ class SloAlgorithm:
             + (step_text if step_keep > _ceil((load + rise) / c) else "")
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
-        )
+        ) + reacquire_text
         if down < current and observed < hold:
             no_down = no_down or f"observed {observed:g}s < the {hold:g}s hold window"
         if down < current and queued:
@@ -1321,6 +1348,70 @@ class SloAlgorithm:
             current, Reason.METRICS_UNKNOWN if unknown_hold else Reason.STEADY,
             f"{need_text}; {have_text}: holding {current} ({why})", ahead=ahead,
         ), new_state
+
+    def _reacquire_keep(
+        self, ctx: Context, series: tuple[tuple[float, float], ...], calm: tuple[float, ...], *, down: int,
+        current: int, load: float, down_u: float, lead: float, observed: float, kept: float,
+    ) -> tuple[int, str]:
+        """``scaleDown.priceReacquire``: the count a release the preemption budget could not buy back keeps, and
+        its clause for the message ((0, "") when none binds). Releasing the k-th replica below ``current`` that
+        leaves the pool unable to reach what it reaches now for ``wait`` seconds (``Context.reacquire``) is a
+        replica that takes ``wait`` plus a hand-off's lead (``lead``) to come back: it is released only when the
+        load expected over that time fits the count below it at the scale-down utilization ``down_u``, as the hold
+        window's peak must for a replica that takes a cold start to come back, and on as much evidence: nothing is
+        released before the history observed (``observed``) spans that time, or the whole history kept (``kept``,
+        the longest evidence the policy keeps) when that time is longer (the hold window's rule: nothing before a
+        whole window is observed). That load is the highest of the time it takes
+        to come back (``series``; never below ``load``, the load now or its forecast) and, where the calm samples
+        show a slow ramp (``sizing.ramp_trend``: its slope less 2 standard errors positive), the load now plus the
+        ramp's slope over that time, extrapolated no further than the window that showed it: a rising load needs
+        the replica back sooner than its past peak says."""
+        r = ctx.reacquire
+        if not self.config.scale_down.price_reacquire or r is None or down >= current or not series:
+            return 0, ""
+        now = ctx.now
+        horizon = self.config.replica.cold_start_seconds
+        ramp: RampTrend | None = None
+        ramp_read = False
+        for k in range(1, current - down + 1):
+            wait = r.regained_in_s[k - 1]
+            if not wait > 0:
+                continue
+            back = wait + lead
+            peak = max([v for t, v in series if t > now - back] + [load])
+            seen = now - min((t for t, _ in series if t > now - back), default=now)
+            if not ramp_read:
+                calm_set = set(calm)
+                ramp = ramp_trend([(t, v) for t, v in series if t in calm_set], now, horizon, now - series[0][0])
+                ramp_read = True
+            rising = 0.0 if ramp is None else load + ramp.slope * min(back, ramp.window)
+            needs = _ceil(max(peak, rising) / down_u)
+            if observed < min(back, kept):
+                keep = current - k + 1
+                when = "within the budget's hour as known" if math.isinf(wait) else f"for {wait:.0f}s"
+                return keep, (
+                    f", and not below {keep}: releasing {current}→{current - k} resumes "
+                    f"{r.resumed[k - 1] or 'training'} and the preemption budget could not buy it back {when} "
+                    f"(the pool could reach {r.after[k - 1]} of the {r.reachable} it can now); {back:.0f}s to come "
+                    f"back, and the load history observed spans {observed:.0f}s of the {min(back, kept):.0f}s it needs"
+                )
+            if needs > current - k:
+                keep = current - k + 1
+                when = "within the budget's hour as known" if math.isinf(wait) else f"for {wait:.0f}s"
+                expected = (
+                    f"the load now {load:.2f} + the slow ramp's +{ramp.slope * 60:.3f}/min (over the last "
+                    f"{ramp.window:g}s) over {min(back, ramp.window):.0f}s = {rising:.2f}"
+                    if ramp is not None and rising >= peak
+                    else f"the peak {peak:.2f} of the last {seen:.0f}s"
+                )
+                return keep, (
+                    f", and not below {keep}: releasing {current}→{current - k} resumes "
+                    f"{r.resumed[k - 1] or 'training'} and the preemption budget could not buy it back {when} "
+                    f"(the pool could reach "
+                    f"{r.after[k - 1]} of the {r.reachable} it can now); over the {back:.0f}s it takes to come back "
+                    f"{expected} at ≤ {down_u:.2f} needs {needs}"
+                )
+        return 0, ""
 
     def _admitting(self, ctx: Context) -> int:
         """Replicas asked for that wait for Kueue's admission, for the latency loop (``waitForAdmission``, the
