@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import yaml
 from kubernetes_asyncio import client
 
 from autoscaler.controller.kube import call
@@ -29,7 +28,7 @@ from autoscaler.controller.loop import Outcome
 from autoscaler.controller.observer import WatchSpec
 from autoscaler.controller.reload import PolicyStore
 from autoscaler.core.model import Reason, ScaleDecision, TrainingAction, TrainingDecision
-from autoscaler.policyfile import crd
+from autoscaler.policyfile import crd, scalars
 
 #: Reasons that mean the count was held at a bound or by a limit (HPA's ScalingLimited).
 LIMITED = frozenset({Reason.LIMITED_BY_MAX, Reason.LIMITED_BY_MIN, Reason.RATE_LIMITED, Reason.WAITING_FOR_CAPACITY,
@@ -127,7 +126,7 @@ def document(obj: dict[str, Any]) -> Document:
                                 f"namespace {ns!r}: a ScalingPolicy acts only in its own namespace")
     doc = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": {"name": meta.get("name")},
            "spec": spec}
-    return Document(yaml.safe_dump(doc, sort_keys=False))
+    return Document(scalars.dump(doc))  # read back by the loader to the object's own values
 
 
 def _pool_targets_here(spec: dict[str, Any], ns: str) -> str:

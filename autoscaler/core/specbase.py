@@ -15,6 +15,7 @@ Fields with a tighter meaning (periods, replica counts) add their own bounds whe
 from __future__ import annotations
 
 import math
+import re
 import types
 import typing
 from typing import Any
@@ -99,11 +100,7 @@ _PLAIN_NUMBERS = (int, float)
 
 def _check_number(value: Any, key: str, *, admits_bool: bool) -> None:
     if isinstance(value, str):
-        # YAML 1.1 reads `1e300` (no dot) as a string, which pydantic then parses as a number: check that number.
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return  # not a number at all: the field's own type check reports it
+        raise FieldError(_string_message(value), key)
     if isinstance(value, bool):
         if not admits_bool:
             raise FieldError(f"should be a number, not the boolean {str(value).lower()}", key)
@@ -113,21 +110,48 @@ def _check_number(value: Any, key: str, *, admits_bool: bool) -> None:
         raise FieldError(f"{value:.6g} is out of range; numbers here are at most {MAX_NUMBER:g} in magnitude", key)
 
 
+#: YAML 1.1's base-60 numbers (``1:30``), which Kubernetes (go-yaml) and YAML 1.2 read as strings.
+_BASE_60 = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
+
+
+def _string_message(value: str) -> str:
+    """Why a string is refused in a number field, and what to write instead. The API server refuses a string
+    where the CRD says ``type: integer`` or ``number`` (``"12"``), and reads ``1:30`` as a string (YAML 1.1's
+    base 60 is gone from YAML 1.2 and from go-yaml): a policy ``validate`` takes must be one it takes."""
+    shown = value if len(value) <= 40 else value[:37] + "..."
+    text = value.strip()
+    if _BASE_60.fullmatch(text):
+        sign = -1 if text.startswith("-") else 1
+        total = 0.0
+        for part in text.lstrip("+-").replace("_", "").split(":"):
+            total = total * 60 + float(part)
+        meant = f"{sign * total:g}"
+        return (f"should be a number, not the string {shown!r}: Kubernetes (and YAML 1.2) read {text} as text, "
+                f"not as YAML 1.1's base 60; write {meant}")
+    try:
+        float(text)
+    except ValueError:
+        return f"should be a number, not the string {shown!r}"
+    return (f"should be a number, not the string {shown!r}: write it without quotes "
+            f"(the API server refuses a string here)")
+
+
 @fast.memoized(maxsize=1024)  # one entry per model class
 def _number_fields(cls: type[BaseModel]) -> dict[str, bool]:
-    """The input keys (alias and name) of ``cls``'s number fields, each with whether it also admits a bool."""
+    """The input keys (alias and name) of ``cls``'s number fields, each with whether it also admits a bool. A
+    field that also admits a string (none does today) is not a number field here: its strings are meant."""
     out: dict[str, bool] = {}
     for name, field in cls.model_fields.items():
-        if _numeric(field.annotation):
+        if _numeric(field.annotation) and not _admits(field.annotation, str):
             for key in {name, field.alias or name}:
-                out[key] = _admits_bool(field.annotation)
+                out[key] = _admits(field.annotation, bool)
     return out
 
 
-def _admits_bool(annotation: Any) -> bool:
-    if annotation is bool:
+def _admits(annotation: Any, kind: type) -> bool:
+    if annotation is kind:
         return True
-    return any(_admits_bool(a) for a in typing.get_args(annotation))
+    return any(_admits(a, kind) for a in typing.get_args(annotation))
 
 
 class FieldError(ValueError):

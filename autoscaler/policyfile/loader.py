@@ -49,7 +49,7 @@ from autoscaler.core.fast import collector_paused
 from autoscaler.core.policies.disaggregated import DisaggregatedPolicyConfig
 from autoscaler.core.spec import API_VERSION, ScalingPolicy
 from autoscaler.core.specbase import MAX_NUMBER, NUMBERS_SHOWN_FINE, FieldError, number_keys
-from autoscaler.policyfile import files, plainyaml
+from autoscaler.policyfile import files, plainyaml, scalars
 
 #: Policy files are small (the examples are 2-4 KiB); a bigger file is a mistake (a log, a dump) and is not
 #: parsed at all. Pure-Python PyYAML composes about 64 KiB per second, so this bounds a worst case to ~4 s.
@@ -415,13 +415,23 @@ def _read_text(file: str, state: _FileState) -> str | None:
 _UNUSUAL: Any = object()
 _STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _NULL = "tag:yaml.org,2002:null"
+
+
+class _SlowLoader(scalars.Resolving, yaml.SafeLoader):
+    """PyYAML's pure-Python safe loader, reading plain scalars that start like a number as kubectl does
+    (``scalars``)."""
+
+
+for _tag, _construct in scalars.CONSTRUCTORS.items():
+    _SlowLoader.add_constructor(_tag, _construct)
+
 _SCALARS = {
     "tag:yaml.org,2002:null": yaml.SafeLoader.construct_yaml_null,
     "tag:yaml.org,2002:bool": yaml.SafeLoader.construct_yaml_bool,
-    "tag:yaml.org,2002:int": yaml.SafeLoader.construct_yaml_int,
-    "tag:yaml.org,2002:float": yaml.SafeLoader.construct_yaml_float,
+    scalars.INT_TAG: scalars.construct_int,
+    scalars.FLOAT_TAG: scalars.construct_float,
 }
-_CONSTRUCTOR = yaml.SafeLoader("")
+_CONSTRUCTOR = _SlowLoader("")
 
 
 def _compose(text: str, state: _FileState) -> list[tuple[Node, Any]]:
@@ -477,7 +487,7 @@ _SCALAR_VALUES_MAX = 20_000
 
 try:
 
-    class _MemoLoader(yaml.CSafeLoader):
+    class _MemoLoader(scalars.Resolving, yaml.CSafeLoader):
         """libyaml's safe loader with PyYAML's tag resolution memoized. The composer asks the (Python)
         resolver for every scalar, and walks its path-resolver stack for every node: a third of composing.
         With no path resolvers (the safe loader has none) a scalar's tag depends on its value and
@@ -493,11 +503,11 @@ try:
 
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
             if kind is not ScalarNode or len(value) > _TAG_VALUE_MAX:
-                return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+                return super().resolve(kind, value, implicit)
             key = (value, implicit)
             tag = _TAGS.get(key)
             if tag is None:
-                tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+                tag = super().resolve(kind, value, implicit)
                 if len(_TAGS) < _TAGS_MAX:
                     _TAGS[key] = tag
             return tag
@@ -530,7 +540,7 @@ def _fast_yaml_ok(text: str) -> bool:
 def _compose_slow(text: str, state: _FileState) -> list[Node]:
     nodes: list[Node] = []
     try:
-        for node in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        for node in yaml.compose_all(text, Loader=_SlowLoader):
             if node is not None:
                 nodes.append(node)
     except yaml.MarkedYAMLError as exc:
@@ -614,7 +624,7 @@ def _validate(node: MappingNode, model: type[M], state: _FileState, data: Any = 
     ``model``, reporting each error."""
     if data is _UNUSUAL:
         try:
-            data = yaml.SafeLoader("").construct_document(node)
+            data = _SlowLoader("").construct_document(node)
         except yaml.MarkedYAMLError as exc:  # unknown tags such as !Ref, unhashable keys
             state.add(exc.problem_mark or exc.context_mark, YAML_PATH, _yaml_message(exc))
             return None

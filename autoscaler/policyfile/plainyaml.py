@@ -25,7 +25,11 @@ it to the texts where both give the same value (tests/policyfile/test_plain_yaml
    mean a boolean, a number, a merge or a sexagesimal number to PyYAML, send the text the usual way).
 
 What is left, ``true``/``false``, ``null``/``~``/empty, decimal integers and decimals such as ``0.99``, both
-read alike. Without ``yaml_rs`` installed, ``AVAILABLE`` is False and ``load`` always answers ``None``.
+read alike. The loader's own path reads a few plain scalars as kubectl does rather than as PyYAML does
+(``scalars``: ``1e3``, ``0o12``, ``08``, ``-.5`` are numbers, ``1:30`` and dates strings); every one of them
+is a form that 1 or 3 already sends the usual way, so what this path answers is also what the loader answers
+(tests/policyfile/test_fast_yaml.py compares the paths). Without ``yaml_rs`` installed, ``AVAILABLE`` is False
+and ``load`` always answers ``None``.
 """
 
 from __future__ import annotations

@@ -45,9 +45,24 @@ CASES = [
                   ("p.yaml:5:1: spc: ", "did you mean 'spec'?")],
                  id="misspelt-top-level-field"),
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: four"),
-                 [("p.yaml:10:16: spec.maxReplicas: ", "valid integer, unable to parse string as an integer "
-                   "(got 'four')")],
+                 [("p.yaml:10:16: spec.maxReplicas: ", "should be a number, not the string 'four'")],
                  id="wrong-type"),
+    # A string is refused where the CRD says integer or number, as the API server refuses it (robust3).
+    pytest.param(edit("  maxReplicas: 4", '  maxReplicas: "4"'),
+                 [("p.yaml:10:16: spec.maxReplicas: ", "not the string '4': write it without quotes (the API "
+                   "server refuses a string here)")],
+                 id="quoted-integer"),
+    pytest.param(edit("  maxReplicas: 4", "  maxReplicas: '0.5'"),
+                 [("p.yaml:10:16: spec.maxReplicas: ", "not the string '0.5': write it without quotes")],
+                 id="single-quoted-number"),
+    # YAML 1.1's base 60 (PyYAML: 90) is text to kubectl (go-yaml) and YAML 1.2: the API server refuses it.
+    pytest.param(edit("  maxReplicas: 4", "  maxReplicas: 1:30"),
+                 [("p.yaml:10:16: spec.maxReplicas: ", "not the string '1:30': Kubernetes (and YAML 1.2) read "
+                   "1:30 as text, not as YAML 1.1's base 60; write 90")],
+                 id="base-60-integer"),
+    pytest.param(edit("  maxReplicas: 4", "  maxReplicas: 2026-12-07"),
+                 [("p.yaml:10:16: spec.maxReplicas: ", "should be a number, not the string '2026-12-07'")],
+                 id="a-date-for-a-number"),
     pytest.param(edit("    type: queue", "    type: queeu"),
                  [("p.yaml:15:11: spec.policy.type: ", "unknown policy type 'queeu'; did you mean 'queue'?")],
                  id="misspelt-policy-type"),
@@ -87,7 +102,7 @@ CASES = [
                  [("p.yaml:15:13: spec.signals[1].expr: ", "calls an unknown function")],
                  id="expression-calls-a-builtin"),
     pytest.param(edit("          averageValue: 10", "          averageValue: ten", HPA),
-                 [("p.yaml:21:25: spec.policy.metrics[0].target.averageValue: ", "valid number")],
+                 [("p.yaml:21:25: spec.policy.metrics[0].target.averageValue: ", "not the string 'ten'")],
                  id="hpa-average-value-not-a-number"),
     pytest.param(edit("          type: AverageValue", "          type: Value", HPA),
                  [("p.yaml:20:11: spec.policy.metrics[0].target: ", "target type Value needs 'value'")],
