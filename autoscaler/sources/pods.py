@@ -118,7 +118,17 @@ def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = Non
     series and a signal reads one or two). Classic text in its plain form (what every serving server writes)
     goes through ``_picked`` (the wanted names' own lines only, found by string search), else ``_plain``, a
     line scanner that gives exactly what prometheus-client's parser gives and
-    hands anything else (escapes, exemplars, tabs, garbage) to that parser, which then decides."""
+    hands anything else (escapes, exemplars, tabs, garbage) to that parser, which then decides.
+
+    A body that starts with a byte-order mark is refused whole, as Prometheus refuses the scrape (2.42:
+    ``"INVALID" is not a valid start token``, ``up`` 0, nothing stored; tests/sources/test_real_formats.py):
+    read leniently, the pods source would act on a server that a ``prometheus`` or ``gmp`` source never sees,
+    and before this check the mark hid the first sample alone (missing, with the rest read)."""
+    if text[:1] == "\ufeff":
+        raise ValueError(
+            "unparseable exposition: the body starts with a byte-order mark (U+FEFF), which Prometheus refuses too; "
+            "the server must write UTF-8 without one"
+        )
     if "openmetrics" not in content_type:
         plain = _picked(text, wanted) if wanted is not None else None
         if plain is None:
@@ -142,8 +152,18 @@ def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = Non
                     stamp = float(stamp.sec) + float(stamp.nsec) / 1e9  # OpenMetrics Timestamp
                 out.setdefault(name, []).append(Sample(dict(s.labels), float(s.value), stamp))
     except Exception as exc:  # the parser raises ValueError, IndexError, KeyError, ... on bad input
-        raise ValueError(f"unparseable exposition: {exc}") from None
+        hint = _UNIT_HINT if openmetrics and "Unit does not match" in str(exc) else ""
+        raise ValueError(f"unparseable exposition: {exc}{hint}") from None
     return out
+
+
+#: OpenMetrics 1.0 requires a family's ``# UNIT`` to be a suffix of its name (``x_seconds`` for ``seconds``);
+#: prometheus-client's parser and Prometheus (2.42: ``unit not a suffix of metric``, ``up`` 0) both refuse the
+#: whole exposition otherwise. What to do, said once in the reading's reason:
+_UNIT_HINT = (
+    " (OpenMetrics requires a family's # UNIT to end its name, and Prometheus refuses this scrape too: drop the "
+    "# UNIT line, rename the metric, or serve the classic text format)"
+)
 
 
 def _bare_counters(text: str) -> set[str]:

@@ -268,6 +268,12 @@ class PrometheusServer:
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
+    def active_targets(self) -> list[dict[str, Any]]:
+        """The active scrape targets as ``/api/v1/targets`` lists them (``labels``, ``health``, ``lastError``)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=15) as resp:
+            active: list[dict[str, Any]] = json.loads(resp.read())["data"]["activeTargets"]
+        return active
+
     def wait_for(
         self,
         promql: str,

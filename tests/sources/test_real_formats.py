@@ -291,8 +291,15 @@ C = 'vllm:prompt_tokens_total{{engine="0"}} {n}\n'
 ODDITIES = [
     pytest.param((f"# TYPE vllm:num_requests_waiting gauge\r\n{W} 3\r\n",), WAITING, "text/plain", {"value": 3.0},
                  id="crlf"),
-    pytest.param((f"\ufeff# TYPE vllm:num_requests_waiting gauge\n{W} 3\n",), WAITING, "text/plain", {"value": 3.0},
-                 id="bom-before-a-comment"),
+    # A byte-order mark: Prometheus refuses the scrape (test_prometheus_refuses_what_the_pods_source_refuses);
+    # before robust3 the pods source read 3 here, and before a sample the mark hid that sample alone.
+    pytest.param((f"\ufeff# TYPE vllm:num_requests_waiting gauge\n{W} 3\n",), WAITING, "text/plain",
+                 {"error": "byte-order mark (U+FEFF), which Prometheus refuses too"}, id="bom-before-a-comment"),
+    pytest.param((f"\ufeff{W} 3\n",), WAITING, "text/plain", {"error": "byte-order mark"},
+                 id="bom-before-the-first-sample"),
+    pytest.param((f"# TYPE vllm:num_requests_waiting gauge\n# UNIT vllm:num_requests_waiting requests\n{W} 3\n"
+                  "# EOF\n",), WAITING, OM, {"error": "# UNIT to end its name, and Prometheus refuses this scrape too"},
+                 id="openmetrics-unit-not-a-suffix"),
     pytest.param((f"{W}\t3\n",), WAITING, "text/plain", {"value": 3.0}, id="tab-separated"),
     pytest.param((f"{W} 3 # {{trace_id=\"a\"}} 1\n",), WAITING, "text/plain", {"value": 3.0}, id="exemplar-in-text"),
     pytest.param((f"# TYPE vllm:num_requests_waiting gauge\n# UNIT vllm:num_requests_waiting requests\n{W} 3\n",),
@@ -325,6 +332,42 @@ ODDITIES = [
     pytest.param((C.format(n=1000) * 2, C.format(n=1600) * 2), TOKENS, "text/plain", {"value": 60.0},
                  id="counter-written-twice"),
 ]
+
+
+#: Bodies Prometheus 2.42 refuses whole (``up`` 0, nothing stored), with its words; the pods source refuses them
+#: too (ODDITIES), so both sources see the same server.
+REFUSED_BY_PROMETHEUS = {
+    "bom-before-a-sample": (f"\ufeff{W} 3\nother 4\n", "text/plain; version=0.0.4", "not a valid start token"),
+    "bom-before-a-comment": (f"\ufeff# TYPE vllm:num_requests_waiting gauge\n{W} 3\nother 4\n",
+                             "text/plain; version=0.0.4", "not a valid start token"),
+    "unit-not-a-suffix": (f"# TYPE vllm:num_requests_waiting gauge\n# UNIT vllm:num_requests_waiting requests\n"
+                          f"{W} 3\nother 4\n# EOF\n", OM, "unit not a suffix of metric"),
+}
+
+
+@pytest.mark.prometheus
+def test_prometheus_refuses_what_the_pods_source_refuses() -> None:
+    if not have_prometheus():
+        pytest.skip("the prometheus binary is not installed")
+    servers = {case: TextServer(body, content_type=kind) for case, (body, kind, _) in REFUSED_BY_PROMETHEUS.items()}
+    servers["fine"] = TextServer(f"{W} 3\nother 4\n")
+    try:
+        with running([ScrapeTarget(server.address, {"case": case}) for case, server in servers.items()]) as prom:
+            prom.wait_for('up{case="fine"} == 1')
+            prom.wait_for("count(up) == 4")
+            errors = {t["labels"]["case"]: t["lastError"] for t in prom.active_targets()}
+            up = {r["metric"]["case"]: r["value"][1] for r in prom.query("up")}
+            stored = {r["metric"]["case"] for r in prom.query('other{case!=""}')}
+    finally:
+        for server in servers.values():
+            server.close()
+    assert up == {"fine": "1", **dict.fromkeys(REFUSED_BY_PROMETHEUS, "0")}
+    assert stored == {"fine"}
+    for case, (_, _, words) in REFUSED_BY_PROMETHEUS.items():
+        assert words in errors[case], (case, errors)
+    for body, kind, _ in REFUSED_BY_PROMETHEUS.values():
+        with pytest.raises(ValueError, match="unparseable exposition"):
+            parse(body, kind)
 
 
 @pytest.mark.parametrize(("bodies", "signals", "content_type", "expected"), ODDITIES)
