@@ -220,25 +220,55 @@ def _point(point: Any, align: Alignment | None) -> Point:
     return Point(_point_value(point), stamp, None)
 
 
-def _merge(parts: Sequence[dict[Where, list[list[Point]]]]) -> dict[Where, list[list[Point]]]:
-    out: dict[Where, list[list[Point]]] = {}
+#: One series as ``history`` holds it: its copies per process (one list of points each, in time order; a series
+#: without a ``pid`` label is one copy), read as one series (``_copies_of``).
+_Copies = list[list[Point]]
+
+
+def _copies_of(ts: Any) -> tuple[tuple[str, str], ...] | None:
+    """The labels, less ``pid``, of a series that is one process's copy of a gauge (prometheus-client's
+    multiprocess mode, one copy per process: ``presets.PROCESS_LABEL``; vLLM with several API-server processes),
+    or None for a series without the label. Copies with the same key (and pod) are one series, read at its
+    largest copy, as the pods source (``pods._one_per_process``) and the Prometheus/GMP sources' ``max without
+    (pid)`` read it: summed or averaged by the signal's rule, one gauge counted once per process (0.9/0.3 read
+    0.6 averaged, where the largest copy, 0.9, is what the pods source reads)."""
+    labels = ts.metric.labels
+    if presets.PROCESS_LABEL not in labels:
+        return None
+    return tuple(sorted((k, v) for k, v in labels.items() if k != presets.PROCESS_LABEL))
+
+
+def _larger(a: Point, b: Point) -> Point:
+    """The larger of two copies' points (a NaN loses to any number, as in PromQL's ``max``)."""
+    if b.value > a.value or (math.isnan(a.value) and not math.isnan(b.value)):
+        return b
+    return a
+
+
+def _merge(parts: Sequence[dict[Where, list[_Copies]]]) -> dict[Where, list[_Copies]]:
+    out: dict[Where, list[_Copies]] = {}
     for part in parts:
         for where, series in part.items():
             out.setdefault(where, []).extend(series)
     return out
 
 
-def _newest(series: Sequence[Sequence[Point]], t: float) -> list[Point]:
-    """Each series' newest point at ``t``, as a read at ``t`` finds it: ended by ``t`` and within the lookback."""
+def _newest(series: Sequence[_Copies], t: float) -> list[Point]:
+    """Each series' newest point at ``t``, as a read at ``t`` finds it: ended by ``t`` and within the lookback
+    (of a series with copies per process, the largest copy's)."""
     out = []
-    for pts in series:
-        found = None
-        for p in pts:  # time order
-            if p.timestamp > t:
-                break
-            found = p
-        if found is not None and found.timestamp > t - LOOKBACK_S:
-            out.append(found)
+    for copies in series:
+        chosen: Point | None = None
+        for pts in copies:
+            found = None
+            for p in pts:  # time order
+                if p.timestamp > t:
+                    break
+                found = p
+            if found is not None and found.timestamp > t - LOOKBACK_S:
+                chosen = found if chosen is None else _larger(chosen, found)
+        if chosen is not None:
+            out.append(chosen)
     return out
 
 
@@ -376,11 +406,22 @@ class CloudMonitoringSource:
         align = alignment(group[0])
         series = await retrying(lambda: self._list(metric_type, flt, timeout_s, align), deadline_s=deadline_s)
         points: _Points = {}
+        copies: dict[tuple[Where, tuple[tuple[str, str], ...]], int] = {}  # -> its index in points[where]
         for ts in series:
             if not ts.points:
                 continue
             newest = max(ts.points, key=lambda p: p.interval.end_time.timestamp())
-            points.setdefault(_where(ts), []).append(_point(newest, align))
+            where, point = _where(ts), _point(newest, align)
+            values = points.setdefault(where, [])
+            key = _copies_of(ts)
+            if key is None:
+                values.append(point)
+            elif (where, key) in copies:
+                at = copies[where, key]
+                values[at] = _larger(values[at], point)
+            else:
+                copies[where, key] = len(values)
+                values.append(point)
         return points
 
     async def history(self, request: SignalRequest, *, start: float, end: float) -> list[dict[str, Any]]:
@@ -402,22 +443,32 @@ class CloudMonitoringSource:
         align = alignment(request)
         timeout_s = self.spec.timeout_seconds
         span = (start - LOOKBACK_S, end)
-        by_type: list[dict[Where, list[list[Point]]]] = []
+        by_type: list[dict[Where, list[_Copies]]] = []
         for metric_type in types.numerators + types.denominators:
             flt = build_filter(metric_type, [request], cluster=self.spec.cluster)
             series = await self._list(metric_type, flt, timeout_s, align, span)
-            found: dict[Where, list[list[Point]]] = {}
+            found: dict[Where, list[_Copies]] = {}
+            groups: dict[tuple[Where, tuple[tuple[str, str], ...]], _Copies] = {}
             for ts in series:
                 pts = sorted((_point(p, align) for p in ts.points), key=lambda p: p.timestamp)
-                if pts:
-                    found.setdefault(_where(ts), []).append(pts)
+                if not pts:
+                    continue
+                where, key = _where(ts), _copies_of(ts)
+                if key is None:
+                    found.setdefault(where, []).append([pts])
+                elif (where, key) in groups:
+                    groups[where, key].append(pts)
+                else:
+                    groups[where, key] = [pts]
+                    found.setdefault(where, []).append(groups[where, key])
             by_type.append(found)
         numerators = _merge(by_type[: len(types.numerators)])
         denominators = _merge(by_type[len(types.numerators) :]) if types.denominators else None
         owned = self._owned(request, numerators)
         out: list[dict[str, Any]] = []
         for where in sorted(owned):
-            times = sorted({p.timestamp for s in numerators[where] for p in s if start <= p.timestamp <= end})
+            times = sorted({p.timestamp for copies in numerators[where] for s in copies for p in s
+                            if start <= p.timestamp <= end})
             samples: list[UnitSample] = []
             for t in times:
                 values = _newest(numerators[where], t)
@@ -434,7 +485,7 @@ class CloudMonitoringSource:
                                   where.unit, samples))
         return out
 
-    def _owned(self, request: SignalRequest, points: dict[Where, list[list[Point]]]) -> list[Where]:
+    def _owned(self, request: SignalRequest, points: dict[Where, list[_Copies]]) -> list[Where]:
         """The pods (or nodes) of ``points`` that ``run`` attributes to the request's target."""
         sig = request.signal
         workers = sig.preset is not None and presets.get(sig.preset).workers

@@ -33,7 +33,7 @@ from autoscaler.replay.traces import load
 from autoscaler.sources.cloud_monitoring import CloudMonitoringSource
 from autoscaler.sources.command import Planned, record
 from autoscaler.sources.pool import plan
-from tests.sources.test_cloud_monitoring import NOW, FakeMetricService, fake, series
+from tests.sources.test_cloud_monitoring import KV, KV_COPIES, NOW, FakeMetricService, fake, series
 
 __all__ = ["fake"]  # the fixture, used by name
 
@@ -168,3 +168,21 @@ async def test_cloud_monitoring_recorded_and_replayed_decides_as_run(
     assert sorted(asked[:half]) == sorted(asked[half:])
     assert [r.interval.end_time.timestamp() for r in live] == [NOW + 1] * half
     assert [r.interval.start_time.timestamp() for r in ranged] == [NOW - 300 - 600] * len(ranged)
+
+
+async def test_a_gauges_copies_per_process_recorded_and_replayed_as_run(
+    fake: tuple[FakeMetricService, str], tmp_path: Path
+) -> None:
+    """vLLM's KV gauge once per API-server process (``pid``): ``record`` reads each moment's largest copy per
+    engine, as ``run`` does (the copies sampled together: replay's last step must be at ``NOW``)."""
+    service, address = fake
+    where = {"cluster": "prod-1", "namespace": NS, "job": "vllm", "instance": f"{A}:8000"}
+    found = [series(KV, where, every_minute(0.0, value), engine=engine, pid=pid)
+             for pid, engines in KV_COPIES.items() for engine, value in engines.items()]
+    found.append(gmp(KV, B, every_minute(10.0, 0.65)))
+    service.by_type = {KV: found}
+    ran, replayed = await run_and_replay(policy({"preset": "vllm.kv_cache_usage"}, 0.5), address, tmp_path)
+    # a: engines 0.9 and 0.4, averaged 0.65; b 0.65: 0.65 against 0.5, 2 -> 3. Every copy its own series: a read
+    # 0.45, the target 0.55, within HPA's tolerance: held at 2.
+    assert (ran[0], ran[1].value, *ran[2:]) == (0.65, "ok", 2, 3, "ScaleUp")
+    assert replayed == ran

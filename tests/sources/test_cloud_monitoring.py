@@ -211,3 +211,31 @@ async def test_empty_is_missing(source: CloudMonitoringSource) -> None:
     req = request("Deployment/llm/vllm", SPEC, {"preset": "tpu.memory_used_ratio"})
     reading = (await source.read([req], deadline_s=2))[req.key]
     assert (reading.value, reading.error) == (None, None)
+
+
+KV = "prometheus.googleapis.com/vllm:kv_cache_usage_perc/gauge"
+#: vLLM with two API-server processes (prometheus-client's multiprocess mode): each engine's KV gauge once per
+#: process, labelled ``pid`` (tests/sources/test_real_formats.py's COPIES): the largest copy per engine (0.9,
+#: 0.4) is the engine's value, as the pods and Prometheus sources read it.
+KV_COPIES = {"101": {"0": 0.9, "1": 0.2}, "102": {"0": 0.3, "1": 0.4}}
+
+
+async def test_a_gauges_copies_per_process_are_read_as_one_series(
+    fake: tuple[FakeMetricService, str], source: CloudMonitoringSource
+) -> None:
+    service, _ = fake
+    target = {"cluster": "prod-1", "namespace": "llm", "job": "vllm", "instance": "vllm-6b7c8d-aaaaa:8000"}
+    service.by_type = {KV: [
+        series(KV, target, [(NOW - 5 - int(pid) % 2 * 20, value)], engine=engine, model_name="m", pid=pid)
+        for pid, engines in KV_COPIES.items() for engine, value in engines.items()
+    ] + [series(KV, target, [(NOW - 5, float("nan"))], engine="2", model_name="m", pid="101"),
+         series(KV, target, [(NOW - 5, 0.5)], engine="2", model_name="m", pid="102")]}
+    avg = request("Deployment/llm/vllm", SPEC, {"preset": "vllm.kv_cache_usage"}, name="avg")
+    total = request("Deployment/llm/vllm", SPEC, {"preset": "vllm.kv_cache_usage", "aggregate": "sum"}, name="sum")
+
+    readings = await source.read([avg, total], deadline_s=2)
+
+    # Engines 0.9, 0.4 and 0.5 (a NaN copy loses to a number): averaged 0.6, added 1.8. Reading every copy as
+    # its own series gave the average of six copies (NaN) and a sum of 2.3 plus NaN.
+    assert readings[avg.key].value == pytest.approx(0.6)
+    assert readings[total.key].value == pytest.approx(1.8)
