@@ -388,3 +388,31 @@ def test_the_readiness_bound_drops_the_longest_prefills_a_miss_allows() -> None:
     one_miss = oracle.readiness_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=60 / 61,
                                              horizon_s=tr.duration_s)
     assert one_miss == pytest.approx(chips * 2 * 2 * lead)
+
+
+def test_readiness_bound_stops_at_the_most_replicas_the_pool_may_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prompt of 2,000 s of prefill every 10 s asks for hundreds of ready replicas at some moment: no run of
+    an 8-replica pool reaches that attainment, and the bound counts the levels up to 8 only (a valid, smaller
+    sum). The walk had taken one pass over every requirement per level asked (667 here; 1.9 s of CPU)."""
+    cluster = cluster_mod.load()
+    pool = cluster.spec.pools[0]
+    prof = cluster.profile(pool)
+    tokens = int(prof.prefill_tokens_per_second * 2000)
+    tr = traces.Trace("long", [10.0 * i for i in range(360)], [tokens] * 360, [1] * 360)
+    reqs = oracle.ready_requirements(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                     horizon_s=tr.duration_s)
+    cap = min(pool.max_replicas, cluster.capacity_chips // cluster.chips_per_replica(pool))
+    assert max(r.replicas for r in reqs) > 50 * cap  # the scenario asks far beyond the pool
+    levels: list[int] = []
+    held = oracle._held_at_least
+
+    def counted(requirements: list[oracle.ReadyRequirement], level: int, lead_s: float) -> float:
+        levels.append(level)
+        return held(requirements, level, lead_s)
+
+    monkeypatch.setattr(oracle, "_held_at_least", counted)
+    bound = oracle.readiness_bound_chip_s(trace=tr, cluster=cluster, pool=pool, slo_ttft_s=2.0, target=1.0,
+                                          horizon_s=tr.duration_s)
+    assert levels == list(range(1, cap + 1))
+    lead = cluster.lead_seconds(pool)
+    assert bound == pytest.approx(cluster.chips_per_replica(pool) * sum(held(reqs, k, lead) for k in levels))
