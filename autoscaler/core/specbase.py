@@ -107,7 +107,16 @@ def _check_number(value: Any, key: str, *, admits_bool: bool) -> None:
     elif isinstance(value, float) and not math.isfinite(value):
         raise FieldError(f"should be a finite number, not {value}", key)
     elif isinstance(value, int | float) and abs(value) > MAX_NUMBER:
-        raise FieldError(f"{value:.6g} is out of range; numbers here are at most {MAX_NUMBER:g} in magnitude", key)
+        raise FieldError(f"{_shown(value)} is out of range; numbers here are at most {MAX_NUMBER:g} in magnitude", key)
+
+
+def _shown(value: float) -> str:
+    """``value`` in six digits; an integer too large for a float (a YAML parser may build one from 5,000 digits)
+    by its size (formatting it raised OverflowError, an internal error of ``validate``)."""
+    try:
+        return f"{value:.6g}"
+    except OverflowError:
+        return f"a number of about {int(abs(int(value)).bit_length() * math.log10(2)) + 1} digits"
 
 
 #: YAML 1.1's base-60 numbers (``1:30``), which Kubernetes (go-yaml) and YAML 1.2 read as strings.

@@ -727,7 +727,10 @@ def _build(node: Node, depth: int, walk: _Walk) -> Any:
         construct = _SCALARS.get(tag)
         if construct is None:
             raise _Unusual
-        value = construct(_CONSTRUCTOR, node)  # type: ignore[arg-type]  # node is a ScalarNode (type() above)
+        try:
+            value = construct(_CONSTRUCTOR, node)  # type: ignore[arg-type]  # node is a ScalarNode (type() above)
+        except yaml.YAMLError:
+            raise _Unusual from None  # an explicit tag on what it cannot be (!!int abc): reported the usual way
         if len(_SCALAR_VALUES) < _SCALAR_VALUES_MAX and len(node.value) <= _TAG_VALUE_MAX:
             _SCALAR_VALUES[key] = value  # an int, float, bool or None: immutable, safe to share
         return value

@@ -34,6 +34,7 @@ from yaml.nodes import ScalarNode
 
 INT_TAG, FLOAT_TAG, STR_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:str"
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+_YAML_TAG = "tag:yaml.org,2002:"
 
 #: The first characters for which go-yaml tries a number (its resolve table's 'D', 'S' and '.').
 NUMBER_STARTS = frozenset("+-.0123456789")
@@ -48,6 +49,9 @@ _GO_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+
 #: A text that starts with ``.`` is a float when Go's ``ParseFloat`` reads it as it stands (no underscores).
 _DOT_FLOAT = re.compile(r"\.[0-9]+(?:[eE][-+]?[0-9]+)?")
 _INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+#: Longer than any 64-bit integer in any base Go reads (64 binary digits, a sign and a prefix): Python's int()
+#: refuses texts beyond 4,300 digits with a ValueError, and such a number is a float (infinity) anyway.
+_INT_DIGITS = 70
 
 
 def number(text: str) -> int | float | None:
@@ -57,12 +61,12 @@ def number(text: str) -> int | float | None:
     if text[:1] == ".":
         return float(text) if _DOT_FLOAT.fullmatch(text) else None
     plain = text.replace("_", "")
-    if _GO_INT.fullmatch(plain):
+    if _GO_INT.fullmatch(plain) and len(plain) <= _INT_DIGITS:
         value = _int(plain)
         if _INT64_MIN <= value <= _UINT64_MAX and not (value > 2**63 - 1 and plain[:1] in "+-"):
             return value
     if _GO_FLOAT.fullmatch(plain):
-        return float(plain)
+        return float(plain)  # beyond a double (1e400, 5,000 digits): infinity
     return None
 
 
@@ -98,19 +102,30 @@ class Resolving:
 
 
 def construct_int(loader: Any, node: Any) -> Any:
-    """An ``int``-tagged scalar's value: kubectl's number, else (an explicit ``!!int`` PyYAML reads) PyYAML's."""
+    """An ``int``-tagged scalar's value, kubectl's number. An explicit ``!!int`` on what go-yaml does not read as an
+    integer (``!!int 1:30``, ``!!int 12.0``, ``!!int abc``) is refused at its mark, as kubectl refuses it
+    ("cannot decode !!str `1:30` as a !!int"); PyYAML took the first as 90 and failed on the last."""
     value = number(str(node.value)) if isinstance(node, ScalarNode) else None
-    if isinstance(value, int):
-        return value
-    return loader.construct_yaml_int(node)
+    if type(value) is not int:
+        raise _not_read(node, "an integer")
+    return value
 
 
 def construct_float(loader: Any, node: Any) -> Any:
-    """A ``float``-tagged scalar's value (an integer written where a float is tagged is that float)."""
+    """A ``float``-tagged scalar's value (an integer written where a float is tagged is that float); refused at
+    its mark when it is no number (``!!float abc`` ended ``validate`` with an internal error)."""
     value = number(str(node.value)) if isinstance(node, ScalarNode) else None
-    if value is not None:
-        return float(value)
-    return loader.construct_yaml_float(node)
+    if value is None:
+        raise _not_read(node, "a number")
+    return float(value)
+
+
+def _not_read(node: Any, what: str) -> yaml.constructor.ConstructorError:
+    shown = str(getattr(node, "value", ""))[:40]
+    tag = str(node.tag).replace(_YAML_TAG, "!!")
+    return yaml.constructor.ConstructorError(
+        None, None, f"cannot read {shown!r} as {what} (its tag {tag} asks for one)", node.start_mark
+    )
 
 
 def construct_timestamp(loader: Any, node: Any) -> Any:

@@ -60,6 +60,17 @@ CASES = [
                  [("p.yaml:10:16: spec.maxReplicas: ", "not the string '1:30': Kubernetes (and YAML 1.2) read "
                    "1:30 as text, not as YAML 1.1's base 60; write 90")],
                  id="base-60-integer"),
+    # Explicit tags on what they cannot be, and a 5,000-digit integer: each ended validate with an internal
+    # error (PyYAML's constructor, Python's int limit), or took 1:30 as 90 (robust3's sweep).
+    pytest.param(edit("  maxReplicas: 4", "  maxReplicas: !!float abc"),
+                 [("p.yaml:10:16: (yaml): ", "cannot read 'abc' as a number (its tag !!float asks for one)")],
+                 id="float-tag-on-text"),
+    pytest.param(edit("  maxReplicas: 4", "  maxReplicas: !!int 1:30"),
+                 [("p.yaml:10:16: (yaml): ", "cannot read '1:30' as an integer (its tag !!int asks for one)")],
+                 id="int-tag-on-base-60"),
+    pytest.param(edit("  maxReplicas: 4", "  maxReplicas: " + "9" * 5000),
+                 [("p.yaml:10:16: spec.maxReplicas: ", "should be a finite number, not inf")],
+                 id="five-thousand-digits"),
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: 2026-12-07"),
                  [("p.yaml:10:16: spec.maxReplicas: ", "should be a number, not the string '2026-12-07'")],
                  id="a-date-for-a-number"),
