@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import stat
+import zlib
 from pathlib import Path
 
 #: Policy files, controller config, the simulator's cluster and profile files (YAML).
@@ -100,9 +101,17 @@ def read_bytes(path: str | Path, *, limit: int, what: str) -> bytes:
     return data
 
 
+#: The first two bytes of a gzip stream (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_text(path: str | Path, *, limit: int, what: str, encoding: str = "utf-8-sig") -> str:
-    """The text of ``path`` (UTF-8; a BOM is dropped); ``InputError`` also for bytes that are not UTF-8."""
+    """The text of ``path`` (UTF-8; a BOM is dropped); ``InputError`` also for bytes that are not UTF-8. A gzip
+    file (traces are often published compressed) is read decompressed, within the same ``limit`` once
+    decompressed (a small file can expand a thousandfold)."""
     data = read_bytes(path, limit=limit, what=what)
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data, path, limit=limit, what=what)
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
@@ -112,9 +121,38 @@ def read_text(path: str | Path, *, limit: int, what: str, encoding: str = "utf-8
         ) from None
 
 
+def _gunzip(data: bytes, path: str | Path, *, limit: int, what: str) -> bytes:
+    """``data`` decompressed (every gzip member), at most ``limit`` bytes; ``InputError`` otherwise."""
+    out: list[bytes] = []
+    size = 0
+    rest = data
+    try:
+        while rest:
+            member = zlib.decompressobj(wbits=31)
+            out.append(member.decompress(rest, limit + 1 - size))
+            size += len(out[-1])
+            if size > limit or member.unconsumed_tail:
+                raise InputError(path, f"larger than the {_size(limit)} limit for a {what} file once decompressed")
+            if not member.eof:
+                raise InputError(path, "a gzip file cut short; expected a whole gzip file or plain text")
+            rest = member.unused_data
+    except zlib.error as exc:
+        raise InputError(path, f"not a valid gzip file ({exc}); expected a {what} file") from None
+    return b"".join(out)
+
+
 def open_text(path: str | Path, *, limit: int, what: str) -> io.TextIOWrapper:
-    """A text stream (UTF-8, BOM dropped, ``newline=""`` as ``csv`` wants) over the regular file ``path``."""
+    """A text stream (UTF-8, BOM dropped, ``newline=""`` as ``csv`` wants) over the regular file ``path``. A gzip
+    file is refused with what to do: a stream is read as it comes, so its decompressed size could not be
+    bounded before reading (``read_text`` decompresses within its limit)."""
     fd = _open_checked(path, limit=limit, what=what)
+    try:
+        head = os.pread(fd, 2, 0)
+    except OSError:
+        head = b""
+    if head == GZIP_MAGIC:
+        os.close(fd)
+        raise InputError(path, f"gzip-compressed; decompress it first (gunzip -k {path}) and pass the {what} file")
     return io.TextIOWrapper(os.fdopen(fd, "rb"), encoding="utf-8-sig", newline="")
 
 

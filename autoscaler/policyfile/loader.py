@@ -396,6 +396,9 @@ def _read_text(file: str, state: _FileState) -> str | None:
     except files.InputError as exc:
         state.add(None, FILE_PATH, exc.reason)
         return None
+    if data[:2] == files.GZIP_MAGIC:
+        state.add(None, FILE_PATH, f"gzip-compressed; decompress it first (gunzip -k {file})")
+        return None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

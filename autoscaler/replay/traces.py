@@ -360,6 +360,8 @@ def _parsed(text: str, where: str) -> list[Series]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}") from None
+    except RecursionError:  # Python's decoder recurses once per nesting level
+        raise TraceError(f"{where}: nested too deeply for a query_range dump") from None
     _expect(doc, dict, where, "$", "the query_range response object")
     status = doc.get("status")
     if status != "success":
@@ -444,7 +446,7 @@ def _columnar(text: str) -> list[Series] | None:
     parts.append(text[pos:])
     try:
         doc = json.loads("".join(parts))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     del parts
     try:

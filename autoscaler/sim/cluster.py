@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from autoscaler.core.model import TargetKind, TargetRef
 from autoscaler.core.spec import DNS_LABEL_PATTERN, Metadata
-from autoscaler.core.specbase import SpecModel
+from autoscaler.core.specbase import FieldError, SpecModel
 from autoscaler.core.topology import Shape
 from autoscaler.policyfile import loader
 from autoscaler.sim import profiles as profiles_mod
@@ -100,6 +100,13 @@ def _check_shape(text: str | None, chips: int | None, field_name: str) -> None:
         raise ValueError(f"sliceTopology {text} is {shape.chips} chips but {field_name} is {chips}")
 
 
+#: The shortest scrape interval or sync period a metric pipeline may have (seconds).
+MIN_PERIOD_S = 1.0
+#: Training jobs a cluster may hold in all (``count`` summed): an estimate, far above any ClusterQueue's share of
+#: one accelerator pool; 10^9 made ``simulate`` run out of memory (robust3's sweep), 10^4 runs in ~6 s.
+MAX_TRAINING_JOBS = 10_000
+
+
 class TrainingSpec(SpecModel):
     """A checkpointed training job admitted by Kueue as one Workload (all its chips at once)."""
 
@@ -155,10 +162,12 @@ class TrainingSpec(SpecModel):
 class PipelineSpec(SpecModel):
     """What stands between a server's gauge and a policy: scraping, ingestion, the evaluation loop."""
 
-    scrape_interval_seconds: float = Field(gt=0)
+    # At least 1 s, the policies' own evaluationPeriodSeconds floor: at 0.01 s a 60 s run of 40 requests had not
+    # ended after 40 s (robust3's sweep; at 1e-6 it runs for ever), and no scrape or sync loop is that fast.
+    scrape_interval_seconds: float = Field(ge=MIN_PERIOD_S)
     ingestion_delay_seconds: float = Field(default=0.0, ge=0, description="Scrape to queryable (adapter, GMP).")
     sync_period_seconds: float | None = Field(
-        default=None, gt=0, description="Evaluation period; default the policy's evaluationPeriodSeconds."
+        default=None, ge=MIN_PERIOD_S, description="Evaluation period; default the policy's evaluationPeriodSeconds."
     )
 
     @property
@@ -287,6 +296,10 @@ class ClusterSpec(SpecModel):
         jobs = [t.name for t in self.training]
         if len(set(jobs)) != len(jobs):
             raise ValueError("training names must be unique")
+        total = sum(t.count for t in self.training)
+        if total > MAX_TRAINING_JOBS:
+            raise FieldError(f"{total:,} training jobs in all (count summed); the simulator takes at most "
+                             f"{MAX_TRAINING_JOBS:,}", "training")
         if "default" not in self.metric_pipelines:
             raise ValueError("metricPipelines needs a 'default' pipeline (the one policies see unless mapped)")
         if self.topology is not None:

@@ -86,6 +86,9 @@ class Columns:
         if time_unit not in TIME_UNITS:
             raise ValueError(f"time unit {time_unit!r}; expected one of {', '.join(TIME_UNITS)}")
         arrival, prompt, output = (n.strip() for n in names)
+        if len({arrival, prompt, output}) < 3:
+            twice = next(n for n in (arrival, prompt, output) if [arrival, prompt, output].count(n) > 1)
+            raise ValueError(f"names the column {twice!r} twice; ARRIVAL, INPUT and OUTPUT are three columns")
         return cls(arrival, prompt, output, time_unit)
 
     def names(self) -> tuple[str, str, str]:
@@ -311,6 +314,8 @@ def _json_object(line: str, read: tuple[str, ...]) -> dict[str, object]:
         row = json.loads(line, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:  # 100,000 nested brackets: Python's decoder recurses per level
+        raise ValueError("nested too deeply (a request is one flat object)") from None
     if not isinstance(row, dict):
         raise ValueError(f"a JSON {type(row).__name__}, expected one object per line")
     if twice:

@@ -436,7 +436,7 @@ def _single(data: dict[str, Any], request: SignalRequest, label: str) -> SignalR
 def _parse_response(status: int, text: str) -> dict[str, Any]:
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # a body nested deeper than the decoder recurses is no answer either
         body = None
     if not isinstance(body, dict):
         snippet = " ".join(text.split())[:120]

@@ -13,6 +13,8 @@ case per command in ``test_a_closed_stdout_is_one_line``.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import os
 import subprocess
 import sys
@@ -49,12 +51,37 @@ BAD_TEXTS = {
     "huge-replicas.csv": "timestamp,backlog,slots_used,replicas\n1700000000,1,0.5,1e300\n1700000015,1,0.5,3\n",
     # A request trace in a layout not known by its names: read only with its columns named.
     "other-layout.csv": "t,model,prompt,completion\n5,ChatGPT,472,18\n",
+    # 100,000 nested brackets in a JSON line / a query_range dump: Python's decoder raised RecursionError, an
+    # internal error (robust3's sweep).
+    "deep.jsonl": '{"timestamp": 0, "input_length": 10, "output_length": 10, "x": ' + "[" * 100_000 + "]" * 100_000
+                  + "}\n",
+    "deep/backlog.json": "[" * 100_000 + "]" * 100_000,
 }
+#: The bundled default cluster with one field changed (robust3's sweep): 10^9 training jobs ran out of memory
+#: after a minute; a 0.01 s scrape interval never ended.
+CLUSTER = ROOT / "autoscaler" / "data" / "sim" / "cluster.yaml"
+BAD_CLUSTERS = {
+    "training-1e9.yaml": ("count: 6", "count: 1000000000"),
+    "scrape-tiny.yaml": ("scrapeIntervalSeconds: 5,", "scrapeIntervalSeconds: 0.01,"),
+}
+
+
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """A gzip file of a trace decompressing to 72 MB (above the 64 MiB trace limit), 70 KB on disk: made once."""
+    return gzip.compress(b"arrival_s,input_tokens,output_tokens\n" + b"0,1,1\n" * 12_000_000, compresslevel=1)
 
 
 def _files(tmp: Path) -> Files:
     for name, text in BAD_TEXTS.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name).write_text(text)
+    for name, (old, new) in BAD_CLUSTERS.items():
+        text = CLUSTER.read_text()
+        assert old in text, old
+        (tmp / name).write_text(text.replace(old, new))
+    (tmp / "bomb.csv.gz").write_bytes(_gzip_bomb())
+    (tmp / "trace.csv.gz").write_bytes(gzip.compress(REPLAY_TRACE.read_bytes()))
     fifo = tmp / "fifo.yaml"
     os.mkfifo(fifo)
     bomb = tmp / "bomb.yaml"
@@ -119,6 +146,12 @@ CASES = [
                  id="replay-replicas-1e300"),
     pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", "/dev/zero", "--no-plot",
                                            "--out", str(f.dir / "o")], 1, "character device"), id="replay-device"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", str(f.dir / "deep"),
+                                           "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "backlog.json: nested too deeply for a query_range dump"), id="replay-json-nested-deeply"),
+    pytest.param(Case("replay", lambda f: ["--policy", str(REPLAY_POLICY), "--metrics", str(f.dir / "trace.csv.gz"),
+                                           "--no-plot", "--out", str(f.dir / "o")], 1,
+                      "trace.csv.gz: gzip-compressed; decompress it first"), id="replay-gzip-csv"),
     # simulate
     pytest.param(Case("simulate", lambda f: ["--rate-scale", "inf", "--no-plot", "--out", str(f.dir / "o")], 2,
                       "finite"), id="simulate-rate-scale-inf"),
@@ -139,6 +172,21 @@ CASES = [
     pytest.param(Case("simulate", lambda f: ["--requests-columns", "Timestamp,Request tokens", "--no-plot", "--out",
                                              str(f.dir / "o")], 2, "expected three column names"),
                  id="simulate-requests-columns-two-names"),
+    pytest.param(Case("simulate", lambda f: ["--requests", str(f.dir / "deep.jsonl"), "--no-plot", "--out",
+                                             str(f.dir / "o")], 1, "deep.jsonl:1: bad row"),
+                 id="simulate-jsonl-nested-deeply"),
+    pytest.param(Case("simulate", lambda f: ["--requests", str(f.dir / "bomb.csv.gz"), "--no-plot", "--out",
+                                             str(f.dir / "o")], 1, "larger than the 64 MiB limit"),
+                 id="simulate-requests-gzip-bomb"),
+    pytest.param(Case("simulate", lambda f: ["--requests-columns", "TIMESTAMP,ContextTokens,ContextTokens",
+                                             "--no-plot", "--out", str(f.dir / "o")], 2,
+                      "names the column 'ContextTokens' twice"), id="simulate-requests-columns-twice"),
+    pytest.param(Case("simulate", lambda f: ["--cluster", str(f.dir / "training-1e9.yaml"), "--no-plot", "--out",
+                                             str(f.dir / "o")], 1, "1,000,000,000 training jobs in all"),
+                 id="simulate-cluster-training-1e9"),
+    pytest.param(Case("simulate", lambda f: ["--cluster", str(f.dir / "scrape-tiny.yaml"), "--no-plot", "--out",
+                                             str(f.dir / "o")], 1, "scrapeIntervalSeconds: input should be greater "
+                                             "than or equal to 1"), id="simulate-cluster-scrape-tiny"),
     # 10^8 ready replicas at the start ran for ever.
     pytest.param(Case("simulate", lambda f: ["--initial-replicas", "100000000", "--no-plot", "--out", str(f.dir / "o")],
                       1, "--initial-replicas 100000000 is more than pool tgi-gemma's maxReplicas (8"),

@@ -7,6 +7,7 @@ policy types gain fields, the location must not move.
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,8 @@ CASES = [
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: " + "9" * 5000),
                  [("p.yaml:10:16: spec.maxReplicas: ", "should be a finite number, not inf")],
                  id="five-thousand-digits"),
+    pytest.param(gzip.compress(BASE.encode()), [("p.yaml:1:1: (file): ", "gzip-compressed; decompress it first")],
+                 id="gzip-compressed"),
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: 2026-12-07"),
                  [("p.yaml:10:16: spec.maxReplicas: ", "should be a number, not the string '2026-12-07'")],
                  id="a-date-for-a-number"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,15 @@ def test_bundled_azure_trace_loads() -> None:
     assert tr.arrivals[0] == 0.0
     assert tr.duration_s == pytest.approx(3501.7, abs=0.1)
     assert all(b >= a for a, b in zip(tr.arrivals, tr.arrivals[1:], strict=False))
+
+
+def test_a_gzip_trace_is_read_as_the_plain_one(tmp_path: Path) -> None:
+    """Traces are often published compressed: read decompressed, within the trace limit (robust3)."""
+    bundled = cluster_mod.bundled("AzureLLMInferenceTrace_conv.csv")
+    packed = tmp_path / "conv.csv.gz"
+    packed.write_bytes(gzip.compress(bundled.read_bytes()))
+    plain, unpacked = traces.load(bundled), traces.load(packed)
+    assert (unpacked.arrivals, unpacked.inputs, unpacked.outputs) == (plain.arrivals, plain.inputs, plain.outputs)
 
 
 def test_azure_fraction_of_100ns(tmp_path: Path) -> None:

@@ -60,6 +60,8 @@ def spec_for(url: str) -> PrometheusSourceSpec:
         ),
         pytest.param("<html>bad gateway</html>", 502, 0.0, "source error: HTTP 502", id="http-502"),
         pytest.param("{not json", 200, 0.0, "not a Prometheus API response", id="garbage"),
+        # Nested deeper than Python's JSON decoder recurses: RecursionError escaped the source (robust3).
+        pytest.param("[" * 100_000 + "]" * 100_000, 200, 0.0, "not a Prometheus API response", id="nested-deeply"),
         pytest.param(json.dumps({"status": "success"}), 200, 0.0, "without data", id="success-without-data"),
         pytest.param(vector((POD, "1", 100.0)), 200, 1.0, "within the 0.3s deadline", id="slow"),
     ],
