@@ -72,6 +72,18 @@ CASES = [
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: " + "9" * 5000),
                  [("p.yaml:10:16: spec.maxReplicas: ", "should be a finite number, not inf")],
                  id="five-thousand-digits"),
+    # A policy saved from the cluster (kubectl get -o yaml): each field says why it is not one (robust3).
+    pytest.param(edit("  name: web", "  name: web\n  namespace: llm\n  uid: 1b2c", edit("    name: web", "    name: w"))
+                 + "status: {conditions: []}\n",
+                 [("p.yaml:5:3: metadata.namespace: ", "unknown field 'namespace': the namespace scaled is "
+                   "spec.target.namespace: write it there"),
+                  ("p.yaml:6:3: metadata.uid: ", "unknown field 'uid': the API server writes it (a policy saved "
+                   "with kubectl get -o yaml): delete it (allowed: name, labels, annotations)"),
+                  ("p.yaml:20:1: status: ", "the API server writes it")],
+                 id="saved-from-the-cluster"),
+    pytest.param("apiVersion: v1\nkind: List\nitems:\n- " + BASE.replace("\n", "\n  ").rstrip() + "\n",
+                 [("p.yaml:2:7: kind: ", "a kubectl List: write each of its items as a document of its own")],
+                 id="kubectl-list"),
     pytest.param(gzip.compress(BASE.encode()), [("p.yaml:1:1: (file): ", "gzip-compressed; decompress it first")],
                  id="gzip-compressed"),
     pytest.param(edit("  maxReplicas: 4", "  maxReplicas: 2026-12-07"),
