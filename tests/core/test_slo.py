@@ -20,7 +20,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from autoscaler.core import counters
+from autoscaler.core import counters, sizing
 from autoscaler.core.engine import compile_policy, decide
 from autoscaler.core.model import (
     NO_OBSERVATIONS,
@@ -2124,3 +2124,103 @@ def test_a_risk_still_lowers_the_utilization_while_waits_are_unobserved() -> Non
         drv.step(4, 4, waiting=3, running=40, prompt=4 * 0.5 * 5000, gen=300, ttfth=1.9)  # at risk
     assert drv.learned.utilization is not None
     assert drv.learned.utilization < 0.8
+
+
+# --- kvAtOnset: the KV gauge judged at the fill where requests start to wait, not at the utilization at the SLO --
+
+KV_AT_ONSET = {"kvAtOnset": True, "signals": {"waiting": "waiting", "slotsUsed": "used", "kvCacheUsage": "kv"}}
+
+
+@pytest.mark.parametrize(
+    ("onset", "expected", "words"),
+    [pytest.param(False, 2, ["KV 0.87 (87% of 1)", "needs 2"], id="sized-like-throughput-at-the-utilization"),
+     pytest.param(True, 1, ["KV 0.70 (87% of 1; 1 replica-equivalent = 125% of a cache)", "needs 1"],
+                  id="judged-at-the-cache-full")],
+)
+def test_a_cache_short_of_its_onset_needs_no_more_replicas(onset: bool, expected: int, words: list[str]) -> None:
+    """Mooncake-like long prompts (the held-out TPU row, docs/slo.md Session 25, collapse 3): one replica's cache
+    87 % full with no request waiting. Sized like throughput at the utilization at the SLO (0.8) that is 1.09
+    replicas, so 2; as an occupancy it is short of the fill at which a request would wait (the cache full, until
+    a queue shows where the onset is): 1."""
+    cfg = KV_AT_ONSET if onset else {"signals": KV_AT_ONSET["signals"]}
+    rec = Driver(config(**cfg)).step(1, 1, waiting=0, used=0.45, kv=0.87)
+    assert rec.replicas == expected, rec.message
+    for word in words:
+        assert word in rec.message, rec.message
+
+
+def test_the_onset_is_learned_where_the_cache_binds_and_the_slots_learn_nothing_from_it() -> None:
+    """A queue on every replica with the cache fuller than the slots: the cache is what admits no more. With
+    kvAtOnset the fill it holds then is the onset (the slots keep their stated share: the same limit is not priced
+    twice); a fill seen while nothing waits is below the onset, which rises to it at once."""
+    drv = Driver(config(**KV_AT_ONSET))
+    for _ in range(int(120 / STEP)):
+        drv.step(2, 2, waiting=4, used=0.35, kv=0.7)
+    assert drv.learned.slot_scale == 1.0
+    assert drv.learned.kv_onset == pytest.approx(0.7, abs=0.02)
+    rec = drv.step(2, 2, waiting=4, used=0.35, kv=0.7)
+    assert "needs 2" in rec.message, rec.message
+    assert "1 replica-equivalent = 87% of a cache" in rec.message, rec.message
+    drv.step(2, 2, waiting=0, used=0.35, kv=0.8)
+    assert drv.learned.kv_onset == pytest.approx(0.8)
+
+
+def test_the_onset_tightens_with_the_utilization_the_latency_loop_lowered() -> None:
+    """Below the target the loop has found a risk: the KV part plans target/c of its fill (here 0.8/0.4), as every
+    part of the load does; at or above the target, the onset itself."""
+    drv = Driver(config(**KV_AT_ONSET))
+    drv.state = slo.SloState(utilization=0.4)
+    rec = drv.step(2, 2, waiting=0, used=0.3, kv=0.6)
+    assert "needs 3" in rec.message, rec.message  # 1.2 replicas of cache × 0.8/0.4 = 2.4
+    drv.state = slo.SloState(utilization=1.0)
+    rec = drv.step(2, 2, waiting=0, used=0.3, kv=0.6)
+    assert "needs 2" in rec.message, rec.message  # 1.2: the cache up to its onset, not beyond
+
+
+def test_kv_at_onset_needs_the_kv_gauge() -> None:
+    with pytest.raises(ValidationError, match="kvAtOnset"):
+        policy(config(kvAtOnset=True))
+
+
+# --- breachOnEvidence: a miss counts where the window's requests show it; the point estimate still warns ---------
+
+BREACH_ON_EVIDENCE = {"signals": EVIDENCE["signals"], "breachOnEvidence": True}
+
+
+def test_one_slow_request_in_twenty_adds_no_replica_but_still_lowers_the_utilization() -> None:
+    """Its point p99 (3.4 s) is over the objective on one request of twenty: a 1 % tail puts one there with
+    probability 1 − 0.99²⁰ ≈ 18 %, so the window does not show a miss. No floor of one more replica, no count
+    remembered as short; the model sizes with the utilization the point estimate lowered (the risk is read as
+    before). Two slow requests of twenty (P ≈ 1.7 % under a 1 % tail) are a miss either way."""
+    drv = Driver(config(**BREACH_ON_EVIDENCE))
+    drv.histograms = {"ttfth": ONE_SLOW}
+    drv.state = slo.SloState(utilization=0.8, last_t=drv.now - STEP, since=drv.now - 1000)
+    rec = drv.step(2, 2, waiting=0.0, running=30.0, ttfth=counters.histogram_quantile(0.99, ONE_SLOW))
+    assert (rec.replicas, rec.reason) == (2, Reason.STEADY), rec.message
+    assert "SLO missed" not in rec.message
+    assert "TTFT p99 3.4s vs 2s" in rec.message
+    assert "over the objective on too few of its window's requests to show a miss at 95%: no floor" in rec.message
+    assert drv.learned.short == ()
+    assert drv.learned.utilization is not None
+    assert drv.learned.utilization < 0.8  # the risk is still read
+    shown = _with_ttft(BREACH_ON_EVIDENCE, TWO_SLOW)
+    assert (shown.replicas, shown.reason) == (3, Reason.SCALE_UP), shown.message
+    assert "SLO missed with 2 ready: at least 3" in shown.message
+
+
+def test_without_buckets_a_miss_is_the_point_estimate() -> None:
+    """A source that returns the quantile whole (PromQL) gives no buckets: nothing to count, the point estimate."""
+    rec = Driver(config(**BREACH_ON_EVIDENCE)).step(2, 2, waiting=0.0, running=30.0, ttfth=3.4)
+    assert "SLO missed with 2 ready: at least 3" in rec.message, rec.message
+
+
+@pytest.mark.parametrize(
+    ("n", "slow_shown"),
+    [pytest.param(5, 1, id="five-one-shows"), pytest.param(6, 2, id="six-two"), pytest.param(35, 2, id="35-two"),
+     pytest.param(36, 3, id="36-three"), pytest.param(82, 3, id="82-three"), pytest.param(83, 4, id="83-four")],
+)
+def test_the_slow_requests_a_p99_miss_needs_is_what_the_docs_say(n: int, slow_shown: int) -> None:
+    """The field's description: one slow request shows a p99 miss in at most 5, two from 6 to 35, three from 36
+    to 82 (the supported rank of ``sizing.supported_rank``: the largest k with P(Binomial(n, 0.99) ≥ k) ≥ 95 %;
+    a miss shows when X_(k) is over the objective, that is n − k + 1 requests are)."""
+    assert n - sizing.supported_rank(n, 0.99) + 1 == slow_shown

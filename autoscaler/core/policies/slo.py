@@ -509,6 +509,32 @@ class SloPolicyConfig(SpecModel):
         "replica.kvCacheTokens, signals.promptLength, promptTokens and generationTokens. Opt-in: measured on a "
         "held-out set and the bundled TGI rows, not shipped (docs/slo.md, Session 25).",
     )
+    breach_on_evidence: bool = Field(
+        default=False,
+        description="A missed SLO counts as missed (the floor of one more replica whatever the model says, a count "
+        "remembered as short, a recurrence for the release rules) only where the window's requests show it: the "
+        "quantile they support at 95 % (the order statistic X_(k) with P(Binomial(n, q) >= k) >= 0.95, n the "
+        "requests the histogram's +Inf rate times its window counts) over the objective, not the point estimate. "
+        "For a p99: one request over the objective shows a miss in a window of at most 5 requests (0.99^5 >= "
+        "0.95); from 6 to 35 requests it takes two, from 36 to 82 three. The point estimate still moves the "
+        "utilization at the SLO (at risk it drops, as before): a thin window warns, it does not add a replica on "
+        "its own. Sources that return the quantile whole (PromQL) give no buckets: the point estimate, as before. "
+        "With latencyEvidence every reading is the supported one already. Opt-in (docs/slo.md, Session 30).",
+    )
+    kv_at_onset: bool = Field(
+        default=False,
+        description="The KV-cache gauge (signals.kvCacheUsage) is an occupancy, not a throughput: a request waits for "
+        "the cache only once the fill leaves no room for it, so the KV part of the load is judged at the fill at "
+        "which requests start to wait (the onset), not at the utilization at the SLO. The onset is learned from the "
+        "server's own saturation: while requests wait on every replica (as long as saturation takes) with the cache "
+        "fuller than the slots (the cache binds), the fill each replica holds is the onset, averaged like the "
+        "learned capacity; a fill seen with no queue is below it (the onset rises to it at once); the stated cache "
+        "full (1.0) until either is seen. The KV part then needs ceil(fill x ready / onset), tightened by "
+        "target / utilization when the latency loop has lowered the utilization at the SLO below the target. A "
+        "queue the cache causes is the cache's to size: it no longer teaches the slots a usable share (which would "
+        "price the same limit again, at the slots' Poisson margin and the utilization at the SLO). Needs "
+        "signals.kvCacheUsage. Opt-in (docs/slo.md, Session 30).",
+    )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
 
@@ -522,6 +548,12 @@ class SloPolicyConfig(SpecModel):
                 "kvFromTokens bounds the slots by the KV cache at the measured tokens per sequence: it needs "
                 "replica.kvCacheTokens, signals.promptLength, promptTokens and generationTokens",
                 "kvFromTokens",
+            )
+        if self.kv_at_onset and s.kv_cache_usage is None:
+            raise FieldError(
+                "kvAtOnset judges the KV-cache gauge at the fill where requests start to wait: it needs "
+                "signals.kvCacheUsage",
+                "kvAtOnset",
             )
         if (s.prompt_tokens is None) != (s.generation_tokens is None):
             given = "promptTokens" if s.prompt_tokens is not None else "generationTokens"
@@ -634,14 +666,15 @@ class LoadSample:
     #: The ready count then (``scaleDown.releaseRiseStepwise``: evidence is evidence at the count that held it).
     ready: int = 0
 
-    def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0) -> float:
+    def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0, kv_unit: float = 1.0) -> float:
         """The load with capacity scale ``kappa``, ``slot_unit`` (the slots one replica-equivalent counts,
-        over the stated slots: ``SloAlgorithm.slot_unit`` / slots) and ``prefill_scale`` (the prefill rate
-        measured now over the prior's)."""
+        over the stated slots: ``SloAlgorithm.slot_unit`` / slots), ``prefill_scale`` (the prefill rate
+        measured now over the prior's) and ``kv_unit`` (the cache fill one replica-equivalent counts,
+        ``SloAlgorithm._kv_unit``)."""
         return max(
             (self.tokens / prefill_scale + self.generated) / kappa if self.tokens is not None else 0.0,
             self.slots / slot_unit if self.slots is not None else 0.0,
-            self.kv if self.kv is not None else 0.0,
+            self.kv / kv_unit if self.kv is not None else 0.0,
         )
 
 
@@ -707,6 +740,9 @@ class SloState:
     released: float | None = None
     #: ``observedAtEnd``: the last evaluation at which requests waited (or their number was unknown); None: none yet.
     waited_at: float | None = None
+    #: ``kvAtOnset``: the KV-cache fill (0-1 of a replica's cache) at which requests start to wait, learned from
+    #: saturation with the cache binding (``SloAlgorithm._learn_kv_onset``); 1.0 (the cache full) until seen.
+    kv_onset: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -748,6 +784,9 @@ class _Reading:
     waiting: float | None
     running: float | None
     latency_ratio: float | None  # the worst measured quantile over its objective
+    #: ``breachOnEvidence``: the worst quantile the windows' requests support, over its objective (else
+    #: ``latency_ratio``): what a miss is judged on.
+    miss_ratio: float | None
     latency_text: str
     unknown: tuple[str, ...]
     latency_unknown: bool
@@ -767,7 +806,7 @@ class SloAlgorithm:
 
     def _read(
         self, ctx: Context, kappa: float, slot_scale: float, prefill_unit: float = 1.0, prefill_scale: float = 1.0,
-        peakedness: float = 1.0, wait: _Wait | None = None,
+        peakedness: float = 1.0, wait: _Wait | None = None, kv_unit: float = 1.0,
     ) -> _Reading:
         cfg, roles = self.config, self.config.signals
         ready = ctx.replicas.ready
@@ -840,12 +879,17 @@ class SloAlgorithm:
             )
         if kv is not None:
             kv_replicas = kv * ready
-            load = max(load, kv * ready)
-            served_load = max(served_load, kv * ready)
-            parts.append(f"KV {kv * ready:.2f} ({kv:.0%} of {ready})")
+            load = max(load, kv * ready / kv_unit)
+            served_load = max(served_load, kv * ready / kv_unit)
+            parts.append(
+                f"KV {kv * ready / kv_unit:.2f} ({kv:.0%} of {ready}"
+                + (f"; 1 replica-equivalent = {kv_unit:.0%} of a cache" if kv_unit != 1.0 else "")
+                + ")"
+            )
 
         obj = cfg.objective
         ratios: list[tuple[float, str]] = []
+        misses: list[float] = []
         quiet: list[str] = []
         latency_unknown = False
         pct = f"p{obj.percentile * 100:g}"
@@ -876,7 +920,11 @@ class SloAlgorithm:
                     unknown.append(name)
                 continue
             ratios.append((value / target, f"{label} {pct} {value:.3g}s vs {target:g}s{text}"))
+            # The sum of two windows (``ttftAfterQueue``) has its own supported reading with latencyEvidence.
+            after = after_queue and name == roles.ttft
+            misses.append(value / target if after else self._supported_miss(ctx, name, value, target))
         worst = max(ratios) if ratios else None
+        miss = max(misses, default=None) if self._judges_misses_on_evidence() else (worst[0] if worst else None)
         known_demand = [v for v in (prompt, gen, running, waiting) if v is not None]
         demand_zero = bool(known_demand) and all(v == 0 for v in known_demand)
         return _Reading(
@@ -891,6 +939,7 @@ class SloAlgorithm:
             waiting=waiting,
             running=running,
             latency_ratio=worst[0] if worst else None,
+            miss_ratio=miss,
             latency_text="; ".join([*(t for _, t in ratios), *quiet]),
             unknown=tuple(unknown),
             latency_unknown=latency_unknown,
@@ -919,9 +968,12 @@ class SloAlgorithm:
         def sizing(share: float) -> float:
             return share if kv_scale is None else min(share, kv_scale)
 
+        # ``kvAtOnset``: the cache fill one replica-equivalent counts (1.0 without it).
+        kv_onset = prev.kv_onset
+        kv_unit_prev = self._kv_unit(kv_onset, prev.utilization)
         probe = self._read(
             ctx, kappa, sizing(slot_scale), prev.prefill_unit, self._prefill_scale(prev.prefill_rate), peak_prev,
-            wait_prev,
+            wait_prev, kv_unit_prev,
         )
         settled = now - ready_since >= SETTLE_S and ready > 0 and starting == 0
         # Saturated: requests have waited on every ready replica for SATURATED_EVALUATIONS evaluations in a
@@ -948,11 +1000,20 @@ class SloAlgorithm:
                 # prefill backlog holds slots already), and the slots are not learned from it.
                 per = probe.running / ready / cfg.replica.slots if probe.running is not None else None
                 kv_binds = probe.kv_replicas is None or per is None or probe.kv_replicas / ready >= per
-                if per is not None and kv_binds and (probe.served_prior is None or not self._generation_counts()):
+                if cfg.kv_at_onset and probe.kv_replicas is not None:
+                    # ``kvAtOnset``: a queue the cache causes is the cache's: its fill is the onset, and the
+                    # slots learn nothing from it (they would price the same limit again).
+                    if per is not None and kv_binds:
+                        kv_onset += alpha * (probe.kv_replicas / ready - kv_onset)
+                elif per is not None and kv_binds and (probe.served_prior is None or not self._generation_counts()):
                     slot_scale += alpha * (per - slot_scale)
             elif probe.running is not None and not queued:
                 slot_scale = max(slot_scale, probe.running / ready / cfg.replica.slots)
+            if cfg.kv_at_onset and probe.kv_replicas is not None and probe.waiting == 0:
+                # No request waits anywhere: every replica's fill, and so their mean, is below its onset.
+                kv_onset = max(kv_onset, probe.kv_replicas / ready)
             slot_scale = min(1.0, max(MIN_SLOT_SCALE, slot_scale))
+            kv_onset = min(1.0, max(MIN_SLOT_SCALE, kv_onset))
         # 1b. The prefill queue per replica from the prompt-length distribution, at the capacity learned now.
         # 1c. The burstiness of the prompt work, measured from the short-window counter's rate.
         work, burstiness, burst_text = self._burstiness(ctx, prev, dt)
@@ -967,11 +1028,13 @@ class SloAlgorithm:
             prefill_text = f"{prefill_text}; {wait_text}" if prefill_text else wait_text
         if kv_text:
             prefill_text = f"{prefill_text}; {kv_text}" if prefill_text else kv_text
-        changed = (kappa, slot_scale, prefill_unit, prefill_rate, peak, wait) != (
-            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate, peak_prev, wait_prev
+        kv_unit = self._kv_unit(kv_onset, prev.utilization)
+        changed = (kappa, slot_scale, prefill_unit, prefill_rate, peak, wait, kv_unit) != (
+            prev.capacity_scale, prev.slot_scale, prev.prefill_unit, prev.prefill_rate, peak_prev, wait_prev,
+            kv_unit_prev,
         )
         share = sizing(slot_scale)
-        reading = self._read(ctx, kappa, share, prefill_unit, scale, peak, wait) if changed else probe
+        reading = self._read(ctx, kappa, share, prefill_unit, scale, peak, wait, kv_unit) if changed else probe
 
         # 3. Utilization at the SLO, corrected by the measured latency.
         u_max = cfg.target_utilization
@@ -983,7 +1046,7 @@ class SloAlgorithm:
         near_short = any(reading.served_load >= (1.0 - h) * x.served for x in prev.short)
         judged = (
             self._judged_load(ctx, prev.history, reading.load, reading.waiting, kappa * prefill_unit,
-                              self.slot_unit(share, peak, wait) / cfg.replica.slots, scale)
+                              self.slot_unit(share, peak, wait) / cfg.replica.slots, scale, kv_unit)
             if cfg.prove_over_window
             else None
         )
@@ -991,7 +1054,7 @@ class SloAlgorithm:
         # evidence the count was short at.
         window_peak = (
             self._window_peak(ctx, prev.history, reading.load, kappa * prefill_unit,
-                              self.slot_unit(share, peak, wait) / cfg.replica.slots, scale)
+                              self.slot_unit(share, peak, wait) / cfg.replica.slots, scale, kv_unit)
             if cfg.breach_over_window
             else None
         )
@@ -1049,7 +1112,7 @@ class SloAlgorithm:
         further = load
         # What each earlier evaluation's demand is in the capacity learned now (``LoadSample``).
         series = tuple(
-            (x.t, x.load(kappa * prefill_unit, self.slot_unit(share, peak, wait) / cfg.replica.slots, scale))
+            (x.t, x.load(kappa * prefill_unit, self.slot_unit(share, peak, wait) / cfg.replica.slots, scale, kv_unit))
             for x in history
         )
         # ``loadLevel``: what the scale-up sizes, the lower of the load now and the trend's fitted line now.
@@ -1109,7 +1172,8 @@ class SloAlgorithm:
         # landing together on one replica behind random routing) is not a short count: remembered, it would bar
         # every scale-down at that load for as long as the memory lasts.
         sustained = run >= SATURATED_EVALUATIONS
-        insufficient = ready > 0 and starting == 0 and (sustained or (ratio is not None and ratio > 1.0))
+        missed = reading.miss_ratio is not None and reading.miss_ratio > 1.0
+        insufficient = ready > 0 and starting == 0 and (sustained or missed)
         short = prev.short
         if not reading.unknown and ready > 0 and starting == 0:
             served = reading.served_load
@@ -1131,7 +1195,7 @@ class SloAlgorithm:
         sd = cfg.scale_down
         if sd.release_short_counts or sd.release_rise:
             if not reading.unknown:
-                if sustained or (ratio is not None and ratio > 1.0):
+                if sustained or missed:
                     recurred = evidence
                 else:
                     evidence += dt
@@ -1173,7 +1237,13 @@ class SloAlgorithm:
                                     horizon_s=horizon, ready=ready)
             ahead = Ahead(max(need, _ceil(further / c)), reach, headroom_s=room.seconds, headroom_text=room.text)
         breach_floor, breach_text = 0, ""
-        if ratio is not None and ratio > 1.0 and starting == 0 and ready > 0:
+        thin_text = ""
+        if ratio is not None and ratio > 1.0 and not missed:
+            thin_text = (
+                f" (over the objective on too few of its window's requests to show a miss at "
+                f"{QUANTILE_CONFIDENCE:.0%}: no floor, the model sizes)"
+            )
+        if missed and starting == 0 and ready > 0:
             if window_peak is None or load >= (1.0 - h) * window_peak:
                 breach_floor = ready + 1  # the SLO is missed now: more capacity whatever the model says
                 need = max(need, breach_floor)
@@ -1209,6 +1279,7 @@ class SloAlgorithm:
             recurred=recurred,
             released=released,
             waited_at=waited_at,
+            kv_onset=kv_onset,
         )
 
         prior = cfg.replica.prior
@@ -1244,7 +1315,7 @@ class SloAlgorithm:
         need_text = f"{load_text}; {cap_text}; {slo_text}; {fc_text} ⇒ needs {need}"
         if breach_floor:
             need_text += f" (SLO missed with {ready} ready: at least {breach_floor})"
-        need_text += breach_text
+        need_text += breach_text + thin_text
         have_text = f"{ready} ready + {starting} starting, spec {current}"
 
         no_down = ""
@@ -1466,6 +1537,21 @@ class SloAlgorithm:
             f" (supported by its {n} requests at {QUANTILE_CONFIDENCE:.0%}; point estimate {sig.value:.3g}s)"
         )
 
+    def _judges_misses_on_evidence(self) -> bool:
+        cfg = self.config
+        return cfg.breach_on_evidence and not cfg.latency_evidence
+
+    def _supported_miss(self, ctx: Context, name: str, value: float, target: float) -> float:
+        """``breachOnEvidence``: a latency quantile over its objective as a miss is judged, the lower of its point
+        estimate ``value`` and the quantile its window's requests support (``sizing.supported_quantile``; their
+        number is the histogram's +Inf rate times the window); 0 when they support none (too few to show any
+        value). Without buckets (a source returning the quantile whole) the point estimate."""
+        sig, quantile = ctx.signals[name], ctx.spec.signal(name).quantile
+        if not self._judges_misses_on_evidence() or sig.histogram is None or quantile is None:
+            return value / target
+        supported = supported_quantile(sig.histogram, quantile.q, quantile.window_seconds)
+        return 0.0 if supported is None else min(value, supported) / target
+
     def _latency_after_queue(
         self, ctx: Context, queue: str, ttft: str, waiting: float | None
     ) -> tuple[float | None, str]:
@@ -1528,7 +1614,7 @@ class SloAlgorithm:
 
     def _judged_load(
         self, ctx: Context, history: tuple[LoadSample, ...], load: float, waiting: float | None, kappa: float,
-        slot_unit: float, scale: float,
+        slot_unit: float, scale: float, kv_unit: float = 1.0,
     ) -> float | None:
         """The load the measured latency quantile is evidence of (``proveOverWindow``): the lowest of the load now
         and the loads of the quantile's window (the longest latency signal's ``windowSeconds``), recomputed with the
@@ -1547,7 +1633,7 @@ class SloAlgorithm:
             return 0.0  # requests waiting now: their latency is not in the window, the load now not judged
         if not history or history[0].t > since:
             return 0.0  # the window is not yet all in the history: nothing judged, nothing proven
-        return min([load, *(x.load(kappa, slot_unit, scale) for x in history if x.t >= since)])
+        return min([load, *(x.load(kappa, slot_unit, scale, kv_unit) for x in history if x.t >= since)])
 
     def _unobserved_waits(
         self, ctx: Context, reading: _Reading, waited_at: float | None
@@ -1592,7 +1678,8 @@ class SloAlgorithm:
         )
 
     def _window_peak(
-        self, ctx: Context, history: tuple[LoadSample, ...], load: float, kappa: float, slot_unit: float, scale: float
+        self, ctx: Context, history: tuple[LoadSample, ...], load: float, kappa: float, slot_unit: float, scale: float,
+        kv_unit: float = 1.0,
     ) -> float | None:
         """``breachOverWindow``: the highest of the load now and the loads of the latency quantiles' window (the
         longest ``windowSeconds``), recomputed with the capacity learned now (``LoadSample``); None where no latency
@@ -1604,7 +1691,7 @@ class SloAlgorithm:
         if not windows:
             return None
         since = ctx.now - max(windows)
-        return max([load, *(x.load(kappa, slot_unit, scale) for x in history if x.t >= since)])
+        return max([load, *(x.load(kappa, slot_unit, scale, kv_unit) for x in history if x.t >= since)])
 
     def _release_lead(self, ctx: Context, horizon: float) -> float:
         """How long a released replica takes to be back once it is needed again: the cold start (admission to
@@ -1653,6 +1740,23 @@ class SloAlgorithm:
         if not texts:
             return base, "no replica above that to release"
         return base, f"{texts[-1]} ⇒ may go" + (f" (and the {len(texts) - 1} above it)" if len(texts) > 1 else "")
+
+    def _kv_unit(self, onset: float, utilization: float | None) -> float:
+        """The KV-cache fill (0-1 of one replica's cache) that counts as one replica-equivalent of the load.
+
+        Without ``kvAtOnset``, 1.0: the cache's fill is sized like throughput, at the utilization at the SLO ``c``
+        (``need = ceil(fill·R / c)``). With it, the fill is an occupancy: a request waits for the cache only once
+        the fill leaves no room for it (a server admits a sequence when its tokens fit: vLLM's blocks, TGI's
+        --max-batch-total-tokens, JetStream's cache), so the KV part plans the fill up to ``onset`` (learned,
+        ``SloState.kv_onset``): ``need = ceil(fill·R / onset)``, whatever ``c`` above the target. Below the
+        target (the latency loop found a risk) it tightens in proportion, ``need = ceil(fill·R/onset ·
+        target/c)``. The load is ``need·c``, so the unit is ``onset / max(c, target)``; ``c`` is the last
+        evaluation's (the target at the first): the loop reads the load before it moves ``c``."""
+        cfg = self.config
+        if not cfg.kv_at_onset:
+            return 1.0
+        u = cfg.target_utilization
+        return onset / max(u, utilization if utilization is not None else u)
 
     def slot_unit(self, slot_scale: float, peakedness: float = 1.0, wait: _Wait | None = None) -> float:
         """The sequences (running + waiting) that count as one replica-equivalent of the slot part of the load.
