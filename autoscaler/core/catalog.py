@@ -47,6 +47,9 @@ SIMULATED = (
     "decoding",
     "slots_used",  # running / slots, 0-1
     "kv_usage",  # KV cache in use / capacity, 0-1
+    # KV-cache tokens the decode batch reserves: each prefilled request's prompt + output, the tokens TGI's router
+    # allocated for it (``tgi_batch_current_max_tokens``: ``autoscaler.sim.model``'s docstring, with the source).
+    "batch_tokens",
     "prompt_tokens",  # counter: prompt tokens of the requests whose prefill finished
     "prefill_seconds",  # counter: seconds spent prefilling (the running sum of a prefill-time histogram)
     "generation_tokens",  # counter: tokens generated
@@ -214,6 +217,22 @@ _PRESETS = (
     Preset(
         "tgi.batch_size", "Text Generation Inference requests in the current batch.",
         "tgi", "gauge", ("tgi_batch_current_size",), "sum", simulated="decoding",
+    ),
+    # The running batch's ``max_tokens`` (backends/v3/src/backend.rs ``batching_task``: set beside
+    # tgi_batch_current_size at the top of each pass, 0 when the batch empties): the KV blocks the batch holds times
+    # the block size (server/text_generation_server/models/flash_causal_lm.py ``FlashCausalLMBatch.to_pb``), each
+    # request holding ceil((prompt + max_new_tokens - 1) / block size) blocks (``from_pb``; the v3 router allocates
+    # them as it takes the request into a batch, backends/v3/src/queue.rs ``State::next_batch``). A request without
+    # max_new_tokens gets max_total_tokens - prompt (router/src/validation.rs). The router takes a request only while
+    # the batch's tokens + its own fit in --max-batch-total-tokens (``token_budget = max_batch_total_tokens -
+    # batch_max_tokens``): over that budget it is the KV cache's fill as the router admits against it. TGI exports
+    # no gauge of the budget (the launcher's --max-batch-total-tokens, or measured at warm-up and logged by the
+    # router): the policy states it (``replica.kvCacheTokens``).
+    Preset(
+        "tgi.batch_max_tokens",
+        "TGI KV-cache tokens the current batch reserves (tgi_batch_current_max_tokens: each request's prompt + "
+        "max_new_tokens, in whole blocks); over --max-batch-total-tokens, the share of the token budget in use.",
+        "tgi", "gauge", ("tgi_batch_current_max_tokens",), "sum", simulated="batch_tokens",
     ),
     # ---------------------------------------------------------------- counters and histograms
     Preset(

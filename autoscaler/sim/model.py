@@ -49,6 +49,17 @@ ends and its batch joins the running one. Here, where a request takes its slot b
 the requests waiting for a slot or for their prefill (the simulated ``backlog``) and the batch is the decoding
 ones (``decoding``). The prompt being prefilled is in neither, as on TGI.
 
+TGI's ``tgi_batch_current_max_tokens`` is set beside ``tgi_batch_current_size`` to the same batch's ``max_tokens``:
+the KV blocks it holds times the block size (server/text_generation_server/models/flash_causal_lm.py
+``FlashCausalLMBatch.to_pb``), each request holding ``ceil((prompt + max_new_tokens - 1) / block size)`` blocks
+(``from_pb``; the v3 router allocates them, backends/v3/src/queue.rs ``State::next_batch``), whatever it has
+generated so far. The router takes a request into a batch only while its tokens fit in what that leaves of
+``--max-batch-total-tokens`` (backends/v3/src/backend.rs ``batching_task``). Here a request reserves its prompt plus
+its output in the KV cache as it takes a slot (``_admit``), and the simulated ``batch_tokens`` is that reservation
+summed over the decoding requests (the batch ``decoding`` counts): the client's ``max_new_tokens`` is taken to be the
+output it got, with no block rounding (both estimates: a client asking for more than it gets, or none at all,
+reserves more on a real TGI, so its gauge reads fuller).
+
 Time to first token. vLLM's ``vllm:time_to_first_token_seconds`` counts from the request's arrival (the simulated
 ``ttft`` histogram: arrival to first token). JetStream's ``jetstream_time_to_first_token`` does not: the detokenize
 thread observes ``first_token_return_time - request.metadata.prefill_dequeue_time`` (jetstream/core/orchestrator.py,
@@ -160,8 +171,8 @@ ABANDONED = 2
 
 class Replica:
     __slots__ = (
-        "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "gen_done", "index", "itl_V",
-        "itl_hist", "itl_owed", "kv_base", "kv_reserved", "n_dec", "n_out", "name", "paused_at", "paused_n",
+        "V", "V_t", "admitted_at", "chips", "created_at", "dec_heap", "dec_joined", "dec_reserved", "gen_done", "index",
+        "itl_V", "itl_hist", "itl_owed", "kv_base", "kv_reserved", "n_dec", "n_out", "name", "paused_at", "paused_n",
         "prefill_fifo", "prefill_s", "prefilling", "prompt_hist", "prompt_tokens", "queue", "queue_hist",
         "queue_inserted_hist", "ready_at", "state", "ttft_from_prefill_hist", "ttft_hist", "version",
     )
@@ -182,6 +193,8 @@ class Replica:
         self.V = 0.0
         self.V_t = 0.0
         self.kv_reserved = 0
+        #: The part of ``kv_reserved`` the decoding sequences hold (prompt + output each: TGI's batch ``max_tokens``).
+        self.dec_reserved = 0
         #: Σ over decoding sequences of (input tokens − V when they joined): KV in use = kv_base + n_dec·V.
         self.kv_base = 0.0
         self.version = 0
@@ -253,6 +266,9 @@ class ReplicaGauges:
     tpot: tuple[int, ...] = ()
     #: Prompt lengths of the prefills done (tokens): cumulative counts per bound of ``PROMPT_BOUNDS``, +Inf.
     prompt_length: tuple[int, ...] = ()
+    #: KV-cache tokens the decoding requests reserve, prompt + output each (TGI's batch ``max_tokens``: the module
+    #: docstring).
+    batch_tokens: float = 0.0
 
 
 class ServingPool:
@@ -613,6 +629,7 @@ class ServingPool:
             if self._per_token:
                 self._count_steps(rep)
             rep.n_dec += 1
+            rep.dec_reserved += req.inputs[rid] + req.outputs[rid]
             if self._metrics:
                 rep.dec_joined += rep.V
             rep.kv_base += req.inputs[rid] - rep.V
@@ -644,6 +661,7 @@ class ServingPool:
             finish_v, rid = heapq.heappop(heap)
             generated = outputs[rid] - 1
             rep.n_dec -= 1
+            rep.dec_reserved -= inputs[rid] + outputs[rid]
             if metrics:
                 rep.dec_joined -= finish_v - generated
                 rep.gen_done += generated
@@ -702,4 +720,5 @@ class ServingPool:
             # Rounded down (a count is whole), with a tolerance for the float sums of whole steps.
             tpot=tuple(accumulate(int(c + 1e-6) for c in rep.itl_hist)),
             prompt_length=tuple(accumulate(rep.prompt_hist)),
+            batch_tokens=float(rep.dec_reserved),
         )

@@ -46,6 +46,7 @@ QUANTITIES: dict[str, Quantity] = {
     "decoding": lambda g: float(g.decoding),
     "slots_used": lambda g: g.slots_used,
     "kv_usage": lambda g: g.kv_usage,
+    "batch_tokens": lambda g: g.batch_tokens,
 }
 
 #: The cumulative series a simulated replica keeps: counters (a number) and histograms (cumulative counts per

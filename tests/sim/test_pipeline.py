@@ -29,6 +29,8 @@ from tests.sim.test_model import make_cluster, poisson_trace
         pytest.param({"query": "sum(vllm_num_requests_running)"}, "vllm.running", id="query-underscore"),
         pytest.param({"query": "avg(num_requests_waiting)"}, "jetstream.waiting", id="jetstream-waiting"),
         pytest.param({"metric": "tgi_batch_current_size"}, "tgi.batch_size", id="metric"),
+        pytest.param({"metric": "tgi_batch_current_max_tokens"}, "tgi.batch_max_tokens", id="metric-tgi-tokens"),
+        pytest.param({"query": "sum(tgi_batch_current_max_tokens)"}, "tgi.batch_max_tokens", id="query-tgi-tokens"),
         pytest.param({"query": 'max({__name__=~"vllm[:_](kv|gpu)_cache_usage_perc", namespace="v"})'},
                      "vllm.kv_cache_usage", id="name-regex"),
     ],
@@ -72,6 +74,19 @@ def test_aggregation(extra: dict[str, str], expected: float) -> None:
     reading = pipe.visible(0.0)["q"]
     assert reading.value == expected
     assert reading.per_replica == {"a": 1.0, "b": 4.0}
+
+
+def test_the_tgi_batch_tokens_sum_over_the_replicas() -> None:
+    """``tgi.batch_max_tokens`` exports each replica's batch reservation (tokens), summed for the target like the
+    batch size: the policy divides it by the stated budget per ready replica."""
+    spec = _spec([{"name": "kvtok", "preset": "tgi.batch_max_tokens"}])
+    pipe = pipeline.MetricPipeline(PipelineSpec(scrape_interval_seconds=5), pipeline.bind(spec))
+    a = ReplicaGauges(0, 0, 3, 3, 0.3, 0.2, batch_tokens=12000.0)
+    b = ReplicaGauges(2, 0, 5, 5, 0.5, 0.9, batch_tokens=60000.0)
+    pipe.scrape(0.0, {"a": a, "b": b})
+    reading = pipe.visible(0.0)["kvtok"]
+    assert reading.per_replica == {"a": 12000.0, "b": 60000.0}
+    assert reading.value == 72000.0
 
 
 def test_samples_are_visible_only_after_the_ingestion_delay() -> None:
