@@ -17,8 +17,9 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    ``(running + waiting) / slot unit`` (``waiting`` is the backlog the served rates do not show; the slot unit
    is the mean occupancy at which, behind random routing, a replica's usable slots are all taken for at most
    ``1 − percentile`` of arrivals (Poisson occupancy, ``occupancy_at_objective``), over ``targetUtilization``);
-   KV cache ``kvUsage × R``. The first rate window of a fresh controller is not history (its rates ramp from
-   nothing). With ``promptTokensBurst`` (the prompt counter over a short window) the prompt work's burstiness
+   KV cache ``kvUsage × R`` (with ``kvTokens``, TGI's: the tokens the batches reserve over ``R × kvCacheTokens``,
+   the budget its router admits against). The first rate window of a fresh controller is not history (its rates
+   ramp from nothing). With ``promptTokensBurst`` (the prompt counter over a short window) the prompt work's burstiness
    ``b`` is measured (the Allan factor of its windows over a Poisson stream's, ``sizing.work_burstiness``; prior
    ``BURSTINESS_PRIOR``, never below 1), split over the ready replicas (``1 + (b − 1)/R``), and widens both
    queues: the prefill's to a G/G/1 (Kingman) and the slots' occupancy (Hayward). With ``slotWait`` a wait for a
@@ -229,6 +230,14 @@ class SloSignalsSpec(SpecModel):
     running: str | None = Field(default=None, description="Requests holding a slot (batch size).")
     slots_used: str | None = Field(default=None, description="Fraction of slots in use, 0-1 (JetStream).")
     kv_cache_usage: str | None = Field(default=None, description="Fraction of the KV cache in use, 0-1.")
+    kv_tokens: str | None = Field(
+        default=None,
+        description="KV-cache tokens the running batches reserve, total over the target (TGI's "
+        "tgi_batch_current_max_tokens, preset tgi.batch_max_tokens: each request's prompt + max_new_tokens). Over "
+        "replica.kvCacheTokens per ready replica (TGI's --max-batch-total-tokens, the token budget its router admits "
+        "against) it is the KV use, read as kvCacheUsage is; for servers that export their KV cache in tokens, not as "
+        "a fraction. Needs replica.kvCacheTokens; not with kvCacheUsage (one KV reading).",
+    )
     prompt_tokens: str | None = Field(default=None, description="Prompt tokens/s served (a counter's rate).")
     generation_tokens: str | None = Field(default=None, description="Generated tokens/s (a counter's rate).")
     ttft: str | None = Field(default=None, description="TTFT at the objective's percentile, seconds.")
@@ -564,11 +573,18 @@ class SloPolicyConfig(SpecModel):
             )
         if s.prompt_tokens is not None and self.replica.prior is None:
             raise FieldError("token-rate signals need replica.prior (a conservative throughput)", "replica")
-        if not any((s.waiting, s.running, s.slots_used, s.kv_cache_usage, s.prompt_tokens)):
+        if not any((s.waiting, s.running, s.slots_used, s.kv_cache_usage, s.kv_tokens, s.prompt_tokens)):
             raise FieldError(
                 "needs at least one demand signal: promptTokens + generationTokens, running, slotsUsed, "
-                "kvCacheUsage or waiting",
+                "kvCacheUsage, kvTokens or waiting",
                 "signals",
+            )
+        if s.kv_tokens is not None and (self.replica.kv_cache_tokens is None or s.kv_cache_usage is not None):
+            raise FieldError(
+                "signals.kvTokens is the KV use in tokens: it needs replica.kvCacheTokens (the budget it fills, TGI's "
+                "--max-batch-total-tokens) and replaces kvCacheUsage (one KV reading, not two)",
+                "signals",
+                "kvTokens",
             )
         if s.prefill_seconds is not None and s.prompt_tokens is None:
             raise FieldError("signals.prefillSeconds measures the prefill rate: it needs promptTokens", "signals")
@@ -838,6 +854,11 @@ class SloAlgorithm:
         if running is None and used is not None:
             running = used * slots * ready
         kv = fraction(roles.kv_cache_usage)
+        kv_of = ""
+        if roles.kv_tokens is not None:
+            kv, kv_of = self._kv_reserved(total(roles.kv_tokens), ready)
+            if kv is None and roles.kv_tokens not in unknown:
+                unknown.append(roles.kv_tokens)  # no replica ready: a fraction of nothing, as kvCacheUsage's
         prompt, gen = total(roles.prompt_tokens), total(roles.generation_tokens)
 
         parts: list[str] = []
@@ -884,7 +905,7 @@ class SloAlgorithm:
             load = max(load, kv * ready / kv_unit)
             served_load = max(served_load, kv * ready / kv_unit)
             parts.append(
-                f"KV {kv * ready / kv_unit:.2f} ({kv:.0%} of {ready}"
+                f"KV {kv * ready / kv_unit:.2f} ({kv:.0%} of {ready}{kv_of}"
                 + (f"; 1 replica-equivalent = {kv_unit:.0%} of a cache" if kv_unit != 1.0 else "")
                 + ")"
             )
@@ -1938,6 +1959,15 @@ class SloAlgorithm:
             f"{rate:.0f} tok/s): ≤ {allowed:.2f} utilization holds the TTFT p{cfg.objective.percentile * 100:g}"
         )
 
+    def _kv_reserved(self, reserved: float | None, ready: int) -> tuple[float | None, str]:
+        """``signals.kvTokens``: the KV use, 0-1 averaged over the ready replicas, from the tokens their batches
+        reserve over the budget each states (``replica.kvCacheTokens``), and the text of its numbers (None: unknown,
+        or no replica ready)."""
+        budget = self.config.replica.kv_cache_tokens
+        if reserved is None or budget is None or ready <= 0:
+            return None, ""
+        return min(1.0, max(0.0, reserved) / (ready * budget)), f": {reserved:.0f} tok reserved of {ready} × {budget}"
+
     def _kv_slot_scale(self, ctx: Context) -> tuple[float | None, str]:
         """``kvFromTokens``: the share of the stated slots the KV cache holds at the tokens a sequence reserves now
         (None: not configured, or unknown now), and its text."""
@@ -1980,7 +2010,7 @@ class SloAlgorithm:
     def _generation_counts(self) -> bool:
         """Generated tokens count in the token load (see ``_read``)."""
         s = self.config.signals
-        gauges = any(n is not None for n in (s.running, s.slots_used, s.kv_cache_usage))
+        gauges = any(n is not None for n in (s.running, s.slots_used, s.kv_cache_usage, s.kv_tokens))
         return not gauges or self.config.objective.time_per_output_token_seconds is not None
 
     def _latency_names(self) -> tuple[str, ...]:
