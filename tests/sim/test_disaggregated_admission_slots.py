@@ -5,7 +5,7 @@ tests/core/test_disaggregated_admission.py have the rules on their own numbers."
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
@@ -17,39 +17,21 @@ from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim import oracle, traces
 from autoscaler.sim.simulation import PolicyController, RunResult, Simulation
 from bench import sim_codelab
+from tests.sim.recording import Counts, Recording
 
 CODELAB = cluster_mod.bundled("cluster-tpu7x-codelab.yaml")
 VARIANTS = cluster_mod.bundled("cluster-tpu7x-codelab-variants.yaml")
 PREFILL = "llm-d-pd-disaggregation/LeaderWorkerSet/kueue-vllm-prefill-model-streamer"
 
 
-class Seen(NamedTuple):
-    """One evaluation: prefill's groups waiting for admission and starting, its utilization before and after."""
-
-    now: float
-    gated: int
-    starting: int
-    before: float | None
-    after: float | None
-
-
-class Recording(PolicyController):
-    """The simulator's policy controller, keeping what each evaluation saw and learned (it changes nothing)."""
-
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self.seen: list[Seen] = []
-
-    def _decide_and_apply(self, sim: Simulation, obs: Observation, now: float, pool_of: Any) -> None:
-        before = _prefill_c(self)
-        super()._decide_and_apply(sim, obs, now, pool_of)
-        pre = next(m for k, m in obs.members.items() if k.endswith("kueue-vllm-prefill-model-streamer"))
-        self.seen.append(Seen(now, pre.gated, pre.starting, before, _prefill_c(self)))
-
-
 def _prefill_c(pc: PolicyController) -> float | None:
     state = pc.state.algorithm
     return state.prefill_learned.utilization if isinstance(state, dg.DisaggState) else None
+
+
+def _prefill_counts(obs: Observation) -> Counts:
+    pre = next(m for k, m in obs.members.items() if k.endswith("kueue-vllm-prefill-model-streamer"))
+    return Counts(pre.gated, pre.starting)
 
 
 def _policy(path: Any, namespace: str, **policy: Any) -> ScalingPolicy:
@@ -72,7 +54,8 @@ def test_prefills_utilization_is_not_lowered_while_a_group_it_asked_for_waits_fo
     cl = cluster_mod.load(CODELAB)
     pol = _policy(sim_codelab.JOINT_POLICY, "llm-d-pd-joint", waitForAdmission=option)
     pipe = cl.pipeline_name_for(pol.metadata.name)
-    pc = Recording(compile_policy(pol), cl.spec.metric_pipelines[pipe], pipe)
+    pc = Recording(compile_policy(pol), cl.spec.metric_pipelines[pipe], pipe, learned=_prefill_c,
+                   counts=_prefill_counts)
     Simulation(cluster=cl, trace=_conv(10.0, 900.0, 420.0), controller=pc,
                initial_by_pool={"prefill": 2, "decode": 2}, slo_ttft_s=2.0).run()
     waiting = [s for s in pc.seen if s.gated > 0 and s.starting == 0]

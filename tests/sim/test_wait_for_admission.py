@@ -11,7 +11,6 @@ controller reads from Kueue's scheduling gate (``controller.kinds.gated_replicas
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -24,34 +23,16 @@ from autoscaler.sim import baselines, traces
 from autoscaler.sim import cluster as cluster_mod
 from autoscaler.sim.simulation import PolicyController, Simulation
 from bench import handoff
-
-
-class Seen(NamedTuple):
-    """One evaluation: the replicas the policy saw and its utilization at the SLO before and after."""
-
-    now: float
-    gated: int
-    starting: int
-    before: float | None
-    after: float | None
-
-
-class Recording(PolicyController):
-    """The simulator's policy controller, keeping what each evaluation saw and learned (it changes nothing)."""
-
-    def __init__(self, *args: object, **kw: object) -> None:
-        super().__init__(*args, **kw)  # type: ignore[arg-type]
-        self.seen: list[Seen] = []
-
-    def _decide_and_apply(self, sim: Simulation, obs: Observation, now: float, pool_of: object) -> None:
-        before = _utilization(self)
-        super()._decide_and_apply(sim, obs, now, pool_of)  # type: ignore[arg-type]
-        self.seen.append(Seen(now, obs.replicas.gated, obs.replicas.starting, before, _utilization(self)))
+from tests.sim.recording import Counts, Recording, Seen
 
 
 def _utilization(pc: PolicyController) -> float | None:
     state = pc.state.algorithm
     return state.utilization if isinstance(state, slo.SloState) else None
+
+
+def _counts(obs: Observation) -> Counts:
+    return Counts(obs.replicas.gated, obs.replicas.starting)
 
 
 def _run(tmp_path: Path, *, option: bool) -> list[Seen]:
@@ -62,7 +43,8 @@ def _run(tmp_path: Path, *, option: bool) -> list[Seen]:
     doc = kueue_only.model_dump(mode="json", by_alias=True, exclude_none=True)
     doc["spec"]["policy"]["waitForAdmission"] = option
     policy = ScalingPolicy.model_validate(doc)
-    pc = Recording(compile_policy(policy), cl.pipeline_for(policy.metadata.name), "default")
+    pc = Recording(compile_policy(policy), cl.pipeline_for(policy.metadata.name), "default", learned=_utilization,
+                   counts=_counts)
     trace = traces.reshape(traces.load(trace_file), time_scale=1.0, rate_scale=1.0, duration_s=960.0, start_s=0.0,
                            seed=0)
     sim = Simulation(cluster=cl, trace=trace, controller=pc, initial_replicas=4)
