@@ -49,7 +49,7 @@ CODELAB_NAMESPACE = "llm-d-pd-disaggregation"
 def adapted_joint_policy(path: Path, namespace: str = "llm-d-pd-joint", *,
                          slot_occupancy: bool | None = None) -> ScalingPolicy:
     """A one-policy example in the codelab's namespace (each ships in its own so that the examples validate
-    side by side), every signal kept; ``slot_occupancy``: decode's opt-in rule 0c set so (None: as shipped)."""
+    side by side), every signal kept; ``slot_occupancy``: decode's rule 0c set so (None: as shipped)."""
     text = path.read_text(encoding="utf-8").replace(namespace, CODELAB_NAMESPACE)
     doc = yaml.safe_load(text)
     if slot_occupancy is not None:
@@ -66,11 +66,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--duration", type=float, help="seconds simulated (default: the cluster file's)")
     ap.add_argument("--variants", action="store_true",
                     help="the decode role on a 2x2x2 and a 2x4x4 LWS, with the variants example policy")
-    ap.add_argument("--slot-occupancy", action="store_true",
-                    help="the one-policy examples with decode's opt-in rule 0c (slotOccupancy: true)")
+    ap.add_argument("--slot-occupancy", action=argparse.BooleanOptionalAction, default=None,
+                    help="the one-policy examples with decode's rule 0c on or off (default: as shipped, on)")
     args = ap.parse_args(argv)
     cluster = VARIANTS_CLUSTER if args.variants else CLUSTER
-    slots = True if args.slot_occupancy else None
+    slots: bool | None = args.slot_occupancy
     if args.policies:
         pols = [(p.metadata.name, p) for a in args.policies for p in load_file(a)]
     elif args.variants:

@@ -423,6 +423,8 @@ def joint_policy(url: str) -> dict[str, Any]:
     policy["scaleDownDelaySeconds"] = 2
     policy["prefill"]["signals"] = {"promptTokens": "prompt_tokens"}
     policy["decode"]["signals"] = {"generationTokens": "generation_tokens"}
+    # Rule 0c reads decode's running sequences, a signal dropped here: off, as a user without that signal sets it.
+    policy["decode"]["slotOccupancy"] = False
     for role in ("prefill", "decode"):
         for variant in policy[role]["variants"]:
             variant["target"]["namespace"] = NS
