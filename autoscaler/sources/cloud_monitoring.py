@@ -233,16 +233,12 @@ def _copies_of(ts: Any) -> tuple[tuple[str, str], ...] | None:
     (pid)`` read it: summed or averaged by the signal's rule, one gauge counted once per process (0.9/0.3 read
     0.6 averaged, where the largest copy, 0.9, is what the pods source reads)."""
     labels = ts.metric.labels
-    if presets.PROCESS_LABEL not in labels:
-        return None
-    return tuple(sorted((k, v) for k, v in labels.items() if k != presets.PROCESS_LABEL))
+    return presets.process_copy_key(labels) if presets.PROCESS_LABEL in labels else None
 
 
 def _larger(a: Point, b: Point) -> Point:
     """The larger of two copies' points (a NaN loses to any number, as in PromQL's ``max``)."""
-    if b.value > a.value or (math.isnan(a.value) and not math.isnan(b.value)):
-        return b
-    return a
+    return b if presets.copy_wins(b.value, a.value) else a
 
 
 def _merge(parts: Sequence[dict[Where, list[_Copies]]]) -> dict[Where, list[_Copies]]:

@@ -707,9 +707,9 @@ def _one_per_process(samples: list[Sample]) -> list[Sample]:
         return samples
     kept: dict[tuple[tuple[str, str], ...], Sample] = {}
     for s in samples:
-        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != presets.PROCESS_LABEL))
+        key = presets.process_copy_key(s.labels)
         best = kept.get(key)
-        if best is None or s.value > best.value or (math.isnan(best.value) and not math.isnan(s.value)):
+        if best is None or presets.copy_wins(s.value, best.value):
             kept[key] = s
     return list(kept.values())
 

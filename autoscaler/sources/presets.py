@@ -13,13 +13,15 @@ sources and adds the PromQL pieces:
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 
 from autoscaler.core.catalog import PRESETS, Combine, Preset, PresetError, get
 
 __all__ = [
-    "PRESETS", "PROCESS_LABEL", "Aggregate", "Preset", "PresetError", "get", "matchers", "one_per_process", "quote",
-    "selector",
+    "PRESETS", "PROCESS_LABEL", "Aggregate", "Preset", "PresetError", "copy_wins", "get", "matchers",
+    "one_per_process", "process_copy_key", "quote", "selector",
 ]
 
 Aggregate = Combine
@@ -41,6 +43,18 @@ def one_per_process(by: str) -> str:
     """PromQL keeping one series per label set but ``pid`` (the copies of a multiprocess gauge): their largest.
     A selector without the label passes unchanged (each group is one series)."""
     return f"max without ({PROCESS_LABEL}) ({by})"
+
+
+def process_copy_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """A series' labels less ``pid``: the copies of one multiprocess gauge share it (the sources that read
+    series themselves, pods and Cloud Monitoring, group the copies by it, as ``one_per_process`` does in PromQL)."""
+    return tuple(sorted((k, v) for k, v in labels.items() if k != PROCESS_LABEL))
+
+
+def copy_wins(value: float, kept: float) -> bool:
+    """Whether a copy's ``value`` replaces the ``kept`` largest so far, as PromQL's ``max`` picks (a NaN copy loses
+    to any number)."""
+    return value > kept or (math.isnan(kept) and not math.isnan(value))
 
 
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
