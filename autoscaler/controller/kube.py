@@ -106,6 +106,12 @@ class ServerError(KubeError):
     retry_after_s: float | None = None
 
 
+class BadAnswer(KubeError):
+    """A success status whose body is no Kubernetes object: JSON nested deeper than Python's decoder recurses
+    (the client's ``json.loads`` raises RecursionError), or, for ``request_json``, text or a JSON array. A proxy
+    or a broken server, never the API server: not retried, the call fails as any read does."""
+
+
 def translate(exc: ApiException) -> KubeError:
     """The typed error for a failed API call, with the message of the server's ``Status`` when it sent one."""
     status = int(exc.status or 0)
@@ -114,9 +120,10 @@ def translate(exc: ApiException) -> KubeError:
     if exc.body:
         try:
             body = json.loads(exc.body)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             # Not a Status: the max-in-flight and priority-and-fairness filters answer 429 with Go's http.Error
             # plain text ("Too many requests, please try again later.\n"); a proxy may answer with HTML. One line.
+            # A body nested deeper than Python's decoder recurses (RecursionError) is no Status either.
             text = exc.body.decode("utf-8", "replace") if isinstance(exc.body, bytes) else str(exc.body)
             message = " ".join(text.split())[:300]
     if isinstance(body, dict):
@@ -161,11 +168,14 @@ def retry_after(exc: ApiException, body: object) -> float | None:
 
 
 async def call(awaitable: Awaitable[T]) -> T:
-    """Await an API call, raising the typed ``KubeError`` instead of ``ApiException``."""
+    """Await an API call, raising the typed ``KubeError`` instead of ``ApiException`` (and ``BadAnswer`` instead
+    of the RecursionError the client's decoder raises on a body nested too deeply)."""
     try:
         return await awaitable
     except ApiException as exc:
         raise translate(exc) from None
+    except RecursionError:
+        raise BadAnswer(200, "BadAnswer", "the answer is JSON nested too deeply to read") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +255,9 @@ async def request_json(
             _return_http_data_only=True,
         )
     )
+    if not isinstance(result, dict):  # the client hands back text it cannot decode, and any JSON as is
+        shown = " ".join(str(result).split())[:100]
+        raise BadAnswer(200, "BadAnswer", f"the answer to {method} {path} is not a JSON object: {shown!r}")
     return result
 
 

@@ -56,6 +56,10 @@ def micro_time(unix_s: float) -> str:
     return dt.datetime.fromtimestamp(unix_s, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class BadLease(ValueError):
+    """A Lease read answered 200 with a body that is no Lease."""
+
+
 @dataclass(frozen=True)
 class LeaseRecord:
     """The fields of a Lease the election reads."""
@@ -132,6 +136,10 @@ class LeaderElector:
                     self.last_error = "timeout"
                     self._log.warning("lease_error", error="round timed out")
                     ok = False
+                except Exception as exc:  # anything else a round meets is a failed round: the campaign goes on
+                    self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                    self._log.warning("lease_error", error=self.last_error)
+                    ok = False
                 if ok:
                     self._become_leader()
                 elif self._leading.is_set() and self._last_renew is not None and (
@@ -188,7 +196,7 @@ class LeaderElector:
                 self.last_error = f"{exc.status} {exc.reason}"
                 self._log.warning("lease_error", status=exc.status, error=str(exc.reason))
             return False
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, BadLease) as exc:
             self.last_error = str(exc) or type(exc).__name__
             self._log.warning("lease_error", error=self.last_error)
             return False
@@ -222,16 +230,21 @@ class LeaderElector:
             return None
         if resp.status >= 400:
             raise ApiException(status=resp.status, reason=resp.reason)
-        data: dict[str, Any] = await resp.json()
-        spec = data.get("spec") or {}
-        return LeaseRecord(
-            holder=spec.get("holderIdentity") or "",
-            duration_s=float(spec.get("leaseDurationSeconds") or self.config.lease_duration_seconds),
-            renew_time=spec.get("renewTime") or "",
-            acquire_time=spec.get("acquireTime") or "",
-            transitions=int(spec.get("leaseTransitions") or 0),
-            resource_version=(data.get("metadata") or {}).get("resourceVersion", ""),
-        )
+        try:
+            data: Any = await resp.json()
+            spec = data.get("spec") or {}
+            return LeaseRecord(
+                holder=str(spec.get("holderIdentity") or ""),
+                duration_s=float(spec.get("leaseDurationSeconds") or self.config.lease_duration_seconds),
+                renew_time=str(spec.get("renewTime") or ""),
+                acquire_time=str(spec.get("acquireTime") or ""),
+                transitions=int(spec.get("leaseTransitions") or 0),
+                resource_version=str((data.get("metadata") or {}).get("resourceVersion", "")),
+            )
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+            # Text, a JSON array, JSON nested deeper than the decoder recurses, a field of the wrong type: a
+            # proxy or a broken server. A failed round, as a 5xx is; never the end of the campaign.
+            raise BadLease(f"the Lease read is no Lease ({type(exc).__name__})") from None
 
     def _body(
         self,

@@ -166,7 +166,7 @@ def _held_info(annotations: dict[str, str]) -> JsonObj | None:
         return {} if DEACTIVATED_BY in annotations else None  # marked by a version without HELD_FOR
     try:
         info = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # anyone who may edit the Workload may write this annotation
         return {}
     return info if isinstance(info, dict) else {}
 
