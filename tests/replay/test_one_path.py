@@ -1,6 +1,8 @@
 """One path from readings to decisions: the same per-pod data through ``run`` (the controller's observer over the
-Prometheus source), ``observe``, ``replay`` (a per-pod ``record`` dump) and ``simulate`` (the metric pipeline)
-gives the same combined reading and the same decision.
+Prometheus source, and over the pods source scraping each pod itself), ``observe``, ``replay`` (a per-pod
+``record`` dump) and ``simulate`` (the metric pipeline) gives the same combined reading and the same decision;
+for a counter's rate too (the pods source and the simulator take it from two scrapes of the counters, Prometheus
+and replay are given each pod's rate).
 
 The cases are the issue's: an hpa policy on ``vllm.kv_cache_usage`` (target 0.5) with two pods at 0.4 each,
 which replay used to sum to 0.8 (2 → 4) while the controller averaged it (hold 2); the same with an explicit
@@ -22,7 +24,7 @@ from autoscaler.controller.observer import NoTraining, PolicyObserver
 from autoscaler.controller.targets import TargetView
 from autoscaler.core.engine import CompiledPolicy, compile_policy, decide
 from autoscaler.core.model import Observation, PodStatus, PolicyState, ReplicaStatus, ScaleDecision, TargetRef
-from autoscaler.core.sourcespec import PrometheusSourceSpec
+from autoscaler.core.sourcespec import PodsSourceSpec, PrometheusSourceSpec
 from autoscaler.core.spec import ScalingPolicy
 from autoscaler.replay import engine as replay_engine
 from autoscaler.replay.traces import load
@@ -31,6 +33,7 @@ from autoscaler.sim.cluster import PipelineSpec
 from autoscaler.sim.model import ReplicaGauges
 from autoscaler.sources.base import PodRef
 from autoscaler.sources.command import observe_once
+from autoscaler.sources.pods import PodsSource
 from autoscaler.sources.prometheus import PrometheusSource
 from tests.sources.realprom import TextServer
 
@@ -103,6 +106,37 @@ async def run_path(p: ScalingPolicy, values: dict[str, float], replicas: int) ->
         await src.aclose()
         server.close()
     return _decide(cp, obs)
+
+
+async def run_pods_path(
+    p: ScalingPolicy, scrapes: list[tuple[float, dict[str, str]]], replicas: int
+) -> tuple[float | None, ScaleDecision]:
+    """The controller with the pods source: its observer scrapes each ready pod's ``/metrics`` itself (one server
+    per pod; a pod that serves nothing answers 404), once per (time, expositions) in ``scrapes``; the last
+    observation decides."""
+    servers = {pod: TextServer("", status=404) for pod in PODS[:replicas]}
+    clock = [0.0]
+    src = PodsSource(clock=lambda: clock[0])
+    moved = p.model_copy(deep=True)
+    object.__setattr__(moved.spec, "source", PodsSourceSpec(type="pods", timeout_seconds=5))
+    view = TargetView(status(replicas), tuple(PodRef(pod, url=f"{servers[pod].base}/metrics") for pod in servers))
+    observer = PolicyObserver(targets=Targets(view), training=NoTraining(), source=src)
+    cp = compile_policy(moved)
+    try:
+        for at, bodies in scrapes:
+            clock[0] = at
+            for pod, server in servers.items():
+                server.body, server.status = (bodies[pod], 200) if pod in bodies else ("", 404)
+            obs = await observer.observe(cp)
+    finally:
+        await src.aclose()
+        for server in servers.values():
+            server.close()
+    return _decide(cp, obs)
+
+
+def _gauge_exposition(values: dict[str, float]) -> dict[str, str]:
+    return {pod: f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {v}\n" for pod, v in values.items()}
 
 
 async def observe_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, str]:
@@ -180,15 +214,66 @@ async def test_every_command_sees_and_decides_the_same(
         "replay": replay_path(p, values, replicas, tmp_path),
         "simulate": simulate_path(p, values, replicas),
     }
-    for path, (seen, decision) in outcomes.items():
+    pods = await run_pods_path(p, [(NOW - 5, _gauge_exposition(values))], replicas)
+    for path, (seen, decision) in {**outcomes, "run-pods": pods}.items():
         assert seen == value, path
         assert (decision.desired, decision.reason.value) == (desired, reason), (path, decision.message)
+    # The pods source knows why the others are missing (their scrapes failed), where the others only count them.
     messages = {d.message for _, d in outcomes.values()}
     if reason == "MetricsUnknown":
         assert all("1 of 3 ready pods reported" in m for m in messages), messages
     shown, shown_reason = await observe_path(p, values, replicas)
     assert shown == value
     assert shown_reason == reason
+
+
+def _rate_policy() -> ScalingPolicy:
+    doc = policy({}, "http://unused").model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["spec"]["signals"] = [{"name": "kv", "preset": "vllm.generation_tokens", "rate": {"windowSeconds": 60}}]
+    doc["spec"]["policy"]["metrics"][0]["target"] = {"type": "Value", "value": 100}
+    return ScalingPolicy.model_validate(doc)
+
+
+RATE_CASES = [
+    # 80 + 70 tokens a second summed (not averaged: 75): 150 for a target of 100 per replica, 2 -> 3.
+    pytest.param({PODS[0]: (1000.0, 2200.0), PODS[1]: (500.0, 1550.0)}, 2, pytest.approx(150.0), 3, "ScaleUp",
+                 id="per-pod-rates-summed"),
+    # The second pod's counter restarted (a new server process): its increase is its new value, 600 in 15 s.
+    pytest.param({PODS[0]: (1000.0, 2200.0), PODS[1]: (5000.0, 600.0)}, 2, pytest.approx(120.0), 3, "ScaleUp",
+                 id="counter-reset"),
+    pytest.param({PODS[0]: (1000.0, 1100.0)}, 2, None, 2, "MetricsUnknown", id="1-of-2-pods-is-unknown"),
+]
+
+
+@pytest.mark.parametrize(("counters", "replicas", "value", "desired", "reason"), RATE_CASES)
+async def test_every_command_sees_and_decides_a_counters_rate_the_same(
+    counters: dict[str, tuple[float, float]], replicas: int, value: Any, desired: int, reason: str, tmp_path: Path,
+) -> None:
+    """Two scrapes 15 s apart of each pod's generation-token counter: the pods source (``run`` without
+    Prometheus) and the simulator take the rate themselves from the two scrapes; the Prometheus source and
+    ``replay`` (what ``record`` saves) are given each pod's rate, as Prometheus' ``rate()`` computes it over these
+    two points. Every command then combines and decides alike."""
+    p = _rate_policy()
+    first, second = NOW - 20, NOW - 5
+    rates = {pod: (b - a if b >= a else b) / (second - first) for pod, (a, b) in counters.items()}
+    scrapes = [
+        (at, {pod: f"# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total {pair[i]}\n"
+              for pod, pair in counters.items()})
+        for i, at in enumerate((first, second))
+    ]
+    pipe = pipeline.MetricPipeline(PipelineSpec(scrape_interval_seconds=15), pipeline.bind(p.spec))
+    for i, at in enumerate((first, second)):
+        pipe.scrape(at, {pod: ReplicaGauges(0, 0, 1, 1, 0.1, 0.1, generation_tokens=pair[i])
+                         for pod, pair in counters.items()})
+    outcomes = {
+        "run": await run_path(p, rates, replicas),
+        "run-pods": await run_pods_path(p, scrapes, replicas),
+        "replay": replay_path(p, rates, replicas, tmp_path),
+        "simulate": _decide(compile_policy(p), Observation(p.spec.target.ref(), status(replicas), pipe.visible(NOW))),
+    }
+    for path, (seen, decision) in outcomes.items():
+        assert seen == value, path
+        assert (decision.desired, decision.reason.value) == (desired, reason), (path, decision.message)
 
 
 def test_replay_reads_recorded_per_pod_rates_like_the_controller(tmp_path: Path) -> None:
