@@ -624,6 +624,10 @@ class _Plan(NamedTuple):
     #: The preset's sample names and its denominator's (``_pod_value``), or the metric's name.
     metrics: tuple[str, ...]
     denominator: tuple[str, ...]
+    #: A counter's rate or a histogram's quantile (``_pod_rate``), not a gauge (``_pod_value``).
+    cumulative: bool = False
+    #: Static endpoints (``endpoints:``): the reading is combined here, not counted against the target's pods.
+    static: bool = False
 
 
 def _plan(req: SignalRequest) -> _Plan:
@@ -661,7 +665,7 @@ def _plan(req: SignalRequest) -> _Plan:
     return _Plan(
         req, None, endpoints, frozenset(_names(req)), spec.timeout_seconds,
         f"{label} {len(endpoints)} endpoint{'s' if len(endpoints) != 1 else ''}", aggregate_of(sig), metrics,
-        denominator,
+        denominator, cumulative=sig.rate is not None or sig.quantile is not None, static=bool(spec.endpoints),
     )
 
 
@@ -679,16 +683,15 @@ def _names(req: SignalRequest) -> tuple[str, ...]:
 def _pod_value(plan: _Plan, samples: Exposition) -> PodValue | None:
     """One pod's value of the signal (combined over its series) and the oldest explicit sample time."""
     want = plan.request.signal.labels
-
-    def pick(names: tuple[str, ...]) -> list[Sample]:
-        return [sample for _, sample in _first_spelling(names, samples, want)]
-
-    num = _one_per_process(pick(plan.metrics))
+    num = _one_per_process(_first_samples(plan.metrics, samples, want))
     if not num:
         return None
+    if len(num) == 1 and not plan.denominator:  # the usual case: one series (the same figures as below)
+        only = num[0]
+        return PodValue(combine([only.value], plan.how), only.timestamp)
     stamps = [s.timestamp for s in num if s.timestamp is not None]
     if plan.denominator:
-        den = _one_per_process(pick(plan.denominator))
+        den = _one_per_process(_first_samples(plan.denominator, samples, want))
         if not den:
             return None
         total = math.fsum(s.value for s in den)
@@ -703,8 +706,8 @@ def _one_per_process(samples: list[Sample]) -> list[Sample]:
     """The copies of one gauge that differ only by ``pid`` (prometheus-client's multiprocess mode, one per
     process: ``presets.PROCESS_LABEL``) read as one sample, their largest, as PromQL's ``max without (pid)``
     does (a NaN copy loses to any number); samples without the label pass unchanged."""
-    if not any(presets.PROCESS_LABEL in s.labels for s in samples):
-        return samples
+    if len(samples) < 2 or not any(presets.PROCESS_LABEL in s.labels for s in samples):
+        return samples  # one sample is its own largest copy
     kept: dict[tuple[tuple[str, str], ...], Sample] = {}
     for s in samples:
         key = presets.process_copy_key(s.labels)
@@ -712,6 +715,15 @@ def _one_per_process(samples: list[Sample]) -> list[Sample]:
         if best is None or presets.copy_wins(s.value, best.value):
             kept[key] = s
     return list(kept.values())
+
+
+def _first_samples(names: Sequence[str], samples: Exposition, want: dict[str, str]) -> list[Sample]:
+    """``_first_spelling``'s samples without their names (``_pod_value``)."""
+    present = [name for name in names if name in samples]
+    if len(present) == 1 and len(samples[present[0]]) == 1:  # the usual case: one spelling, one series
+        (only,) = samples[present[0]]
+        return [only] if not want or all(only.labels.get(k) == v for k, v in want.items()) else []
+    return [sample for _, sample in _first_spelling(names, samples, want)]
 
 
 def _first_spelling(names: Sequence[str], samples: Exposition, want: dict[str, str]) -> list[tuple[str, Sample]]:
@@ -841,7 +853,7 @@ def _reading(plan: _Plan, by_url: dict[str, Scrape], history: History) -> Signal
     lacking: list[str] = []
     per_pod: dict[str, float] = {}
     stamps: dict[str, float] = {}
-    cumulative = req.signal.rate is not None or req.signal.quantile is not None
+    cumulative = plan.cumulative
     bucket_rates: dict[str, dict[float, float]] = {}
     for pod, url in endpoints:
         scrape = by_url[url]
@@ -880,7 +892,7 @@ def _reading(plan: _Plan, by_url: dict[str, Scrape], history: History) -> Signal
         return SignalReading(
             None, None, label, f"{len(lacking)}/{len(endpoints)} pods serve no {wanted}: {', '.join(lacking[:3])}"
         )
-    static = isinstance(req.source, PodsSourceSpec) and bool(req.source.endpoints)
+    static = plan.static
     if static and req.signal.quantile is None:
         # Static endpoints are what the user says the target is: combined here, not counted against its pods.
         return SignalReading(combine(list(per_pod.values()), how), min(stamps.values()), label)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -384,3 +385,46 @@ async def test_a_read_plan_is_kept_per_request_object_and_made_anew_for_another(
     # The plan of the request it replaced is not kept (a view read again every 1.5 periods would otherwise
     # leave one more plan per policy behind each time, grown into the collector's frozen set).
     assert [p.request for p in source._planned.values()] == [moved]
+
+
+@pytest.mark.parametrize(
+    ("body", "signal", "value", "stamp"),
+    [
+        # The sample's own time (ms) is the pod's time, not the scrape's.
+        pytest.param("tgi_queue_size 3 1700000000500\n", {"preset": "tgi.queue_size"}, 3.0, 1700000000.5,
+                     id="own-time"),
+        # A label matcher the pod's one series does not meet: the pod serves no such series (missing).
+        pytest.param('vllm:num_requests_waiting{model_name="other"} 4\n',
+                     {"preset": "vllm.waiting", "labels": {"model_name": "m"}}, None, None,
+                     id="matcher-excludes-the-only-series"),
+        pytest.param('vllm:num_requests_waiting{model_name="m"} 4\n',
+                     {"preset": "vllm.waiting", "labels": {"model_name": "m"}}, 4.0, "scrape",
+                     id="matcher-keeps-the-only-series"),
+        # One process's copy of a multiprocess gauge (prometheus-client's pid label) is the gauge.
+        pytest.param('vllm:kv_cache_usage_perc{model_name="m",pid="7"} 0.6\n', {"preset": "vllm.kv_cache_usage"},
+                     0.6, "scrape", id="one-pid-copy"),
+    ],
+)
+async def test_one_pod_with_one_series(
+    servers: list[TextServer], source: PodsSource, body: str, signal: dict[str, Any], value: float | None,
+    stamp: float | str | None,
+) -> None:
+    """The usual case (one pod, one spelling, one series; ``_pod_value`` reads it without the general walk)
+    read as the general rule reads it: the sample's own time, the signal's label matchers, the pid copies."""
+    url = serve(servers, body).url
+    req = request("Deployment/llm/srv", PODS, signal, pod_urls=(url,))
+    reading = (await source.read([req], deadline_s=2))[req.key]
+    assert reading.error is None
+    assert reading.value == value
+    if stamp is None:
+        assert reading.per_replica is None
+        return
+    assert reading.per_replica is not None
+    assert list(reading.per_replica.values()) == [value]
+    assert reading.pod_times is not None
+    (seen,) = reading.pod_times.values()
+    if stamp == "scrape":
+        assert seen != 1700000000.5
+        assert abs(seen - time.time()) < 60  # the scrape's send time
+    else:
+        assert seen == stamp
