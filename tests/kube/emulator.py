@@ -59,7 +59,9 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
    an ``events.k8s.io/v1`` Event needs ``eventTime``, ``reportingController`` (a qualified name),
    ``reportingInstance``, ``action`` and ``reason`` (each at most 128 bytes), a ``note`` of at most 1,024
    **bytes**, a ``type`` of Normal or Warning, a ``series`` of count >= 2 with ``lastObservedTime``, and may change
-   only its ``series`` on update (``422`` otherwise); core ``v1`` Events are held to the legacy rules only.
+   only its ``series`` on update (``422`` otherwise); core ``v1`` Events are held to the legacy rules only
+   (``legacyValidateEvent``: without an ``eventTime``, the Event's namespace equals ``involvedObject.namespace``;
+   with one, the reporting fields are required as above), field paths by the internal names the server reports.
 12. Custom resources whose CRD this repository ships (ScalingPolicy) are pruned to their structural schema and
    validated against it (``422``), as apiextensions-apiserver does (``_structural``).
 13. Validating admission webhooks on updates made through HTTP (``webhooks``; Kueue's Workload webhook is
@@ -431,55 +433,91 @@ def unknown_fields(rt: ResourceType, subresource: str | None, obj: JsonObj) -> l
     return out
 
 
-#: k8s.io/kubernetes pkg/apis/core/validation/events.go: the limits of an Event written through events.k8s.io/v1.
-EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "note": 1024}
+#: k8s.io/kubernetes pkg/apis/core/validation/events.go: the limits of an Event with an ``eventTime`` (Go's ``len``:
+#: bytes), by the internal field names the server's messages use.
+EVENT_LIMITS = {"reportingInstance": 128, "action": 128, "reason": 128, "message": 1024}
 _QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                              r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+#: An Event's fields by the internal (``core.Event``) names the server validates and reports, and where each is
+#: written through core ``v1`` and through ``events.k8s.io/v1`` (k8s.io/kubernetes pkg/apis/events/v1
+#: conversion.go: ``regarding`` is ``involvedObject``, ``note`` is ``message``, ``deprecatedCount`` is ``count``...).
+_EVENT_FIELDS: dict[str, tuple[str, str]] = {
+    "involvedObject": ("involvedObject", "regarding"), "related": ("related", "related"),
+    "reason": ("reason", "reason"), "message": ("message", "note"), "type": ("type", "type"),
+    "eventTime": ("eventTime", "eventTime"), "action": ("action", "action"), "series": ("series", "series"),
+    "reportingController": ("reportingComponent", "reportingController"),
+    "reportingInstance": ("reportingInstance", "reportingInstance"),
+    "source": ("source", "deprecatedSource"), "firstTimestamp": ("firstTimestamp", "deprecatedFirstTimestamp"),
+    "lastTimestamp": ("lastTimestamp", "deprecatedLastTimestamp"), "count": ("count", "deprecatedCount"),
+}
 #: What an update through events.k8s.io/v1 may not change (``ValidateEventUpdate``); ``series`` may change.
-_EVENT_IMMUTABLE = ("regarding", "related", "reason", "note", "type", "eventTime", "action", "reportingController",
-                    "reportingInstance", "deprecatedSource", "deprecatedFirstTimestamp", "deprecatedLastTimestamp",
-                    "deprecatedCount")
+_EVENT_IMMUTABLE = ("involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp", "count",
+                    "type", "eventTime", "action", "related", "reportingController", "reportingInstance")
+
+
+def _internal_event(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    """``obj`` by the internal field names (``_EVENT_FIELDS``), as the server converts it before validating."""
+    at = 1 if rt.group else 0
+    return {internal: obj.get(names[at]) for internal, names in _EVENT_FIELDS.items()}
+
+
+def _legacy_event_problems(event: JsonObj, namespace: str) -> list[tuple[str, str]]:
+    """``legacyValidateEvent``: every Event, whatever its API. Without an ``eventTime`` (an old-style Event) only
+    its namespace must agree with ``involvedObject.namespace`` (both empty, or the Event in "default", is allowed);
+    with one, the involved object may lack a namespace only for an Event in "default" or "kube-system", and the
+    reporting controller (a qualified name), instance, action and reason are required, each within its limit
+    (``EVENT_LIMITS``). The Event's namespace must be a DNS subdomain."""
+    out: list[tuple[str, str]] = []
+    involved = str((event.get("involvedObject") or {}).get("namespace") or "")
+    mismatch = ("involvedObject.namespace", f'Invalid value: "{involved}": does not match event.namespace')
+    if not event.get("eventTime"):
+        if (not involved and namespace not in ("", "default")) or (involved and namespace != involved):
+            out.append(mismatch)
+    else:
+        if not involved and namespace not in ("default", "kube-system"):
+            out.append(mismatch)
+        controller = str(event.get("reportingController") or "")
+        if not controller:
+            out.append(("reportingController", "Required value"))
+        if not _QUALIFIED_NAME.match(controller):
+            out.append(("reportingController", f'Invalid value: "{controller}": must be a qualified name'))
+        for f in ("reportingInstance", "action", "reason"):
+            if not event.get(f):
+                out.append((f, "Required value"))
+        for f, limit in EVENT_LIMITS.items():
+            if len(str(event.get(f) or "").encode()) > limit:
+                out.append((f, f'Invalid value: "": can have at most {limit} characters'))
+    if name_problem(namespace):
+        out.append(("namespace", f'Invalid value: "{namespace}": {name_problem(namespace)}'))
+    return out
 
 
 def _event_problems(rt: ResourceType, obj: JsonObj, old: JsonObj | None) -> list[tuple[str, str]]:
-    """``ValidateEventCreate`` / ``ValidateEventUpdate`` (k8s.io/kubernetes pkg/apis/core/validation/events.go)
-    for what this emulator stores: an Event written through ``events.k8s.io/v1`` is validated strictly (required
-    fields, lengths in bytes, ``type``, ``series``, the deprecated fields unset; immutable but for ``series`` on
-    update); one written through core ``v1`` without an ``eventTime`` only has its namespace checked (legacy)."""
-    out: list[tuple[str, str]] = []
-    meta = obj.get("metadata") or {}
-    if not rt.group:  # core v1
-        involved = (obj.get("involvedObject") or {}).get("namespace")
-        if not obj.get("eventTime") and involved and involved != meta.get("namespace"):
-            out.append(("involvedObject.namespace", "does not match event.namespace"))
+    """``ValidateEventCreate`` / ``ValidateEventUpdate`` (k8s.io/kubernetes pkg/apis/core/validation/events.go),
+    field for field: every Event passes ``_legacy_event_problems``; one written through core ``v1`` is held to
+    nothing more (backwards compatibility); one written through ``events.k8s.io/v1`` also needs, on create, an
+    ``eventTime``, a ``type`` of Normal or Warning, a valid ``series`` and its deprecated fields unset, and on update
+    may change only its ``series``. Field paths are the internal names the server reports (``involvedObject``,
+    ``message``, ``count``)."""
+    event = _internal_event(rt, obj)
+    out = _legacy_event_problems(event, str((obj.get("metadata") or {}).get("namespace") or ""))
+    if not rt.group:  # core v1: no further validation
         return out
     if old is not None:
-        for f in _EVENT_IMMUTABLE:
-            if obj.get(f) != old.get(f):
-                out.append((f, "field is immutable"))
-        if obj.get("series") != old.get("series"):
-            out.extend(_series_problems(obj.get("series")))
+        before = _internal_event(rt, old)
+        if event["series"] != before["series"]:
+            out.extend(_series_problems(event["series"]))
+        out.extend((f, "field is immutable") for f in _EVENT_IMMUTABLE if event[f] != before[f])
         return out
-    for f in ("reportingController", "reportingInstance", "action", "reason"):
-        if not obj.get(f):
-            out.append((f, "Required value"))
-    for f, limit in EVENT_LIMITS.items():
-        if isinstance(obj.get(f), str) and len(obj[f].encode()) > limit:
-            out.append((f, f"Too long: may not be more than {limit} bytes"))
-    controller = obj.get("reportingController")
-    if controller and not _QUALIFIED_NAME.match(str(controller)):
-        out.append(("reportingController", "Invalid value: must be a qualified name"))
-    if not obj.get("eventTime"):
+    out.extend(_series_problems(event["series"]))
+    if not event.get("eventTime"):
         out.append(("eventTime", "Required value"))
-    if obj.get("type") not in ("Normal", "Warning"):
-        out.append(("type", f"Invalid value: {obj.get('type')!r}"))
-    for f in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp", "deprecatedCount", "deprecatedSource"):
-        if obj.get(f):
-            out.append((f, "needs to be unset"))
-    regarding = (obj.get("regarding") or {}).get("namespace")
-    if not regarding and meta.get("namespace") not in ("default", "kube-system"):
-        out.append(("regarding.namespace", "does not match event.namespace"))
-    out.extend(_series_problems(obj.get("series")))
+    if event.get("type") not in ("Normal", "Warning"):
+        out.append(("type", f'Invalid value: "": has invalid value: {event.get("type") or ""}'))
+    source = event.get("source")
+    for f in ("firstTimestamp", "lastTimestamp", "count", "source"):
+        if (f != "source" and event.get(f)) or (f == "source" and isinstance(source, dict) and any(source.values())):
+            out.append((f, 'Invalid value: "": needs to be unset'))
     return out
 
 

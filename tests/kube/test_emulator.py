@@ -837,7 +837,10 @@ def _event(**change: Any) -> dict[str, Any]:
         pytest.param({"type": "Info"}, "type", id="type-normal-or-warning"),
         pytest.param({"series": {"count": 1, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}}, "series.count",
                      id="series-count-at-least-2"),
-        pytest.param({"deprecatedCount": 3}, "deprecatedCount", id="deprecated-fields-unset"),
+        pytest.param({"deprecatedCount": 3}, "count: Invalid value", id="deprecated-fields-unset"),
+        pytest.param({"regarding": {"kind": "Node", "name": "n"}}, "involvedObject.namespace",
+                     id="cluster-scoped-regarding-only-in-default-or-kube-system"),
+        pytest.param({"note": "é" * 513}, "message", id="note-over-1024-bytes"),
     ],
 )
 async def test_events_v1_are_validated_as_the_server_does(
@@ -850,6 +853,53 @@ async def test_events_v1_are_validated_as_the_server_does(
     assert field in _status(info.value)["message"]
 
 
+def _core_event(**change: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "namespace": "llm"},
+        "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "llm", "name": "d"},
+        "reason": "ScaleUp", "message": "why", "type": "Normal", "count": 1, "source": {"component": "c"},
+        "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z",
+    }
+    body.update(change)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        pytest.param({}, None, id="old-style-in-its-object-s-namespace"),
+        pytest.param({"involvedObject": {"kind": "Deployment", "namespace": "other", "name": "d"}},
+                     "involvedObject.namespace", id="old-style-namespace-must-match"),
+        pytest.param({"involvedObject": {"kind": "Node", "name": "n"}}, "involvedObject.namespace",
+                     id="old-style-cluster-scoped-only-in-default"),
+        pytest.param({"involvedObject": {"kind": "Node", "name": "n"}, "metadata": {"name": "e", "namespace":
+                     "default"}}, None, id="old-style-cluster-scoped-in-default"),
+        pytest.param({"eventTime": "2026-01-01T00:00:00.000000Z"}, "reportingController: Required value",
+                     id="with-event-time-needs-the-reporting-fields"),
+        pytest.param({"eventTime": "2026-01-01T00:00:00.000000Z", "reportingComponent": "autoscaler.dev/c",
+                      "reportingInstance": "pod-a", "action": "scale"}, None,
+                     id="with-event-time-and-the-reporting-fields"),
+        pytest.param({"reason": "x" * 200, "message": "y" * 5000}, None, id="old-style-has-no-length-limits"),
+    ],
+)
+async def test_core_v1_events_are_held_to_the_legacy_rules(
+    kube: Emulator, kube_client: client.ApiClient, change: dict[str, Any], problem: str | None
+) -> None:
+    """``legacyValidateEvent`` (k8s.io/kubernetes pkg/apis/core/validation/events.go) is all a core v1 Event is
+    held to: without an ``eventTime`` its namespace must equal ``involvedObject.namespace`` (an object without one:
+    the Event in "default"); with one, the reporting fields are required as through events.k8s.io/v1."""
+    core: Any = client.CoreV1Api(kube_client)
+    body = _core_event(**change)
+    namespace = body["metadata"]["namespace"]
+    if problem is None:
+        await core.create_namespaced_event(namespace, body)
+        return
+    with pytest.raises(ApiException) as info:
+        await core.create_namespaced_event(namespace, body)
+    assert info.value.status == 422
+    assert problem in _status(info.value)["message"]
+
+
 async def test_an_events_v1_update_may_change_only_its_series(kube: Emulator, kube_client: client.ApiClient) -> None:
     events: Any = client.EventsV1Api(kube_client)
     await events.create_namespaced_event("llm", _event())
@@ -859,7 +909,7 @@ async def test_an_events_v1_update_may_change_only_its_series(kube: Emulator, ku
     with pytest.raises(ApiException) as info:
         await events.patch_namespaced_event("e", "llm", {"note": "another"}, _content_type=merge)
     assert info.value.status == 422
-    assert "note: field is immutable" in _status(info.value)["message"]
+    assert "message: field is immutable" in _status(info.value)["message"]  # the internal name, as the server
 
 
 # --- kube3: third-party CRDs, no-op writes, dryRun, metadata, Warning headers -------------------------------------
