@@ -430,7 +430,7 @@ for _tag, _construct in scalars.CONSTRUCTORS.items():
 
 _SCALARS = {
     "tag:yaml.org,2002:null": yaml.SafeLoader.construct_yaml_null,
-    "tag:yaml.org,2002:bool": yaml.SafeLoader.construct_yaml_bool,
+    scalars.BOOL_TAG: scalars.construct_bool,
     scalars.INT_TAG: scalars.construct_int,
     scalars.FLOAT_TAG: scalars.construct_float,
 }
@@ -937,6 +937,11 @@ def _message(err: Any, loc: Loc, data: Any, model: type[pydantic.BaseModel]) -> 
     if kind in ("value_error", "assertion_error"):
         error = ctx.get("error")
         return str(error) if error is not None else str(err["msg"])
+    if kind == "string_type" and isinstance(value, bool):
+        # kubectl (go-yaml v2) and this loader read a plain y/n/yes/no/on/off/true/false as a boolean, which the
+        # API server then refuses where the CRD says string.
+        return (f"should be a string, not the boolean {str(value).lower()}: YAML reads a plain y, n, yes, no, on, "
+                "off, true or false as a boolean (so does kubectl); put the text in quotes")
     message = str(err["msg"])
     message = message[:1].lower() + message[1:]
     if not isinstance(value, dict | list):

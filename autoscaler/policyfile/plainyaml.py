@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from autoscaler.policyfile import scalars
+
 try:
     import yaml_rs
 
@@ -235,7 +237,10 @@ class _Walk:
 
 
 def _reads_as_string(value: str) -> bool:
-    """Whether PyYAML reads ``value``, written plain, as a string (its own resolver's answer)."""
+    """Whether PyYAML reads ``value``, written plain, as a string (its own resolver's answer), and the loader too
+    (go-yaml's ``y``/``n`` booleans, ``scalars.GO_ONLY_BOOLS``, are strings to PyYAML only)."""
+    if value in scalars.GO_ONLY_BOOLS:
+        return False
     if value[:1] not in _FIRST:
         return True
     tag = _TAGS.get(value)

@@ -14,10 +14,14 @@ plain scalars that start with a digit, a sign or a dot (kubectl's column first, 
 - one deliberate difference: a float too large for a double (``1e400``) is infinity here, and refused as such,
   where go-yaml keeps a string (both are refused; ours says why).
 
-Everything else (booleans, null, decimal and hexadecimal integers, decimals such as ``0.85``, quoted scalars)
-is read as both read it. Underscores are dropped before a number is read, as go-yaml does (``1_000``). The
-``y``/``n`` booleans of go-yaml v2 are not followed: there they are strings, as in PyYAML (a name ``n`` that the
-API server would refuse as a boolean is taken).
+Booleans part too: go-yaml v2 reads ``y``, ``Y``, ``n`` and ``N`` as booleans (its resolve table), PyYAML
+and YAML 1.2 as strings. They are booleans here, as kubectl sends them: a name written ``n`` is the boolean
+false, which the API server refuses where the CRD says ``type: string``, and so does ``validate``
+(``policyfile.loader``: "quote it"); a boolean field written ``y`` is true either way.
+
+Everything else (the other booleans, null, decimal and hexadecimal integers, decimals such as ``0.85``, quoted
+scalars) is read as both read it. Underscores are dropped before a number is read, as go-yaml does
+(``1_000``).
 
 ``Resolving`` is mixed into every loader of ``policyfile.loader``; ``CONSTRUCTORS`` build the values; ``dump``
 writes a document that this loader reads back to the same values (the controller turns each ScalingPolicy
@@ -33,6 +37,10 @@ import yaml
 from yaml.nodes import ScalarNode
 
 INT_TAG, FLOAT_TAG, STR_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:str"
+BOOL_TAG = "tag:yaml.org,2002:bool"
+#: go-yaml v2's booleans that YAML 1.1's PyYAML reads as strings (kubernetes vendor/gopkg.in/yaml.v2/resolve.go:
+#: ``{true, yaml_BOOL_TAG, []string{"y", "Y", "yes", "Yes", "YES"}}`` and the ``n`` row); PyYAML has the rest.
+GO_ONLY_BOOLS = {"y": True, "Y": True, "n": False, "N": False}
 TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _YAML_TAG = "tag:yaml.org,2002:"
 
@@ -94,11 +102,26 @@ class Resolving:
     kubectl's tag (``tag``); everything else the loader's own."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        if kind is ScalarNode and implicit[0] and value[:1] in NUMBER_STARTS:
-            found = tag(value)
-            if found is not None:
-                return found
+        if kind is ScalarNode and implicit[0]:
+            if value[:1] in NUMBER_STARTS:
+                found = tag(value)
+                if found is not None:
+                    return found
+            elif value in GO_ONLY_BOOLS:
+                return BOOL_TAG
         return super().resolve(kind, value, implicit)  # type: ignore[misc]
+
+
+def construct_bool(loader: Any, node: Any) -> Any:
+    """A ``bool``-tagged scalar's value: PyYAML's (``yes``, ``off``...) and go-yaml's ``y``/``n``; an explicit
+    ``!!bool`` on anything else is refused at its mark."""
+    text = str(node.value) if isinstance(node, ScalarNode) else ""
+    if text in GO_ONLY_BOOLS:
+        return GO_ONLY_BOOLS[text]
+    value = yaml.constructor.SafeConstructor.bool_values.get(text.lower())
+    if value is None:
+        raise _not_read(node, "a boolean")
+    return value
 
 
 def construct_int(loader: Any, node: Any) -> Any:
@@ -134,7 +157,8 @@ def construct_timestamp(loader: Any, node: Any) -> Any:
 
 
 #: The constructors of the tags ``Resolving`` gives, for every loader.
-CONSTRUCTORS = {INT_TAG: construct_int, FLOAT_TAG: construct_float, TIMESTAMP_TAG: construct_timestamp}
+CONSTRUCTORS = {INT_TAG: construct_int, FLOAT_TAG: construct_float, TIMESTAMP_TAG: construct_timestamp,
+                BOOL_TAG: construct_bool}
 
 
 class _Dumper(Resolving, yaml.SafeDumper):

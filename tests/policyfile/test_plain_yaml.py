@@ -165,18 +165,18 @@ def test_values_deeper_than_the_limit_are_refused(text: str, depth: int) -> None
 @pytest.mark.parametrize(
     ("text", "plain"),
     [
-        ("a: 1\nn: 2.5\nb: {n: -3}\nc: [{n: 1000000000000000}]\n", True),
-        ("n: ~\nflag: true\nname: x\n", True),  # null, and a bool or a string under a key not watched
-        ("a: {n: true}\n", False),
-        ("n: false\n", False),
-        ("n: '1e300'\n", False),  # a string: pydantic would read it as a number
-        ("a: [{n: 1000000000000001}]\n", False),  # out of range
-        ("n: -1000000000000001\n", False),
-        ("n: [1]\n", False),  # not a number at all: the check runs, the type check refuses it
+        ("a: 1\nq: 2.5\nb: {q: -3}\nc: [{q: 1000000000000000}]\n", True),
+        ("q: ~\nflag: true\nname: x\n", True),  # null, and a bool or a string under a key not watched
+        ("a: {q: true}\n", False),
+        ("q: false\n", False),
+        ("q: '1e300'\n", False),  # a string: pydantic would read it as a number
+        ("a: [{q: 1000000000000001}]\n", False),  # out of range
+        ("q: -1000000000000001\n", False),
+        ("q: [1]\n", False),  # not a number at all: the check runs, the type check refuses it
     ],
 )
 def test_watched_keys_are_plain_numbers_only_when_they_are(text: str, plain: bool) -> None:
-    parsed = plainyaml.load(text, max_depth=10, max_nodes=100, watch=frozenset({"n"}), bound=1e15)
+    parsed = plainyaml.load(text, max_depth=10, max_nodes=100, watch=frozenset({"q"}), bound=1e15)
     assert parsed is not None
     assert parsed.watched_plain is plain
 

@@ -59,6 +59,13 @@ KUBECTL_READS: list[tuple[str, Any]] = [
     ("18446744073709551616", 1.8446744073709552e19),
     ("true", True),
     ("null", None),
+    ("y", True),
+    ("Y", True),
+    ("n", False),
+    ("N", False),
+    ("yes", True),
+    ("off", False),
+    ("yn", "yn"),
 ]
 
 
@@ -118,7 +125,7 @@ def _object(**spec: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("name", ["1e3", "08", "0o12", "1-30"])
+@pytest.mark.parametrize("name", ["1e3", "08", "0o12", "1-30", "y", "n"])
 def test_the_controller_reads_an_object_back_to_its_own_strings(name: str) -> None:
     """A Deployment may be named ``1e3`` (a DNS label): the object's text must not turn it into a number."""
     obj = _object(target={"kind": "Deployment", "name": name})
@@ -133,8 +140,25 @@ def test_the_controller_refuses_a_string_where_the_crd_says_integer() -> None:
     assert "spec.maxReplicas: should be a number, not the string '12'" in str(caught.value.problems[0])
 
 
+@pytest.mark.parametrize("written", ["n", "y", "no", "on"])
+def test_a_name_kubectl_reads_as_a_boolean_is_refused_with_what_to_do(written: str, tmp_path: Path) -> None:
+    """go-yaml v2 (kubectl) reads a plain ``n`` or ``y`` as a boolean, as PyYAML reads ``no`` and ``on``: the API
+    server refuses a boolean where the CRD says string, and so does the loader, saying to quote it."""
+    path = tmp_path / "p.yaml"
+    path.write_text(edit("    name: web", f"    name: {written}"))
+    for way in (contextlib.nullcontext, no_native, slow):
+        with way(), pytest.raises(loader.PolicyFileError) as caught:
+            loader.load_file(path)
+        problem = str(caught.value.problems[0])
+        assert "spec.target.name: should be a string, not the boolean" in problem, way
+        assert "put the text in quotes" in problem
+    path.write_text(edit("    name: web", f"    name: '{written}'"))
+    [policy] = loader.load_file(path)
+    assert policy.spec.target.name == written
+
+
 def test_dump_quotes_what_would_read_otherwise() -> None:
-    for text in ("1e3", "08", "-.5", "0o12", "1:30", "12", "true", "2026-12-07"):
+    for text in ("1e3", "08", "-.5", "0o12", "1:30", "12", "true", "2026-12-07", "y", "N"):
         assert scalars.dump({"a": text}) != f"a: {text}\n" or scalars.tag(text) == scalars.STR_TAG
 
 
@@ -185,10 +209,10 @@ def _same(a: Any, b: Any) -> bool:
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed")
 def test_kubectl_reads_what_the_loader_reads(tmp_path: Path) -> None:
-    # Two deliberate differences (scalars' docstring): 1e400 (kubectl: a string; here infinity, refused as
-    # such) and y/n (kubectl: booleans; here strings). kubectl refuses a file holding .inf (JSON has none).
+    # One deliberate difference (scalars' docstring): 1e400 (kubectl: a string; here infinity, refused as
+    # such). kubectl refuses a file holding .inf (JSON has none).
     finite = [(w, v) for w, v in KUBECTL_READS if not (isinstance(v, float) and math.isinf(v))]
-    pairs = [*finite, ("1e400", math.inf), ("y", "y")]
+    pairs = [*finite, ("1e400", math.inf)]
     body = "".join(f"  k{i}: {written}\n" for i, (written, _) in enumerate(pairs))
     manifest = tmp_path / "m.yaml"
     manifest.write_text(f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\nvalues:\n{body}")
@@ -203,4 +227,4 @@ def test_kubectl_reads_what_the_loader_reads(tmp_path: Path) -> None:
     kubectl = json.loads(run.stdout)["values"]
     ours = _read(f"values:\n{body}", tmp_path)["values"]
     differ = {k: (kubectl[k], ours[k]) for k in kubectl if not _same(kubectl[k], ours[k])}
-    assert differ == {f"k{len(pairs) - 2}": ("1e400", math.inf), f"k{len(pairs) - 1}": (True, "y")}
+    assert differ == {f"k{len(pairs) - 1}": ("1e400", math.inf)}
