@@ -7,6 +7,9 @@ and JobSet's. Read from their Go types (the kubebuilder markers that generate th
    not checked here. The emulator prunes what a client writes, and refuses a test fixture (``Emulator.add``,
    ``Emulator.modify``) that writes a field the real CRD lacks: a fixture must not show the controller a field a
    real server would never store.
+3. ``DEFAULTS`` and ``SCHEMA``: the ``+kubebuilder:default`` values apiextensions-apiserver fills in on every
+   write, and the types, enums, minimums and required fields it checks (``schema_problems``: 422 with its text),
+   for the fields the controller reads or writes.
 2. ``workload_rule_problems``: the ``x-kubernetes-validations`` (CEL) rules of Kueue's Workload, on create and
    (the transition rules, with ``oldSelf``) on update, main resource and ``/status`` alike. A failed rule is a
    422 ``Invalid``; a rule on the root reports the path ``<nil>`` (apiextensions-apiserver calls the CEL
@@ -24,7 +27,10 @@ Sources (kubernetes-sigs repositories):
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 JsonObj = dict[str, Any]
@@ -215,4 +221,180 @@ def workload_rule_problems(new: JsonObj, old: JsonObj | None) -> list[str]:
             (old_spec.get("maximumExecutionTimeSeconds") or 0) != (spec.get("maximumExecutionTimeSeconds") or 0):
         out.append('<nil>: Invalid value: "object": maximumExecutionTimeSeconds is immutable while workload quota '
                    "reserved")
+    return out
+
+
+# --- Types, enums, required fields and defaults (the structural schema beyond field names) ------------------------
+
+#: ``x-kubernetes-int-or-string`` with a quantity's pattern (``resource.Quantity``'s OpenAPI schema).
+_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                       r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+#: ``metav1.Condition``'s reason (k8s.io/apimachinery pkg/apis/meta/v1 types.go, its kubebuilder markers).
+_CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One field's schema: its OpenAPI ``type`` (``integer``, ``boolean``, ``string``, ``object``, ``array``,
+    ``quantity`` for int-or-string quantities), ``enum``, ``minimum``, ``required``, a ``pattern``."""
+
+    type: str
+    required: bool = False
+    enum: tuple[str, ...] = ()
+    minimum: int | None = None
+    pattern: re.Pattern[str] | None = None
+
+
+def _condition_rules() -> dict[str, Rule]:
+    """``metav1.Condition``: every field required; ``status`` True/False/Unknown; ``reason`` a CamelCase word."""
+    return {"type": Rule("string", required=True), "message": Rule("string", required=True),
+            "status": Rule("string", required=True, enum=("True", "False", "Unknown")),
+            "reason": Rule("string", required=True, pattern=_CONDITION_REASON),
+            "lastTransitionTime": Rule("string", required=True), "observedGeneration": Rule("integer", minimum=0)}
+
+
+#: The types, enums, minimums and required fields the controller reads or writes, by (group, plural) and level (as
+#: ``FIELDS``), from the same kubebuilder markers: kueue v1beta2 workload_types.go (``active`` ``*bool``, ``count``
+#: ``int32`` Minimum=0, ``template`` +required, ``PodSetReference`` pattern), clusterqueue_types.go (``nominalQuota``
+#: a Quantity, ``queueingStrategy`` Enum), lws leaderworkerset_types.go (``replicas``/``size`` ``*int32``,
+#: ``startupPolicy``/``restartPolicy`` Enum, ``workerTemplate`` required), jobset jobset_types.go (``suspend``
+#: ``*bool``, ``replicatedJobs[].name``/``template`` required).
+SCHEMA: dict[tuple[str, str], dict[str, dict[str, Rule]]] = {
+    ("kueue.x-k8s.io", "workloads"): {
+        "spec": {"active": Rule("boolean"), "priority": Rule("integer"), "queueName": Rule("string"),
+                 "podSets": Rule("array"), "maximumExecutionTimeSeconds": Rule("integer", minimum=1)},
+        "spec.podSets[]": {"name": Rule("string", pattern=_DNS_LABEL), "template": Rule("object", required=True),
+                           "count": Rule("integer", minimum=0), "minCount": Rule("integer", minimum=1)},
+        "spec.priorityClassRef": {
+            "group": Rule("string", required=True, enum=("kueue.x-k8s.io", "scheduling.k8s.io")),
+            "kind": Rule("string", required=True, enum=("WorkloadPriorityClass", "PriorityClass")),
+            "name": Rule("string", required=True)},
+        "status.conditions[]": _condition_rules(),
+        "status.admission": {"clusterQueue": Rule("string"), "podSetAssignments": Rule("array")},
+        "status.admission.podSetAssignments[]": {"name": Rule("string", pattern=_DNS_LABEL),
+                                                 "count": Rule("integer", minimum=0), "flavors": Rule("object"),
+                                                 "resourceUsage": Rule("object")},
+    },
+    ("kueue.x-k8s.io", "clusterqueues"): {
+        "spec": {"queueingStrategy": Rule("string", enum=("StrictFIFO", "BestEffortFIFO")),
+                 "resourceGroups": Rule("array")},
+        "spec.resourceGroups[]": {"coveredResources": Rule("array", required=True),
+                                  "flavors": Rule("array", required=True)},
+        "spec.resourceGroups[].flavors[]": {"name": Rule("string", required=True),
+                                            "resources": Rule("array", required=True)},
+        "spec.resourceGroups[].flavors[].resources[]": {
+            "name": Rule("string", required=True), "nominalQuota": Rule("quantity", required=True),
+            "borrowingLimit": Rule("quantity"), "lendingLimit": Rule("quantity")},
+        "status.flavorsReservation[].resources[]": {"name": Rule("string", required=True),
+                                                    "total": Rule("quantity"), "borrowed": Rule("quantity")},
+        "status.flavorsUsage[].resources[]": {"name": Rule("string", required=True), "total": Rule("quantity"),
+                                              "borrowed": Rule("quantity")},
+        "status.conditions[]": _condition_rules(),
+    },
+    ("kueue.x-k8s.io", "workloadpriorityclasses"): {"": {"value": Rule("integer", required=True)}},
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): {
+        "spec": {"replicas": Rule("integer"), "leaderWorkerTemplate": Rule("object", required=True),
+                 "startupPolicy": Rule("string", enum=("LeaderCreated", "LeaderReady"))},
+        "spec.leaderWorkerTemplate": {
+            "workerTemplate": Rule("object", required=True), "size": Rule("integer"),
+            "restartPolicy": Rule("string", enum=("Default", "RecreateGroupOnPodRestart", "RecreateGroupAfterStart",
+                                                  "None"))},
+        "status": {"replicas": Rule("integer"), "readyReplicas": Rule("integer"), "updatedReplicas": Rule("integer"),
+                   "hpaPodSelector": Rule("string")},
+        "status.conditions[]": _condition_rules(),
+    },
+    ("jobset.x-k8s.io", "jobsets"): {
+        "spec": {"suspend": Rule("boolean"), "replicatedJobs": Rule("array")},
+        "spec.replicatedJobs[]": {"name": Rule("string", required=True), "template": Rule("object", required=True),
+                                  "replicas": Rule("integer")},
+        "status.conditions[]": _condition_rules(),
+    },
+}
+
+#: CRD defaults (``+kubebuilder:default``), by (group, plural): (level, field, value). apiextensions-apiserver
+#: applies them to a level that exists and lacks the field, on every request body and on every read from etcd, so
+#: a client never sees the field absent: Workload ``spec.active`` true, each podSet's ``name`` "main" and ``count``
+#: 1 (kueue v1beta2 workload_types.go); LeaderWorkerSet ``spec.replicas`` 1, ``startupPolicy`` LeaderCreated,
+#: ``leaderWorkerTemplate.size`` 1 and ``restartPolicy`` RecreateGroupOnPodRestart (lws leaderworkerset_types.go);
+#: a JobSet's replicated job ``replicas`` 1 (jobset jobset_types.go); a ClusterQueue's ``queueingStrategy``
+#: BestEffortFIFO and ``stopPolicy`` None (kueue clusterqueue_types.go).
+DEFAULTS: dict[tuple[str, str], tuple[tuple[str, str, Any], ...]] = {
+    ("kueue.x-k8s.io", "workloads"): (("spec", "active", True), ("spec.podSets[]", "name", "main"),
+                                      ("spec.podSets[]", "count", 1),
+                                      ("status.admission.podSetAssignments[]", "name", "main")),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): (
+        ("spec", "replicas", 1), ("spec", "startupPolicy", "LeaderCreated"),
+        ("spec.leaderWorkerTemplate", "size", 1),
+        ("spec.leaderWorkerTemplate", "restartPolicy", "RecreateGroupOnPodRestart")),
+    ("jobset.x-k8s.io", "jobsets"): (("spec.replicatedJobs[]", "replicas", 1),),
+    ("kueue.x-k8s.io", "clusterqueues"): (("spec", "queueingStrategy", "BestEffortFIFO"),
+                                          ("spec", "stopPolicy", "None")),
+}
+
+
+def default(group: str, plural: str, obj: JsonObj) -> JsonObj:
+    """``obj`` with its CRD's defaults (``DEFAULTS``) filled in where absent (in place; returned)."""
+    for level, name, value in DEFAULTS.get((group, plural), ()):
+        for _, node in _nodes(obj, level):
+            if node.get(name) is None:
+                node[name] = copy.deepcopy(value)
+    return obj
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,), "boolean": (bool,), "string": (str,), "object": (dict,), "array": (list,),
+    "quantity": (int, str),
+}
+
+
+def _go_type(value: Any) -> str:
+    """The OpenAPI type apiextensions-apiserver names for a value in its message."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    return "array" if isinstance(value, list) else "null"
+
+
+def schema_problems(group: str, plural: str, obj: JsonObj) -> list[str]:
+    """The field errors of ``obj`` against ``SCHEMA``, as apiextensions-apiserver prints them: a wrong type
+    (``spec.active: Invalid value: "string": spec.active in body must be of type boolean: "string"``), a missing
+    required field (``Required value``), a value outside its enum (``Unsupported value``), below its minimum, or not
+    matching its pattern."""
+    out = []
+    for level, rules in SCHEMA.get((group, plural), {}).items():
+        for path, node in _nodes(obj, level):
+            for name, rule in rules.items():
+                where = f"{path}.{name}" if path else name
+                if name not in node or node[name] is None:
+                    if rule.required:
+                        out.append(f"{where}: Required value")
+                    continue
+                value = node[name]
+                ok = isinstance(value, _JSON_TYPES[rule.type]) and not (
+                    isinstance(value, bool) and rule.type in ("integer", "quantity"))
+                if not ok:
+                    want = "integer,string" if rule.type == "quantity" else rule.type
+                    out.append(f'{where}: Invalid value: "{_go_type(value)}": {where} in body must be of type '
+                               f'{want}: "{_go_type(value)}"')
+                    continue
+                if rule.enum and value not in rule.enum:
+                    supported = ", ".join(f'"{e}"' for e in rule.enum)
+                    out.append(f'{where}: Unsupported value: "{value}": supported values: {supported}')
+                if rule.minimum is not None and value < rule.minimum:
+                    out.append(f"{where}: Invalid value: {value}: {where} in body should be greater than or equal "
+                               f"to {rule.minimum}")
+                if rule.type == "quantity" and isinstance(value, str) and not _QUANTITY.match(value):
+                    out.append(f'{where}: Invalid value: "{value}": {where} in body should match '
+                               f"'{_QUANTITY.pattern}'")
+                elif rule.pattern is not None and isinstance(value, str) and not rule.pattern.match(value):
+                    out.append(f'{where}: Invalid value: "{value}": {where} in body should match '
+                               f"'{rule.pattern.pattern}'")
     return out

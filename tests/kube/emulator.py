@@ -65,14 +65,18 @@ What it emulates, per the API conventions (https://github.com/kubernetes/communi
 12. Custom resources whose CRD this repository ships (ScalingPolicy) are pruned to their structural schema and
    validated against it (``422``), as apiextensions-apiserver does (``_structural``).
 13. Validating admission webhooks on updates made through HTTP (``webhooks``; Kueue's Workload webhook is
-   installed: ``spec.podSets`` immutable while quota is reserved, ``status.admission`` not changed in place);
+   installed: ``spec.podSets`` immutable while quota is reserved, ``status.admission`` not changed in place; so are
+   LeaderWorkerSet's (``lws_update_problems``) and JobSet's (``jobset_update_problems``), not on ``/scale``);
    a denial is a 403 "admission webhook ... denied the request: ...", as the API server relays it.
 14. Server-side field validation (``fieldValidation``: ``Warn`` by default, ``Strict``, ``Ignore``) of the fields the
    server drops (``unknown_fields``): ``metadata`` fields ObjectMeta lacks, fields our CRD's schema lacks, a
    Scale's unknown fields, the Kueue, LeaderWorkerSet and JobSet CRDs' undeclared fields (``tests.kube.crds``,
    pruned as well): a ``Warning`` header (recorded in ``warnings``), 400 under Strict. A test fixture (``add``,
    ``modify``) that writes an undeclared field, or a Workload Kueue's CEL rules refuse, raises ``ValueError``.
-15. Kueue's Workload CEL rules (``crds.workload_rule_problems``) on create and update: 422 ``Invalid``.
+15. Kueue's Workload CEL rules (``crds.workload_rule_problems``) on create and update: 422 ``Invalid``; the
+   Kueue, LeaderWorkerSet and JobSet CRDs' defaults (``crds.DEFAULTS``: an LWS's ``replicas`` and ``size`` 1, a
+   Workload's ``active`` true, a podSet's ``count`` 1...) filled in on every write, and their types, enums,
+   minimums and required fields (``crds.SCHEMA``) checked: 422 ``Invalid`` with apiextensions-apiserver's text.
 16. A write that changes nothing stores nothing: same resourceVersion, no watch event (etcd3 ``GuaranteedUpdate``).
 17. ``ValidateObjectMeta``: names are DNS subdomains (on create), label and annotation keys qualified names,
    annotations at most 256 KiB, label values at most 63 characters; an HPA's ``minReplicas``/``maxReplicas``
@@ -381,7 +385,16 @@ def _structural(rt: ResourceType, obj: JsonObj) -> JsonObj:
     (no schema validation); other kinds pass as they are (their schemas are not here)."""
     schema = _crd_schema(rt.group, rt.plural)
     if schema is None:
-        return crds.prune(rt.group, rt.plural, obj) if (rt.group, rt.plural) in crds.FIELDS else obj
+        if (rt.group, rt.plural) not in crds.FIELDS:
+            return obj
+        obj = crds.prune(rt.group, rt.plural, crds.default(rt.group, rt.plural, obj))
+        invalid = crds.schema_problems(rt.group, rt.plural, obj)
+        if invalid:
+            name = (obj.get("metadata") or {}).get("name", "")
+            text = invalid[0] if len(invalid) == 1 else "[" + ", ".join(invalid) + "]"
+            raise ApiError(422, f'{rt.kind}.{rt.group} "{name}" is invalid: {text}', "Invalid",
+                           {"group": rt.group, "kind": rt.kind, "name": name})
+        return obj
     pruned: JsonObj = crd_schema.prune(obj, schema)
     problems = sorted(
         jsonschema.Draft7Validator(crd_schema.as_json_schema(schema, closed=False)).iter_errors(pruned),
@@ -1055,6 +1068,80 @@ def kueue_workload_update_problems(new: JsonObj, old: JsonObj) -> list[str]:
 KUEUE_WORKLOAD_WEBHOOK = Webhook("vworkload.kb.io", "kueue.x-k8s.io", ("workloads", "workloads/status"),
                                  kueue_workload_update_problems)
 
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def lws_update_problems(new: JsonObj, old: JsonObj) -> list[str]:
+    """The LeaderWorkerSet webhook's ``ValidateUpdate`` (lws ``pkg/webhooks/leaderworkerset_webhook.go``,
+    ``vleaderworkerset.kb.io``, on ``leaderworkersets`` only: a ``/scale`` write does not pass through it):
+    ``generalValidate`` (the name a DNS-1035 label, as it names a headless Service; ``replicas`` >= 0, ``size``
+    >= 1; no ``subgroup-exclusive-topology`` annotation without a ``subGroupPolicy``) and ``subGroupSize``
+    immutable. Annotations and labels are otherwise free to change: the controller's claim passes."""
+    out = []
+    meta, spec = new.get("metadata") or {}, new.get("spec") or {}
+    template = spec.get("leaderWorkerTemplate") or {}
+    name = str(meta.get("name") or "")
+    if len(name) > 63 or not _DNS1035_LABEL.match(name):
+        out.append(f'metadata.name: Invalid value: "{name}": a DNS-1035 label must consist of lower case alphanumeric '
+                   "characters or '-', start with an alphabetic character, and end with an alphanumeric character")
+    replicas, size = spec.get("replicas"), template.get("size", 1)
+    if isinstance(replicas, int) and replicas < 0:
+        out.append(f"spec.replicas: Invalid value: {replicas}: replicas must be equal or greater than 0")
+    if isinstance(size, int) and size < 1:
+        out.append(f"spec.leaderWorkerTemplate.size: Invalid value: {size}: size must be equal or greater than 1")
+    exclusive = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+    if template.get("subGroupPolicy") is None and exclusive in (meta.get("annotations") or {}):
+        out.append(f"metadata.annotations.{exclusive}: Invalid value: \"{meta['annotations'][exclusive]}\": cannot "
+                   "have subgroup-exclusive-topology without subGroupSize set")
+    new_sub = template.get("subGroupPolicy")
+    old_sub = ((old.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("subGroupPolicy")
+    if (new_sub is None) != (old_sub is None) or (new_sub and old_sub and
+                                                  new_sub.get("subGroupSize") != old_sub.get("subGroupSize")):
+        out.append("spec.leaderWorkerTemplate.SubGroupPolicy.subGroupSize: Invalid value: \"integer\": field is "
+                   "immutable")
+    return out
+
+
+#: The pod-template fields a suspended JobSet's replicated jobs may change (Kueue injects them at admission).
+_JOBSET_MUTABLE_WHILE_SUSPENDED = (("metadata", "annotations"), ("metadata", "labels"), ("spec", "nodeSelector"),
+                                   ("spec", "tolerations"), ("spec", "schedulingGates"))
+
+
+def jobset_update_problems(new: JsonObj, old: JsonObj) -> list[str]:
+    """The JobSet webhook's ``ValidateUpdate`` (jobset ``pkg/webhooks/jobset_webhook.go``, ``vjobset.kb.io``):
+    ``spec.replicatedJobs`` and ``spec.managedBy`` are immutable, except that while the JobSet is (or is being)
+    suspended its jobs' pod templates may change their labels, annotations, nodeSelector, tolerations and
+    scheduling gates (what Kueue sets at admission). Metadata is free: the controller's checkpoint annotation
+    passes."""
+    spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    jobs = copy.deepcopy(spec.get("replicatedJobs"))
+    old_jobs = old_spec.get("replicatedJobs")
+    if (spec.get("suspend") or old_spec.get("suspend")) and isinstance(jobs, list) and isinstance(old_jobs, list):
+        for job, before in zip(jobs, old_jobs, strict=False):
+            pod, old_pod = _dig(job, ("template", "spec", "template")), _dig(before, ("template", "spec", "template"))
+            if not isinstance(pod, dict) or not isinstance(old_pod, dict):
+                continue
+            for parent, key in _JOBSET_MUTABLE_WHILE_SUSPENDED:
+                was = (old_pod.get(parent) or {}).get(key)
+                node = pod.setdefault(parent, {})
+                if was is None:
+                    node.pop(key, None)
+                else:
+                    node[key] = copy.deepcopy(was)
+                if not node and not old_pod.get(parent):
+                    pod.pop(parent)
+    out = []
+    if jobs != old_jobs:
+        out.append('spec.replicatedJobs: Invalid value: "array": field is immutable')
+    if spec.get("managedBy") != old_spec.get("managedBy"):
+        out.append(f'spec.managedBy: Invalid value: "{spec.get("managedBy")}": field is immutable')
+    return out
+
+
+LWS_WEBHOOK = Webhook("vleaderworkerset.kb.io", "leaderworkerset.x-k8s.io", ("leaderworkersets",),
+                      lws_update_problems)
+JOBSET_WEBHOOK = Webhook("vjobset.kb.io", "jobset.x-k8s.io", ("jobsets",), jobset_update_problems)
+
 
 class Emulator:
     """The emulated API server. Start it with ``start()``; point a client at ``url``."""
@@ -1092,7 +1179,7 @@ class Emulator:
         #: Seconds between two bookmarks on a watch stream that allows them (None: only ``bookmark()`` sends).
         self.bookmark_every_s: float | None = 60.0
         #: Validating admission webhooks run on every update through HTTP (``_admit``); Kueue's is installed.
-        self.webhooks: list[Webhook] = [KUEUE_WORKLOAD_WEBHOOK]
+        self.webhooks: list[Webhook] = [KUEUE_WORKLOAD_WEBHOOK, LWS_WEBHOOK, JOBSET_WEBHOOK]
         self._uid_seq = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -1300,6 +1387,9 @@ class Emulator:
         if undeclared:
             raise ValueError(f"a test writes {rt.kind} fields its CRD does not declare (a real server prunes them): "
                              f"{', '.join(undeclared)}")
+        invalid = crds.schema_problems(rt.group, rt.plural, crds.default(rt.group, rt.plural, copy.deepcopy(obj)))
+        if invalid:
+            raise ValueError(f"a test writes a {rt.kind} its CRD's schema refuses: {'; '.join(invalid)}")
         if (rt.group, rt.plural) == ("kueue.x-k8s.io", "workloads"):
             problems = crds.workload_rule_problems(obj, old)
             if problems:
@@ -1343,7 +1433,7 @@ class Emulator:
         if change is not None:
             change(obj)
         self._fixture_check(rt, obj, _convert(rt, self._objects[key], version))
-        obj = self._to_storage(rt, obj)
+        obj = crds.default(rt.group, rt.plural, self._to_storage(rt, obj))
         if obj.get("spec") != self._objects[key].get("spec"):
             obj["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
         return self._commit(rt, key, obj, "MODIFIED")

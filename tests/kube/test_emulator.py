@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -1143,3 +1144,173 @@ async def test_names_are_dns_subdomains_and_an_hpa_s_bounds_are_checked(
     assert _status(err.value)["message"] == (
         'HorizontalPodAutoscaler.autoscaling "tgi-hpa" is invalid: spec.maxReplicas: Invalid value: 3: must be '
         "greater than or equal to `minReplicas`")
+
+
+# --- audit4: third-party CRDs' defaults, types, enums and required fields ------------------------------------------
+
+
+async def test_third_party_crds_default_what_their_schemas_default(
+    kube: Emulator, kube_client: client.ApiClient
+) -> None:
+    """apiextensions-apiserver fills a CRD's ``default``s in on every write: an LWS created without ``replicas`` or
+    ``size`` has 1 of each (and its Scale says 1, not 0), a Workload without ``active`` is active, a podSet without
+    ``count`` counts 1, a JobSet's replicated job without ``replicas`` has 1."""
+    lws = objects.leader_worker_set()
+    del lws["spec"]["replicas"], lws["spec"]["leaderWorkerTemplate"]["size"]
+    kube.add(lws)
+    stored = kube.get("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "jetstream", "llm")
+    assert (stored["spec"]["replicas"], stored["spec"]["leaderWorkerTemplate"]["size"]) == (1, 1)
+    assert stored["spec"]["startupPolicy"] == "LeaderCreated"
+    scale = await client.CustomObjectsApi(kube_client).get_namespaced_custom_object_scale(*LWS, "jetstream")
+    assert scale["spec"]["replicas"] == 1
+    wl = objects.workload("train")
+    del wl["spec"]["podSets"][0]["count"]
+    wl["spec"].pop("active", None)
+    custom: Any = client.CustomObjectsApi(kube_client)
+    created = await custom.create_namespaced_custom_object(*KUEUE_V1BETA2, wl)
+    assert created["spec"]["active"] is True
+    assert created["spec"]["podSets"][0]["count"] == 1
+    # A merge patch that deletes a defaulted field gets the default back, as the server re-defaults the result.
+    patched = await custom.patch_namespaced_custom_object(*KUEUE_V1BETA2, "train", {"spec": {"active": None}},
+                                                          _content_type=MERGE)
+    assert patched["spec"]["active"] is True
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "js", "namespace": "llm"},
+              "spec": {"replicatedJobs": [{"name": "workers", "template": {"spec": {}}}]}}
+    created = await custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "llm", "jobsets", jobset)
+    assert created["spec"]["replicatedJobs"][0]["replicas"] == 1
+
+
+def _lws_without(path: str) -> dict[str, Any]:
+    lws = objects.leader_worker_set()
+    *parents, last = path.split(".")
+    node = lws
+    for part in parents:
+        node = node[part]
+    del node[last]
+    return lws
+
+
+@pytest.mark.parametrize(
+    ("plural", "body", "message"),
+    [
+        pytest.param("workloads", {"spec": {"active": "false"}},
+                     'spec.active: Invalid value: "string": spec.active in body must be of type boolean: "string"',
+                     id="workload-active-is-a-boolean"),
+        pytest.param("workloads", {"spec": {"podSets": [{"name": "main", "count": -1, "template": {"spec": {}}}]}},
+                     "spec.podSets[0].count: Invalid value: -1: spec.podSets[0].count in body should be greater than "
+                     "or equal to 0", id="podset-count-not-negative"),
+        pytest.param("workloads", {"spec": {"podSets": [{"name": "main", "count": "2", "template": {"spec": {}}}]}},
+                     "spec.podSets[0].count in body must be of type integer", id="podset-count-is-an-integer"),
+        pytest.param("workloads", {"spec": {"podSets": [{"name": "main", "count": 1}]}},
+                     "spec.podSets[0].template: Required value", id="podset-template-required"),
+        pytest.param("workloads", {"status": {"conditions": [{
+                         "type": "Admitted", "status": "Yes", "reason": "R", "message": "",
+                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}},
+                     'status.conditions[0].status: Unsupported value: "Yes"', id="condition-status-enum"),
+        pytest.param("workloads", {"status": {"conditions": [{"type": "Admitted", "status": "True", "reason": "R"}]}},
+                     "status.conditions[0].message: Required value", id="condition-fields-required"),
+        pytest.param("leaderworkersets", {"spec": {"startupPolicy": "Eager"}},
+                     'spec.startupPolicy: Unsupported value: "Eager"', id="lws-startup-policy-enum"),
+        pytest.param("leaderworkersets", {"spec": {"replicas": 2.5}},
+                     "spec.replicas in body must be of type integer", id="lws-replicas-is-an-integer"),
+        pytest.param("clusterqueues", {"spec": {"resourceGroups": [{"coveredResources": [objects.GPU], "flavors": [
+                         {"name": "f", "resources": [{"name": objects.GPU, "nominalQuota": "six"}]}]}]}},
+                     "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota in body should match",
+                     id="nominal-quota-is-a-quantity"),
+        pytest.param("jobsets", {"spec": {"suspend": "true"}},
+                     "spec.suspend in body must be of type boolean", id="jobset-suspend-is-a-boolean"),
+    ],
+)
+async def test_third_party_crds_refuse_wrong_types_enums_and_missing_fields(
+    kube: Emulator, kube_client: client.ApiClient, plural: str, body: dict[str, Any], message: str
+) -> None:
+    """The CRDs' structural schemas (kubebuilder markers: types, enums, minimums, required fields) refuse a write
+    that breaks them with 422 ``Invalid`` and apiextensions-apiserver's text, whoever writes it; a test fixture that
+    breaks them raises. What the controller writes (``spec.active`` true/false, annotations, ``/scale``) passes."""
+    kube.webhooks.clear()
+    kube.add(objects.workload("train"))
+    kube.add(objects.leader_worker_set())
+    kube.add(objects.cluster_queue())
+    kube.add({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "js", "namespace": "llm"},
+              "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {}}}]}})
+    where = {"workloads": (*KUEUE_V1BETA2, "train"), "leaderworkersets": (*LWS, "jetstream"),
+             "jobsets": ("jobset.x-k8s.io", "v1alpha2", "llm", "jobsets", "js")}
+    custom: Any = client.CustomObjectsApi(kube_client)
+    if plural == "clusterqueues":
+        write = functools.partial(custom.patch_cluster_custom_object, "kueue.x-k8s.io", "v1beta2", "clusterqueues",
+                                  "cluster-queue")
+    elif "status" in body:
+        write = functools.partial(custom.patch_namespaced_custom_object_status, *where[plural])
+    else:
+        write = functools.partial(custom.patch_namespaced_custom_object, *where[plural])
+    with pytest.raises(ApiException) as info:
+        await write(body, _content_type=MERGE)
+    assert info.value.status == 422
+    assert message in _status(info.value)["message"]
+    with pytest.raises(ValueError, match="schema refuses"):
+        kube.add(_lws_without("spec.leaderWorkerTemplate.workerTemplate"))
+    # The controller's own writes pass.
+    await custom.patch_namespaced_custom_object(*KUEUE_V1BETA2, "train", {"spec": {"active": False}},
+                                                _content_type=MERGE)
+    await custom.patch_namespaced_custom_object_scale(*LWS, "jetstream", {"spec": {"replicas": 3}},
+                                                      _content_type=MERGE)
+
+
+def _jobset(*, suspend: bool) -> dict[str, Any]:
+    pod = {"metadata": {"labels": {"app": "train"}}, "spec": {"containers": [objects.container()]}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "train", "namespace": "llm"},
+            "spec": {"suspend": suspend, "replicatedJobs": [
+                {"name": "workers", "replicas": 2, "template": {"spec": {"template": pod}}}]}}
+
+
+@pytest.mark.parametrize(
+    ("target", "patch", "denial"),
+    [
+        pytest.param("lws", {"metadata": {"annotations": {"autoscaler.dev/managed-by": "llm/p"}}}, None,
+                     id="lws-claim-annotation-passes"),
+        pytest.param("lws", {"spec": {"replicas": -1}}, "spec.replicas: Invalid value: -1: replicas must be equal or "
+                     "greater than 0", id="lws-negative-replicas"),
+        pytest.param("lws", {"spec": {"leaderWorkerTemplate": {"subGroupPolicy": {"subGroupSize": 2}}}},
+                     "subGroupSize: Invalid value", id="lws-subgroup-size-immutable"),
+        pytest.param("jobset", {"metadata": {"annotations": {"autoscaler.dev/checkpoint-requested": "now"}}}, None,
+                     id="jobset-checkpoint-annotation-passes"),
+        pytest.param("jobset", {"spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": {
+                     "spec": {"template": {"spec": {"containers": [objects.container()]}}}}}]}},
+                     'spec.replicatedJobs: Invalid value: "array": field is immutable',
+                     id="jobset-replicated-jobs-immutable"),
+        pytest.param("suspended-jobset", {"spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {
+                     "spec": {"template": {"metadata": {"labels": {"app": "train"}}, "spec": {
+                         "containers": [objects.container()], "nodeSelector": {"pool": "a"}}}}}}]}}, None,
+                     id="suspended-jobset-takes-kueue-s-node-selector"),
+    ],
+)
+async def test_lws_and_jobset_webhooks_refuse_what_theirs_refuse(
+    kube: Emulator, kube_client: client.ApiClient, target: str, patch: dict[str, Any], denial: str | None
+) -> None:
+    """The LeaderWorkerSet and JobSet validating webhooks (``vleaderworkerset.kb.io``, ``vjobset.kb.io``) on an
+    update: what the controller writes there (an annotation: its claim on an LWS, a checkpoint request on a JobSet)
+    passes; a change their rules forbid is a 403 "admission webhook ... denied the request". A ``/scale`` write does
+    not pass through the LWS webhook."""
+    custom: Any = client.CustomObjectsApi(kube_client)
+    if target == "lws":
+        kube.add(objects.leader_worker_set())
+        where: tuple[str, ...] = (*LWS, "jetstream")
+    else:
+        kube.add(_jobset(suspend=target.startswith("suspended")))
+        where = ("jobset.x-k8s.io", "v1alpha2", "llm", "jobsets", "train")
+    if denial is None:
+        await custom.patch_namespaced_custom_object(*where, patch, _content_type=MERGE)
+    else:
+        with pytest.raises(ApiException) as info:
+            await custom.patch_namespaced_custom_object(*where, patch, _content_type=MERGE)
+        assert info.value.status == 403
+        message = _status(info.value)["message"]
+        assert message.startswith('admission webhook "v')
+        assert "denied the request: " in message
+        assert denial in message
+    if target == "lws":
+        await custom.patch_namespaced_custom_object_scale(*LWS, "jetstream", {"spec": {"replicas": 0}},
+                                                          _content_type=MERGE)
