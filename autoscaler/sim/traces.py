@@ -180,7 +180,9 @@ def _parse_tokens(text: str, column: str) -> int:
     if value < 0:
         raise ValueError(f"{column} is negative ({value})")
     if value > MAX_TOKENS:
-        raise ValueError(f"{column} {value:,} is more tokens than any model takes (at most {MAX_TOKENS:,})")
+        # 1e300 written out is 400 characters (and a 400-digit integer is beyond a float)
+        shown = f"{value:,}" if value <= 10**18 else f"a {len(str(value))}-digit number"
+        raise ValueError(f"{column} {shown} is more tokens than any model takes (at most {MAX_TOKENS:,})")
     return value
 
 

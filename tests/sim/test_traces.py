@@ -248,6 +248,12 @@ def test_json_lines_with_other_keys_named(tmp_path: Path) -> None:
         pytest.param('{"timestamp": 1, "input_length": -3, "output_length": 2}', "negative", id="negative"),
         pytest.param('[1, 2, 3]', "a JSON list, expected one object per line", id="not-an-object"),
         pytest.param('{"timestamp": 2, "input', "not JSON: Unterminated string", id="cut-short"),
+        pytest.param('{"timestamp": 1, "input_length": 1e300, "output_length": 2}',
+                     "input_length a 301-digit number is more tokens than any model takes", id="1e300-tokens"),
+        pytest.param('{"timestamp": 1, "input_length": "", "output_length": 2}', "'' is not a number of tokens",
+                     id="empty-string-tokens"),
+        pytest.param('{"timestamp": "NaN", "input_length": 1, "output_length": 2}', "not a finite number",
+                     id="nan-string"),
     ],
 )
 def test_a_bad_json_line_names_file_line_and_what(tmp_path: Path, line: str, fragment: str) -> None:
@@ -257,6 +263,17 @@ def test_a_bad_json_line_names_file_line_and_what(tmp_path: Path, line: str, fra
     assert str(err.value).startswith(f"{p}:4: bad row "), err.value
     assert fragment in str(err.value)
     assert len(traces.load(p, skip_bad_rows=True)) == 3
+
+
+def test_json_numbers_written_as_strings_are_the_same_numbers(tmp_path: Path) -> None:
+    """A JSON Lines trace whose numbers are quoted (an export that wrote every cell as text) is read as the CSV
+    cell with that text is: the arrival ``"3000"`` is 3000 ms, as 3000 is (an arrival may be a date-time string
+    anyway, so a string arrival is no sign of a wrong file); tokens ``"6758"`` are 6758. A quoted text that is no
+    number is refused at its line (``test_a_bad_json_line_names_file_line_and_what``)."""
+    quoted = MOONCAKE.replace(": 3000,", ': "3000",').replace(": 6758,", ': "6758",')
+    assert quoted != MOONCAKE
+    a, b = traces.load(_write(tmp_path, MOONCAKE)), traces.load(_write(tmp_path, quoted))
+    assert (a.arrivals, a.inputs, a.outputs) == (b.arrivals, b.inputs, b.outputs)
 
 
 def test_a_json_array_is_refused_with_what_to_write(tmp_path: Path) -> None:
