@@ -141,7 +141,13 @@ def parse(text: str, content_type: str = "", wanted: frozenset[str] | None = Non
     typed_bare = set() if openmetrics or "counter" not in text else _bare_counters(text)
     out: Exposition = {}
     try:
-        for family in parser(text):
+        try:
+            families = list(parser(text))
+        except ValueError as exc:
+            if not (openmetrics and str(exc).startswith(_METADATA_AGAIN)):
+                raise
+            families = list(parser(_metadata_once(text)))
+        for family in families:
             bare = family.type == "counter" and family.name in typed_bare
             for s in family.samples:
                 name = family.name if bare and s.name == family.name + "_total" else s.name
@@ -164,6 +170,34 @@ _UNIT_HINT = (
     " (OpenMetrics requires a family's # UNIT to end its name, and Prometheus refuses this scrape too: drop the "
     "# UNIT line, rename the metric, or serve the classic text format)"
 )
+
+
+#: prometheus-client's OpenMetrics parser refuses a family's metadata written again (a second ``# HELP``,
+#: ``# TYPE`` or ``# UNIT`` line, or one after the family's samples); Prometheus (2.42, tested in
+#: tests/sources/test_real_formats.py) stores such a scrape, its samples as written.
+_METADATA_AGAIN = ("More than one HELP", "More than one TYPE", "More than one UNIT", "Received metadata after samples")
+
+
+def _metadata_once(text: str) -> str:
+    """``text`` without the metadata lines prometheus-client's OpenMetrics parser refuses and Prometheus passes
+    over: a ``# HELP``/``# TYPE``/``# UNIT`` of a family already given one of that kind, or one of the family whose
+    samples it follows. The first of each stays."""
+    seen: set[tuple[str, str]] = set()
+    family, sampled = "", False
+    kept: list[str] = []
+    for line in text.split("\n"):
+        parts = line.split(" ", 3)
+        if len(parts) >= 3 and parts[0] == "#" and parts[1] in ("HELP", "TYPE", "UNIT"):
+            key = (parts[1], parts[2])
+            if key in seen or (parts[2] == family and sampled):
+                continue
+            seen.add(key)
+            if parts[2] != family:
+                family, sampled = parts[2], False
+        elif line and not line.startswith("#"):
+            sampled = True
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def _bare_counters(text: str) -> set[str]:

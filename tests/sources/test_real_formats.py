@@ -285,6 +285,16 @@ TOKENS = {"s": {"preset": "vllm.prompt_tokens", "rate": {"windowSeconds": 60}}}
 C = 'vllm:prompt_tokens_total{{engine="0"}} {n}\n'
 
 
+HELP = "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+TYPE = "# TYPE vllm:num_requests_waiting gauge\n"
+#: OpenMetrics bodies whose family's metadata comes again, which Prometheus 2.42 stores (its samples as written).
+METADATA_AGAIN = {
+    "openmetrics-help-twice": f"{HELP}{HELP}{TYPE}{W} 3\nother 4\n# EOF\n",
+    "openmetrics-type-twice": f"{TYPE}{HELP}{TYPE}{W} 3\nother 4\n# EOF\n",
+    "openmetrics-help-after-samples": f"{TYPE}{W} 3\n{HELP}other 4\n# EOF\n",
+}
+
+
 #: Scrape oddities and what the pods source reads from each (robust2's sweep, 2026-12-07; docs/sources.md lists
 #: them). ``value``: the signal's value (NaN, ±Inf and negatives are passed on and judged unknown by the core);
 #: ``per``: a quantile's per-pod observation rate; ``error``: a fragment of the reason the reading is unknown.
@@ -331,6 +341,10 @@ ODDITIES = [
                  {"value": 60.0}, id="counter-with-created"),
     pytest.param((C.format(n=1000) * 2, C.format(n=1600) * 2), TOKENS, "text/plain", {"value": 60.0},
                  id="counter-written-twice"),
+    # A family's metadata written again (audit4): prometheus-client's OpenMetrics parser refused the scrape whole,
+    # Prometheus stores it (test_prometheus_stores_what_the_pods_source_reads); classic text never minded.
+    *(pytest.param((body,), WAITING, OM, {"value": 3.0}, id=case) for case, body in METADATA_AGAIN.items()),
+    pytest.param((f"{HELP}{HELP}{TYPE}{W} 3\n",), WAITING, "text/plain", {"value": 3.0}, id="help-twice-in-text"),
 ]
 
 
@@ -368,6 +382,25 @@ def test_prometheus_refuses_what_the_pods_source_refuses() -> None:
     for body, kind, _ in REFUSED_BY_PROMETHEUS.values():
         with pytest.raises(ValueError, match="unparseable exposition"):
             parse(body, kind)
+
+
+@pytest.mark.prometheus
+def test_prometheus_stores_what_the_pods_source_reads() -> None:
+    """The OpenMetrics bodies of ``METADATA_AGAIN`` are stored by a real Prometheus (``up`` 1, the sample as
+    written), so the pods source reads them too (ODDITIES) rather than judging the server unparseable."""
+    if not have_prometheus():
+        pytest.skip("the prometheus binary is not installed")
+    servers = {case: TextServer(body, content_type=OM) for case, body in METADATA_AGAIN.items()}
+    try:
+        with running([ScrapeTarget(server.address, {"case": case}) for case, server in servers.items()]) as prom:
+            prom.wait_for(f'count(up == 1) == {len(servers)}')
+            stored = {r["metric"]["case"]: r["value"][1] for r in prom.query('vllm:num_requests_waiting')}
+    finally:
+        for server in servers.values():
+            server.close()
+    assert stored == dict.fromkeys(METADATA_AGAIN, "3")
+    for body in METADATA_AGAIN.values():
+        assert parse(body, OM)["vllm:num_requests_waiting"][0].value == 3.0
 
 
 @pytest.mark.parametrize(("bodies", "signals", "content_type", "expected"), ODDITIES)
