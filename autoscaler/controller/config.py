@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from autoscaler.core.sourcespec import SourceSpec
 from autoscaler.core.specbase import SpecModel
+from autoscaler.core.targetspec import DNS_LABEL_PATTERN
 from autoscaler.core.topology import Shape
 from autoscaler.policyfile import files, loader
 
@@ -25,12 +26,18 @@ class ConfigError(Exception):
     """The config file is unreadable or invalid; the message is one line per problem."""
 
 
+#: A namespace or a Lease's name as the API server takes it (a namespace is a DNS label: lowercase, at most 63;
+#: ``LLM`` or ``a b`` passed here and then failed every list and watch of that namespace, never said why).
+Namespace = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)]
+ObjectName = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=253)]
+
+
 class LeaderElectionConfig(SpecModel):
     """A ``coordination.k8s.io/v1`` Lease; timings follow client-go's defaults (15 s / 10 s / 2 s)."""
 
     enabled: bool = Field(default=True, description="Off only for a single replica (or --once).")
-    lease_name: str = "accel-autoscaler"
-    lease_namespace: str | None = Field(
+    lease_name: ObjectName = "accel-autoscaler"
+    lease_namespace: Namespace | None = Field(
         default=None, description="Default: the pod's namespace (service account), else 'default'."
     )
     identity: str | None = Field(default=None, description="Default: POD_NAME or the host name.")
@@ -101,7 +108,7 @@ class ControllerConfig(SpecModel):
     default_source: SourceSpec | None = Field(
         default=None, description="Source for policies and signals that name none."
     )
-    namespaces: list[str] = Field(
+    namespaces: list[Namespace] = Field(
         default_factory=list, description="Namespaces to watch; empty = those the policies name."
     )
     watch_scaling_policies: bool = Field(

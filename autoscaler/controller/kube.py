@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import aiohttp.helpers
+import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -321,10 +322,14 @@ async def configuration(
         if home_fallback and home.is_file():
             await config.load_kube_config(config_file=str(home), context=context, client_configuration=conf)
             return conf
-    except (ConfigException, OSError, ValueError) as exc:
+    except (ConfigException, OSError, ValueError, yaml.YAMLError, TypeError, AttributeError, KeyError) as exc:
+        # The client parses the file itself: broken YAML (yaml.YAMLError) or a document of the wrong shape (a list,
+        # ``clusters: 5``: TypeError, AttributeError) ended ``run`` and ``observe`` with "internal error".
         in_cluster = env.get("KUBERNETES_SERVICE_HOST")
         where = explicit or ("the in-cluster service account" if in_cluster else "~/.kube/config")
-        raise KubeConfigError(f"cannot load Kubernetes credentials from {where}: {exc}") from None
+        why = str(exc) if isinstance(exc, ConfigException | OSError | ValueError) else (
+            f"not a kubeconfig ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
+        raise KubeConfigError(f"cannot load Kubernetes credentials from {where}: {why}") from None
     raise KubeConfigError(
         "no Kubernetes credentials: pass --kubeconfig, set KUBECONFIG, or run in a pod with a service account"
     )

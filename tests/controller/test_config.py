@@ -64,6 +64,11 @@ def test_a_full_file_loads(tmp_path: Path) -> None:
                      ":2:1: fastPollSeconds: duplicate key 'fastPollSeconds' (first at line 1)", id="duplicate-key"),
         pytest.param("defaultSource: {type: prometheus, url: prom:9090}\n",
                      ":1:40: defaultSource.url: url must be an http:// or https:// URL", id="url-without-scheme"),
+        # audit4's sweep (2026-12-08): taken, then every list and watch of that namespace (or the Lease) failed.
+        pytest.param("namespaces: [llm, LLM]\n", ":1:19: namespaces[1]: string should match pattern",
+                     id="namespace-not-a-dns-label"),
+        pytest.param("leaderElection:\n  leaseName: My_Lease\n", ":2:14: leaderElection.leaseName: string should "
+                     "match pattern", id="lease-name-not-a-dns-name"),
     ],
 )
 def test_errors_name_the_field_and_line(tmp_path: Path, text: str, expected: str) -> None:

@@ -109,6 +109,28 @@ async def test_an_unreadable_kubeconfig_is_one_line_and_exit_1(
     assert "Traceback" not in err + out
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        pytest.param("garbage: [\n", "not a kubeconfig (ParserError", id="broken-yaml"),
+        pytest.param("- a\n", "not a kubeconfig (TypeError", id="a-list"),
+        pytest.param("clusters: 5\ncurrent-context: x\n", "not a kubeconfig (TypeError", id="clusters-a-number"),
+    ],
+)
+async def test_a_kubeconfig_that_is_no_kubeconfig_is_one_line_and_exit_1(
+    tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, why: str
+) -> None:
+    """audit4's sweep (2026-12-08): these ended in "internal error: ParserError ...; please report it"."""
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(text)
+    code, out, err = await observe(["--policy", str(write_policy(tmp_path, tgi)), "--kubeconfig", str(bad),
+                                    "--once"], capsys)
+    assert code == 1
+    assert err.startswith(f"autoscaler observe: cannot load Kubernetes credentials from {bad}: {why}")
+    assert "internal error" not in err
+    assert "Traceback" not in err + out
+
+
 async def test_observe_shows_the_training_the_controller_holds_down_and_why(
     kube: Emulator, tgi: TgiMetrics, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
