@@ -437,6 +437,9 @@ def record(
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a directory; pass a directory (it is created if missing)")
     report = []
+    # Every query is answered before any file is written: a failure half-way (the second signal's query) left the
+    # first signal's new file beside an older run's second, which replay then read together as one recording.
+    staged = _Staged()
     for policy, found in zip(policies, planned, strict=True):
         refuse_missing(policy, found.plan)
         folder = out if len(policies) == 1 else out / policy.metadata.name
@@ -455,14 +458,17 @@ def record(
             report.append(f"target: {found.failed}; its pods are selected by their name pattern only")
         for req in found.plan.requests:
             if isinstance(req.source, CloudMonitoringSourceSpec):
-                report.append(_record_cloud(req, req.source, folder, cloud_monitoring, start=start, end=end))
+                report.append(_record_cloud(req, req.source, folder, cloud_monitoring, staged, start=start, end=end))
             else:
-                report.append(_record_one(req, folder, start=start, end=end, width=width))
-        report.append(_record_replicas(policy, found, folder, start=start, end=end, width=width))
+                report.append(_record_one(req, folder, staged, start=start, end=end, width=width))
+        report.append(_record_replicas(policy, found, folder, staged, start=start, end=end, width=width))
+    staged.write()
     return report
 
 
-def _record_one(req: SignalRequest, folder: Path, *, start: float, end: float, width: float) -> str:
+def _record_one(
+    req: SignalRequest, folder: Path, staged: _Staged, *, start: float, end: float, width: float
+) -> str:
     src = req.source
     name = req.signal.name
     if not isinstance(src, PrometheusSourceSpec | GmpSourceSpec):
@@ -470,14 +476,14 @@ def _record_one(req: SignalRequest, folder: Path, *, start: float, end: float, w
         return f"{name}: skipped (source {src.type} keeps no history; prometheus, gmp and cloud-monitoring record)"
     result = _query_range(src, record_query(req, cluster=src.cluster), f"signal {name}", start=start, end=end,
                           width=width)
-    path = _write(folder / f"{name}.json", result)
+    path = staged.add(folder / f"{name}.json", result)
     samples = sum(len(s.get("values", [])) for s in result)
     return f"{name}: {len(result)} series, {samples} samples → {path}"
 
 
 def _record_cloud(
-    req: SignalRequest, spec: CloudMonitoringSourceSpec, folder: Path, factory: CloudMonitoringFactory, *,
-    start: float, end: float,
+    req: SignalRequest, spec: CloudMonitoringSourceSpec, folder: Path, factory: CloudMonitoringFactory,
+    staged: _Staged, *, start: float, end: float,
 ) -> str:
     """A Cloud Monitoring signal over the range: each pod's samples at their own times
     (``CloudMonitoringSource.history``), as a query_range body replay reads."""
@@ -494,13 +500,13 @@ def _record_cloud(
         result = asyncio.run(read())
     except (PermanentError, TransientError) as exc:
         raise UsageError(f"signal {name}: Cloud Monitoring: {exc}") from None
-    path = _write(folder / f"{name}.json", result)
+    path = staged.add(folder / f"{name}.json", result)
     samples = sum(len(s["values"]) for s in result)
     return f"{name}: {len(result)} series, {samples} samples from Cloud Monitoring → {path}"
 
 
 def _record_replicas(
-    policy: ScalingPolicy, found: Planned, folder: Path, *, start: float, end: float, width: float
+    policy: ScalingPolicy, found: Planned, folder: Path, staged: _Staged, *, start: float, end: float, width: float
 ) -> str:
     """The target's replica counts over the range, from kube-state-metrics in the first Prometheus/GMP source the
     policy reads (``replicas.json``: the count set on it, ``replicas_ready.json``: its ready replicas), which replay
@@ -521,10 +527,10 @@ def _record_replicas(
         return (f"replicas: not recorded (no kube-state-metrics series for {target.key} in "
                 f"{describe(src)}{now}): {fix}")
     ready = _query_range(src, queries.ready, "ready replicas", start=start, end=end, width=width)
-    path = _write(folder / REPLICAS_FILE, spec)
+    path = staged.add(folder / REPLICAS_FILE, spec)
     line = f"replicas: {sum(len(s.get('values', [])) for s in spec)} samples from kube-state-metrics → {path}"
     if ready:
-        line += f", ready → {_write(folder / READY_FILE, ready)}"
+        line += f", ready → {staged.add(folder / READY_FILE, ready)}"
     return line
 
 
@@ -546,14 +552,33 @@ def _query_range(
     return result
 
 
-def _write(path: Path, result: list[dict[str, Any]]) -> Path:
-    """One ``query_range`` response body, as replay reads it."""
-    body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
-    try:
-        path.write_text(json.dumps(body))
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return path
+class _Staged:
+    """The files of one ``record``, written only once every query was answered (``write``), each to a temporary
+    file first and then renamed into place: a failed query or a full disk leaves the folder as it was, never a
+    mix of this run's files and an older run's, nor a cut file."""
+
+    def __init__(self) -> None:
+        self._files: list[tuple[Path, list[dict[str, Any]]]] = []
+
+    def add(self, path: Path, result: list[dict[str, Any]]) -> Path:
+        """Stage one ``query_range`` response body, as replay reads it, for ``path``."""
+        self._files.append((path, result))
+        return path
+
+    def write(self) -> None:
+        temporary: list[tuple[Path, Path]] = []
+        try:
+            for path, result in self._files:
+                body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+                part = path.with_name(f".{path.name}.part")
+                temporary.append((part, path))
+                part.write_text(json.dumps(body))
+        except OSError as exc:
+            for part, _ in temporary:
+                part.unlink(missing_ok=True)
+            raise UsageError(f"cannot write {temporary[-1][1]}: {exc.strerror or exc}") from None
+        for part, path in temporary:
+            part.replace(path)
 
 
 def run_record(args: argparse.Namespace) -> int:

@@ -287,3 +287,67 @@ def test_record_refuses_an_empty_range(tmp_path: Path, capsys: pytest.CaptureFix
     code = main(["record", "--policy", str(policy), "--start", "now", "--end", "-1h", "--out", str(tmp_path / "o")])
     assert code == 1
     assert "must be after --start" in capsys.readouterr().err
+
+
+class _FailingSecondQuery:
+    """A Prometheus HTTP API answering its first ``query_range`` with one empty matrix and every later one with a
+    500 (a Prometheus that falls over half-way through a recording)."""
+
+    def __init__(self) -> None:
+        import http.server  # noqa: PLC0415 - only this stand-in
+        import threading  # noqa: PLC0415
+
+        answered = [0]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._answer()
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._answer()
+
+            def _answer(self) -> None:
+                answered[0] += 1
+                if answered[0] == 1:
+                    body, code = {"status": "success", "data": {"resultType": "matrix", "result": []}}, 200
+                else:
+                    body, code = {"status": "error", "errorType": "internal", "error": "fell over"}, 500
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_record_writes_nothing_when_a_query_fails_half_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """audit4's sweep (2026-12-08): the first signal's file was written before the second query failed, beside an
+    older recording's files, and replay would have read the mix as one recording. Now nothing is written unless
+    every query was answered, and the older files stay as they were."""
+    prom = _FailingSecondQuery()
+    out = tmp_path / "rec"
+    out.mkdir()
+    (out / "waiting.json").write_text("older recording")
+    try:
+        code = main(["record", "--policy", str(write_policy(tmp_path, prom.url)), "--start", "-20s", "--step", "1s",
+                     "--out", str(out)])
+    finally:
+        prom.close()
+    assert code == 1
+    assert "query_range on" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["waiting.json"]
+    assert (out / "waiting.json").read_text() == "older recording"
