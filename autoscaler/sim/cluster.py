@@ -368,12 +368,14 @@ class Cluster:
         self.spec = doc.spec
         self.profiles = profiles
         self.source = source
-        problems = [
-            f"{source}: spec.pools.{p.name}.profile: unknown profile {p.profile!r}; "
-            f"known: {', '.join(sorted(profiles))}"
-            for p in self.spec.pools
-            if p.profile not in profiles
-        ]
+        problems = []
+        for i, p in enumerate(self.spec.pools):
+            if p.profile not in profiles:
+                # At the field's line, as every other cluster problem (audit4's sweep: this one had none).
+                at = loader.locate(source, ("spec", "pools", i, "profile")) if Path(source).is_file() else None
+                where = f"{source}:{at[0]}:{at[1]}" if at else source
+                problems.append(f"{where}: spec.pools[{i}].profile: unknown profile {p.profile!r} (pool {p.name}); "
+                                f"known: {', '.join(sorted(profiles))}")
         if problems:
             raise SimFileError(problems)
 

@@ -80,8 +80,11 @@ def test_problems_point_at_the_line(tmp_path: Path, old: str, new: str, where: s
 
 
 def test_unknown_profile(tmp_path: Path) -> None:
-    with pytest.raises(SimFileError, match="unknown profile 'nope'"):
-        cluster_mod.load(_write(tmp_path, GOOD.replace("tgi-gemma2-9b-2xl4", "nope")))
+    p = _write(tmp_path, GOOD.replace("tgi-gemma2-9b-2xl4", "nope"))
+    line = next(i for i, text in enumerate(p.read_text().splitlines(), start=1) if "nope" in text)
+    with pytest.raises(SimFileError, match=rf"cluster.yaml:{line}:\d+: spec.pools\[0\].profile: unknown profile "
+                                           "'nope'"):
+        cluster_mod.load(p)
 
 
 def test_not_yaml(tmp_path: Path) -> None:
