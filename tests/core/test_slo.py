@@ -2224,3 +2224,35 @@ def test_the_slow_requests_a_p99_miss_needs_is_what_the_docs_say(n: int, slow_sh
     to 82 (the supported rank of ``sizing.supported_rank``: the largest k with P(Binomial(n, 0.99) ≥ k) ≥ 95 %;
     a miss shows when X_(k) is over the objective, that is n − k + 1 requests are)."""
     assert n - sizing.supported_rank(n, 0.99) + 1 == slow_shown
+
+
+# --- countDecode: the busy share of a prefill-first server, not the slots' occupancy below the knee -------------
+
+COUNT_DECODE = {**TOKENS, "countDecode": True}
+
+
+@pytest.mark.parametrize(
+    ("option", "expected", "words"),
+    [pytest.param(True, 3, ["tokens 1.80 (4000 prompt + 600 generated tok/s)", "needs 3"], id="busy-share"),
+     pytest.param(False, 2, ["tokens 0.80 (4000 prompt + 600 generated tok/s, prefill only", "slots 0.96",
+                             "needs 2"], id="prefill-only-as-before")],
+)
+def test_the_decode_counts_where_the_slots_read_below_the_busy_share(
+    option: bool, expected: int, words: list[str]
+) -> None:
+    """Two replicas of the prior (5,000 prompt tok/s, 600 generated tok/s at a full batch) serve 4,000 prompt and
+    600 generated tok/s: 0.8 + 1.0 = 1.8 replicas of busy time, while 40 sequences hold the slots (0.96 of the
+    42-sequence unit), as on a server whose decode step has a fixed part: a small batch steps nearly as slowly as
+    a full one, so its sequences are fewer than the busy time. With countDecode the load is the busy share, 1.8
+    at the utilization 0.8: 3 replicas; without, the slots' 0.96: 2, until the slots fill at the knee."""
+    cfg = COUNT_DECODE if option else TOKENS
+    rec = Driver(config(**cfg)).step(2, 2, waiting=0, running=40, prompt=4000, gen=600, ttft=0.5)
+    assert rec.replicas == expected, rec.message
+    for word in words:
+        assert word in rec.message, rec.message
+
+
+def test_count_decode_needs_the_token_counters() -> None:
+    with pytest.raises(ValidationError, match="countDecode"):
+        policy(config(countDecode=True))
+    policy(config(**COUNT_DECODE))  # with both counters it validates

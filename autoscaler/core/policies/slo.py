@@ -10,10 +10,12 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
 
 1. **Load** in replica-equivalents (1.0 = one replica fully busy), the largest of what is known:
    tokens ``prompt/(κ·P)`` (served prompt tokens/s over the learned prefill capacity: ``P`` the prior,
-   ``κ`` the learned capacity scale), plus ``generation/(κ·G)`` only when no gauge sees the decode or a
-   time-per-output-token objective is set: the first token waits for prefill compute and for a slot, and
-   continuous-batching servers run a new prompt's prefill ahead of (TGI, JetStream) or within the token
-   budget of (vLLM) the decode steps, so the decode delays it through the slots and KV it holds; slots
+   ``κ`` the learned capacity scale), plus ``generation/(κ·G)`` only when no gauge sees the decode, a
+   time-per-output-token objective is set, or ``countDecode``: the first token waits for prefill compute and for
+   a slot, and continuous-batching servers run a new prompt's prefill ahead of (TGI, JetStream) or within the
+   token budget of (vLLM) the decode steps, so the decode delays it through the slots and KV it holds (with
+   ``countDecode`` the sum is the busy share whose 1 is where the slots fill: a slot gauge is an occupancy,
+   convex in that share where a decode step has a fixed part, so it understates the load below the knee); slots
    ``(running + waiting) / slot unit`` (``waiting`` is the backlog the served rates do not show; the slot unit
    is the mean occupancy at which, behind random routing, a replica's usable slots are all taken for at most
    ``1 − percentile`` of arrivals (Poisson occupancy, ``occupancy_at_objective``), over ``targetUtilization``);
@@ -531,6 +533,18 @@ class SloPolicyConfig(SpecModel):
         "With latencyEvidence every reading is the supported one already. Opt-in: measured, not shipped (docs/slo.md, "
         "Session 30: held-out TGI very-low met, decode-heavy 1.3 points lost; no bundled verdict moved).",
     )
+    count_decode: bool = Field(
+        default=False,
+        description="Generated tokens count in the token load even where a gauge (slots, running, KV) sees the "
+        "decode: the load is prompt/(kappa P) + generation/(kappa G), the replica's busy share on a server that "
+        "pauses its decode steps for each prefill (JetStream, TGI), whose 1 is where its slots fill and its queue "
+        "grows. A slot gauge is an occupancy: the sequences running are the arrivals times their time in a batch, "
+        "and a decode step's fixed part makes a small batch's step nearly as long as a full one's, so below the "
+        "knee the slots read the busy share times step(batch)/step(full) (JetStream v5e: about 12/20 at a small "
+        "batch) and reach the slots only where the busy share reaches 1: sized at the utilization at the SLO, "
+        "the occupancy leaves no margin for a rise. Needs promptTokens and generationTokens (with replica.prior). "
+        "Opt-in (docs/slo.md, Session 32).",
+    )
     kv_at_onset: bool = Field(
         default=False,
         description="The KV-cache gauge (signals.kvCacheUsage) is an occupancy, not a throughput: a request waits for "
@@ -565,6 +579,12 @@ class SloPolicyConfig(SpecModel):
                 "kvAtOnset judges the KV-cache gauge at the fill where requests start to wait: it needs "
                 "signals.kvCacheUsage",
                 "kvAtOnset",
+            )
+        if self.count_decode and s.prompt_tokens is None:
+            raise FieldError(
+                "countDecode counts the generated tokens in the token load: it needs signals.promptTokens and "
+                "generationTokens",
+                "countDecode",
             )
         if (s.prompt_tokens is None) != (s.generation_tokens is None):
             given = "promptTokens" if s.prompt_tokens is not None else "generationTokens"
@@ -872,7 +892,9 @@ class SloAlgorithm:
             # prompt's prefill ahead of (TGI, JetStream) or within the token budget of (vLLM, chunked) the
             # running sequences' decode steps, so generated tokens delay it through the slots and the KV cache
             # they hold, which the gauges measure, not through their compute. Generated tokens count as work
-            # when nothing else sees them: no concurrency gauge, or a time-per-output-token objective.
+            # when nothing else sees them: no concurrency gauge, or a time-per-output-token objective; and with
+            # ``countDecode``, where the slots' occupancy is convex in the busy share (a decode step's fixed
+            # part), so the busy share is the load below the knee and the gauges only at it.
             gen_counts = self._generation_counts()
             # The prefill part at the measured prefill rate (``prefill_scale`` of the prior's), the rest at the
             # prior's: κ, learned from saturation, scales both.
@@ -2008,10 +2030,12 @@ class SloAlgorithm:
         return max(windows, default=0.0)
 
     def _generation_counts(self) -> bool:
-        """Generated tokens count in the token load (see ``_read``)."""
+        """Generated tokens count in the token load (see ``_read``): with no concurrency gauge, with
+        ``countDecode``, or with a time-per-output-token objective."""
         s = self.config.signals
         gauges = any(n is not None for n in (s.running, s.slots_used, s.kv_cache_usage, s.kv_tokens))
-        return not gauges or self.config.objective.time_per_output_token_seconds is not None
+        return (not gauges or self.config.count_decode
+                or self.config.objective.time_per_output_token_seconds is not None)
 
     def _latency_names(self) -> tuple[str, ...]:
         s = self.config.signals
