@@ -616,6 +616,7 @@ def _decide_joint(
     inventory = slices.inventory if slices is not None else None
     fits = None
     room = None
+    places = None
     # Without ``spec.capacity`` the policy stops no training: it asks, and Kueue admits or preempts by its own
     # priorities (as for a single-target policy without capacity), so the blocks do not bound the plan here.
     if isinstance(inventory, topology.Inventory) and spec.capacity is not None:
@@ -646,6 +647,7 @@ def _decide_joint(
         # Which group a scale-down of each variant frees first, where the cluster says (rule 4b's make-room).
         order = {n: slices.removal_order[r.key] for n, r in refs.items() if r.key in slices.removal_order}
         room = disaggregated.inventory_room(config, inventory, costs, order, pending) if order else None
+        places = disaggregated.Places(order, frozenset(o.key for o in inventory.occupants)) if order else None
     # The token counters' longest rate window: until it has filled, a fresh controller's rates ramp from
     # nothing and are no history (the forecast would read the ramp as a trend).
     rate_window = max((rate.window_seconds for n in config.signal_refs() if (rate := spec.signal(n).rate) is not None),
@@ -664,7 +666,7 @@ def _decide_joint(
     ttft_q = quantile_q(spec, config.prefill.signals.ttft) if config.prefill.signals.ttft is not None else None
     joint, nxt.algorithm = disaggregated.plan(
         config, signals, status, previous or disaggregated.DisaggState(), now,
-        fits=fits, room=room, group_budget=spec.max_replicas, rate_window_s=rate_window,
+        fits=fits, room=room, places=places, group_budget=spec.max_replicas, rate_window_s=rate_window,
         arrival_window_s=(signal_window(spec, arriving) or 0.0) if arriving is not None else 0.0,
         latency_windows=latency_windows, slot_wait_fraction=None if ttft_q is None else 1.0 - ttft_q,
     )

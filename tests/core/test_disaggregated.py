@@ -505,6 +505,75 @@ def test_a_make_room_shift_removes_the_group_whose_place_completes_a_larger_regi
         "train/job-0", "train/job-1", "train/job-2"]
 
 
+def _at(obs: Observation, now: float) -> Observation:
+    """``obs`` with every reading taken 5 s before ``now``."""
+    fresh = {k: dataclasses.replace(r, timestamp=now - 5) if r.timestamp is not None else r
+             for k, r in obs.signals.items()}
+    return dataclasses.replace(obs, signals=fresh)
+
+
+def _d0_replaced(quota: QuotaStatus, by: str | None) -> QuotaStatus:
+    """``quota`` with decode group d0's place released (``by`` None) or taken by another occupant ``by``."""
+    assert quota.slices is not None
+    inv = quota.slices.inventory
+    d0 = next(o for o in inv.occupants if o.key == "llm/d0")
+    inv = inv.without(["llm/d0"])
+    if by is not None:
+        inv = inv.with_occupant(topology.Occupant(by, d0.regions))
+    return dataclasses.replace(quota, reserved=inv.used_chips, slices=dataclasses.replace(quota.slices, inventory=inv))
+
+
+def _shift_started() -> tuple[Any, tuple[TrainingWorkload, ...], dict[str, float], tuple[str, ...], PolicyState]:
+    pol = compiled(capacity=True, budget=None, big=True)
+    jobs = training(3, chips=8)
+    values = {**QUIET, "gen": 4900.0}
+    order = ("llm/d0", "llm/d1", "llm/d2", "llm/d3", "llm/d4")
+    counts = {"prefill": (1, 1), "decode": (5, 5), "decode-big": (0, 0)}
+    decisions, state = decide(pol, observation(values, counts, training=jobs, quota=fragmented(jobs, order)),
+                              SETTLED, T0)
+    assert (scales(decisions)["decode"].desired, scales(decisions)["decode-big"].desired) == (4, 0)
+    return pol, jobs, values, order, state
+
+
+def test_a_make_room_shift_waits_for_the_removed_groups_place_however_long_kueue_takes() -> None:
+    # As above, but Kueue releases d0's place only after the policy's scaleDownDelaySeconds (60 s here): pods
+    # terminating, a slow API server. While d0 still holds it the shift waits (and says for what); once it is
+    # free, the 2x4x4 group is added there. A fixed window would have dropped the shift at 60 s and left the
+    # four small groups for good (the mix at equal chips adds no group).
+    pol, jobs, values, order, state = _shift_started()
+    counts = {"prefill": (1, 1), "decode": (4, 4), "decode-big": (0, 0)}
+    held = fragmented(jobs, order[1:])  # d0 is no longer the LWS's, but its Workload still holds the place
+    for now in (T0 + 15, T0 + 75, T0 + 300):
+        decisions, state = decide(pol, _at(observation(values, counts, training=jobs, quota=held), now), state, now)
+        got = scales(decisions)
+        assert (got["decode"].desired, got["decode-big"].desired) == (4, 0), got["decode"].message
+        assert "make-room shift: waiting for llm/d0 to release its place" in got["decode"].message
+        assert not [d for d in decisions if isinstance(d, TrainingDecision)]
+    now = T0 + 315
+    free = _d0_replaced(held, None)
+    decisions, state = decide(pol, _at(observation(values, counts, training=jobs, quota=free), now), state, now)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (4, 1), got["decode-big"].message
+    assert "make-room shift: the decode-big group now fits" in got["decode-big"].message
+    assert sorted(d.workload.key for d in decisions if isinstance(d, TrainingDecision)) == [
+        "train/job-0", "train/job-1", "train/job-2"]
+
+
+def test_a_make_room_shift_ends_once_the_place_is_free_and_the_larger_group_cannot_go_there() -> None:
+    # d0's place is released, but another tenant's slice (never preemptible) took it before the larger group
+    # was placed: the shift ends at once and says so, rather than holding for a fixed window.
+    pol, jobs, values, order, state = _shift_started()
+    counts = {"prefill": (1, 1), "decode": (4, 4), "decode-big": (0, 0)}
+    taken = _d0_replaced(fragmented(jobs, order[1:]), "other/late")
+    decisions, state = decide(pol, _at(observation(values, counts, training=jobs, quota=taken), T0 + 15), state,
+                              T0 + 15)
+    got = scales(decisions)
+    assert (got["decode"].desired, got["decode-big"].desired) == (4, 0), got["decode"].message
+    assert "make-room shift ended: the removed group's place is free" in got["decode"].message
+    assert isinstance(state.algorithm, dg.DisaggState)
+    assert state.algorithm.shifts == ()
+
+
 @pytest.mark.parametrize(
     ("order", "gen"),
     [

@@ -107,8 +107,12 @@ group, a conservative prior from a profile):
    when its region, once free, lets the larger group be placed (stopping preemptible training if it must)
    and the groups left still carry the need now (the load at the learned capacity and utilization). The
    next evaluations add the larger group, sized for what the role carried before (never more chips than
-   before), and rule 4 removes the smaller ones once it serves. With the removal order unknown (a live
-   cluster whose reader cannot say which group goes) the role never shifts this way.
+   before), and rule 4 removes the smaller ones once it serves. The shift waits for its place, not for a
+   fixed time: while a removed group still holds its place in the inventory (its Workload not yet released
+   by Kueue: pods terminating, a slow API server), the shift stands however long that takes; once the place
+   is free and the larger group still cannot be added there (another tenant took it, the role's need
+   changed), the shift ends and says so (``Places``). With the removal order unknown (a live cluster whose
+   reader cannot say which group goes) the role never shifts this way.
 5. **One budget** (``fit_budget``): the pools together never hold more than ``chipBudget`` chips (nor more
    than ``spec.maxReplicas`` groups): starting from each variant's minimum, slices are granted one at a time
    to the role whose need is least covered, so under pressure the split follows the two needs and neither
@@ -571,6 +575,26 @@ class Shift:
     #: The role's chips before the removal: the shift never ends up holding more.
     chips: int
     at: float
+    #: The occupant keys of the removed groups (``SliceCapacity.removal_order``): the shift waits while any
+    #: of them still holds its place in the inventory (Kueue has not released it yet).
+    freeing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Places:
+    """Rule 4b's word on places: each variant's groups (occupant keys) in the order a scale-down of it removes
+    them (``SliceCapacity.removal_order``), and the occupant keys that hold a place in the inventory now."""
+
+    removal_order: Mapping[str, Sequence[str]]
+    held: frozenset[str]
+
+    def first(self, variant: str, n: int) -> tuple[str, ...]:
+        """The occupant keys of the ``n`` groups a scale-down of ``variant`` removes first."""
+        return tuple(self.removal_order.get(variant, ())[:n])
+
+    def holding(self, keys: Sequence[str]) -> tuple[str, ...]:
+        """Those of ``keys`` that still hold a place."""
+        return tuple(k for k in keys if k in self.held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1091,6 +1115,7 @@ def plan(
     *,
     fits: FitCheck | None = None,
     room: RoomCheck | None = None,
+    places: Places | None = None,
     group_budget: int | None = None,
     rate_window_s: float = 0.0,
     arrival_window_s: float = 0.0,
@@ -1101,7 +1126,9 @@ def plan(
     token signals' rate window (a fresh controller's rates within it are not history); ``arrival_window_s``:
     the rate window of prefill's arriving prompt tokens (rule 1c); ``latency_windows``: each role's latency
     quantile window (rule 1d; a role missing: not known); ``slot_wait_fraction``: the share of requests that may
-    wait for a decode slot, ``1 − q`` of the TTFT quantile ``q`` (rule 0c; None: the rule is off)."""
+    wait for a decode slot, ``1 − q`` of the TTFT quantile ``q`` (rule 0c; None: the rule is off); ``places``: the
+    groups' places (rule 4b: which groups a scale-down removes and whether they still hold their place; None:
+    no make-room shift)."""
     lw = latency_windows or {}
     needs: list[RoleNeed] = []
     histories: dict[Role, tuple[NeedSample, ...]] = {}
@@ -1182,18 +1209,27 @@ def plan(
             how += "; groups of the other variant(s) stay until the new ones serve"
         names = {v.name for v in spec.variants}
         shift = next((sh for sh in state.shifts if sh.larger in names), None)
-        if shift is not None and mix == cur and rn.may_shrink and now - shift.at < config.scale_down_delay_seconds:
+        if shift is not None and mix == cur:
             # Rule 4b's second step: the larger group, sized for what the role carried when the shift began,
-            # once its place is free; the smaller groups stay until it serves (above).
+            # once its place is free; the smaller groups stay until it serves (above). The shift waits for the
+            # place as long as a removed group holds it, and ends once the place is free and still no larger
+            # group can be added.
             up = choose_mix(spec.variants, cur, shift.carry, min_groups=spec.min_groups, fits=fit)
-            if up[shift.larger] > cur[shift.larger] and chips(spec.variants, up) <= shift.chips:
+            still = places.holding(shift.freeing) if places is not None else ()
+            if rn.may_shrink and up[shift.larger] > cur[shift.larger] and chips(spec.variants, up) <= shift.chips:
                 mix = {k: max(n, cur[k]) for k, n in up.items()}
                 how += (f"; make-room shift: the {shift.larger} group now fits where the removed group was "
                         f"(mix {_mix_text(spec.variants, up)} carries {shift.carry:.0f} on "
                         f"{chips(spec.variants, up)} chips)")
-            else:
+            elif still:
                 shifts.append(shift)
-        elif room is not None and fit is not None and rn.may_shrink and mix == cur and (
+                how += (f"; make-room shift: waiting for {', '.join(still)} to release its place for the "
+                        f"{shift.larger} group ({now - shift.at:.0f}s since it was removed)")
+            else:
+                how += (f"; make-room shift ended: the removed group's place is free and no {shift.larger} group "
+                        f"can be added there now (mix {_mix_text(spec.variants, up)} for {shift.carry:.0f}"
+                        f"{'' if rn.may_shrink else '; latency at risk or requests queue'})")
+        elif room is not None and places is not None and fit is not None and rn.may_shrink and mix == cur and (
             now - since >= config.scale_down_delay_seconds
         ):
             made = _make_room(spec.variants, cur, status, rn.need, carry, spec.min_groups, fit,
@@ -1201,7 +1237,8 @@ def plan(
             if made is not None:
                 mix = made.counts
                 how += f"; {made.message}"
-                shifts.append(Shift(made.larger, carry, chips(spec.variants, cur), now))
+                shifts.append(Shift(made.larger, carry, chips(spec.variants, cur), now,
+                                    places.first(made.smaller, made.removed)))
         mix_cap = capacity(spec.variants, mix)
         additions.update({k: n - cur[k] for k, n in mix.items() if n > cur[k]})
         for v in spec.variants:
@@ -1241,6 +1278,9 @@ class _MadeRoom:
     counts: dict[str, int]
     larger: str
     message: str
+    #: The smaller variant and how many of its groups go (the first of its removal order).
+    smaller: str = ""
+    removed: int = 0
 
 
 def _make_room(
@@ -1275,7 +1315,7 @@ def _make_room(
                         f"a {w.slice_topology} group ({w.name}), the cheaper mix {_mix_text(variants, free)} "
                         f"({chips(variants, free)} chips); the {sum(left.values())} groups left carry "
                         f"{capacity(variants, left):.0f} ≥ the need {need:.0f} tokens/s"
-                    ))
+                    ), v.name, k)
     return None
 
 
