@@ -964,7 +964,10 @@ def lookback(horizon: float) -> float:
     return max(LOOKBACK_MIN_S, LOOKBACK_COLD_STARTS * horizon)
 
 
-def largest_rise(history: Sequence[tuple[float, float]], horizon: float, *, from_level: float | None = None) -> float:
+def largest_rise(
+    history: Sequence[tuple[float, float]], horizon: float, *, from_level: float | None = None,
+    ends: Sequence[bool] | None = None,
+) -> float:
     """The largest increase of the load within ``horizon`` seconds anywhere in ``history`` (``(t, load)``,
     oldest first; the result is ≥ 0); with ``from_level``, only increases that start from a load at least that.
 
@@ -980,19 +983,64 @@ def largest_rise(history: Sequence[tuple[float, float]], horizon: float, *, from
     rate × time in system, within the sequences' lifetime: Little's law): that climb starts from nothing, not
     from the load now. At a load higher than any in the history the rise is 0: the hold window's peak and the
     forecast still keep the level now.
+
+    ``ends`` (aligned with ``history``): only rises that end at a sample marked True count (the ``slo`` type's
+    ``scaleDown.riseAbsorbed`` splits the rises by whether the count then absorbed them, ``absorbing_counts``).
     """
     best = 0.0
     floor = -math.inf if from_level is None else from_level
     ahead: deque[tuple[float, float]] = deque()  # (t, v) after the current sample, values decreasing
-    for t, v in reversed(history):
+    for i in range(len(history) - 1, -1, -1):
+        t, v = history[i]
         while ahead and ahead[0][0] > t + horizon:
             ahead.popleft()
         if v >= floor and ahead and ahead[0][1] - v > best:
             best = ahead[0][1] - v
-        while ahead and ahead[-1][1] <= v:
-            ahead.pop()
-        ahead.append((t, v))
+        if ends is None or ends[i]:
+            while ahead and ahead[-1][1] <= v:
+                ahead.pop()
+            ahead.append((t, v))
     return best
+
+
+def absorbing_counts(
+    times: Sequence[float], held: Sequence[bool], ready: Sequence[int], *, before: float, after: float,
+) -> list[int | None]:
+    """For each sample ``j`` of a history (oldest first): the count that absorbed what the load did up to it, or
+    None. A rise ending at ``j`` (within ``before`` seconds: a cold start) was absorbed when every evaluation from
+    ``before`` seconds before ``j`` to ``after`` seconds after it (the latency quantile's window, in which the
+    requests that arrived at ``j`` are observed) held the SLO (``held``: measured, not missed, no queue held on
+    every replica), no two of them further apart than ``after`` (a gap of unknown evaluations is evidence only
+    as far as the quantile's window that follows it covers it), and the history reaches that far; the count is
+    the highest ready over ``before`` seconds up to ``j`` (a replica that became ready
+    during the rise took part in absorbing it). A rise the ready replicas carried with the SLO held is evidence
+    that they carry that rise, as a scale-down's count keeps it for (``scaleDown.riseAbsorbed``).
+
+    One pass with two pointers, prefix counts of the evaluations that did not hold, and a monotonic deque of the
+    window's highest ready count."""
+    n = len(times)
+    bad = [0] * (n + 1)  # bad[i]: evaluations before i that did not hold
+    for i, ok in enumerate(held):
+        gap = i > 0 and times[i] - times[i - 1] > after
+        bad[i + 1] = bad[i] + (0 if ok and not gap else 1)
+    out: list[int | None] = [None] * n
+    lo = hi = 0
+    top: deque[int] = deque()  # indices in [lo, j], ready decreasing
+    for j in range(n):
+        while lo < j and times[lo] < times[j] - before:
+            lo += 1
+        while top and top[0] < lo:
+            top.popleft()
+        while top and ready[top[-1]] <= ready[j]:
+            top.pop()
+        top.append(j)
+        while hi < n and times[hi] < times[j] + after:
+            hi += 1
+        if hi == n:
+            continue  # not yet observed for the whole window after it
+        if bad[hi + 1] - bad[lo] == 0:
+            out[j] = ready[top[0]]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -130,6 +130,53 @@ def test_a_rise_is_measured_from_the_level_it_starts_at() -> None:
     assert sizing.largest_rise(hist, 60.0, from_level=None) == sizing.largest_rise(hist, 60.0)
 
 
+def test_a_rise_counts_only_where_it_may_end() -> None:
+    """``ends``: only rises ending at a marked sample count (the ``slo`` type splits them by the count that absorbed
+    them); a start may be any sample."""
+    hist = [(0.0, 0.2), (30.0, 0.9), (100.0, 0.3), (130.0, 0.5)]
+    assert sizing.largest_rise(hist, 60.0) == pytest.approx(0.7)
+    assert sizing.largest_rise(hist, 60.0, ends=[True, False, True, True]) == pytest.approx(0.2)  # 0.3 → 0.5
+    assert sizing.largest_rise(hist, 60.0, ends=[False, True, False, False]) == pytest.approx(0.7)
+    assert sizing.largest_rise(hist, 60.0, ends=[False] * 4) == 0.0
+    assert sizing.largest_rise(hist, 60.0, ends=[True] * 4) == sizing.largest_rise(hist, 60.0)
+
+
+@pytest.mark.parametrize(
+    ("held", "ready", "expected"),
+    [
+        pytest.param([True] * 9, [1] * 9, [1, 1, 1, 1, 1, 1, 1, 1, None], id="held-throughout"),
+        # A replica ready from 30 s took part in absorbing what came after it, not what came before.
+        pytest.param([True] * 9, [1, 1, 1, 2, 2, 2, 2, 2, 2], [1, 1, 1, 2, 2, 2, 2, 2, None],
+                     id="the-highest-ready-up-to-the-peak"),
+        pytest.param([True] * 9, [2, 2, 2, 1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 1, 1, 1, None],
+                     id="a-replica-released-after-it-took-part"),
+        # A miss at 40 s: no rise ending from the window (10 s) before it to the cold start (20 s) after it was
+        # absorbed; those that end earlier or later were.
+        pytest.param([True, True, True, True, False, True, True, True, True], [1] * 9,
+                     [1, 1, 1, None, None, None, None, 1, None], id="a-miss-absorbs-nothing-around-it"),
+    ],
+)
+def test_a_rise_is_absorbed_by_the_count_that_held_the_slo_through_it(
+    held: list[bool], ready: list[int], expected: list[int | None]
+) -> None:
+    """``absorbing_counts``: a rise ending at a sample (within ``before`` = 20 s) was absorbed by the highest ready
+    count up to it when every evaluation from 20 s before it to the quantile's window (``after`` = 10 s) after it
+    held the SLO (the history's first samples: from where it starts); the last sample is not yet observed for its
+    window. Samples every 10 s."""
+    times = [10.0 * i for i in range(9)]
+    assert sizing.absorbing_counts(times, held, ready, before=20.0, after=10.0) == expected
+
+
+def test_a_gap_longer_than_the_quantile_window_is_no_evidence() -> None:
+    """Unknown evaluations leave no sample; a gap within the quantile's window is covered by the window after it
+    (the requests of the gap are observed there), a longer one is not."""
+    times = [0.0, 10.0, 20.0, 45.0, 55.0, 65.0, 75.0, 85.0]
+    got = sizing.absorbing_counts(times, [True] * 8, [1] * 8, before=20.0, after=10.0)
+    assert got == [1, 1, None, None, None, None, 1, None]
+    covered = sizing.absorbing_counts(times, [True] * 8, [1] * 8, before=20.0, after=30.0)
+    assert covered == [1, 1, 1, 1, 1, None, None, None]
+
+
 def test_a_trend_is_not_extrapolated_beyond_the_span_of_the_history() -> None:
     # A minute of a steady climb (1.0 → 1.1), a 240 s cold start: the line's lower bound is extrapolated 60 s, not
     # 240 s (1.2, not 1.5), and so is ``further``; over a history longer than the horizon it reaches the horizon.

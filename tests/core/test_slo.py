@@ -765,6 +765,83 @@ def test_evidence_is_credited_to_the_count_that_held_it_and_only_since_the_last_
     assert count(history((3, 720), (4, 360)), 1080, 400.0, 120) is None
 
 
+def _a_rise_at_one_replica(
+    absorbed: bool, *, ttft: float = 0.3, waiting: float = 0, blip: float = 0, qtime: float | None = None
+) -> Driver:
+    """One replica at a quiet load (15 running: 0.36 of a replica-equivalent, 42 sequences a replica at 0.8), a
+    rise to 40 running (0.96: the model asks for a second), carried by the one ready replica while the second
+    starts (its cold start, 120 s), with the TTFT at ``ttft`` and ``waiting`` requests waiting during the rise
+    (``blip`` of them for one evaluation only); then two ready at the quiet load (15 running in all) for the hold
+    window and the quantile's window. ``qtime``: the queue-time p99 read as ``signals.queueTimeEvidence``."""
+    roles = {**GAUGES_WINDOW["signals"], **({} if qtime is None else {"queueTimeEvidence": "qtimeh"})}
+    drv = Driver(config(signals=roles, scaleDown={"riseAbsorbed": absorbed}))
+    more = {} if qtime is None else {"qtimeh": qtime}
+    drv.steady(600, 1, waiting=0, running=15, ttfth=0.3, **more)
+    rec = drv.step(1, 1, waiting=waiting, running=40, ttfth=ttft, **more)
+    assert (rec.replicas, rec.reason) == (2, Reason.SCALE_UP), rec.message
+    for i in range(24):
+        drv.step(2, 1, 1, waiting=waiting + (blip if i == 12 else 0), running=40, ttfth=ttft, **more)
+    for _ in range(60 // 5):
+        drv.step(2, 1, 1, waiting=0, running=15, ttfth=0.3, **more)
+    return drv
+
+
+@pytest.mark.parametrize("absorbed", [True, False], ids=["absorbed-keeps-at-most-its-count", "rise-kept"])
+def test_a_rise_the_ready_count_carried_with_the_slo_held_keeps_no_more_than_that_count(absorbed: bool) -> None:
+    """``scaleDown.riseAbsorbed``: the rise 0.36 → 0.96 was carried by one ready replica with the TTFT at 0.3 s of
+    2 s and nothing waiting: once the hold window's peak has passed, one replica is kept, not the two that
+    ``(load + rise) / c`` = (0.36 + 0.60) / 0.8 keeps for the rise's 1800 s lookback without the option."""
+    drv = _a_rise_at_one_replica(absorbed)
+    rec = drv.steady(50, 2, waiting=0, running=15, ttfth=0.3)
+    assert rec.replicas == 2, rec.message  # the hold window's peak (0.96) still in it
+    rec = drv.steady(100, 2, waiting=0, running=15, ttfth=0.3)
+    if absorbed:
+        assert (rec.replicas, rec.reason) == (1, Reason.SCALE_DOWN), rec.message
+        assert "a rise of 0.60 absorbed by 1 ready with the SLO held keeps at most 1" in rec.message
+    else:
+        assert (rec.replicas, rec.reason) == (2, Reason.STEADY), rec.message
+        assert "(0.36 + 0.60) at ≤" in rec.message
+
+
+@pytest.mark.parametrize(
+    ("ttft", "waiting"), [(2.6, 0), (1.8, 0), (0.3, 2)],
+    ids=["slo-missed-during-the-rise", "slo-at-risk-during-the-rise", "a-queue-held-during-the-rise"],
+)
+def test_a_rise_carried_with_the_slo_missed_or_a_queue_held_is_kept(ttft: float, waiting: float) -> None:
+    """A rise during which the SLO was missed or at risk (the quantile at 0.9 of the objective: the lower bound its
+    window supports), or a queue held on every replica, was not absorbed: it keeps its count as without the option
+    (the waits measured short by the queue-time quantile, 0.3 s, in each)."""
+    drv = _a_rise_at_one_replica(True, ttft=ttft, waiting=waiting, qtime=0.3)
+    rec = drv.steady(150, 2, waiting=0, running=15, ttfth=0.3, qtimeh=0.3)
+    assert rec.replicas == 2, rec.message
+    assert "absorbed by 1" not in rec.message
+
+
+@pytest.mark.parametrize(
+    ("qtime", "kept"), [(None, True), (0.3, False), (1.8, True)],
+    ids=["a-wait-unmeasured-is-no-evidence", "a-wait-measured-short", "a-wait-measured-at-risk"],
+)
+def test_a_request_waiting_during_the_rise_is_evidence_only_once_its_wait_is_measured(
+    qtime: float | None, kept: bool
+) -> None:
+    """A request waiting (one evaluation, no queue held) is in no latency window yet, and JetStream's TTFT holds no
+    wait in its prefill backlog: the rise is absorbed only where a queue-time quantile shows the wait within the
+    objective's risk line (0.8 × 2 s), read as ``signals.queueTimeEvidence`` (not in the latency loop)."""
+    drv = _a_rise_at_one_replica(True, blip=1, qtime=qtime)
+    rec = drv.steady(150, 2, waiting=0, running=15, ttfth=0.3, **({} if qtime is None else {"qtimeh": qtime}))
+    assert rec.replicas == (2 if kept else 1), rec.message
+
+
+def test_queue_time_as_evidence_is_read_by_the_absorbed_rise_only() -> None:
+    with pytest.raises(ValidationError, match=r"queueTimeEvidence is read by scaleDown\.riseAbsorbed only"):
+        policy(config(signals={**GAUGES_WINDOW["signals"], "queueTimeEvidence": "qtimeh"}))
+
+
+def test_absorbing_a_rise_needs_a_latency_signal() -> None:
+    with pytest.raises(ValidationError, match="riseAbsorbed"):
+        policy(config(scaleDown={"riseAbsorbed": True}))
+
+
 def test_a_stepwise_release_needs_the_rise_released() -> None:
     with pytest.raises(ValidationError, match="releaseRiseStepwise bounds releaseRise"):
         policy(config(scaleDown={"releaseRiseStepwise": True}))

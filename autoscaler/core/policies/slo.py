@@ -95,6 +95,8 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    miss, no queue held on every replica); an unknown signal stops it (missing data releases nothing), a miss or
    a held queue restarts it. With no recurrence in ``n`` lead-long stretches the 95 % upper bound of its chance
    per stretch is ``3/n`` (the rule of three), below one half from 6 on, the bar ``scaleDown.recurrence`` uses.
+   With ``scaleDown.riseAbsorbed`` (opt-in) a rise the ready count then carried with the SLO held (measured
+   throughout, every wait measured too) keeps at most that count (``sizing.absorbing_counts``, ``_rise_keep``).
    With ``scaleDown.releaseRiseStepwise`` (opt-in, with ``releaseRise``) that evidence is evidence at the ready
    count that held it: the released rise lowers the count at most to one replica below the lowest ready count
    with ``MIN_RECURRENCE_FALLS`` cold starts of evidence of its own (``_evidenced_count``; evidence at fewer
@@ -123,6 +125,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -145,6 +148,7 @@ from autoscaler.core.sizing import (
     RampTrend,
     Within,
     WorkSample,
+    absorbing_counts,
     capacity_alpha,
     fitted_level,
     largest_rise,
@@ -239,6 +243,13 @@ class SloSignalsSpec(SpecModel):
         "replica.kvCacheTokens per ready replica (TGI's --max-batch-total-tokens, the token budget its router admits "
         "against) it is the KV use, read as kvCacheUsage is; for servers that export their KV cache in tokens, not as "
         "a fraction. Needs replica.kvCacheTokens; not with kvCacheUsage (one KV reading).",
+    )
+    queue_time_evidence: str | None = Field(
+        default=None,
+        description="The queue-time quantile (e.g. preset jetstream.queue_time, p99 over a minute) read only as "
+        "evidence that requests waiting were served within the objective's risk line, for scaleDown.riseAbsorbed; "
+        "not in the latency loop (signals.queueTime puts it there). JetStream's TTFT holds no wait in its prefill "
+        "backlog.",
     )
     prompt_tokens: str | None = Field(default=None, description="Prompt tokens/s served (a counter's rate).")
     generation_tokens: str | None = Field(default=None, description="Generated tokens/s (a counter's rate).")
@@ -355,6 +366,18 @@ class ScaleDownSpec(SpecModel):
         "for its 15-cold-start lookback whatever follows. Alone, measured and not shipped: on a compressed daily swing "
         "the rise released was the best estimate of the next day's (docs/slo.md, Session 13); shipped in the JetStream "
         "policy with releaseRiseStepwise (Session 14).",
+    )
+    rise_absorbed: bool = Field(
+        default=False,
+        description="Opt-in. A rise within a cold start that the ready replicas absorbed with the SLO held keeps at "
+        "most the highest ready count over the cold start up to its peak: that many replicas carried it with the "
+        "objective met. Held: every evaluation from a cold start before the peak to the latency quantile's window "
+        "after it measured (no gap longer than that window), no miss, no queue held on every replica, the quantile "
+        "under the risk line, and nothing waiting unless a queue-time quantile measures the waits (signals.queueTime, "
+        "or signals.queueTimeEvidence for this alone): a waiting request is in no latency window yet, and JetStream's "
+        "TTFT holds no wait in its prefill backlog. Rises not so absorbed keep as before. Needs a latency signal. An "
+        "occupancy gauge's rise depends on the count it is seen at (Little's law); the margin kept for it yields to "
+        "what was measured at that count (docs/slo.md, Session 34).",
     )
     release_rise_stepwise: bool = Field(
         default=False,
@@ -632,6 +655,18 @@ class SloPolicyConfig(SpecModel):
                 "signals.slotsUsed",
                 "slotWait",
             )
+        if self.scale_down.rise_absorbed and s.ttft is None and s.queue_time is None and (
+            s.time_per_output_token is None
+        ):
+            raise FieldError(
+                "scaleDown.riseAbsorbed judges a rise by the latency measured through it: it needs signals.ttft, "
+                "queueTime or timePerOutputToken",
+                "scaleDown",
+            )
+        if s.queue_time_evidence is not None and not self.scale_down.rise_absorbed:
+            raise FieldError(
+                "signals.queueTimeEvidence is read by scaleDown.riseAbsorbed only: set it or drop the role", "signals"
+            )
         if self.scale_down.release_rise_stepwise and not self.scale_down.release_rise:
             raise FieldError("scaleDown.releaseRiseStepwise bounds releaseRise: set releaseRise too", "scaleDown")
         if s.arrivals is not None and not self.forecast.arrivals:
@@ -703,6 +738,9 @@ class LoadSample:
     evidence: float = 0.0
     #: The ready count then (``scaleDown.releaseRiseStepwise``: evidence is evidence at the count that held it).
     ready: int = 0
+    #: This evaluation held the SLO on known signals: no miss, no queue held on every replica
+    #: (``scaleDown.riseAbsorbed``).
+    held: bool = False
 
     def load(self, kappa: float, slot_unit: float, prefill_scale: float = 1.0, kv_unit: float = 1.0) -> float:
         """The load with capacity scale ``kappa``, ``slot_unit`` (the slots one replica-equivalent counts,
@@ -1139,11 +1177,19 @@ class SloAlgorithm:
         arrivals, arrivals_window = self._arrivals(ctx)
         arrivals_warm = prev.since is not None and now - prev.since >= arrivals_window
         if not reading.unknown and warm:
+            # Held (``scaleDown.riseAbsorbed``): no queue held, the quantile under the risk line (so not missed
+            # either), and every request's latency measured: nothing waiting, or the waits' own latency read
+            # (``_waits_measured``).
+            held_now = (
+                run < SATURATED_EVALUATIONS
+                and not at_risk
+                and (reading.waiting == 0 or self._waits_measured(ctx, reading.waiting))
+            )
             history = (
                 *history,
                 LoadSample(
                     now, reading.tokens_prior, reading.slots_stated, reading.kv_replicas, reading.generated_prior,
-                    arrivals if arrivals_warm else None, prev.evidence, ready,
+                    arrivals if arrivals_warm else None, prev.evidence, ready, held_now,
                 ),
             )
             if not queued:
@@ -1252,20 +1298,24 @@ class SloAlgorithm:
         # Measured against the level it starts from (``sizing.largest_rise``): rises from a load at least the load
         # now; with memories released, the rises that may end after them (that start within a cold start before).
         from_level = load if cfg.scale_down.rise_from_level else None
-        rise = largest_rise(
-            series
-            if released is None or not sd.release_rise
-            else [tv for x, tv in zip(history, series, strict=True) if x.evidence > released - horizon],
-            horizon, from_level=from_level,
+        # ``scaleDown.riseAbsorbed``: the count that absorbed each sample's rise with the SLO held (None: not absorbed).
+        absorbed = self._absorbed(ctx, history, horizon) if sd.rise_absorbed else None
+        kept = [
+            i for i, x in enumerate(history)
+            if released is None or not sd.release_rise or x.evidence > released - horizon
+        ]
+        rise_keep, rise, absorbed_text = self._rise_keep(
+            [series[i] for i in kept], None if absorbed is None else [absorbed[i] for i in kept],
+            horizon, from_level=from_level, load=load, c=c,
         )
         # ``releaseRiseStepwise``: the rise released on evidence lowers the count one replica below the lowest ready
         # count with that evidence of its own (``_evidenced_count``), never further in one step.
         step_keep, step_text = 0, ""
         if sd.release_rise_stepwise and released is not None:
-            whole = largest_rise(series, horizon, from_level=from_level)
-            if whole > rise:
+            whole_keep = self._rise_keep(series, absorbed, horizon, from_level=from_level, load=load, c=c)[0]
+            if whole_keep > rise_keep:
                 held = self._evidenced_count(history, prev.evidence, recurred, horizon)
-                step_keep = _ceil((load + whole) / c) if held is None else min(_ceil((load + whole) / c), held - 1)
+                step_keep = whole_keep if held is None else min(whole_keep, held - 1)
                 step_text = f", and not below {step_keep}: " + (
                     f"one below the {held} ready the evidence that released the rise was gathered at"
                     if held is not None
@@ -1397,7 +1447,7 @@ class SloAlgorithm:
         # a cold start is itself a measured margin (what the load did before while a replica started), so
         # ``load + rise`` is kept at the SLO utilization ``c``, not at ``c·(1 − hysteresis)`` again.
         keep_for = max(peak, forecast)
-        margins = max(need, _ceil(keep_for / down_u), _ceil((load + rise) / c), step_keep)
+        margins = max(need, _ceil(keep_for / down_u), rise_keep, step_keep)
         down, recur_text = margins, ""
         if by_recurrence:
             # The band keeps the level now and the forecast (a steady load stays a fixed point); whether a
@@ -1444,8 +1494,8 @@ class SloAlgorithm:
                 if released is not None and sd.release_rise
                 else ""
             )
-            + f"({load:.2f} + {rise:.2f}) at ≤ {c:.2f}"
-            + (step_text if step_keep > _ceil((load + rise) / c) else "")
+            + f"({load:.2f} + {rise:.2f}) at ≤ {c:.2f}{absorbed_text}"
+            + (step_text if step_keep > rise_keep else "")
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
         ) + reacquire_text
@@ -1656,6 +1706,60 @@ class SloAlgorithm:
             if total >= need - 1e-9:
                 return count
         return None
+
+    def _absorbed(self, ctx: Context, history: tuple[LoadSample, ...], horizon: float) -> list[int | None] | None:
+        """``scaleDown.riseAbsorbed``: for each history sample, the count that absorbed a rise ending at it with the
+        SLO held over the cold start before it and the latency quantile's window after it (the longest latency
+        signal's ``windowSeconds``; ``sizing.absorbing_counts``). None where no latency signal states a window:
+        without a measured latency there is no evidence that a rise was carried, and every rise counts."""
+        windows = [
+            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
+        ]
+        if not windows:
+            return None
+        return absorbing_counts(
+            [x.t for x in history], [x.held for x in history], [x.ready for x in history],
+            before=horizon, after=max(windows),
+        )
+
+    def _waits_measured(self, ctx: Context, waiting: float | None) -> bool:
+        """``scaleDown.riseAbsorbed``: whether requests waiting now are evidence that the SLO held. A request
+        waiting is in no latency window until it is served, and a server's TTFT may hold no wait before it
+        (JetStream measures it from the prefill thread taking the request, not from its arrival): its wait is
+        measured only by a queue-time quantile. Where the loop reads one (``signals.queueTime``, or
+        ``ttftAfterQueue``) the miss and the risk already judge it; ``signals.queueTimeEvidence`` reads one for
+        this evidence alone, below the risk line of the TTFT objective (the wait is part of the first token's
+        time); without either, a wait is no evidence."""
+        s = self.config.signals
+        if s.queue_time is not None:
+            return True
+        if s.queue_time_evidence is None:
+            return False
+        value, _ = self._latency(ctx, s.queue_time_evidence, waiting)
+        return value is not None and value < RISK_FRACTION * self.config.objective.ttft_seconds
+
+    @staticmethod
+    def _rise_keep(
+        series: Sequence[tuple[float, float]], absorbed: Sequence[int | None] | None, horizon: float, *,
+        from_level: float | None, load: float, c: float,
+    ) -> tuple[int, float, str]:
+        """The count the largest rise within a cold start keeps, ``ceil((load + rise) / c)``, with the rise that
+        counts and the message's addition. With ``absorbed`` (``scaleDown.riseAbsorbed``) a rise the ready count
+        then carried with the SLO held keeps at most that count: what that many replicas absorbed with the
+        objective met needs no more of them; the others keep as before."""
+        if absorbed is None:
+            rise = largest_rise(series, horizon, from_level=from_level)
+            return _ceil((load + rise) / c), rise, ""
+        free = largest_rise(series, horizon, from_level=from_level, ends=[a is None for a in absorbed])
+        keep, rise, text = _ceil((load + free) / c), free, ""
+        # Each count separately: a rise absorbed at k keeps at most k (a few distinct counts, one pass each).
+        for k in sorted({a for a in absorbed if a is not None}):
+            carried = largest_rise(series, horizon, from_level=from_level, ends=[a == k for a in absorbed])
+            if carried > rise:
+                text = f" (a rise of {carried:.2f} absorbed by {k} ready with the SLO held keeps at most {k})"
+            if min(_ceil((load + carried) / c), k) > keep:
+                keep, rise = min(_ceil((load + carried) / c), k), carried
+        return keep, rise, text
 
     def _judged_load(
         self, ctx: Context, history: tuple[LoadSample, ...], load: float, waiting: float | None, kappa: float,
