@@ -55,6 +55,9 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    evidence while it waits for chips). With ``breachOverWindow`` (opt-in, measured, not shipped) a quantile over
    the target is judged at the highest load of its window: the ``R + 1`` floor holds only while the load now is
    within the hysteresis of it, and ``c`` drops only where the model was content there.
+   With ``proveAtMix`` (opt-in) a proof holds at the prompt lengths it was made at (the ``promptLength``
+   histogram's mean when ``proven`` was last raised): prompts grown beyond those by more than the hysteresis band
+   withdraw it, and ``c`` comes back to at most ``targetUtilization`` until a load is proven at the prompts now.
    With ``ttftAfterQueue`` (opt-in, for a TTFT counted from the queue's end, as JetStream's) the TTFT the loop
    judges is what users feel, queue time + TTFT: the quantile of the sum of the two windows, whose latencies are
    independent (a FIFO wait does not depend on the request's own prefill; ``sizing.quantile_of_sum``), each read
@@ -583,6 +586,19 @@ class SloPolicyConfig(SpecModel):
         "signals.kvCacheUsage. Set in recommended-jetstream since 2026-12-07 (docs/slo.md, Session 30: every bundled "
         "TPU row identical, held-out mooncake-long 1.56x -> 1.26x the oracle).",
     )
+    prove_at_mix: bool = Field(
+        default=False,
+        description="The upward probe's proof holds at the prompt lengths it was made at. A load comfortably met is "
+        "evidence of what a replica carries at the prompts it served then (the prompt lengths' mean, "
+        "signals.promptLength's buckets); when the mean grows beyond it by more than the hysteresis band (the mean "
+        "now x (1 - scaleDown.hysteresis) above the mean the proof was made at), the proof is withdrawn and the "
+        "utilization at the SLO comes back to at most targetUtilization, to be proven again at the prompts now. "
+        "Longer prompts hold more of the KV cache and of the prefill each: the same fill or count swings further, and "
+        "the occupancy a replica reaches once one is released grows faster than the load. Prompts that shrink, or "
+        "none in the window, keep the proof. Below the target (the loop found a risk) nothing changes. The outputs' "
+        "length is not read: the generated tokens' rate over a minute against the prompts' swings too far to tell one "
+        "mix from another (measured: docs/slo.md, Session 36). Needs signals.promptLength.",
+    )
     forecast: ForecastSpec = Field(default_factory=fast.shared_default(ForecastSpec))
     scale_down: ScaleDownSpec = Field(default_factory=fast.shared_default(ScaleDownSpec))
 
@@ -596,6 +612,12 @@ class SloPolicyConfig(SpecModel):
                 "kvFromTokens bounds the slots by the KV cache at the measured tokens per sequence: it needs "
                 "replica.kvCacheTokens, signals.promptLength, promptTokens and generationTokens",
                 "kvFromTokens",
+            )
+        if self.prove_at_mix and s.prompt_length is None:
+            raise FieldError(
+                "proveAtMix keeps the probe's proof at the prompt lengths it was made at: it needs "
+                "signals.promptLength",
+                "proveAtMix",
             )
         if self.kv_at_onset and s.kv_cache_usage is None:
             raise FieldError(
@@ -819,6 +841,9 @@ class SloState:
     #: ``kvAtOnset``: the KV-cache fill (0-1 of a replica's cache) at which requests start to wait, learned from
     #: saturation with the cache binding (``SloAlgorithm._learn_kv_onset``); 1.0 (the cache full) until seen.
     kv_onset: float = 1.0
+    #: ``proveAtMix``: the prompt lengths' mean (tokens) when ``proven`` was last raised; None: nothing proven at a
+    #: known mean yet.
+    proven_mix: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1155,6 +1180,8 @@ class SloAlgorithm:
             admitting=admitting,
         )
         c, proven = headroom.utilization, headroom.proven
+        # ``proveAtMix``: a proof made at shorter prompts than now is withdrawn.
+        c, proven, proven_mix, mix_text = self._proof_at_mix(ctx, c, proven, prev.proven, prev.proven_mix)
         admission_text = (
             f" (not lowered: {admitting} replica(s) asked for wait for Kueue's admission)"
             if headroom.held_for_admission
@@ -1375,6 +1402,7 @@ class SloAlgorithm:
             released=released,
             waited_at=waited_at,
             kv_onset=kv_onset,
+            proven_mix=proven_mix,
         )
 
         prior = cfg.replica.prior
@@ -1402,7 +1430,7 @@ class SloAlgorithm:
         if prefill_text:
             load_text += f"; {prefill_text}"
         slo_text = (
-            f"{reading.latency_text}{unobserved_text} ⇒ utilization {c:.2f} at the SLO{admission_text}"
+            f"{reading.latency_text}{unobserved_text} ⇒ utilization {c:.2f} at the SLO{admission_text}{mix_text}"
             if reading.latency_text
             else f"utilization {c:.2f} at the SLO (no latency measured)"
         )
@@ -2093,6 +2121,31 @@ class SloAlgorithm:
         if reserved is None or budget is None or ready <= 0:
             return None, ""
         return min(1.0, max(0.0, reserved) / (ready * budget)), f": {reserved:.0f} tok reserved of {ready} × {budget}"
+
+    def _proof_at_mix(
+        self, ctx: Context, c: float, proven: float, proven_before: float, mix: float | None
+    ) -> tuple[float, float, float | None, str]:
+        """``proveAtMix``: the utilization at the SLO, the proof, the prompt lengths' mean it was made at (after this
+        evaluation) and the text. A proof raised now (``proven`` above ``proven_before``) is made at the mean now;
+        a mean grown beyond the proof's by more than the hysteresis band withdraws it (``proven`` 0) and brings ``c``
+        back to at most ``targetUtilization``. No mean now (no buckets, no request in the window) changes nothing."""
+        cfg = self.config
+        name = cfg.signals.prompt_length
+        if not cfg.prove_at_mix or name is None:
+            return c, proven, mix, ""
+        sig = ctx.signals[name]
+        lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
+        if lengths is None or not lengths.mean > 0:
+            return c, proven, mix, ""
+        if mix is not None and lengths.mean * (1.0 - cfg.scale_down.hysteresis) > mix:
+            u = cfg.target_utilization
+            return min(c, u), 0.0, None, (
+                f" (the probe's proof withdrawn: prompts {lengths.mean:.0f} tok mean now, proven at {mix:.0f}, longer "
+                f"by more than the {cfg.scale_down.hysteresis:g} band; at most {u:.2f} until proven at these prompts)"
+            )
+        if proven > proven_before or mix is None:
+            mix = lengths.mean
+        return c, proven, mix, ""
 
     def _kv_slot_scale(self, ctx: Context) -> tuple[float | None, str]:
         """``kvFromTokens``: the share of the stated slots the KV cache holds at the tokens a sequence reserves now
