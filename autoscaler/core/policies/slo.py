@@ -869,6 +869,26 @@ class _Wait:
 
 
 @dataclass(frozen=True, slots=True)
+class _KvUse:
+    """``signals.kvTokens`` read as the KV use (``SloAlgorithm._kv_reserved``)."""
+
+    #: 0-1, averaged over the ready replicas; None: unknown, or no replica ready.
+    fraction: float | None
+    #: The numbers it comes from, for the message ("" when unknown).
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class _ReacquireKeep:
+    """What ``scaleDown.priceReacquire`` keeps (``SloAlgorithm._reacquire_keep``)."""
+
+    #: The count a release the preemption budget could not buy back keeps; 0: none binds.
+    count: int
+    #: Its clause for the message ("" when none binds).
+    clause: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Reading:
     """The signals of one evaluation, turned into the quantities the model needs."""
 
@@ -939,7 +959,8 @@ class SloAlgorithm:
         kv = fraction(roles.kv_cache_usage)
         kv_of = ""
         if roles.kv_tokens is not None:
-            kv, kv_of = self._kv_reserved(total(roles.kv_tokens), ready)
+            kv_use = self._kv_reserved(total(roles.kv_tokens), ready)
+            kv, kv_of = kv_use.fraction, kv_use.text
             if kv is None and roles.kv_tokens not in unknown:
                 unknown.append(roles.kv_tokens)  # no replica ready: a fraction of nothing, as kvCacheUsage's
         prompt, gen = total(roles.prompt_tokens), total(roles.generation_tokens)
@@ -1502,11 +1523,11 @@ class SloAlgorithm:
         lead_keep = lead_keep if lead_keep > need else 0
         down = max(down, lead_keep)
         # ``scaleDown.priceReacquire``: not below what a release the preemption budget could not buy back needs.
-        reacquire_keep, reacquire_text = self._reacquire_keep(
+        reacquire = self._reacquire_keep(
             ctx, series, calm, down=down, current=current, load=max(load, forecast), down_u=down_u, lead=reach,
             observed=observed, kept=keep,
         )
-        down = max(down, reacquire_keep)
+        down = max(down, reacquire.count)
         band = (
             (
                 f"scale-down keeps max(load {load:.2f}, forecast) at ≤ {down_u:.2f} utilization (hysteresis "
@@ -1526,7 +1547,7 @@ class SloAlgorithm:
             + (step_text if step_keep > rise_keep else "")
             + (f", and not below {too_few}: found needed when fewer were short at a comparable load" if too_few else "")
             + (f", and not below {lead_keep}: forecast within {reach:g}s (a hand-off's lead)" if lead_keep else "")
-        ) + reacquire_text
+        ) + reacquire.clause
         if down < current and observed < hold:
             no_down = no_down or f"observed {observed:g}s < the {hold:g}s hold window"
         if down < current and queued:
@@ -1546,23 +1567,23 @@ class SloAlgorithm:
     def _reacquire_keep(
         self, ctx: Context, series: tuple[tuple[float, float], ...], calm: tuple[float, ...], *, down: int,
         current: int, load: float, down_u: float, lead: float, observed: float, kept: float,
-    ) -> tuple[int, str]:
-        """``scaleDown.priceReacquire``: the count a release the preemption budget could not buy back keeps, and
-        its clause for the message ((0, "") when none binds). Releasing the k-th replica below ``current`` that
-        leaves the pool unable to reach what it reaches now for ``wait`` seconds (``Context.reacquire``) is a
-        replica that takes ``wait`` plus a hand-off's lead (``lead``) to come back: it is released only when the
-        load expected over that time fits the count below it at the scale-down utilization ``down_u``, as the hold
-        window's peak must for a replica that takes a cold start to come back, and on as much evidence: nothing is
-        released before the history observed (``observed``) spans that time, or the whole history kept (``kept``,
-        the longest evidence the policy keeps) when that time is longer (the hold window's rule: nothing before a
-        whole window is observed). That load is the highest of the time it takes
-        to come back (``series``; never below ``load``, the load now or its forecast) and, where the calm samples
-        show a slow ramp (``sizing.ramp_trend``: its slope less 2 standard errors positive), the load now plus the
-        ramp's slope over that time, extrapolated no further than the window that showed it: a rising load needs
-        the replica back sooner than its past peak says."""
+    ) -> _ReacquireKeep:
+        """``scaleDown.priceReacquire``: the count a release the preemption budget could not buy back keeps, and its
+        clause for the message (``_ReacquireKeep``; count 0 and no clause when none binds). Releasing the k-th replica
+        below ``current`` that leaves the pool unable to reach what it reaches now for ``wait`` seconds
+        (``Context.reacquire``) is a replica that takes ``wait`` plus a hand-off's lead (``lead``) to come back: it is
+        released only when the load expected over that time fits the count below it at the scale-down utilization
+        ``down_u``, as the hold window's peak must for a replica that takes a cold start to come back, and on as much
+        evidence: nothing is released before the history observed (``observed``) spans that time, or the whole history
+        kept (``kept``, the longest evidence the policy keeps) when that time is longer (the hold window's rule: nothing
+        before a whole window is observed). That load is the highest of the time it takes to come back (``series``;
+        never below ``load``, the load now or its forecast) and, where the calm samples show a slow ramp
+        (``sizing.ramp_trend``: its slope less 2 standard errors positive), the load now plus the ramp's slope over that
+        time, extrapolated no further than the window that showed it: a rising load needs the replica back sooner than
+        its past peak says."""
         r = ctx.reacquire
         if not self.config.scale_down.price_reacquire or r is None or down >= current or not series:
-            return 0, ""
+            return _ReacquireKeep(0, "")
         now = ctx.now
         horizon = self.config.replica.cold_start_seconds
         ramp: RampTrend | None = None
@@ -1583,12 +1604,12 @@ class SloAlgorithm:
             if observed < min(back, kept):
                 keep = current - k + 1
                 when = "within the budget's hour as known" if math.isinf(wait) else f"for {wait:.0f}s"
-                return keep, (
+                return _ReacquireKeep(keep, (
                     f", and not below {keep}: releasing {current}→{current - k} resumes "
                     f"{r.resumed[k - 1] or 'training'} and the preemption budget could not buy it back {when} "
                     f"(the pool could reach {r.after[k - 1]} of the {r.reachable} it can now); {back:.0f}s to come "
                     f"back, and the load history observed spans {observed:.0f}s of the {min(back, kept):.0f}s it needs"
-                )
+                ))
             if needs > current - k:
                 keep = current - k + 1
                 when = "within the budget's hour as known" if math.isinf(wait) else f"for {wait:.0f}s"
@@ -1598,14 +1619,14 @@ class SloAlgorithm:
                     if ramp is not None and rising >= peak
                     else f"the peak {peak:.2f} of the last {seen:.0f}s"
                 )
-                return keep, (
+                return _ReacquireKeep(keep, (
                     f", and not below {keep}: releasing {current}→{current - k} resumes "
                     f"{r.resumed[k - 1] or 'training'} and the preemption budget could not buy it back {when} "
                     f"(the pool could reach "
                     f"{r.after[k - 1]} of the {r.reachable} it can now); over the {back:.0f}s it takes to come back "
                     f"{expected} at ≤ {down_u:.2f} needs {needs}"
-                )
-        return 0, ""
+                ))
+        return _ReacquireKeep(0, "")
 
     def _admitting(self, ctx: Context) -> int:
         """Replicas asked for that wait for Kueue's admission, for the latency loop (``waitForAdmission``, the
@@ -2113,14 +2134,16 @@ class SloAlgorithm:
             f"{rate:.0f} tok/s): ≤ {allowed:.2f} utilization holds the TTFT p{cfg.objective.percentile * 100:g}"
         )
 
-    def _kv_reserved(self, reserved: float | None, ready: int) -> tuple[float | None, str]:
+    def _kv_reserved(self, reserved: float | None, ready: int) -> _KvUse:
         """``signals.kvTokens``: the KV use, 0-1 averaged over the ready replicas, from the tokens their batches
         reserve over the budget each states (``replica.kvCacheTokens``), and the text of its numbers (None: unknown,
         or no replica ready)."""
         budget = self.config.replica.kv_cache_tokens
         if reserved is None or budget is None or ready <= 0:
-            return None, ""
-        return min(1.0, max(0.0, reserved) / (ready * budget)), f": {reserved:.0f} tok reserved of {ready} × {budget}"
+            return _KvUse(None, "")
+        return _KvUse(
+            min(1.0, max(0.0, reserved) / (ready * budget)), f": {reserved:.0f} tok reserved of {ready} × {budget}"
+        )
 
     def _proof_at_mix(
         self, ctx: Context, c: float, proven: float, proven_before: float, mix: float | None
