@@ -1,8 +1,8 @@
 """One path from readings to decisions: the same per-pod data through ``run`` (the controller's observer over the
 Prometheus source, and over the pods source scraping each pod itself), ``observe``, ``replay`` (a per-pod
 ``record`` dump) and ``simulate`` (the metric pipeline) gives the same combined reading and the same decision;
-for a counter's rate too (the pods source and the simulator take it from two scrapes of the counters, Prometheus
-and replay are given each pod's rate).
+for a counter's rate and a histogram's quantile too (the pods source and the simulator take the rates from two
+scrapes of the counters or buckets, Prometheus and replay are given each pod's rates).
 
 The cases are the issue's: an hpa policy on ``vllm.kv_cache_usage`` (target 0.5) with two pods at 0.4 each,
 which replay used to sum to 0.8 (2 → 4) while the controller averaged it (hold 2); the same with an explicit
@@ -13,6 +13,7 @@ must never scale down.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,12 @@ def _vector(values: dict[str, float]) -> str:
     return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
 
 
-async def run_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, ScaleDecision]:
-    """The controller: its observer reads Prometheus (an HTTP fake answering as Prometheus would)."""
-    server = TextServer(_vector(values), content_type="application/json")
+async def run_path(
+    p: ScalingPolicy, values: dict[str, float], replicas: int, answer: str | None = None
+) -> tuple[float | None, ScaleDecision]:
+    """The controller: its observer reads Prometheus (an HTTP fake answering as Prometheus would: ``answer``, or
+    the per-pod gauge ``values``)."""
+    server = TextServer(answer or _vector(values), content_type="application/json")
     assert isinstance(p.spec.source, PrometheusSourceSpec)
     src = PrometheusSource(p.spec.source.model_copy(update={"url": server.base}))
     view = TargetView(status(replicas), tuple(PodRef(pod) for pod in PODS[:replicas]))
@@ -139,10 +143,12 @@ def _gauge_exposition(values: dict[str, float]) -> dict[str, str]:
     return {pod: f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc {v}\n" for pod, v in values.items()}
 
 
-async def observe_path(p: ScalingPolicy, values: dict[str, float], replicas: int) -> tuple[float | None, str]:
+async def observe_path(
+    p: ScalingPolicy, values: dict[str, float], replicas: int, answer: str | None = None
+) -> tuple[float | None, str]:
     """``autoscaler observe``: the controller's observer (``controller.lookups.ObserverView``), with the replica
     status a cluster gives, then observe's own judgement and display."""
-    server = TextServer(_vector(values), content_type="application/json")
+    server = TextServer(answer or _vector(values), content_type="application/json")
     assert isinstance(p.spec.source, PrometheusSourceSpec)
     moved = p.model_copy(deep=True)
     object.__setattr__(moved.spec, "source", p.spec.source.model_copy(update={"url": server.base}))
@@ -334,3 +340,116 @@ def test_replay_takes_a_quantile_over_the_recorded_pods_summed_buckets_like_the_
     step = replay_engine.run(cp, load([tmp_path]), replay_engine.Options(mode="recorded")).steps[-1]
     assert step.decision.reason.value == "MetricsUnknown"
     assert "1 of 2 ready pods reported" in step.decision.message
+
+
+#: The simulator's TTFT bounds (+Inf last): every path is fed the same buckets, so the simulated replicas can
+#: export them as they are.
+TTFT_BOUNDS = pipeline.BOUNDS["ttft"]
+
+
+def _counts(at_or_below: dict[float, int], base: int = 0) -> tuple[int, ...]:
+    """Cumulative counts over ``TTFT_BOUNDS``, given the count at or below a few bounds (``base`` added to all)."""
+    return tuple(base + max((n for b, n in at_or_below.items() if b <= bound), default=0) for bound in TTFT_BOUNDS)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == math.inf else repr(bound)
+
+
+def _ttft_exposition(counts: tuple[int, ...]) -> str:
+    """A vLLM server's TTFT histogram as it exposes it (``le`` written as its client library writes it)."""
+    name = "vllm:time_to_first_token_seconds"
+    lines = [f"# HELP {name} Histogram of time to first token in seconds.", f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{le="{_le(b)}",model_name="m"}} {n}.0' for b, n in zip(TTFT_BOUNDS, counts, strict=True)]
+    lines += [f'{name}_count{{model_name="m"}} {counts[-1]}.0', f'{name}_sum{{model_name="m"}} {counts[-1] * 0.4}']
+    return "\n".join(lines) + "\n"
+
+
+def _bucket_vector(rates: dict[str, dict[float, float]], at: float) -> str:
+    """The Prometheus source's batch answer for a quantile signal: each pod's bucket rates (``sum by (namespace,
+    pod, le)``) and the pod's sample time, as ``batch_query`` asks for them."""
+    result: list[dict[str, Any]] = []
+    for pod, buckets in rates.items():
+        labels = {"namespace": "llm", "pod": pod}
+        result += [{"metric": {**labels, "le": _le(b), "autoscaler_part": "value"}, "value": [NOW, repr(r)]}
+                   for b, r in buckets.items()]
+        result.append({"metric": {**labels, "autoscaler_part": "time"}, "value": [NOW, str(at)]})
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
+
+
+def _quantile_policy() -> ScalingPolicy:
+    doc = policy({}, "http://unused").model_dump(by_alias=True, exclude_none=True, mode="json")
+    doc["spec"]["signals"] = [{"name": "kv", "preset": "vllm.ttft", "quantile": {"q": 0.9, "windowSeconds": 60}}]
+    doc["spec"]["policy"]["metrics"][0]["target"] = {"type": "Value", "value": 1.0}
+    return ScalingPolicy.model_validate(doc)
+
+
+# Observations in the 15 s between the two scrapes, at or below each bound. Pod a: 30, all within 1 s; pod b: 30,
+# a slower tail. Summed: 51 at or below 1 s, 60 in all: the 0.9 quantile (rank 54) is in (1, 2.5]:
+# 1 + 1.5 × (54 − 51) / (60 − 51) = 1.5 s, for a target of 1 s: 2 -> 3. Pod a alone would read 0.5 s (rank 27 is
+# its 0.5 s bucket's count), which would scale 2 -> 1: partial data must not be taken for the whole.
+A_NEW = {0.1: 15, 0.5: 27, 1.0: 30}
+B_NEW = {0.1: 3, 0.5: 12, 1.0: 21, 2.5: 30}
+A_SCRAPES = (_counts({0.1: 400, 0.5: 800, 1.0: 900}), _counts({0.1: 415, 0.5: 827, 1.0: 930}))
+B_SCRAPES = (_counts({0.1: 100, 0.5: 300, 1.0: 350, 2.5: 400}), _counts({0.1: 103, 0.5: 312, 1.0: 371, 2.5: 430}))
+assert all(y - x == n for x, y, n in zip(*A_SCRAPES, _counts(A_NEW), strict=True))
+assert all(y - x == n for x, y, n in zip(*B_SCRAPES, _counts(B_NEW), strict=True))
+QUANTILE_CASES = [
+    pytest.param({PODS[0]: A_SCRAPES, PODS[1]: B_SCRAPES}, pytest.approx(1.5), 3, "ScaleUp",
+                 id="two-pods-buckets-summed"),
+    # Pod b restarted between the scrapes (every bucket counter went down, from 1000 observations under 1 ms):
+    # each bucket's increase is its new value, so the reading is the same 1.5 s.
+    pytest.param({PODS[0]: A_SCRAPES, PODS[1]: ((1000,) * len(TTFT_BOUNDS), _counts(B_NEW))}, pytest.approx(1.5), 3,
+                 "ScaleUp", id="bucket-counters-reset"),
+    pytest.param({PODS[0]: A_SCRAPES}, None, 2, "MetricsUnknown", id="1-of-2-pods-never-reported"),
+    # Pod b's first scrape is the newest one: no rate yet, so it has not reported either.
+    pytest.param({PODS[0]: A_SCRAPES, PODS[1]: (None, B_SCRAPES[1])}, None, 2, "MetricsUnknown",
+                 id="1-of-2-pods-has-no-rate-yet"),
+]
+
+
+@pytest.mark.parametrize(("histograms", "value", "desired", "reason"), QUANTILE_CASES)
+async def test_every_command_sees_and_decides_a_histograms_quantile_the_same(
+    histograms: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...]]], value: Any, desired: int, reason: str,
+    tmp_path: Path,
+) -> None:
+    """Two scrapes 15 s apart of each pod's vLLM TTFT histogram, ``quantile: {q: 0.9, windowSeconds: 60}``: the
+    pods source (``run`` without Prometheus) and the simulator take each bucket's rate from the two scrapes
+    themselves; the Prometheus source (``run``, ``observe``) and ``replay`` (what ``record`` saves) are given each
+    pod's bucket rates, as ``rate()`` of each bucket series computes them over these two points (a counter that
+    went down was reset: its increase is its new value). Every command then sums the reporting pods' buckets,
+    takes the quantile, judges partial data and decides alike."""
+    p = _quantile_policy()
+    replicas = 2
+    first, second = NOW - 20, NOW - 5
+    rates = {
+        pod: {b: (y - x if y >= x else y) / (second - first) for b, x, y in zip(TTFT_BOUNDS, old, new, strict=True)}
+        for pod, (old, new) in histograms.items() if old is not None
+    }
+    scrapes = [
+        (at, {pod: _ttft_exposition(counts) for pod, pair in histograms.items() if (counts := pair[i]) is not None})
+        for i, at in enumerate((first, second))
+    ]
+    pipe = pipeline.MetricPipeline(PipelineSpec(scrape_interval_seconds=15), pipeline.bind(p.spec))
+    for i, at in enumerate((first, second)):
+        pipe.scrape(at, {pod: ReplicaGauges(0, 0, 1, 1, 0.1, 0.1, ttft=counts)
+                         for pod, pair in histograms.items() if (counts := pair[i]) is not None})
+    _bucket_dump(tmp_path, rates, replicas)
+    cp = compile_policy(p)
+    step = replay_engine.run(cp, load([tmp_path]), replay_engine.Options()).steps[-1]
+    answer = _bucket_vector(rates, second)
+    outcomes = {
+        "run": await run_path(p, {}, replicas, answer),
+        "run-pods": await run_pods_path(p, scrapes, replicas),
+        "replay": (cp.judge.combine(step.readings, step.replicas, step.time)["kv"].value, step.decision),
+        "simulate": _decide(cp, Observation(p.spec.target.ref(), status(replicas), pipe.visible(NOW))),
+    }
+    for path, (seen, decision) in outcomes.items():
+        assert seen == value, path
+        assert (decision.desired, decision.reason.value) == (desired, reason), (path, decision.message)
+    if reason == "MetricsUnknown":  # the pods source says why the other is missing (its scrape failed or is new)
+        for path in ("run", "replay", "simulate"):
+            assert "1 of 2 ready pods reported" in outcomes[path][1].message, (path, outcomes[path][1].message)
+    shown, shown_reason = await observe_path(p, {}, replicas, answer)
+    assert shown == value
+    assert shown_reason == reason
