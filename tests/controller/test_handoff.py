@@ -297,7 +297,9 @@ async def test_a_failed_undo_is_resumed_by_the_next_refused_scale(world: World) 
         return [e["note"] for e in w.kube.list("events.k8s.io/v1", "Event", "llm") if e["reason"] == reason]
 
     await until(lambda: any("undo failed" in n for n in notes("ActionFailed")))
-    assert w.workload()["active"] is False
+    # Not asserted here that the Workload is still stopped: the next pass may already have resumed it before the
+    # poll above saw the Event (seen once in a full suite, 2026-12-08). That the undo wrote nothing is what the
+    # writes below show: one stop and one resume, the resume with the next pass's own reason.
     # Still wanted (queue 15), still refused: the next pass resumes it instead.
     await until(lambda: w.workload()["active"] and w.workload()["admitted"])
     assert w.training_writes() == [False, True]
