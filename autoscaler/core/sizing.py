@@ -966,10 +966,11 @@ def lookback(horizon: float) -> float:
 
 def largest_rise(
     history: Sequence[tuple[float, float]], horizon: float, *, from_level: float | None = None,
-    ends: Sequence[bool] | None = None,
+    ends: Sequence[bool] | None = None, from_below: bool = False,
 ) -> float:
     """The largest increase of the load within ``horizon`` seconds anywhere in ``history`` (``(t, load)``,
-    oldest first; the result is ≥ 0); with ``from_level``, only increases that start from a load at least that.
+    oldest first; the result is ≥ 0); with ``from_level``, only increases that start from a load at least that,
+    and with ``from_below`` also those that start below it, for their part above it.
 
     What the load did within one cold start before is what it may do again: a replica released now would
     be missing for that long. One pass from the newest sample back, with a monotonic deque of the running
@@ -986,6 +987,12 @@ def largest_rise(
 
     ``ends`` (aligned with ``history``): only rises that end at a sample marked True count (the ``slo`` type's
     ``scaleDown.riseAbsorbed`` splits the rises by whether the count then absorbed them, ``absorbing_counts``).
+
+    ``from_below``: of a climb out of a trough below the load now, the part up to the load now has happened and the
+    part above it has not: it counts for its peak less the load now, not for nothing. Work that arrives in bursts
+    separated by silence climbs from near zero each time, and a reading at the first samples of the next burst
+    (a load a little above the trough) must not forget what the last bursts reached. A gauge that filled from
+    empty up to the load now and stays there adds nothing (its peak is the load now).
     """
     best = 0.0
     floor = -math.inf if from_level is None else from_level
@@ -994,8 +1001,9 @@ def largest_rise(
         t, v = history[i]
         while ahead and ahead[0][0] > t + horizon:
             ahead.popleft()
-        if v >= floor and ahead and ahead[0][1] - v > best:
-            best = ahead[0][1] - v
+        start = max(v, floor) if from_below else v
+        if start >= floor and ahead and ahead[0][1] - start > best:
+            best = ahead[0][1] - start
         if ends is None or ends[i]:
             while ahead and ahead[-1][1] <= v:
                 ahead.pop()

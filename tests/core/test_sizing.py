@@ -177,6 +177,25 @@ def test_a_gap_longer_than_the_quantile_window_is_no_evidence() -> None:
     assert covered == [1, 1, 1, 1, 1, None, None, None]
 
 
+def test_a_rise_from_below_the_level_counts_for_its_part_above_it() -> None:
+    """``from_below``: of a climb out of a trough below the load now, the part above the load now has not happened;
+    it counts for its peak less the load now, not for nothing. A climb that ended at the load now adds nothing."""
+    # A burst out of silence (0 → 3.0 within 30 s), a lull, and the first sample of the next burst (0.8).
+    burst = [(0.0, 0.0), (30.0, 3.0), (60.0, 0.0), (300.0, 0.0), (305.0, 0.8)]
+    assert sizing.largest_rise(burst, 245.0, from_level=0.8) == 0.0  # nothing climbed from 0.8 or more
+    assert sizing.largest_rise(burst, 245.0, from_level=0.8, from_below=True) == pytest.approx(2.2)  # 3.0 − 0.8
+    assert sizing.largest_rise(burst, 245.0, from_level=0.0, from_below=True) == pytest.approx(3.0)
+    # Without a level it is the plain rise.
+    assert sizing.largest_rise(burst, 245.0, from_below=True) == sizing.largest_rise(burst, 245.0)
+    # Servers filling from empty to the load now, and staying there: the peak is the load now, nothing to come.
+    fill = [(0.0, 0.0), (60.0, 0.5), (120.0, 0.9), (300.0, 0.9)]
+    assert sizing.largest_rise(fill, 245.0, from_level=0.9, from_below=True) == 0.0
+    # A rise that starts at or above the level counts whole, as with from_level alone.
+    hist = [(0.0, 0.0), (30.0, 0.9), (100.0, 0.3), (130.0, 0.5), (200.0, 0.6), (240.0, 1.0)]
+    assert sizing.largest_rise(hist, 60.0, from_level=0.6, from_below=True) == pytest.approx(0.4)
+    assert sizing.largest_rise(hist, 60.0, from_level=0.2, from_below=True) == pytest.approx(0.7)  # 0.2 → 0.9
+
+
 def test_a_trend_is_not_extrapolated_beyond_the_span_of_the_history() -> None:
     # A minute of a steady climb (1.0 → 1.1), a 240 s cold start: the line's lower bound is extrapolated 60 s, not
     # 240 s (1.2, not 1.5), and so is ``further``; over a history longer than the horizon it reaches the horizon.

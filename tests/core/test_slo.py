@@ -898,15 +898,19 @@ def test_a_short_count_found_at_a_near_zero_load_is_released_on_evidence(release
         assert [x.enough for x in drv.learned.short] == [3]
 
 
-@pytest.mark.parametrize("from_level", [True, False], ids=["from-the-level-now", "from-any-level"])
-def test_a_climb_out_of_a_lower_trough_is_not_a_rise_from_the_load_now(from_level: bool) -> None:
+@pytest.mark.parametrize(
+    ("from_level", "from_below"), [(True, False), (False, False), (True, True)],
+    ids=["from-the-level-now", "from-any-level", "from-below-counts-above-the-level"],
+)
+def test_a_climb_out_of_a_lower_trough_is_not_a_rise_from_the_load_now(from_level: bool, from_below: bool) -> None:
     """``scaleDown.riseFromLevel`` (default on): the largest rise counts only climbs that start at a load at least
     the load now. Here the load climbed from 0.24 (10 sequences) to 1.44 (60; a replica-equivalent is 41.7) within
     a cold start and stays there: that climb has happened, it is not a rise still to come from 1.44. From the level
     now the rise is 0, and the band (peak 1.44 at ≤ 0.64 utilization) keeps 3 of 4; counting the climb from the
-    trough, 1.44 + 1.20 at ≤ 0.8 keeps all 4. (A rise that starts at the load now still counts:
-    ``test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise``.)"""
-    cfg = config(scaleDown={"riseFromLevel": from_level})
+    trough, 1.44 + 1.20 at ≤ 0.8 keeps all 4. With ``riseFromBelow`` the climb counts for its part above the load
+    now, which is none (it ended at the load now): 3, as from the level. (A rise that starts at the load now still
+    counts: ``test_scale_down_waits_for_the_hold_window_and_keeps_the_largest_rise``.)"""
+    cfg = config(scaleDown={"riseFromLevel": from_level, "riseFromBelow": from_below})
     drv = Driver(cfg)
     drv.steady(600, 4, waiting=0, running=10)
     rec = drv.steady(300, 4, waiting=0, running=60)
@@ -917,6 +921,70 @@ def test_a_climb_out_of_a_lower_trough_is_not_a_rise_from_the_load_now(from_leve
     else:
         assert (rec.replicas, rec.reason) == (4, Reason.STEADY), rec.message
         assert "(1.44 + 1.20)" in rec.message
+
+
+@pytest.mark.parametrize("from_below", [True, False], ids=["from-below-counts-above-the-level", "from-level-only"])
+def test_the_first_samples_of_a_burst_out_of_a_lull_do_not_forget_the_last_burst(from_below: bool) -> None:
+    """``scaleDown.riseFromBelow`` (opt-in): bursts of prompt work separated by silence climb from 0 each time. The
+    first burst (0 → 2.2 replica-equivalents of prefill: 11,000 prompt tokens/s at 5,000 per replica) held 4; after
+    it, the lull, and at the first samples of the next burst the load is 0.5. From the level now alone no climb
+    counts (every one started at 0), and the hold window (120 s) has passed: 4 → 1. Counted for its part above
+    the load now, 0.5 + 1.7 at ≤ 0.8 keeps 3."""
+    cfg = config(**TOKENS, scaleDown={"riseFromBelow": from_below})
+    drv = Driver(cfg)
+    lull = {"waiting": 0, "running": 0, "prompt": 0, "gen": 0, "ttft": 0.5}
+    drv.steady(120, 4, **lull)
+    drv.steady(30, 4, **{**lull, "running": 5, "prompt": 11000, "gen": 100})
+    drv.steady(200, 4, **lull)
+    rec = drv.steady(10, 4, **{**lull, "running": 2, "prompt": 2500, "gen": 20})
+    if from_below:
+        assert (rec.replicas, rec.reason) == (3, Reason.SCALE_DOWN), rec.message
+        assert "(from below it, its part above) seen in" in rec.message
+        assert "(0.50 + 1.70)" in rec.message
+    else:
+        assert (rec.replicas, rec.reason) == (1, Reason.SCALE_DOWN), rec.message
+        assert "(0.50 + 0.00)" in rec.message
+
+
+@pytest.mark.parametrize("within", [True, False], ids=["within-window-and-objective", "within-window"])
+def test_a_short_windows_work_is_served_within_the_window_and_the_objective(within: bool) -> None:
+    """``workWithinObjective`` (opt-in): the prompt counter rated over 10 s reads 4,500 tokens/s, 0.90 of the prior's
+    5,000 per replica. Served within the window alone that is 0.90 replica-equivalents, over the 0.8 utilization at
+    the SLO: 2 replicas. The window's work only has to start within the window plus the 2 s objective: 0.90 × 10/12
+    = 0.75, which 1 carries."""
+    signals = {"waiting": "waiting", "running": "running", "promptTokens": "burst", "generationTokens": "gen"}
+    drv = Driver(config(signals=signals, workWithinObjective=within))
+    rec = drv.steady(60, 1, waiting=0, running=4, burst=4500, gen=50)
+    if within:
+        assert rec.replicas == 1, rec.message
+        assert "tokens 0.75 (" in rec.message
+        assert "the 10s window's work within 10s + the 2s objective: ×0.83" in rec.message
+    else:
+        assert (rec.replicas, rec.reason) == (2, Reason.SCALE_UP), rec.message
+        assert "tokens 0.90 (" in rec.message
+
+
+def test_work_within_the_objective_learns_capacity_from_what_was_served() -> None:
+    """The scaling is of the work to come, not of what the replicas served: saturated (a queue on every replica),
+    the served 6,000 tokens/s teach the same capacity (1.2× the prior) with ``workWithinObjective`` as without."""
+    signals = {"waiting": "waiting", "running": "running", "promptTokens": "burst", "generationTokens": "gen"}
+    learned = []
+    for within in (True, False):
+        drv = Driver(config(signals=signals, workWithinObjective=within))
+        drv.steady(300, 1, waiting=6, running=48, burst=6000, gen=50)
+        learned.append(drv.learned.capacity_scale)
+    assert learned[0] == pytest.approx(learned[1])
+    assert learned[0] > 1.1
+
+
+def test_work_within_the_objective_needs_the_prompt_counter() -> None:
+    with pytest.raises(ValidationError, match="workWithinObjective"):
+        policy(config(workWithinObjective=True))
+
+
+def test_rise_from_below_needs_the_rise_from_the_level() -> None:
+    with pytest.raises(ValidationError, match="riseFromBelow"):
+        policy(config(scaleDown={"riseFromLevel": False, "riseFromBelow": True}))
 
 
 def test_requests_waiting_on_every_replica_block_a_scale_down() -> None:

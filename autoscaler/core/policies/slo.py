@@ -27,7 +27,10 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
    queues: the prefill's to a G/G/1 (Kingman) and the slots' occupancy (Hayward). With ``slotWait`` a wait for a
    slot is priced, not counted: the slot unit is the mean occupancy at which at most ``1 − percentile`` of
    requests wait longer than the objective leaves them after their own prefill (M/M/n per replica, Erlang C,
-   with the slot release rate measured by Little's law; ``sizing.occupancy_at_wait_objective``).
+   with the slot release rate measured by Little's law; ``sizing.occupancy_at_wait_objective``). With
+   ``workWithinObjective`` (opt-in) the token load counts a rate window's work as what must be served within the
+   window plus the TTFT objective (``× w / (w + ttftSeconds)``, the fluid bound of a FIFO queue), so that the
+   prompt counter may be read over a few scrapes, at the timescale a first token feels bursts of work.
 2. **Learned capacity** (``κ``, starts at 1 = the prior). When the replicas are saturated (requests wait on
    every ready replica, checked replica by replica where the source gives each replica's count, ``R``
    unchanged for a minute) the served tokens/s per replica *is* their capacity:
@@ -85,7 +88,8 @@ Each evaluation (``N`` spec, ``R`` ready, ``S`` starting replicas):
 6. **Scale down, cost-aware**: to ``max(ceil(max(peak, forecast) / (c·(1 − hysteresis))), ceil((load + rise) / c))``,
    where ``peak`` is the highest load of the last ``holdSeconds`` (default the cold start) and ``rise`` the
    largest rise within one cold start seen lately, from a load at least the load now (``riseFromLevel``: a
-   climb out of a lower trough has partly happened already): a replica released now and needed again within
+   climb out of a lower trough has partly happened already; with ``riseFromBelow``, opt-in, such a climb counts for
+   the part of it above the load now, the part that has not happened): a replica released now and needed again within
    its cold start costs more than keeping it. The two margins are not stacked: the band keeps the steady need, the
    measured rise is its own margin. Past loads are recomputed with the capacity learned now
    (``LoadSample``), so a re-learned capacity is not a rise. Never below the count found needed when a count
@@ -351,6 +355,16 @@ class ScaleDownSpec(SpecModel):
         "now: a climb out of a lower trough has partly happened already (from the trough up to now), and an "
         "occupancy gauge filling from empty climbs from nothing. False: rises from any level (before 2026-12-02).",
     )
+    rise_from_below: bool = Field(
+        default=False,
+        description="Opt-in, with riseFromLevel. A climb that starts below the load now counts too, for its part above "
+        "the load now (its peak within a cold start less the load now) rather than not at all: of a climb out of a "
+        "lower trough, the part up to the load now has happened, the part above it has not. Work arriving in bursts "
+        "separated by silence (prompt work, read at the timescale of a few scrapes) climbs from near zero each time, "
+        "and the first samples of the next burst (a load a little above the trough) would otherwise forget what the "
+        "last bursts reached. A gauge that filled from empty up to the load now and stays adds nothing (its peak is "
+        "the load now). docs/slo.md, Session 33.",
+    )
     release_short_counts: bool = Field(
         default=False,
         description="Release a count found short once 6 cold starts of evidence have followed it: every "
@@ -571,6 +585,16 @@ class SloPolicyConfig(SpecModel):
         "the occupancy leaves no margin for a rise. Needs promptTokens and generationTokens (with replica.prior). "
         "Opt-in (docs/slo.md, Session 32).",
     )
+    work_within_objective: bool = Field(
+        default=False,
+        description="The token load counts a rate window's work as what must be served within the window plus the TTFT "
+        "objective, not within the window alone: prompt tokens/s x w / (w + ttftSeconds), w the promptTokens signal's "
+        "rate window. Work W arriving within w waits at most the objective on replicas that serve W in w + ttftSeconds "
+        "(the fluid bound of a FIFO queue: the last of it starts by then). Over a short window (a few scrapes, to see "
+        "work arriving in bursts at the timescale a first token feels it) the window alone asks a replica for a burst "
+        "the objective absorbs; over a minute it changes little (60/62). Capacity is still learned from what was "
+        "served, unscaled. Needs promptTokens with a rate. Opt-in (docs/slo.md, Session 33).",
+    )
     kv_at_onset: bool = Field(
         default=False,
         description="The KV-cache gauge (signals.kvCacheUsage) is an occupancy, not a throughput: a request waits for "
@@ -688,6 +712,18 @@ class SloPolicyConfig(SpecModel):
         if s.queue_time_evidence is not None and not self.scale_down.rise_absorbed:
             raise FieldError(
                 "signals.queueTimeEvidence is read by scaleDown.riseAbsorbed only: set it or drop the role", "signals"
+            )
+        if self.work_within_objective and s.prompt_tokens is None:
+            raise FieldError(
+                "workWithinObjective scales the token load of the prompt counter's rate window: it needs "
+                "signals.promptTokens",
+                "workWithinObjective",
+            )
+        if self.scale_down.rise_from_below and not self.scale_down.rise_from_level:
+            raise FieldError(
+                "scaleDown.riseFromBelow counts climbs from below the load now for their part above it: it needs "
+                "riseFromLevel (without it every climb counts whole)",
+                "scaleDown",
             )
         if self.scale_down.release_rise_stepwise and not self.scale_down.release_rise:
             raise FieldError("scaleDown.releaseRiseStepwise bounds releaseRise: set releaseRise too", "scaleDown")
@@ -986,7 +1022,11 @@ class SloAlgorithm:
             generated_prior = gen / prior.generation_tokens_per_second if gen_counts else 0.0
             busy_prior = tokens_prior / prefill_scale + generated_prior
             if ready > 0:
-                served_prior = busy_prior / ready
+                served_prior = busy_prior / ready  # what was served: capacity is learned from it unscaled
+            # ``workWithinObjective``: the work of the rate window, served within the window and the objective.
+            within, within_text = self._work_within_objective(ctx)
+            tokens_prior, generated_prior = tokens_prior * within, generated_prior * within
+            busy_prior *= within
             tok = busy_prior / (kappa * prefill_unit)
             load = max(load, tok)
             served_load = max(served_load, tok)
@@ -994,6 +1034,7 @@ class SloAlgorithm:
                 f"tokens {tok:.2f} ({prompt:.0f} prompt + {gen:.0f} generated tok/s"
                 + ("" if gen_counts else ", prefill only: the gauges hold decode")
                 + (f"; 1 replica-equivalent = {prefill_unit:.2f} of a replica's prefill" if prefill_unit < 1 else "")
+                + within_text
                 + ")"
             )
         if running is not None or waiting is not None:
@@ -1354,13 +1395,15 @@ class SloAlgorithm:
         ]
         rise_keep, rise, absorbed_text = self._rise_keep(
             [series[i] for i in kept], None if absorbed is None else [absorbed[i] for i in kept],
-            horizon, from_level=from_level, load=load, c=c,
+            horizon, from_level=from_level, load=load, c=c, from_below=sd.rise_from_below,
         )
         # ``releaseRiseStepwise``: the rise released on evidence lowers the count one replica below the lowest ready
         # count with that evidence of its own (``_evidenced_count``), never further in one step.
         step_keep, step_text = 0, ""
         if sd.release_rise_stepwise and released is not None:
-            whole_keep = self._rise_keep(series, absorbed, horizon, from_level=from_level, load=load, c=c)[0]
+            whole_keep = self._rise_keep(
+                series, absorbed, horizon, from_level=from_level, load=load, c=c, from_below=sd.rise_from_below,
+            )[0]
             if whole_keep > rise_keep:
                 held = self._evidenced_count(history, prev.evidence, recurred, horizon)
                 step_keep = whole_keep if held is None else min(whole_keep, held - 1)
@@ -1536,7 +1579,12 @@ class SloAlgorithm:
             if by_recurrence
             else f"scale-down keeps max(peak {peak:.2f} of the last {hold:g}s, forecast) at ≤ {down_u:.2f} utilization "
             f"(hysteresis {cfg.scale_down.hysteresis:g}) and load + the largest rise within a cold start "
-            + ("from a load at least this one " if cfg.scale_down.rise_from_level else "")
+            + (
+                ("from a load at least this one (from below it, its part above) " if sd.rise_from_below
+                 else "from a load at least this one ")
+                if cfg.scale_down.rise_from_level
+                else ""
+            )
             + f"seen in {lookback(horizon):g}s "
             + (
                 f"(less what {MIN_RECURRENCE_FALLS} cold starts of evidence with the SLO held released) "
@@ -1790,20 +1838,24 @@ class SloAlgorithm:
     @staticmethod
     def _rise_keep(
         series: Sequence[tuple[float, float]], absorbed: Sequence[int | None] | None, horizon: float, *,
-        from_level: float | None, load: float, c: float,
+        from_level: float | None, load: float, c: float, from_below: bool = False,
     ) -> tuple[int, float, str]:
         """The count the largest rise within a cold start keeps, ``ceil((load + rise) / c)``, with the rise that
         counts and the message's addition. With ``absorbed`` (``scaleDown.riseAbsorbed``) a rise the ready count
         then carried with the SLO held keeps at most that count: what that many replicas absorbed with the
         objective met needs no more of them; the others keep as before."""
         if absorbed is None:
-            rise = largest_rise(series, horizon, from_level=from_level)
+            rise = largest_rise(series, horizon, from_level=from_level, from_below=from_below)
             return _ceil((load + rise) / c), rise, ""
-        free = largest_rise(series, horizon, from_level=from_level, ends=[a is None for a in absorbed])
+        free = largest_rise(
+            series, horizon, from_level=from_level, ends=[a is None for a in absorbed], from_below=from_below,
+        )
         keep, rise, text = _ceil((load + free) / c), free, ""
         # Each count separately: a rise absorbed at k keeps at most k (a few distinct counts, one pass each).
         for k in sorted({a for a in absorbed if a is not None}):
-            carried = largest_rise(series, horizon, from_level=from_level, ends=[a == k for a in absorbed])
+            carried = largest_rise(
+                series, horizon, from_level=from_level, ends=[a == k for a in absorbed], from_below=from_below,
+            )
             if carried > rise:
                 text = f" (a rise of {carried:.2f} absorbed by {k} ready with the SLO held keeps at most {k})"
             if min(_ceil((load + carried) / c), k) > keep:
@@ -2198,6 +2250,19 @@ class SloAlgorithm:
         if ctx.eviction_s is not None:
             return horizon + ctx.eviction_s
         return HANDOFF_LEAD_COLD_STARTS * horizon
+
+    def _work_within_objective(self, ctx: Context) -> tuple[float, str]:
+        """``workWithinObjective``: the share of a token rate window's work that must be done per second for it to
+        be served within the window and the TTFT objective, ``w / (w + ttftSeconds)`` (``w`` the prompt counter's
+        rate window), and its text; 1.0 and no text without the option."""
+        cfg = self.config
+        name = cfg.signals.prompt_tokens
+        rate = ctx.spec.signal(name).rate if cfg.work_within_objective and name is not None else None
+        if rate is None:
+            return 1.0, ""
+        w, ttft = rate.window_seconds, cfg.objective.ttft_seconds
+        share = w / (w + ttft)
+        return share, f"; the {w:g}s window's work within {w:g}s + the {ttft:g}s objective: ×{share:.2f}"
 
     def _rate_window(self, ctx: Context) -> float:
         """The longest rate window of the token signals (0 without them)."""
