@@ -905,6 +905,32 @@ class _Wait:
 
 
 @dataclass(frozen=True, slots=True)
+class _RiseKeep:
+    """The count the largest rise within a cold start keeps (``SloAlgorithm._rise_keep``)."""
+
+    #: ``ceil((load + rise) / c)``, at most the count that absorbed the rise with ``scaleDown.riseAbsorbed``.
+    count: int
+    #: The rise that sets it, in replica-equivalents.
+    rise: float
+    #: The message's addition ("" unless an absorbed rise is the largest).
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Proof:
+    """``proveAtMix``'s outcome (``SloAlgorithm._proof_at_mix``)."""
+
+    #: The utilization at the SLO after it.
+    utilization: float
+    #: The load proven (0 when the proof is withdrawn).
+    proven: float
+    #: The prompt lengths' mean the proof was made at (None: none kept).
+    mix: float | None
+    #: The message's addition ("" unless the proof is withdrawn).
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class _KvUse:
     """``signals.kvTokens`` read as the KV use (``SloAlgorithm._kv_reserved``)."""
 
@@ -1243,7 +1269,8 @@ class SloAlgorithm:
         )
         c, proven = headroom.utilization, headroom.proven
         # ``proveAtMix``: a proof made at shorter prompts than now is withdrawn.
-        c, proven, proven_mix, mix_text = self._proof_at_mix(ctx, c, proven, prev.proven, prev.proven_mix)
+        proof = self._proof_at_mix(ctx, c, proven, prev.proven, prev.proven_mix)
+        c, proven, proven_mix, mix_text = proof.utilization, proof.proven, proof.mix, proof.text
         admission_text = (
             f" (not lowered: {admitting} replica(s) asked for wait for Kueue's admission)"
             if headroom.held_for_admission
@@ -1393,17 +1420,18 @@ class SloAlgorithm:
             i for i, x in enumerate(history)
             if released is None or not sd.release_rise or x.evidence > released - horizon
         ]
-        rise_keep, rise, absorbed_text = self._rise_keep(
+        rise_kept = self._rise_keep(
             [series[i] for i in kept], None if absorbed is None else [absorbed[i] for i in kept],
             horizon, from_level=from_level, load=load, c=c, from_below=sd.rise_from_below,
         )
+        rise_keep, rise, absorbed_text = rise_kept.count, rise_kept.rise, rise_kept.text
         # ``releaseRiseStepwise``: the rise released on evidence lowers the count one replica below the lowest ready
         # count with that evidence of its own (``_evidenced_count``), never further in one step.
         step_keep, step_text = 0, ""
         if sd.release_rise_stepwise and released is not None:
             whole_keep = self._rise_keep(
                 series, absorbed, horizon, from_level=from_level, load=load, c=c, from_below=sd.rise_from_below,
-            )[0]
+            ).count
             if whole_keep > rise_keep:
                 held = self._evidenced_count(history, prev.evidence, recurred, horizon)
                 step_keep = whole_keep if held is None else min(whole_keep, held - 1)
@@ -1839,14 +1867,14 @@ class SloAlgorithm:
     def _rise_keep(
         series: Sequence[tuple[float, float]], absorbed: Sequence[int | None] | None, horizon: float, *,
         from_level: float | None, load: float, c: float, from_below: bool = False,
-    ) -> tuple[int, float, str]:
+    ) -> _RiseKeep:
         """The count the largest rise within a cold start keeps, ``ceil((load + rise) / c)``, with the rise that
         counts and the message's addition. With ``absorbed`` (``scaleDown.riseAbsorbed``) a rise the ready count
         then carried with the SLO held keeps at most that count: what that many replicas absorbed with the
         objective met needs no more of them; the others keep as before."""
         if absorbed is None:
             rise = largest_rise(series, horizon, from_level=from_level, from_below=from_below)
-            return _ceil((load + rise) / c), rise, ""
+            return _RiseKeep(_ceil((load + rise) / c), rise, "")
         free = largest_rise(
             series, horizon, from_level=from_level, ends=[a is None for a in absorbed], from_below=from_below,
         )
@@ -1860,7 +1888,7 @@ class SloAlgorithm:
                 text = f" (a rise of {carried:.2f} absorbed by {k} ready with the SLO held keeps at most {k})"
             if min(_ceil((load + carried) / c), k) > keep:
                 keep, rise = min(_ceil((load + carried) / c), k), carried
-        return keep, rise, text
+        return _RiseKeep(keep, rise, text)
 
     def _judged_load(
         self, ctx: Context, history: tuple[LoadSample, ...], load: float, waiting: float | None, kappa: float,
@@ -2199,7 +2227,7 @@ class SloAlgorithm:
 
     def _proof_at_mix(
         self, ctx: Context, c: float, proven: float, proven_before: float, mix: float | None
-    ) -> tuple[float, float, float | None, str]:
+    ) -> _Proof:
         """``proveAtMix``: the utilization at the SLO, the proof, the prompt lengths' mean it was made at (after this
         evaluation) and the text. A proof raised now (``proven`` above ``proven_before``) is made at the mean now;
         a mean grown beyond the proof's by more than the hysteresis band withdraws it (``proven`` 0) and brings ``c``
@@ -2207,20 +2235,20 @@ class SloAlgorithm:
         cfg = self.config
         name = cfg.signals.prompt_length
         if not cfg.prove_at_mix or name is None:
-            return c, proven, mix, ""
+            return _Proof(c, proven, mix, "")
         sig = ctx.signals[name]
         lengths = lengths_from_histogram(sig.histogram) if sig.ok and sig.histogram is not None else None
         if lengths is None or not lengths.mean > 0:
-            return c, proven, mix, ""
+            return _Proof(c, proven, mix, "")
         if mix is not None and lengths.mean * (1.0 - cfg.scale_down.hysteresis) > mix:
             u = cfg.target_utilization
-            return min(c, u), 0.0, None, (
+            return _Proof(min(c, u), 0.0, None, (
                 f" (the probe's proof withdrawn: prompts {lengths.mean:.0f} tok mean now, proven at {mix:.0f}, longer "
                 f"by more than the {cfg.scale_down.hysteresis:g} band; at most {u:.2f} until proven at these prompts)"
-            )
+            ))
         if proven > proven_before or mix is None:
             mix = lengths.mean
-        return c, proven, mix, ""
+        return _Proof(c, proven, mix, "")
 
     def _kv_slot_scale(self, ctx: Context) -> tuple[float | None, str]:
         """``kvFromTokens``: the share of the stated slots the KV cache holds at the tokens a sequence reserves now
