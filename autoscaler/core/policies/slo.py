@@ -1837,14 +1837,12 @@ class SloAlgorithm:
         SLO held over the cold start before it and the latency quantile's window after it (the longest latency
         signal's ``windowSeconds``; ``sizing.absorbing_counts``). None where no latency signal states a window:
         without a measured latency there is no evidence that a rise was carried, and every rise counts."""
-        windows = [
-            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
-        ]
-        if not windows:
+        window = self._latency_window(ctx)
+        if window is None:
             return None
         return absorbing_counts(
             [x.t for x in history], [x.held for x in history], [x.ready for x in history],
-            before=horizon, after=max(windows),
+            before=horizon, after=window,
         )
 
     def _waits_measured(self, ctx: Context, waiting: float | None) -> bool:
@@ -1901,12 +1899,10 @@ class SloAlgorithm:
         the objective held at every load the window held throughout, not at one reached at its end, whose requests
         are still waiting. 0 (nothing proven) until the history holds the whole window, and while requests wait
         (or their number is unknown): the latency of those waiting is in no window yet."""
-        windows = [
-            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
-        ]
-        if not windows:
+        window = self._latency_window(ctx)
+        if window is None:
             return None
-        since = ctx.now - max(windows)
+        since = ctx.now - window
         if waiting is None or waiting > 0:
             return 0.0  # requests waiting now: their latency is not in the window, the load now not judged
         if not history or history[0].t > since:
@@ -1963,12 +1959,10 @@ class SloAlgorithm:
         longest ``windowSeconds``), recomputed with the capacity learned now (``LoadSample``); None where no latency
         signal states a window (then the floor holds and the loop judges the load now, as without the option). A
         history shorter than the window gives the highest of what it holds."""
-        windows = [
-            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
-        ]
-        if not windows:
+        window = self._latency_window(ctx)
+        if window is None:
             return None
-        since = ctx.now - max(windows)
+        since = ctx.now - window
         return max([load, *(x.load(kappa, slot_unit, scale, kv_unit) for x in history if x.t >= since)])
 
     def _release_lead(self, ctx: Context, horizon: float) -> float:
@@ -2309,6 +2303,14 @@ class SloAlgorithm:
         gauges = any(n is not None for n in (s.running, s.slots_used, s.kv_cache_usage, s.kv_tokens))
         return (not gauges or self.config.count_decode
                 or self.config.objective.time_per_output_token_seconds is not None)
+
+    def _latency_window(self, ctx: Context) -> float | None:
+        """The longest ``windowSeconds`` of the latency signals' quantiles: the span a measured latency is evidence
+        of (None where no latency signal states one)."""
+        windows = [
+            q.window_seconds for n in self._latency_names() if (q := ctx.spec.signal(n).quantile) is not None
+        ]
+        return max(windows) if windows else None
 
     def _latency_names(self) -> tuple[str, ...]:
         s = self.config.signals
